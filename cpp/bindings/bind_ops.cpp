@@ -1,0 +1,325 @@
+// Op functions, bound both as fg.<name>(...) and as Tensor methods where PyTorch has one.
+#include "common.h"
+
+namespace fg::py_bind {
+namespace {
+
+using Cls = py::class_<Tensor>;
+
+template <class Fn, class... Extra>
+void both(py::module_& m, Cls& cls, const char* name, Fn&& fn, const Extra&... extra) {
+  m.def(name, fn, py::arg("input"), extra...);
+  cls.def(name, std::forward<Fn>(fn), extra...);
+}
+
+py::tuple pair(const std::pair<Tensor, Tensor>& p) { return py::make_tuple(p.first, p.second); }
+
+Tensor creation(Tensor t, bool requires_grad) {
+  if (requires_grad) set_requires_grad(t, true);
+  return t;
+}
+
+DType scalar_dtype(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return DType::Bool;
+  if (py::isinstance<py::int_>(v)) return DType::Int64;
+  return DType::Float32;
+}
+
+void bind_elementwise(py::module_& m, Cls& cls) {
+  using Unary = Tensor (*)(const Tensor&);
+  const std::pair<const char*, Unary> unary[] = {
+      {"neg", neg}, {"abs", abs}, {"square", square}, {"sign", sign}, {"relu", relu},
+      {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"sin", sin},
+      {"cos", cos}, {"tanh", tanh}, {"erf", erf}, {"sigmoid", sigmoid}, {"silu", silu},
+      {"softplus", softplus}};
+  for (const auto& [name, fn] : unary) {
+    std::string doc = std::string("Elementwise ") + name + "(x).";
+    both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc.c_str());
+  }
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Binary> binary[] = {
+      {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"pow", pow},
+      {"maximum", maximum}, {"minimum", minimum}, {"eq", eq}, {"ne", ne}, {"lt", lt},
+      {"le", le}, {"gt", gt}, {"ge", ge}};
+  for (const auto& [name, fn] : binary) {
+    std::string doc = std::string("Elementwise ") + name + "(input, other) with NumPy broadcasting.";
+    auto call = [fn = fn](const py::object& a, const py::object& b) {
+      if (py::isinstance<Tensor>(a)) {
+        Tensor ta = a.cast<Tensor>();
+        return fn(ta, as_tensor(b, &ta));
+      }
+      Tensor tb = as_tensor(b);
+      return fn(as_tensor(a, &tb), tb);
+    };
+    m.def(name, call, py::arg("input"), py::arg("other"), doc.c_str());
+    cls.def(name, call, py::arg("other"), doc.c_str());
+  }
+  both(m, cls, "gelu", [](const Tensor& x, const std::string& approximate) {
+    FG_CHECK(approximate == "none" || approximate == "tanh", Value,
+             "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+    return gelu(x, approximate == "tanh");
+  }, py::arg("approximate") = "none", "GELU, exact (erf) or tanh-approximated.");
+  both(m, cls, "clamp", [](const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+    return clamp(x, lo, hi);
+  }, py::arg("min") = py::none(), py::arg("max") = py::none(),
+     "Limits values to [min, max]; either bound may be None.");
+  m.def("where", [](const Tensor& cond, const py::object& a, const py::object& b) {
+    Tensor ta = py::isinstance<Tensor>(a) ? a.cast<Tensor>() : Tensor();
+    Tensor tb = py::isinstance<Tensor>(b) ? b.cast<Tensor>() : Tensor();
+    const Tensor* like = ta.defined() ? &ta : (tb.defined() ? &tb : nullptr);
+    return where(cond, ta.defined() ? ta : as_tensor(a, like), tb.defined() ? tb : as_tensor(b, like));
+  }, py::arg("condition"), py::arg("input"), py::arg("other"),
+     "Elementwise choice: input where condition is True, else other (broadcast).");
+}
+
+void bind_reductions(py::module_& m, Cls& cls) {
+  using Reduce = Tensor (*)(const Tensor&, const Dims&, bool);
+  const std::pair<const char*, Reduce> reductions[] = {
+      {"sum", sum}, {"mean", mean}, {"max", amax}, {"min", amin}, {"logsumexp", logsumexp},
+      {"amax", amax}, {"amin", amin}};
+  for (const auto& [name, fn] : reductions) {
+    std::string doc = std::string(name) + " over dim (None: every dim); keepdim keeps reduced dims as 1.";
+    both(m, cls, name, [fn = fn](const Tensor& x, const py::object& dim, bool keepdim) {
+      return fn(x, dims_arg(dim), keepdim);
+    }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
+  }
+  both(m, cls, "var", [](const Tensor& x, const py::object& dim, bool keepdim, double correction) {
+    return var(x, dims_arg(dim), keepdim, correction);
+  }, py::arg("dim") = py::none(), py::arg("keepdim") = false,
+     py::arg("correction") = 1.0, "Variance with divisor N - correction.");
+  both(m, cls, "std", [](const Tensor& x, const py::object& dim, bool keepdim, double correction) {
+    return std_dev(x, dims_arg(dim), keepdim, correction);
+  }, py::arg("dim") = py::none(), py::arg("keepdim") = false,
+     py::arg("correction") = 1.0, "Standard deviation with divisor N - correction.");
+  both(m, cls, "argmax", [](const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+    return argmax(x, dim, keepdim);
+  }, py::arg("dim") = py::none(), py::arg("keepdim") = false,
+     "Index of the first maximum (over the flattened tensor when dim is None).");
+  both(m, cls, "argmin", [](const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+    return argmin(x, dim, keepdim);
+  }, py::arg("dim") = py::none(), py::arg("keepdim") = false,
+     "Index of the first minimum (over the flattened tensor when dim is None).");
+  both(m, cls, "matmul", [](const Tensor& a, const py::object& b) { return matmul(a, as_tensor(b, &a)); },
+       py::arg("other"), "Matrix product with NumPy's matmul semantics.");
+}
+
+void bind_shape(py::module_& m, Cls& cls) {
+  both(m, cls, "reshape", [](const Tensor& x, const py::args& shape) { return reshape(x, shape_args(shape).vec()); },
+       "The same elements in a new shape (a view when possible; one -1 allowed).");
+  cls.def("view", [](const Tensor& x, const py::args& shape) { return view(x, shape_args(shape).vec()); },
+          "A view with a new shape; ShapeError when the strides do not allow one.");
+  both(m, cls, "permute", [](const Tensor& x, const py::args& dims) { return permute(x, shape_args(dims).vec()); },
+       "A view with the dims reordered.");
+  both(m, cls, "transpose", &transpose, py::arg("dim0"), py::arg("dim1"),
+       "A view with two dims swapped.");
+  both(m, cls, "t", [](const Tensor& x) {
+    FG_CHECK(x.ndim() <= 2, Shape, "t: expects a tensor of at most 2 dims, got ", to_string(x.shape()));
+    return x.ndim() < 2 ? x : transpose(x, 0, 1);
+  }, "Transpose of a 2-D tensor.");
+  both(m, cls, "contiguous", &contiguous, "A row-major copy, or self when already so.");
+  both(m, cls, "squeeze", &squeeze, py::arg("dim") = py::none(),
+       "Removes size-1 dims (all, or the one given).");
+  both(m, cls, "unsqueeze", &unsqueeze, py::arg("dim"), "Inserts a size-1 dim.");
+  both(m, cls, "expand", [](const Tensor& x, const py::args& shape) { return expand(x, shape_args(shape).vec()); },
+       "A broadcast view (-1 keeps a dim).");
+  both(m, cls, "broadcast_to", [](const Tensor& x, const py::object& shape) { return expand(x, int_list(shape)); },
+       py::arg("shape"), "A broadcast view with the given shape.");
+  both(m, cls, "flatten", &flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
+       "Merges dims start_dim..end_dim into one.");
+  both(m, cls, "narrow", &narrow, py::arg("dim"), py::arg("start"), py::arg("length"),
+       "A view of `length` entries from `start` along dim.");
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0, "Concatenates tensors along an existing dim.");
+  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0, "Stacks equal-shaped tensors along a new dim.");
+  both(m, cls, "split", [](const Tensor& x, const py::object& size, int64_t dim) {
+    return py::isinstance<py::int_>(size) ? split_size(x, size.cast<int64_t>(), dim) : split(x, int_list(size), dim);
+  }, py::arg("split_size_or_sections"), py::arg("dim") = 0,
+     "Views of equal-size pieces (int) or of the given sizes (list).");
+  both(m, cls, "chunk", &chunk, py::arg("chunks"), py::arg("dim") = 0,
+       "Splits into `chunks` nearly equal views.");
+  both(m, cls, "pad", [](const Tensor& x, const py::object& pads, double value) {
+    return pad(x, int_list(pads), value);
+  }, py::arg("pad"), py::arg("value") = 0.0,
+     "Constant padding; (left, right) pairs starting from the last dim.");
+  both(m, cls, "repeat", [](const Tensor& x, const py::args& reps) { return repeat(x, shape_args(reps).vec()); },
+       "Tiles the tensor (like numpy.tile).");
+  both(m, cls, "flip", [](const Tensor& x, const py::object& dims) { return flip(x, int_list(dims)); },
+       py::arg("dims"), "Reverses the order along the given dims.");
+}
+
+void bind_indexing(py::module_& m, Cls& cls) {
+  both(m, cls, "gather", &gather, py::arg("dim"), py::arg("index"),
+       "out[i][j] = input[index[i][j]][j] (for dim 0); index matches input except in dim.");
+  both(m, cls, "index_select", &index_select, py::arg("dim"), py::arg("index"),
+       "Entries of input at a 1-D index along dim.");
+  both(m, cls, "scatter_add", &scatter_add, py::arg("dim"), py::arg("index"), py::arg("src"),
+       "A copy of input with src added at index along dim.");
+  both(m, cls, "masked_fill", &masked_fill, py::arg("mask"), py::arg("value"),
+       "A copy of input with value where mask is True.");
+  m.def("one_hot", &one_hot, py::arg("index"), py::arg("num_classes"),
+        "int64 one-hot encoding with a new last dim of num_classes.");
+  both(m, cls, "nonzero", &nonzero, "Coordinates of the True elements, (count, ndim).");
+  both(m, cls, "topk", [](const Tensor& x, int64_t k, int64_t dim, bool largest) {
+    return pair(topk(x, k, dim, largest));
+  }, py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true,
+     "(values, indices) of the k largest (or smallest) entries along dim, sorted.");
+  both(m, cls, "sort", [](const Tensor& x, int64_t dim, bool descending) { return pair(sort(x, dim, descending)); },
+       py::arg("dim") = -1, py::arg("descending") = false,
+       "(values, indices) sorted along dim (stable; NaN last).");
+  both(m, cls, "argsort", [](const Tensor& x, int64_t dim, bool descending) { return sort(x, dim, descending).second; },
+       py::arg("dim") = -1, py::arg("descending") = false, "Indices that sort along dim.");
+}
+
+void bind_conversion(Cls& cls) {
+  auto to = [](const Tensor& t, const py::object& a, const py::object& device, const py::object& dtype) {
+    Device dev = t.device();
+    std::optional<DType> dt = dtype_arg(dtype);
+    if (!a.is_none()) {  // t.to(fg.float64) or t.to("cpu")
+      if (py::isinstance<DType>(a)) dt = a.cast<DType>();
+      else dev = device_arg(a);
+    }
+    dev = device_arg(device, dev);
+    FG_CHECK(dev == t.device(), Device, "to: copying from ", t.device().str(), " to ", dev.str(),
+             " needs the CUDA backend, which this build does not have yet");
+    return dt ? cast(t, *dt) : t;
+  };
+  cls.def("to", to, py::arg("target") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none(),
+          "A tensor on another device and/or with another dtype (self when nothing changes).");
+  cls.def("cpu", [to](const Tensor& t) { return to(t, py::str("cpu"), py::none(), py::none()); },
+          "A copy on the CPU (self when already there).");
+  cls.def("cuda", [to](const Tensor& t) { return to(t, py::str("cuda"), py::none(), py::none()); },
+          "A copy on the current CUDA device.");
+  const std::pair<const char*, DType> casts[] = {
+      {"float", DType::Float32}, {"double", DType::Float64}, {"long", DType::Int64},
+      {"int", DType::Int32}, {"bool", DType::Bool}, {"half", DType::Float16}, {"bfloat16", DType::BFloat16}};
+  for (const auto& [name, dt] : casts) {
+    std::string doc = std::string("Cast to ") + dtype_name(dt) + ".";
+    cls.def(name, [dt = dt](const Tensor& t) { return cast(t, dt); }, doc.c_str());
+  }
+}
+
+void bind_creation(py::module_& m) {
+  auto filled = [](double v) {
+    return [v](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
+      return creation(full(shape_args(shape), v, dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+    };
+  };
+  m.def("zeros", filled(0.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false, "A tensor of zeros: fg.zeros(2, 3) or fg.zeros((2, 3)).");
+  m.def("ones", filled(1.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false, "A tensor of ones.");
+  m.def("empty", [](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
+    return creation(Tensor::empty(shape_args(shape), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+  }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
+     "A tensor with uninitialised values.");
+  m.def("full", [](const py::object& shape, const py::object& value, const py::object& dtype,
+                   const py::object& device, bool rg) {
+    DType dt = dtype_arg(dtype).value_or(scalar_dtype(value));
+    return creation(full(Dims(int_list(shape)), value.cast<double>(), dt, device_arg(device)), rg);
+  }, py::arg("shape"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+     py::arg("device") = py::none(), py::arg("requires_grad") = false,
+     "A tensor filled with a value; the dtype follows the value (float32, int64, bool) by default.");
+  m.def("arange", [](const py::object& start, const py::object& end, const py::object& step,
+                     const py::object& dtype, const py::object& device, bool rg) {
+    bool ints = scalar_dtype(start) != DType::Float32 && (end.is_none() || scalar_dtype(end) != DType::Float32) &&
+                scalar_dtype(step) != DType::Float32;
+    double lo = end.is_none() ? 0.0 : start.cast<double>();
+    double hi = end.is_none() ? start.cast<double>() : end.cast<double>();
+    DType dt = dtype_arg(dtype).value_or(ints ? DType::Int64 : DType::Float32);
+    return creation(arange(lo, hi, step.cast<double>(), dt, device_arg(device)), rg);
+  }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(),
+     py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
+     "Values start, start+step, ... below end (int64 for integer arguments, else float32).");
+  m.def("linspace", [](double a, double b, int64_t n, const py::object& dtype, const py::object& device, bool rg) {
+    return creation(linspace(a, b, n, dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+  }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),
+     py::arg("device") = py::none(), py::arg("requires_grad") = false, "`steps` evenly spaced values from start to end.");
+  m.def("eye", [](int64_t n, std::optional<int64_t> cols, const py::object& dtype, const py::object& device, bool rg) {
+    return creation(eye(n, cols.value_or(n), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+  }, py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
+     py::arg("device") = py::none(), py::arg("requires_grad") = false, "The identity matrix (n x m).");
+  using Random = Tensor (*)(const Dims&, DType, Device);
+  const std::pair<const char*, Random> randoms[] = {{"rand", rand}, {"randn", randn}};
+  for (const auto& [name, fn] : randoms) {
+    m.def(name, [fn = fn](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
+      return creation(fn(shape_args(shape), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+    }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
+       name[4] == 'n' ? "Standard normal samples (Philox; fixed by fg.manual_seed)."
+                      : "Uniform samples in [0, 1) (Philox; fixed by fg.manual_seed).");
+  }
+  m.def("randint", [](int64_t low, const py::object& high, const py::object& shape, const py::object& dtype,
+                      const py::object& device) {
+    int64_t lo = high.is_none() ? 0 : low, hi = high.is_none() ? low : high.cast<int64_t>();
+    return randint(lo, hi, Dims(int_list(shape)), dtype_arg(dtype).value_or(DType::Int64), device_arg(device));
+  }, py::arg("low"), py::arg("high") = py::none(), py::arg("size") = py::tuple(), py::kw_only(),
+     py::arg("dtype") = py::none(), py::arg("device") = py::none(), "Uniform integers in [low, high).");
+}
+
+void bind_functional(py::module_& m) {
+  auto nn = m.def_submodule("functional", "Neural-network functions (fg.nn.functional).");
+  nn.def("softmax", &softmax, py::arg("input"), py::arg("dim"), "Softmax along dim (max-subtracted).");
+  nn.def("log_softmax", &log_softmax, py::arg("input"), py::arg("dim"), "log(softmax) along dim, computed stably.");
+  nn.def("layer_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w,
+                          std::optional<Tensor> b, double eps) {
+    return layer_norm(x, dims_arg(shape), w.value_or(Tensor()), b.value_or(Tensor()), eps);
+  }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
+     py::arg("eps") = 1e-5, "Layer normalisation over the trailing normalized_shape dims.");
+  nn.def("rms_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w, double eps) {
+    return rms_norm(x, dims_arg(shape), w.value_or(Tensor()), eps);
+  }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("eps") = 1e-6,
+     "RMS normalisation over the trailing normalized_shape dims.");
+  nn.def("dropout", &dropout, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+         "Zeroes entries with probability p and scales the rest by 1/(1-p) (Philox mask).");
+  nn.def("embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
+  nn.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
+    return linear(x, w, b.value_or(Tensor()));
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ weight.T + bias.");
+  nn.def("conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding) {
+    return conv2d(x, w, b.value_or(Tensor()), stride, padding);
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+     py::arg("padding") = 0, "2-D convolution (cross-correlation), NCHW.");
+  nn.def("max_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return max_pool2d(x, k, s.value_or(k)); },
+         py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D max pooling.");
+  nn.def("avg_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return avg_pool2d(x, k, s.value_or(k)); },
+         py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D average pooling.");
+  nn.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v,
+                                            std::optional<Tensor> mask, bool causal) {
+    return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), causal);
+  }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+     py::arg("is_causal") = false, "softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.");
+  nn.def("cross_entropy", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing, const std::string& r) {
+    return cross_entropy(x, t, ignore, smoothing, reduction_from_name(r, "cross_entropy"));
+  }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0,
+     py::arg("reduction") = "mean", "Cross entropy of logits (N, C, ...) against class indices or probabilities.");
+  nn.def("nll_loss", [](const Tensor& x, const Tensor& t, int64_t ignore, const std::string& r) {
+    return nll_loss(x, t, ignore, reduction_from_name(r, "nll_loss"));
+  }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",
+     "Negative log-likelihood of log-probabilities (N, C, ...).");
+  nn.def("mse_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
+    return mse_loss(x, y, reduction_from_name(r, "mse_loss"));
+  }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Mean squared error.");
+  nn.def("l1_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
+    return l1_loss(x, y, reduction_from_name(r, "l1_loss"));
+  }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Mean absolute error.");
+  nn.def("huber_loss", [](const Tensor& x, const Tensor& y, const std::string& r, double delta) {
+    return huber_loss(x, y, delta, reduction_from_name(r, "huber_loss"));
+  }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", py::arg("delta") = 1.0,
+     "Quadratic below delta, linear above.");
+  nn.def("binary_cross_entropy_with_logits", [](const Tensor& x, const Tensor& y, const std::string& r) {
+    return bce_with_logits(x, y, reduction_from_name(r, "binary_cross_entropy_with_logits"));
+  }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Sigmoid + binary cross entropy, stably.");
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  Cls cls = py::reinterpret_borrow<Cls>(m.attr("Tensor"));
+  bind_elementwise(m, cls);
+  bind_reductions(m, cls);
+  bind_shape(m, cls);
+  bind_indexing(m, cls);
+  bind_conversion(cls);
+  bind_creation(m);
+  bind_functional(m);
+}
+
+}  // namespace fg::py_bind

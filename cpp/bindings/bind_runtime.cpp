@@ -1,0 +1,85 @@
+// Grad mode, anomaly mode, autograd.grad, RNG, threads, allocator statistics, the op registry
+// and CUDA availability.
+#include "common.h"
+#include "flowgrad/core/allocator.h"
+#include "flowgrad/core/env.h"
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/runtime.h"
+#include "kernels/linalg/gemm.h"
+
+namespace fg::py_bind {
+
+void bind_runtime(py::module_& m) {
+  m.def("is_grad_enabled", &grad_enabled, "Whether ops record autograd history on this thread.");
+  m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"), "Turns recording on or off for this thread.");
+  m.def("is_anomaly_enabled", &anomaly_enabled, "Whether anomaly detection is on.");
+  m.def("set_anomaly_enabled", &set_anomaly_enabled, py::arg("enabled"),
+        "Checks every op output and gradient for NaN/Inf and names the first op that makes one.");
+  m.def("grad", [](const Tensors& outputs, const Tensors& inputs, const py::object& grad_outputs,
+                   bool retain_graph, bool create_graph, bool allow_unused) {
+    Tensors given;
+    if (!grad_outputs.is_none())
+      for (py::handle g : grad_outputs) given.push_back(g.is_none() ? Tensor() : g.cast<Tensor>());
+    Tensors result;
+    {
+      py::gil_scoped_release release;
+      result = grad(outputs, inputs, given, retain_graph, create_graph, allow_unused);
+    }
+    py::list out;
+    for (const Tensor& t : result) out.append(t.defined() ? py::cast(t) : py::none());
+    return out;
+  }, py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(),
+     py::arg("retain_graph") = false, py::arg("create_graph") = false, py::arg("allow_unused") = false,
+     "Gradients of outputs with respect to inputs, without touching .grad.");
+
+  m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),
+        "Seeds the global Philox generator: the same seed gives the same random tensors.");
+  m.def("get_rng_state", [] { auto s = rng_state(); return py::make_tuple(s.seed, s.offset); },
+        "(seed, offset) of the global generator.");
+  m.def("set_rng_state", [](const py::tuple& s) { set_rng_state({s[0].cast<uint64_t>(), s[1].cast<uint64_t>()}); },
+        py::arg("state"), "Restores a state from get_rng_state().");
+  m.def("get_num_threads", &num_threads, "Threads used by CPU kernels and BLAS.");
+  m.def("set_num_threads", &set_num_threads, py::arg("n"), "Sets the threads used by CPU kernels and BLAS.");
+  m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
+  m.def("cpu_memory_stats", [] {
+    AllocatorStats s = CpuAllocator::get().stats();
+    py::dict d;
+    d["allocated"] = s.allocated;
+    d["peak_allocated"] = s.peak_allocated;
+    d["cached"] = s.cached;
+    return d;
+  }, "Bytes held by the CPU allocator: allocated (live), peak_allocated, cached (free for reuse).");
+  m.def("cpu_empty_cache", [] { CpuAllocator::get().empty_cache(); }, "Returns cached CPU blocks to the system.");
+
+  m.def("_op_registry", [] {
+    py::list ops;
+    for (const OpDef* op : all_ops()) {
+      py::dict d;
+      d["name"] = op->name;
+      d["family"] = family_name(op->family);
+      d["has_shape_rule"] = op->shape_rule != nullptr;
+      d["has_cpu_kernel"] = op->cpu != nullptr || op->view != nullptr;
+      d["cuda_missing"] = op->cuda_missing ? py::str(op->cuda_missing) : py::object(py::none());
+      d["has_backward"] = op->backward != nullptr;
+      d["not_differentiable"] = op->not_differentiable ? py::str(op->not_differentiable) : py::object(py::none());
+      d["fusable"] = (op->flags & kFusable) != 0;
+      d["view"] = (op->flags & kView) != 0;
+      d["random"] = (op->flags & kRandom) != 0;
+      d["data_dependent"] = (op->flags & kDataDependent) != 0;
+      ops.append(d);
+    }
+    return ops;
+  }, "Every registered op with its rule, kernels, backward and flags (for tests and tools).");
+
+  auto cuda = m.def_submodule("cuda_runtime", "CUDA availability (the fg.cuda module wraps this).");
+  cuda.def("built_with_cuda", &cuda::built_with_cuda, "True when this build compiled the CUDA kernels.");
+  cuda.def("device_count", [] { return cuda::device_count(nullptr); }, "Number of visible GPUs (0 without a driver).");
+  cuda.def("unavailable_reason", [] {
+    std::string why;
+    return cuda::device_count(&why) > 0 ? std::string() : why;
+  }, "Why no GPU can be used ('' when one can).");
+  cuda.def("synchronize", &cuda::synchronize, "Waits for all queued GPU work.");
+  m.def("_debug_level", &env::debug_level, "FLOWGRAD_DEBUG.");
+}
+
+}  // namespace fg::py_bind

@@ -1,0 +1,329 @@
+#include "flowgrad/autograd/autograd.h"
+
+#include <atomic>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace fg {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+std::atomic<bool> g_anomaly{false};
+std::atomic<uint64_t> g_sequence{0};
+
+AutogradMeta& meta(const Tensor& t) {
+  auto& m = t.impl()->autograd;
+  if (!m) m = std::make_shared<AutogradMeta>();
+  return *m;
+}
+
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled) : previous_(t_grad_enabled) { t_grad_enabled = enabled; }
+  ~GradModeGuard() { t_grad_enabled = previous_; }
+
+ private:
+  bool previous_;
+};
+
+void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
+  if (!t.defined() || !is_floating(t.dtype()) || !t.device().is_cpu()) return;
+  Tensor c = contiguous_raw(converted(t, DType::Float64));
+  FG_CHECK(!has_nonfinite_cpu(DType::Float64, c.data_ptr(), c.numel()), Value,
+           "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
+           phase[0] == 'f' ? "output " : "gradient of input ", index, ", ", describe(t), ")");
+}
+
+Edge edge_to(const Tensor& t) {
+  if (!requires_grad(t)) return {};
+  const auto& m = t.impl()->autograd;
+  if (m->grad_fn) return Edge{m->grad_fn, m->output_nr, nullptr};
+  return Edge{nullptr, 0, t.impl_ptr()};
+}
+
+Specs specs_of(const Tensors& ts) {
+  Specs s;
+  s.reserve(ts.size());
+  for (const Tensor& t : ts) s.push_back({t.shape(), t.dtype()});
+  return s;
+}
+
+// The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it.
+void record(const OpDef& op, const Tensors& in, Tensors& out, const Attrs& attrs) {
+  if (g_anomaly.load())
+    for (size_t i = 0; i < out.size(); ++i) check_finite(out[i], op.name, "forward", i);
+  if (!t_grad_enabled || !op.backward) return;
+  bool needed = false;
+  for (size_t i = 0; i < in.size(); ++i)
+    needed |= !((op.nondiff_inputs >> i) & 1u) && requires_grad(in[i]);
+  if (!needed) return;
+  auto node = std::make_shared<Node>();
+  node->op = &op;
+  node->attrs = attrs;
+  node->sequence = g_sequence.fetch_add(1);
+  node->device = out[0].device();
+  node->input_specs = specs_of(in);
+  node->output_specs = specs_of(out);
+  for (size_t i = 0; i < in.size(); ++i)
+    node->next.push_back((op.nondiff_inputs >> i) & 1u ? Edge{} : edge_to(in[i]));
+  if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs) node->saved_inputs = in;
+  if (op.saved == Saved::Outputs || op.saved == Saved::InputsAndOutputs)
+    for (const Tensor& t : out) node->saved_outputs.push_back(t.alias());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!is_floating(out[i].dtype())) continue;
+    AutogradMeta& m = meta(out[i]);
+    m.requires_grad = true;
+    m.grad_fn = node;
+    m.output_nr = static_cast<int>(i);
+  }
+}
+
+struct Target {  // a tensor whose gradient autograd.grad returns
+  std::shared_ptr<Node> fn;
+  int output_nr;
+  TensorImpl* leaf;
+};
+
+Tensor add_grads(const Tensor& a, const Tensor& b) { return a.defined() ? add(a, b) : b; }
+
+class Engine {
+ public:
+  Engine(bool retain_graph, bool create_graph, const std::vector<Target>* targets)
+      : retain_(retain_graph), create_(create_graph), targets_(targets) {
+    if (targets_) captured_.resize(targets_->size());
+  }
+
+  void run(const Tensors& roots, const Tensors& root_grads) {
+    GradModeGuard mode(create_);
+    for (size_t i = 0; i < roots.size(); ++i) seed(roots[i], root_grads[i], i);
+    count_dependencies();
+    for (auto& [node, buffer] : buffers_)
+      if (deps_[node] == 0) ready_.push(node);
+    while (!ready_.empty()) {
+      Node* node = ready_.top();
+      ready_.pop();
+      execute(node);
+    }
+  }
+
+  Tensors captured() const { return captured_; }
+
+ private:
+  struct Later {
+    bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
+  };
+
+  void seed(const Tensor& root, const Tensor& grad, size_t index) {
+    FG_CHECK(requires_grad(root), Value, "backward: element ", index,
+             " of the outputs does not require grad and has no grad_fn");
+    Edge e = edge_to(root);
+    deliver(e, grad);
+  }
+
+  void count_dependencies() {
+    std::vector<Node*> stack;
+    for (auto& [node, buffer] : buffers_) stack.push_back(node);
+    std::unordered_map<Node*, bool> seen;
+    for (Node* n : stack) seen[n] = true;
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      owned_.push_back(n->shared_from_this());
+      for (const Edge& e : n->next) {
+        if (!e.fn) continue;
+        ++deps_[e.fn.get()];
+        if (!seen[e.fn.get()]) {
+          seen[e.fn.get()] = true;
+          stack.push_back(e.fn.get());
+        }
+      }
+    }
+  }
+
+  void deliver(const Edge& e, const Tensor& grad) {
+    if (!grad.defined() || !e.defined()) return;
+    if (e.leaf) {
+      accumulate_leaf(e.leaf, grad);
+      return;
+    }
+    Tensors& buffer = buffers_[e.fn.get()];
+    if (buffer.empty()) {
+      buffer.resize(e.fn->output_specs.size());
+      owned_.push_back(e.fn);
+    }
+    buffer[e.output_nr] = add_grads(buffer[e.output_nr], grad);
+  }
+
+  void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& grad) {
+    if (targets_) {
+      for (size_t i = 0; i < targets_->size(); ++i)
+        if ((*targets_)[i].leaf == leaf.get()) captured_[i] = add_grads(captured_[i], grad);
+      return;
+    }
+    AutogradMeta& m = *leaf->autograd;
+    Tensor g = grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype);
+    m.grad = create_ ? add_grads(m.grad, g) : detach(add_grads(m.grad, g));
+  }
+
+  void execute(Node* node) {
+    FG_CHECK(!node->released, Runtime, "backward: trying to backward through the graph of '",
+             node->name(), "' a second time (its saved tensors were freed); pass "
+             "retain_graph=True to the first backward call");
+    Tensors grads = std::move(buffers_[node]);
+    grads.resize(node->output_specs.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const TensorSpec& s = node->output_specs[i];
+      if (!grads[i].defined() && is_floating(s.dtype)) grads[i] = zeros(s.shape, s.dtype, node->device);
+      if (targets_)
+        for (size_t t = 0; t < targets_->size(); ++t)
+          if ((*targets_)[t].fn.get() == node && (*targets_)[t].output_nr == static_cast<int>(i))
+            captured_[t] = add_grads(captured_[t], grads[i]);
+    }
+    std::vector<bool> needs;
+    for (const Edge& e : node->next) needs.push_back(e.defined());
+    Tensors outputs;
+    for (size_t i = 0; i < node->saved_outputs.size(); ++i)
+      outputs.push_back(create_ ? node->attached_output(static_cast<int>(i)) : node->saved_outputs[i]);
+    BackwardCtx ctx{node->attrs, node->saved_inputs, outputs, node->input_specs, grads, needs, create_};
+    Tensors input_grads = node->op->backward(ctx);
+    FG_ASSERT(input_grads.size() == node->next.size());
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const Edge& e = node->next[i];
+      Tensor g = input_grads[i];
+      if (g.defined() && e.defined()) {
+        if (g_anomaly.load()) check_finite(g, node->name(), "backward", i);
+        const TensorSpec& s = node->input_specs[i];
+        FG_CHECK(g.shape() == s.shape, Runtime, "internal error: backward of '", node->name(),
+                 "' returned a gradient of shape ", to_string(g.shape()), " for input ", i,
+                 " of shape ", to_string(s.shape));
+        if (g.dtype() != s.dtype) g = cast(g, s.dtype);
+        deliver(e, g);
+      }
+      if (e.fn && --deps_[e.fn.get()] == 0 && buffers_.count(e.fn.get())) ready_.push(e.fn.get());
+    }
+    buffers_.erase(node);
+    if (!retain_) {
+      node->saved_inputs.clear();
+      node->saved_outputs.clear();
+      node->released = node->op->saved != Saved::Nothing;
+    }
+  }
+
+  bool retain_, create_;
+  const std::vector<Target>* targets_;
+  Tensors captured_;
+  std::map<Node*, Tensors> buffers_;
+  std::unordered_map<Node*, int> deps_;
+  std::priority_queue<Node*, std::vector<Node*>, Later> ready_;
+  std::vector<std::shared_ptr<Node>> owned_;  // keeps nodes alive while the engine runs
+};
+
+Tensors default_grads(const Tensors& roots, const Tensors& given) {
+  Tensors grads = given;
+  grads.resize(roots.size());
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (grads[i].defined()) {
+      FG_CHECK(grads[i].shape() == roots[i].shape(), Shape, "backward: gradient ",
+               to_string(grads[i].shape()), " does not match output ", to_string(roots[i].shape()));
+      continue;
+    }
+    FG_CHECK(roots[i].numel() == 1, Value, "backward: grad can be implicitly created only for ",
+             "outputs with one element; output ", i, " has shape ", to_string(roots[i].shape()),
+             " (pass gradient=...)");
+    grads[i] = ones(roots[i].shape(), roots[i].dtype(), roots[i].device());
+  }
+  return grads;
+}
+
+}  // namespace
+
+Tensor Node::attached_output(int i) {
+  Tensor t = saved_outputs[i].alias();
+  AutogradMeta& m = meta(t);
+  m.requires_grad = true;
+  m.grad_fn = shared_from_this();
+  m.output_nr = i;
+  return t;
+}
+
+void install_autograd() { set_dispatch_hook(record); }
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool anomaly_enabled() { return g_anomaly.load(); }
+void set_anomaly_enabled(bool enabled) { g_anomaly = enabled; }
+
+bool requires_grad(const Tensor& t) {
+  const auto& m = t.impl()->autograd;
+  return m && m->requires_grad;
+}
+
+void set_requires_grad(const Tensor& t, bool value) {
+  FG_CHECK(is_leaf(t), Value, "requires_grad_: only leaf tensors can change requires_grad; ",
+           "this tensor was produced by '", grad_fn(t)->name(), "' (use .detach())");
+  FG_CHECK(!value || is_floating(t.dtype()), DType,
+           "requires_grad_: only floating tensors can require gradients, got ", describe(t));
+  meta(t).requires_grad = value;
+}
+
+Tensor grad_of(const Tensor& t) {
+  const auto& m = t.impl()->autograd;
+  return m ? m->grad : Tensor();
+}
+
+void set_grad(const Tensor& t, const Tensor& grad) {
+  if (grad.defined())
+    FG_CHECK(grad.shape() == t.shape() && grad.dtype() == t.dtype(), Shape,
+             "grad: assigned gradient ", describe(grad), " does not match tensor ", describe(t));
+  meta(t).grad = grad;
+}
+
+std::shared_ptr<Node> grad_fn(const Tensor& t) {
+  const auto& m = t.impl()->autograd;
+  return m ? m->grad_fn : nullptr;
+}
+
+bool is_leaf(const Tensor& t) { return grad_fn(t) == nullptr; }
+
+Tensor detach(const Tensor& t) { return t.alias(); }
+
+void check_inplace(const Tensor& t, const char* op) {
+  FG_CHECK(!(t_grad_enabled && requires_grad(t) && is_leaf(t)), Value, op,
+           ": a leaf tensor that requires grad cannot be modified in place; wrap the update in "
+           "fg.no_grad()");
+  FG_CHECK(!(t_grad_enabled && requires_grad(t)) || is_leaf(t), Value, op,
+           ": in-place modification of a tensor produced by '", grad_fn(t)->name(),
+           "' would corrupt its gradient; use the out-of-place op");
+}
+
+void backward(const Tensors& roots, const Tensors& root_grads, bool retain_graph, bool create_graph) {
+  Engine engine(retain_graph, create_graph, nullptr);
+  engine.run(roots, default_grads(roots, root_grads));
+}
+
+Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs,
+             bool retain_graph, bool create_graph, bool allow_unused) {
+  std::vector<Target> targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    FG_CHECK(requires_grad(inputs[i]), Value, "autograd.grad: input ", i, " does not require grad");
+    auto fn = grad_fn(inputs[i]);
+    targets.push_back(fn ? Target{fn, meta(inputs[i]).output_nr, nullptr}
+                         : Target{nullptr, 0, inputs[i].impl()});
+  }
+  Engine engine(retain_graph, create_graph, &targets);
+  engine.run(outputs, default_grads(outputs, grad_outputs));
+  Tensors result = engine.captured();
+  for (size_t i = 0; i < result.size(); ++i) {
+    FG_CHECK(result[i].defined() || allow_unused, Value, "autograd.grad: input ", i,
+             " was not used to compute the outputs (pass allow_unused=True)");
+    if (result[i].defined() && !create_graph) result[i] = detach(result[i]);
+  }
+  return result;
+}
+
+}  // namespace fg

@@ -1,0 +1,69 @@
+// Eager autograd: per-tensor metadata, tape nodes recorded by the dispatch hook, and the
+// backward engine (iterative, deterministic: nodes run in reverse creation order).
+#pragma once
+#include <memory>
+#include <optional>
+
+#include "flowgrad/ops/registry.h"
+
+namespace fg {
+
+class Node;
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;
+  int output_nr = 0;
+};
+
+// Where a gradient flows: into output `output_nr` of a node, or into a leaf's .grad.
+struct Edge {
+  std::shared_ptr<Node> fn;
+  int output_nr = 0;
+  std::shared_ptr<TensorImpl> leaf;
+  bool defined() const { return fn || leaf; }
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  Tensors saved_inputs;
+  Tensors saved_outputs;  // aliases without autograd identity (no reference cycle)
+  Specs input_specs, output_specs;
+  std::vector<Edge> next;  // one per input
+  Device device;
+  uint64_t sequence = 0;
+  bool released = false;
+
+  const char* name() const { return op->name; }
+  // The saved output i, re-attached to this node so that create_graph can differentiate it.
+  Tensor attached_output(int i);
+};
+
+// Installs the dispatch hook (called once at module import).
+void install_autograd();
+
+bool grad_enabled();
+void set_grad_enabled(bool enabled);
+bool anomaly_enabled();
+void set_anomaly_enabled(bool enabled);
+
+bool requires_grad(const Tensor& t);
+void set_requires_grad(const Tensor& t, bool value);  // leaves only
+Tensor grad_of(const Tensor& t);
+void set_grad(const Tensor& t, const Tensor& grad);
+std::shared_ptr<Node> grad_fn(const Tensor& t);
+bool is_leaf(const Tensor& t);
+Tensor detach(const Tensor& t);
+// Raises when an in-place op would overwrite a leaf that autograd tracks.
+void check_inplace(const Tensor& t, const char* op);
+
+// t.backward(gradient): accumulates into the .grad of the leaves.
+void backward(const Tensors& roots, const Tensors& root_grads, bool retain_graph, bool create_graph);
+// fg.autograd.grad: returns d(outputs)/d(inputs) without touching any .grad.
+Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs,
+             bool retain_graph, bool create_graph, bool allow_unused);
+
+}  // namespace fg

@@ -1,0 +1,62 @@
+// Data types, their sizes and names, NumPy-style promotion, and a visitor that maps a runtime
+// DType to its C++ type.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "flowgrad/core/errors.h"
+#include "kernels/common/half.h"
+
+namespace fg {
+
+enum class DType : uint8_t { Bool, Int32, Int64, Float16, BFloat16, Float32, Float64 };
+
+size_t itemsize(DType dt);
+const char* dtype_name(DType dt);
+DType dtype_from_name(const std::string& name);  // raises DTypeError for unknown names
+inline bool is_floating(DType dt) { return dt >= DType::Float16; }
+inline bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
+inline bool is_integral(DType dt) { return dt == DType::Int32 || dt == DType::Int64; }
+// NumPy's promotion for the supported types (int32 with float32 gives float64, as in NumPy).
+DType promote(DType a, DType b);
+// The dtype a float-valued op (exp, mean, true division) returns for this input dtype.
+inline DType float_result(DType dt) { return is_floating(dt) ? dt : DType::Float64; }
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
+template <> struct dtype_of<float16> { static constexpr DType value = DType::Float16; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+
+// Calls fn(T{}) with T the C++ type of dt.
+template <class Fn>
+decltype(auto) visit_dtype(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::Bool: return fn(bool{});
+    case DType::Int32: return fn(int32_t{});
+    case DType::Int64: return fn(int64_t{});
+    case DType::Float16: return fn(float16{});
+    case DType::BFloat16: return fn(bfloat16{});
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+  }
+  FG_ASSERT(false);
+}
+
+// Like visit_dtype for the types kernels compute in (no half types: those go through float32).
+template <class Fn>
+decltype(auto) visit_compute_dtype(DType dt, const char* op, Fn&& fn) {
+  switch (dt) {
+    case DType::Bool: return fn(bool{});
+    case DType::Int32: return fn(int32_t{});
+    case DType::Int64: return fn(int64_t{});
+    case DType::Float32: return fn(float{});
+    case DType::Float64: return fn(double{});
+    default: fail(ErrorKind::DType, op, ": no kernel for dtype ", dtype_name(dt));
+  }
+}
+
+}  // namespace fg

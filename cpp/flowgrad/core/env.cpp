@@ -1,0 +1,40 @@
+#include "flowgrad/core/env.h"
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "flowgrad/core/errors.h"
+
+namespace fg::env {
+namespace {
+
+int64_t read_int(const char* name, int64_t fallback, int64_t lo) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long parsed = std::strtoll(v, &end, 10);
+  FG_CHECK(end && *end == '\0' && parsed >= lo, Value, "environment variable ", name, "='", v,
+           "' is not an integer >= ", lo);
+  return parsed;
+}
+
+}  // namespace
+
+int num_threads() {
+  static const int n = static_cast<int>(
+      read_int("FLOWGRAD_NUM_THREADS", std::max(1u, std::thread::hardware_concurrency()), 1));
+  return n;
+}
+
+int64_t cpu_cache_bytes() {
+  static const int64_t bytes = read_int("FLOWGRAD_CPU_CACHE_MB", 1024, 0) << 20;
+  return bytes;
+}
+
+int debug_level() {
+  static const int level = static_cast<int>(read_int("FLOWGRAD_DEBUG", 0, 0));
+  return level;
+}
+
+}  // namespace fg::env

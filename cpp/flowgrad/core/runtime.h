@@ -1,0 +1,22 @@
+// Process-wide CPU runtime state: the thread count and the global random generator.
+#pragma once
+#include <cstdint>
+
+namespace fg {
+
+// Threads used by CPU kernels and BLAS; starts at FLOWGRAD_NUM_THREADS (default: cores).
+int num_threads();
+void set_num_threads(int n);
+
+// Global Philox generator: every random tensor draws `numel` counters starting at the
+// returned offset, so (seed, offset) decides its values on any device.
+struct RngState {
+  uint64_t seed;
+  uint64_t offset;
+};
+void manual_seed(uint64_t seed);
+RngState rng_state();
+void set_rng_state(RngState s);
+uint64_t rng_reserve(uint64_t counters);  // returns the first counter and advances the state
+
+}  // namespace fg

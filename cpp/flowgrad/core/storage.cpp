@@ -1,0 +1,51 @@
+#include "flowgrad/core/storage.h"
+
+#include "flowgrad/core/allocator.h"
+#include "flowgrad/core/errors.h"
+
+namespace fg {
+namespace {
+DeviceAllocatorHooks& cuda_hooks() {
+  static DeviceAllocatorHooks hooks;
+  return hooks;
+}
+}  // namespace
+
+void set_cuda_allocator(DeviceAllocatorHooks hooks) { cuda_hooks() = hooks; }
+
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->bytes_ = bytes;
+  s->device_ = device;
+  if (device.is_cpu()) {
+    s->data_ = CpuAllocator::get().allocate(bytes, &s->granted_);
+  } else {
+    FG_CHECK(cuda_hooks().allocate, Device, "cannot allocate on ", device.str(),
+             ": this build of flowgrad has no CUDA runtime (fg.cuda.is_available() is False)");
+    s->data_ = cuda_hooks().allocate(bytes, device.index, &s->granted_);
+  }
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
+                                       std::function<void()> release) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->data_ = data;
+  s->bytes_ = bytes;
+  s->device_ = device;
+  s->release_ = std::move(release);
+  return s;
+}
+
+Storage::~Storage() {
+  if (release_) {
+    release_();
+  } else if (granted_) {
+    if (device_.is_cpu())
+      CpuAllocator::get().release(data_, granted_);
+    else
+      cuda_hooks().release(data_, granted_, device_.index);
+  }
+}
+
+}  // namespace fg

@@ -1,0 +1,43 @@
+// Storage: a ref-counted buffer on one device. Tensors share it through std::shared_ptr.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "flowgrad/core/device.h"
+
+namespace fg {
+
+class Storage {
+ public:
+  // A new buffer from the device's allocator (uninitialised).
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
+  // Memory owned elsewhere (a NumPy array, a DLPack producer): `release` runs when the last
+  // tensor using it goes away.
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device,
+                                       std::function<void()> release);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  size_t granted_ = 0;  // size class handed out by the allocator; 0 for wrapped memory
+  Device device_;
+  std::function<void()> release_;
+};
+
+// Device allocators other than the CPU register here (the CUDA backend does so at start-up).
+struct DeviceAllocatorHooks {
+  void* (*allocate)(size_t bytes, int device, size_t* granted) = nullptr;
+  void (*release)(void* ptr, size_t granted, int device) = nullptr;
+};
+void set_cuda_allocator(DeviceAllocatorHooks hooks);
+
+}  // namespace fg

@@ -1,0 +1,43 @@
+#include "flowgrad/core/tensor.h"
+
+namespace fg {
+
+Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
+  int64_t n = checked_numel(shape);
+  size_t item = itemsize(dtype);
+  FG_CHECK(n <= static_cast<int64_t>(INT64_MAX / item), OutOfMemory, "cannot allocate ",
+           to_string(shape), " of ", dtype_name(dtype), ": byte count overflows");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(static_cast<size_t>(n) * item, device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = ndim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+Tensor Tensor::alias(const Dims& shape, const Dims& strides, int64_t offset) const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+std::string describe(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + " " + to_string(t.shape()) + " on " +
+         t.device().str();
+}
+
+}  // namespace fg

@@ -1,0 +1,64 @@
+// Tensor: storage + element offset + shape + strides + dtype. A Tensor is a cheap handle;
+// copies share the same TensorImpl (and so the same autograd identity).
+#pragma once
+#include <memory>
+
+#include "flowgrad/core/device.h"
+#include "flowgrad/core/dims.h"
+#include "flowgrad/core/dtype.h"
+#include "flowgrad/core/storage.h"
+
+namespace fg {
+
+struct AutogradMeta;  // defined by the autograd layer; core only carries the pointer
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Dims shape;
+  Dims strides;  // in elements; may be 0 (broadcast) or negative (flip)
+  DType dtype = DType::Float32;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A new contiguous tensor with uninitialised memory.
+  static Tensor empty(const Dims& shape, DType dtype, Device device);
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  const Dims& shape() const { return impl_->shape; }
+  const Dims& strides() const { return impl_->strides; }
+  int ndim() const { return impl_->shape.size(); }
+  int64_t size(int dim) const { return impl_->shape[dim]; }
+  int64_t numel() const { return impl_->shape.numel(); }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  int64_t offset() const { return impl_->offset; }
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+
+  void* data_ptr() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * itemsize(dtype());
+  }
+  template <class T> T* data() const { return static_cast<T*>(data_ptr()); }
+
+  bool is_contiguous() const;
+  // A view of the same storage with another layout and no autograd history.
+  Tensor alias(const Dims& shape, const Dims& strides, int64_t offset) const;
+  Tensor alias() const { return alias(shape(), strides(), offset()); }
+
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::string describe(const Tensor& t);  // "float32 (2, 3) on cpu", for error messages
+
+}  // namespace fg

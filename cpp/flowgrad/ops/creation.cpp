@@ -1,0 +1,123 @@
+// Creation ops: no tensor inputs; the device comes from the attributes.
+#include <cmath>
+
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/creation/creation.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace fg {
+namespace {
+
+Specs full_shape(const Tensors&, const Attrs& attrs) {
+  checked_numel(attrs.dims("shape"));
+  return {{attrs.dims("shape"), attrs.get<DType>("dtype")}};
+}
+void full_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+  fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
+}
+const OpDef k_full{.name = "full", .family = Family::Creation, .flags = kHalfNative,
+                   .shape_rule = full_shape, .cpu = full_kernel, .not_differentiable = "creation op"};
+
+Specs arange_shape(const Tensors&, const Attrs& attrs) {
+  return {{Dims{attrs.i("n")}, attrs.get<DType>("dtype")}};
+}
+void arange_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+  arange_cpu(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
+}
+const OpDef k_arange{.name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
+                     .cpu = arange_kernel, .not_differentiable = "creation op"};
+
+void linspace_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+  linspace_cpu(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
+}
+const OpDef k_linspace{.name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
+                       .cpu = linspace_kernel, .not_differentiable = "creation op"};
+
+void eye_kernel(const Tensors&, const Tensors& out, const Attrs&) {
+  eye_cpu(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
+}
+const OpDef k_eye{.name = "eye", .family = Family::Creation, .flags = kHalfNative,
+                  .shape_rule = full_shape, .cpu = eye_kernel, .not_differentiable = "creation op"};
+
+template <RandomKind Kind>
+Specs random_shape(const Tensors& in, const Attrs& attrs) {
+  DType dt = attrs.get<DType>("dtype");
+  if (Kind == RandomKind::Integer) {
+    FG_CHECK(dt != DType::Bool, DType, "randint: dtype must not be bool");
+    FG_CHECK(attrs.i("low") < attrs.i("high"), Value, "randint: low (", attrs.i("low"),
+             ") must be less than high (", attrs.i("high"), ")");
+  } else {
+    FG_CHECK(is_floating(dt), DType, Kind == RandomKind::Uniform ? "rand" : "randn",
+             ": dtype must be floating, got ", dtype_name(dt));
+  }
+  return full_shape(in, attrs);
+}
+template <RandomKind Kind>
+void random_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+  bool integer = Kind == RandomKind::Integer;
+  random_cpu(Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
+             static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,
+             integer ? attrs.i("high") : 0, out[0].data_ptr());
+}
+const OpDef k_rand{.name = "rand", .family = Family::Creation, .flags = kRandom,
+                   .shape_rule = random_shape<RandomKind::Uniform>,
+                   .cpu = random_kernel<RandomKind::Uniform>, .not_differentiable = "creation op"};
+const OpDef k_randn{.name = "randn", .family = Family::Creation, .flags = kRandom,
+                    .shape_rule = random_shape<RandomKind::Normal>,
+                    .cpu = random_kernel<RandomKind::Normal>, .not_differentiable = "creation op"};
+const OpDef k_randint{.name = "randint", .family = Family::Creation, .flags = kRandom,
+                      .shape_rule = random_shape<RandomKind::Integer>,
+                      .cpu = random_kernel<RandomKind::Integer>, .not_differentiable = "creation op"};
+
+// Reserves numel Philox counters so the next random tensor continues the stream.
+Attrs random_attrs(const Dims& shape, DType dtype, Device device, int64_t low, int64_t high) {
+  int64_t n = checked_numel(shape);
+  RngState state = rng_state();
+  uint64_t offset = rng_reserve(static_cast<uint64_t>(n));
+  return {{"shape", shape}, {"dtype", dtype}, {"device", device},
+          {"seed", static_cast<int64_t>(state.seed)}, {"offset", static_cast<int64_t>(offset)},
+          {"low", low}, {"high", high}};
+}
+
+}  // namespace
+
+std::vector<const OpDef*> creation_ops() {
+  return {&k_full, &k_arange, &k_linspace, &k_eye, &k_rand, &k_randn, &k_randint};
+}
+
+Tensor full(const Dims& shape, double value, DType dtype, Device device) {
+  return run_op1(k_full, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}, {"device", device}});
+}
+Tensor zeros(const Dims& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Dims& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor scalar_tensor(double value, DType dtype, Device device) { return full(Dims{}, value, dtype, device); }
+
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  FG_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end), Value,
+           "arange: start, end and step must be finite and step non-zero (got ", start, ", ", end,
+           ", ", step, ")");
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  return run_op1(k_arange, {}, {{"n", n}, {"start", start}, {"step", step}, {"dtype", dtype},
+                                {"device", device}});
+}
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
+  FG_CHECK(steps >= 0, Value, "linspace: steps must be >= 0, got ", steps);
+  return run_op1(k_linspace, {}, {{"n", steps}, {"start", start}, {"end", end}, {"dtype", dtype},
+                                  {"device", device}});
+}
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
+  return run_op1(k_eye, {}, {{"shape", Dims{n, m}}, {"dtype", dtype}, {"device", device}});
+}
+Tensor rand(const Dims& shape, DType dtype, Device device) {
+  return run_op1(k_rand, {}, random_attrs(shape, dtype, device, 0, 0));
+}
+Tensor randn(const Dims& shape, DType dtype, Device device) {
+  return run_op1(k_randn, {}, random_attrs(shape, dtype, device, 0, 0));
+}
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device) {
+  return run_op1(k_randint, {}, random_attrs(shape, dtype, device, low, high));
+}
+
+}  // namespace fg

@@ -1,0 +1,309 @@
+// Elementwise ops: unary math, binary arithmetic and comparisons with NumPy broadcasting,
+// where, and cast. Backward rules sit beside each op and use public ops only.
+#include <cmath>
+#include <limits>
+
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace fg {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool float_only(UnaryFn fn) { return fn >= UnaryFn::Exp && fn != UnaryFn::Clamp; }
+
+const char* unary_name(UnaryFn fn);
+
+template <UnaryFn Fn>
+Specs unary_shape(const Tensors& in, const Attrs&) {
+  DType dt = in[0].dtype();
+  FG_CHECK(dt != DType::Bool, DType, unary_name(Fn), ": not defined for bool tensors (got ",
+           describe(in[0]), "); cast with .int() or .float() first");
+  return {{in[0].shape(), float_only(Fn) ? float_result(dt) : dt}};
+}
+
+template <UnaryFn Fn>
+void unary_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = converted(in[0], out[0].dtype());
+  double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
+  double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
+  unary_cpu(Fn, out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
+}
+
+Tensor ones_mask(const Tensor& cond, const Tensor& like) { return cast(cond, like.dtype()); }
+
+// d/dx of each unary function, times g.
+Tensors unary_backward_neg(const BackwardCtx& c) { return {-c.grads[0]}; }
+Tensors unary_backward_abs(const BackwardCtx& c) { return {c.grads[0] * sign(c.inputs[0])}; }
+Tensors unary_backward_square(const BackwardCtx& c) { return {c.grads[0] * c.inputs[0] * 2.0}; }
+Tensors unary_backward_sign(const BackwardCtx& c) { return {c.grads[0] * 0.0}; }
+Tensors unary_backward_relu(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  return {c.grads[0] * ones_mask(gt(x, scalar_like(x, 0)), x)};
+}
+Tensors unary_backward_exp(const BackwardCtx& c) { return {c.grads[0] * c.outputs[0]}; }
+Tensors unary_backward_log(const BackwardCtx& c) { return {c.grads[0] / c.inputs[0]}; }
+Tensors unary_backward_sqrt(const BackwardCtx& c) { return {c.grads[0] / (c.outputs[0] * 2.0)}; }
+Tensors unary_backward_rsqrt(const BackwardCtx& c) {
+  const Tensor& y = c.outputs[0];
+  return {c.grads[0] * y * y * y * -0.5};
+}
+Tensors unary_backward_sin(const BackwardCtx& c) { return {c.grads[0] * cos(c.inputs[0])}; }
+Tensors unary_backward_cos(const BackwardCtx& c) { return {-(c.grads[0] * sin(c.inputs[0]))}; }
+Tensors unary_backward_tanh(const BackwardCtx& c) {
+  const Tensor& y = c.outputs[0];
+  return {c.grads[0] * (1.0 - y * y)};
+}
+Tensors unary_backward_erf(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  return {c.grads[0] * exp(-(x * x)) * 1.1283791670955126};  // 2 / sqrt(pi)
+}
+Tensors unary_backward_sigmoid(const BackwardCtx& c) {
+  const Tensor& y = c.outputs[0];
+  return {c.grads[0] * y * (1.0 - y)};
+}
+Tensors unary_backward_silu(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  Tensor s = sigmoid(x);
+  return {c.grads[0] * s * (x * (1.0 - s) + 1.0)};
+}
+Tensors unary_backward_softplus(const BackwardCtx& c) {
+  return {c.grads[0] * sigmoid(c.inputs[0])};
+}
+Tensors unary_backward_gelu(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
+  Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
+  return {c.grads[0] * (cdf + x * pdf)};
+}
+Tensors unary_backward_gelu_tanh(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  const double k = 0.7978845608028654, a = 0.044715;
+  Tensor t = tanh((x + x * x * x * a) * k);
+  Tensor dinner = (x * x * (3 * a) + 1.0) * k;
+  return {c.grads[0] * ((t + 1.0) * 0.5 + x * (1.0 - t * t) * dinner * 0.5)};
+}
+Tensors unary_backward_clamp(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  double lo = c.attrs.f("min"), hi = c.attrs.f("max");
+  Tensor g = c.grads[0];  // the gradient passes where lo <= x <= hi
+  if (!std::isnan(lo)) g = g * ones_mask(ge(x, scalar_like(x, lo)), x);
+  if (!std::isnan(hi)) g = g * ones_mask(le(x, scalar_like(x, hi)), x);
+  return {g};
+}
+
+#define FG_UNARY(NAME, FN, SAVED)                                                          \
+  const OpDef k_##NAME{.name = #NAME, .family = Family::Unary, .flags = kFusable,          \
+                       .shape_rule = unary_shape<UnaryFn::FN>, .cpu = unary_kernel<UnaryFn::FN>, \
+                       .backward = unary_backward_##NAME, .saved = Saved::SAVED};
+FG_UNARY(neg, Neg, Nothing)
+FG_UNARY(abs, Abs, Inputs)
+FG_UNARY(square, Square, Inputs)
+FG_UNARY(sign, Sign, Nothing)
+FG_UNARY(relu, Relu, Inputs)
+FG_UNARY(exp, Exp, Outputs)
+FG_UNARY(log, Log, Inputs)
+FG_UNARY(sqrt, Sqrt, Outputs)
+FG_UNARY(rsqrt, Rsqrt, Outputs)
+FG_UNARY(sin, Sin, Inputs)
+FG_UNARY(cos, Cos, Inputs)
+FG_UNARY(tanh, Tanh, Outputs)
+FG_UNARY(erf, Erf, Inputs)
+FG_UNARY(sigmoid, Sigmoid, Outputs)
+FG_UNARY(silu, Silu, Inputs)
+FG_UNARY(softplus, Softplus, Inputs)
+FG_UNARY(gelu, Gelu, Inputs)
+FG_UNARY(gelu_tanh, GeluTanh, Inputs)
+FG_UNARY(clamp, Clamp, Inputs)
+#undef FG_UNARY
+
+const char* unary_name(UnaryFn fn) {
+  static const char* names[] = {"neg", "abs", "square", "sign", "relu", "exp", "log",
+                                "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
+                                "silu", "softplus", "gelu", "gelu_tanh", "clamp"};
+  return names[static_cast<int>(fn)];
+}
+
+// ---- binary ----
+
+const char* binary_name(BinaryFn fn) {
+  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+                                "eq", "ne", "lt", "le", "gt", "ge"};
+  return names[static_cast<int>(fn)];
+}
+
+DType compute_dtype(BinaryFn fn, const Tensor& a, const Tensor& b) {
+  DType dt = promote(a.dtype(), b.dtype());
+  bool arithmetic = fn <= BinaryFn::Pow;
+  FG_CHECK(!(arithmetic && dt == DType::Bool), DType, binary_name(fn),
+           ": arithmetic on two bool tensors is not defined (got ", describe(a), " and ",
+           describe(b), "); cast with .int() or .float() first");
+  return fn == BinaryFn::Div ? float_result(dt) : dt;
+}
+
+template <BinaryFn Fn>
+Specs binary_shape(const Tensors& in, const Attrs&) {
+  Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), binary_name(Fn));
+  DType dt = compute_dtype(Fn, in[0], in[1]);
+  return {{shape, is_comparison(Fn) ? DType::Bool : dt}};
+}
+
+template <BinaryFn Fn>
+void binary_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+  DType dt = compute_dtype(Fn, in[0], in[1]);
+  Tensor a = converted(in[0], dt), b = converted(in[1], dt);
+  binary_cpu(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+}
+
+Tensors binary_backward_add(const BackwardCtx& c) {
+  return {sum_to(c.grads[0], c.input_specs[0].shape), sum_to(c.grads[0], c.input_specs[1].shape)};
+}
+Tensors binary_backward_sub(const BackwardCtx& c) {
+  return {sum_to(c.grads[0], c.input_specs[0].shape), sum_to(-c.grads[0], c.input_specs[1].shape)};
+}
+Tensors binary_backward_mul(const BackwardCtx& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0];
+  return {c.needs_grad[0] ? sum_to(g * b, a.shape()) : Tensor(),
+          c.needs_grad[1] ? sum_to(g * a, b.shape()) : Tensor()};
+}
+Tensors binary_backward_div(const BackwardCtx& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0];
+  return {c.needs_grad[0] ? sum_to(g / b, a.shape()) : Tensor(),
+          c.needs_grad[1] ? sum_to(-(g * a / (b * b)), b.shape()) : Tensor()};
+}
+Tensors binary_backward_pow(const BackwardCtx& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0], &y = c.outputs[0];
+  Tensors grads(2);
+  if (c.needs_grad[0]) grads[0] = sum_to(g * b * pow(a, b - 1.0), a.shape());
+  if (c.needs_grad[1]) {  // d/db a^b = a^b log a; taken as 0 where a == 0 (the limit for b > 0)
+    Tensor safe_log = log(where(eq(a, scalar_like(a, 0)), scalar_like(a, 1), a));
+    grads[1] = sum_to(g * y * safe_log, b.shape());
+  }
+  return grads;
+}
+// maximum/minimum: the gradient goes to the chosen input, split evenly on ties.
+Tensors select_backward(const BackwardCtx& c, bool is_max) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0];
+  Tensor wins = ones_mask(is_max ? gt(a, b) : lt(a, b), g) + ones_mask(eq(a, b), g) * 0.5;
+  return {sum_to(g * wins, a.shape()), sum_to(g * (1.0 - wins), b.shape())};
+}
+Tensors binary_backward_maximum(const BackwardCtx& c) { return select_backward(c, true); }
+Tensors binary_backward_minimum(const BackwardCtx& c) { return select_backward(c, false); }
+
+#define FG_BINARY(NAME, FN, SAVED)                                                          \
+  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
+                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
+                       .cpu = binary_kernel<BinaryFn::FN>, .backward = binary_backward_##NAME, \
+                       .saved = Saved::SAVED};
+FG_BINARY(add, Add, Nothing)
+FG_BINARY(sub, Sub, Nothing)
+FG_BINARY(mul, Mul, Inputs)
+FG_BINARY(div, Div, Inputs)
+FG_BINARY(pow, Pow, InputsAndOutputs)
+FG_BINARY(maximum, Maximum, Inputs)
+FG_BINARY(minimum, Minimum, Inputs)
+#undef FG_BINARY
+
+#define FG_COMPARE(NAME, FN)                                                                \
+  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
+                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
+                       .cpu = binary_kernel<BinaryFn::FN>,                                  \
+                       .not_differentiable = "comparisons return bool"};
+FG_COMPARE(eq, Eq)
+FG_COMPARE(ne, Ne)
+FG_COMPARE(lt, Lt)
+FG_COMPARE(le, Le)
+FG_COMPARE(gt, Gt)
+FG_COMPARE(ge, Ge)
+#undef FG_COMPARE
+
+// ---- where, cast ----
+
+Specs where_shape(const Tensors& in, const Attrs&) {
+  FG_CHECK(in[0].dtype() == DType::Bool, DType, "where: condition must be bool, got ",
+           describe(in[0]));
+  Dims shape = broadcast_shapes(broadcast_shapes(in[0].shape(), in[1].shape(), "where"),
+                                in[2].shape(), "where");
+  return {{shape, promote(in[1].dtype(), in[2].dtype())}};
+}
+void where_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+  DType dt = out[0].dtype();
+  Tensor a = converted(in[1], dt), b = converted(in[2], dt);
+  where_cpu(dt, strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
+}
+Tensors where_backward(const BackwardCtx& c) {
+  const Tensor &cond = c.inputs[0], &g = c.grads[0];
+  Tensor zero = scalar_like(g, 0);
+  return {Tensor(), sum_to(where(cond, g, zero), c.input_specs[1].shape),
+          sum_to(where(cond, zero, g), c.input_specs[2].shape)};
+}
+const OpDef k_where{.name = "where", .family = Family::Ternary, .flags = kFusable | kHalfNative,
+                    .shape_rule = where_shape, .cpu = where_kernel, .backward = where_backward,
+                    .saved = Saved::Inputs, .nondiff_inputs = 1u};
+
+Specs cast_shape(const Tensors& in, const Attrs& attrs) {
+  return {{in[0].shape(), attrs.get<DType>("dtype")}};
+}
+void cast_kernel(const Tensors& in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
+Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
+const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | kHalfNative,
+                   .shape_rule = cast_shape, .cpu = cast_kernel, .backward = cast_backward};
+
+}  // namespace
+
+std::vector<const OpDef*> elementwise_ops() {
+  return {&k_neg, &k_abs, &k_square, &k_sign, &k_relu, &k_exp, &k_log, &k_sqrt, &k_rsqrt,
+          &k_sin, &k_cos, &k_tanh, &k_erf, &k_sigmoid, &k_silu, &k_softplus, &k_gelu,
+          &k_gelu_tanh, &k_clamp, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
+          &k_minimum, &k_eq, &k_ne, &k_lt, &k_le, &k_gt, &k_ge, &k_where, &k_cast};
+}
+
+Tensor neg(const Tensor& x) { return run_op1(k_neg, {x}); }
+Tensor abs(const Tensor& x) { return run_op1(k_abs, {x}); }
+Tensor square(const Tensor& x) { return run_op1(k_square, {x}); }
+Tensor sign(const Tensor& x) { return run_op1(k_sign, {x}); }
+Tensor relu(const Tensor& x) { return run_op1(k_relu, {x}); }
+Tensor exp(const Tensor& x) { return run_op1(k_exp, {x}); }
+Tensor log(const Tensor& x) { return run_op1(k_log, {x}); }
+Tensor sqrt(const Tensor& x) { return run_op1(k_sqrt, {x}); }
+Tensor rsqrt(const Tensor& x) { return run_op1(k_rsqrt, {x}); }
+Tensor sin(const Tensor& x) { return run_op1(k_sin, {x}); }
+Tensor cos(const Tensor& x) { return run_op1(k_cos, {x}); }
+Tensor tanh(const Tensor& x) { return run_op1(k_tanh, {x}); }
+Tensor erf(const Tensor& x) { return run_op1(k_erf, {x}); }
+Tensor sigmoid(const Tensor& x) { return run_op1(k_sigmoid, {x}); }
+Tensor silu(const Tensor& x) { return run_op1(k_silu, {x}); }
+Tensor softplus(const Tensor& x) { return run_op1(k_softplus, {x}); }
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  return run_op1(tanh_approximation ? k_gelu_tanh : k_gelu, {x});
+}
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  return run_op1(k_clamp, {x}, {{"min", lo.value_or(kNaN)}, {"max", hi.value_or(kNaN)}});
+}
+Tensor add(const Tensor& a, const Tensor& b) { return run_op1(k_add, {a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return run_op1(k_sub, {a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return run_op1(k_mul, {a, b}); }
+Tensor div(const Tensor& a, const Tensor& b) { return run_op1(k_div, {a, b}); }
+Tensor pow(const Tensor& a, const Tensor& b) { return run_op1(k_pow, {a, b}); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return run_op1(k_maximum, {a, b}); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return run_op1(k_minimum, {a, b}); }
+Tensor eq(const Tensor& a, const Tensor& b) { return run_op1(k_eq, {a, b}); }
+Tensor ne(const Tensor& a, const Tensor& b) { return run_op1(k_ne, {a, b}); }
+Tensor lt(const Tensor& a, const Tensor& b) { return run_op1(k_lt, {a, b}); }
+Tensor le(const Tensor& a, const Tensor& b) { return run_op1(k_le, {a, b}); }
+Tensor gt(const Tensor& a, const Tensor& b) { return run_op1(k_gt, {a, b}); }
+Tensor ge(const Tensor& a, const Tensor& b) { return run_op1(k_ge, {a, b}); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return run_op1(k_where, {cond, a, b});
+}
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return run_op1(k_cast, {x}, {{"dtype", dtype}});
+}
+Tensor scalar_like(const Tensor& x, double value) {
+  return full(Dims{}, value, x.dtype(), x.device());
+}
+
+}  // namespace fg

@@ -1,0 +1,204 @@
+// Indexing ops: gather, scatter_add, index_select, one_hot, sort/topk, nonzero.
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/index/index.h"
+
+namespace fg {
+namespace {
+
+// gather/scatter_add: index must match x in every dim but `dim`.
+void check_index_layout(const Tensor& x, const Tensor& index, int dim, const char* op) {
+  FG_CHECK(index.ndim() == x.ndim(), Shape, op, ": index ", to_string(index.shape()),
+           " must have as many dims as the input ", to_string(x.shape()));
+  for (int d = 0; d < x.ndim(); ++d)
+    FG_CHECK(d == dim || index.shape()[d] == x.shape()[d], Shape, op, ": index ",
+             to_string(index.shape()), " must match input ", to_string(x.shape()),
+             " in every dim except ", dim);
+  FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
+           dtype_name(index.dtype()));
+}
+
+Specs gather_shape(const Tensors& in, const Attrs& attrs) {
+  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), "gather");
+  check_index_layout(in[0], in[1], dim, "gather");
+  return {{in[1].shape(), in[0].dtype()}};
+}
+void gather_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = contiguous_raw(in[0]);
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather");
+  int64_t d = x.ndim() ? x.shape()[dim] : 1;
+  Tensor idx = checked_index(in[1], d, "gather", dim);
+  int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
+  gather_cpu(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim), d, n,
+             span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+}
+Tensors gather_backward(const BackwardCtx& c) {
+  const TensorSpec& spec = c.input_specs[0];
+  Tensor zero = zeros(spec.shape, c.grads[0].dtype(), c.grads[0].device());
+  return {scatter_add(zero, c.attrs.i("dim"), c.inputs[1], c.grads[0]), Tensor()};
+}
+const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative,
+                     .shape_rule = gather_shape, .cpu = gather_kernel, .backward = gather_backward,
+                     .saved = Saved::Inputs, .nondiff_inputs = 2u};
+
+Specs scatter_add_shape(const Tensors& in, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1], &src = in[2];
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "scatter_add");
+  check_index_layout(x, index, dim, "scatter_add");
+  FG_CHECK(src.shape() == index.shape(), Shape, "scatter_add: src ", to_string(src.shape()),
+           " must have the index's shape ", to_string(index.shape()));
+  return {{x.shape(), promote(x.dtype(), src.dtype())}};
+}
+void scatter_add_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  const Tensor& y = out[0];
+  copy_into(y, in[0]);
+  int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add");
+  int64_t d = y.ndim() ? y.shape()[dim] : 1;
+  Tensor idx = checked_index(in[1], d, "scatter_add", dim);
+  Tensor src = contiguous_raw(converted(in[2], y.dtype()));
+  int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
+  scatter_add_cpu(y.dtype(), src.data_ptr(), idx.data<int64_t>(), span(y.shape(), 0, dim), d, n,
+                  span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
+}
+Tensors scatter_add_backward(const BackwardCtx& c) {
+  const Tensor& g = c.grads[0];
+  return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
+}
+const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
+                          .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel,
+                          .backward = scatter_add_backward, .saved = Saved::Inputs,
+                          .nondiff_inputs = 2u};
+
+Specs index_select_shape(const Tensors& in, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1];
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
+  FG_CHECK(index.ndim() == 1, Shape, "index_select: index must be 1-D, got shape ",
+           to_string(index.shape()));
+  FG_CHECK(is_integral(index.dtype()), DType, "index_select: index must be int32 or int64, got ",
+           dtype_name(index.dtype()));
+  FG_CHECK(x.ndim() > 0, Shape, "index_select: input must have at least one dim");
+  Dims shape = x.shape();
+  shape[dim] = index.shape()[0];
+  return {{shape, x.dtype()}};
+}
+void index_select_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = contiguous_raw(in[0]);
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
+  Tensor idx = checked_index(in[1], x.shape()[dim], "index_select", dim);
+  index_select_cpu(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim),
+                   x.shape()[dim], idx.numel(), span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+}
+Tensors index_select_backward(const BackwardCtx& c) {
+  const Tensor& g = c.grads[0];
+  int dim = wrap_dim(c.attrs.i("dim"), g.ndim(), "index_select");
+  std::vector<int64_t> shape(g.ndim(), 1);
+  shape[dim] = g.shape()[dim];
+  Tensor idx = contiguous(expand(reshape(c.inputs[1], shape), g.shape().vec()));
+  Tensor zero = zeros(c.input_specs[0].shape, g.dtype(), g.device());
+  return {scatter_add(zero, dim, idx, g), Tensor()};
+}
+const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative,
+                           .shape_rule = index_select_shape, .cpu = index_select_kernel,
+                           .backward = index_select_backward, .saved = Saved::Inputs,
+                           .nondiff_inputs = 2u};
+
+Specs one_hot_shape(const Tensors& in, const Attrs& attrs) {
+  FG_CHECK(is_integral(in[0].dtype()), DType, "one_hot: index must be int32 or int64, got ",
+           dtype_name(in[0].dtype()));
+  FG_CHECK(attrs.i("num_classes") > 0, Value, "one_hot: num_classes must be positive, got ",
+           attrs.i("num_classes"));
+  Dims shape = in[0].shape();
+  shape.push_back(attrs.i("num_classes"));
+  return {{shape, DType::Int64}};
+}
+void one_hot_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  int64_t classes = attrs.i("num_classes");
+  Tensor idx = checked_index(in[0], classes, "one_hot", in[0].ndim());
+  int64_t* y = out[0].data<int64_t>();
+  fill_cpu(DType::Int64, y, out[0].numel(), 0.0);
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0, n = idx.numel(); i < n; ++i) y[i * classes + p[i]] = 1;
+}
+const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = one_hot_shape,
+                      .cpu = one_hot_kernel, .not_differentiable = "returns integers"};
+
+// sort and topk share a kernel: topk keeps the first k of a sort.
+Specs sort_shape(const Tensors& in, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
+  FG_CHECK(x.dtype() != DType::Bool, DType, "sort: not defined for bool tensors");
+  Dims shape = x.shape();
+  if (x.ndim() > 0) {
+    int64_t k = attrs.i("k");
+    FG_CHECK(k >= 0 && k <= x.shape()[dim], Index, "topk: k = ", k, " is out of range for dim ",
+             dim, " of size ", x.shape()[dim]);
+    shape[dim] = k;
+  }
+  return {{shape, x.dtype()}, {shape, DType::Int64}};
+}
+void sort_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = contiguous_raw(in[0]);
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
+  int64_t d = x.ndim() ? x.shape()[dim] : 1;
+  int64_t k = x.ndim() ? attrs.i("k") : 1;
+  sort_cpu(x.dtype(), x.data_ptr(), span(x.shape(), 0, dim), d, span(x.shape(), dim + 1, x.ndim()),
+           k, attrs.b("descending"), out[0].data_ptr(), out[1].data<int64_t>());
+}
+Tensors sort_backward(const BackwardCtx& c) {
+  const Tensor& g = c.grads[0];
+  Tensor zero = zeros(c.input_specs[0].shape, g.dtype(), g.device());
+  if (zero.ndim() == 0) return {g};
+  return {scatter_add(zero, c.attrs.i("dim"), c.outputs[1], g)};
+}
+const OpDef k_sort{.name = "sort", .family = Family::Index, .shape_rule = sort_shape,
+                   .cpu = sort_kernel, .backward = sort_backward, .saved = Saved::Outputs};
+
+Specs nonzero_shape(const Tensors& in, const Attrs&) {
+  const Tensor& m = in[0];
+  FG_CHECK(m.dtype() == DType::Bool, DType, "nonzero: expected a bool mask, got ", describe(m));
+  Tensor c = contiguous_raw(m);
+  return {{Dims{count_true_cpu(c.data<bool>(), c.numel()), int64_t{m.ndim()}}, DType::Int64}};
+}
+void nonzero_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+  Tensor c = contiguous_raw(in[0]);
+  nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
+}
+const OpDef k_nonzero{.name = "nonzero", .family = Family::Index, .flags = kDataDependent,
+                      .shape_rule = nonzero_shape, .cpu = nonzero_kernel,
+                      .not_differentiable = "returns indices"};
+
+}  // namespace
+
+std::vector<const OpDef*> index_ops() {
+  return {&k_gather, &k_scatter_add, &k_index_select, &k_one_hot, &k_sort, &k_nonzero};
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  return run_op1(k_gather, {x, index}, {{"dim", dim}});
+}
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return run_op1(k_scatter_add, {x, index, src}, {{"dim", dim}});
+}
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return run_op1(k_index_select, {x, index}, {{"dim", dim}});
+}
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  FG_CHECK(mask.dtype() == DType::Bool, DType, "masked_fill: mask must be bool, got ", describe(mask));
+  return where(mask, scalar_like(x, value), x);
+}
+Tensor one_hot(const Tensor& index, int64_t num_classes) {
+  return run_op1(k_one_hot, {index}, {{"num_classes", num_classes}});
+}
+Tensor nonzero(const Tensor& mask) { return run_op1(k_nonzero, {mask}); }
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
+  int64_t k = x.ndim() ? x.shape()[wrap_dim(dim, x.ndim(), "sort")] : 1;
+  Tensors out = run_op(k_sort, {x}, {{"dim", dim}, {"k", k}, {"descending", descending}});
+  return {out[0], out[1]};
+}
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  Tensors out = run_op(k_sort, {x}, {{"dim", dim}, {"k", k}, {"descending", largest}});
+  return {out[0], out[1]};
+}
+
+}  // namespace fg

@@ -1,0 +1,62 @@
+#include "flowgrad/ops/kernel_args.h"
+
+#include "kernels/elementwise/elementwise.h"
+
+namespace fg {
+
+Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
+  int rank = std::max(a.size(), b.size());
+  Dims out = Dims::filled(rank, 1);
+  for (int i = 0; i < rank; ++i) {
+    int ia = a.size() - rank + i, ib = b.size() - rank + i;
+    int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    FG_CHECK(da == db || da == 1 || db == 1, Shape, op, ": shapes ", to_string(a), " and ",
+             to_string(b), " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  copy_cpu(dst.dtype(), src.dtype(), strided_over<2>(dst.shape(), {&dst, &src}));
+}
+
+Tensor converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  copy_into(out, t);
+  return out;
+}
+
+Tensor contiguous_raw(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy_into(out, t);
+  return out;
+}
+
+Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
+  FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
+           dtype_name(index.dtype()));
+  Tensor idx = contiguous_raw(converted(index, DType::Int64));
+  if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
+    Tensor copy = Tensor::empty(idx.shape(), DType::Int64, idx.device());
+    copy_into(copy, idx);
+    idx = copy;
+  }
+  int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0, n = idx.numel(); i < n; ++i) {
+    FG_CHECK(p[i] >= -size && p[i] < size, Index, op, ": index ", p[i],
+             " is out of range for dimension ", dim, " of size ", size);
+    if (p[i] < 0) p[i] += size;
+  }
+  return idx;
+}
+
+int64_t span(const Dims& shape, int begin, int end) {
+  int64_t n = 1;
+  for (int d = begin; d < end; ++d) n *= shape[d];
+  return n;
+}
+
+}  // namespace fg

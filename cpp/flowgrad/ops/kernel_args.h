@@ -1,0 +1,45 @@
+// Helpers shared by the op families to turn Tensors into kernel arguments. Nothing here
+// records autograd: these run inside kernels.
+#pragma once
+#include <array>
+
+#include "flowgrad/ops/registry.h"
+#include "kernels/common/strided.h"
+
+namespace fg {
+
+// Broadcast shape of two shapes, NumPy rules; `op` names the caller in the ShapeError.
+Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
+
+// Operands viewed over `shape` (right-aligned broadcasting: stride 0 on broadcast dims).
+template <int N>
+Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& ts) {
+  Strided<N> s;
+  s.ndim = shape.size();
+  for (int d = 0; d < s.ndim; ++d) s.shape[d] = shape[d];
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = *ts[k];
+    s.data[k] = static_cast<char*>(t.data_ptr());
+    int64_t item = static_cast<int64_t>(itemsize(t.dtype()));
+    int lead = s.ndim - t.ndim();
+    for (int d = 0; d < s.ndim; ++d) {
+      int td = d - lead;
+      bool broadcast = td < 0 || (t.shape()[td] == 1 && shape[d] != 1);
+      s.strides[k][d] = broadcast ? 0 : t.strides()[td] * item;
+    }
+  }
+  return s;
+}
+
+// A copy of t converted to dtype (t itself when it already has it). No autograd.
+Tensor converted(const Tensor& t, DType dtype);
+// t when contiguous, else a contiguous copy. No autograd.
+Tensor contiguous_raw(const Tensor& t);
+// Copies src into dst (same shape up to broadcasting), converting dtype. No autograd.
+void copy_into(const Tensor& dst, const Tensor& src);
+// Index tensor as contiguous int64 with negatives wrapped; IndexError outside [-size, size).
+Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim);
+// Product of shape[begin:end].
+int64_t span(const Dims& shape, int begin, int end);
+
+}  // namespace fg

@@ -1,0 +1,222 @@
+// nn ops with fused forward kernels: softmax, log_softmax, layer_norm, rms_norm, im2col/col2im.
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/nn/nn.h"
+
+namespace fg {
+namespace {
+
+void check_float(const Tensor& x, const char* op) {
+  FG_CHECK(is_floating(x.dtype()), DType, op, ": expected a floating tensor, got ", describe(x));
+}
+
+// ---- softmax / log_softmax over one dim ----
+Specs softmax_shape(const Tensors& in, const Attrs& attrs) {
+  check_float(in[0], attrs.b("log") ? "log_softmax" : "softmax");
+  wrap_dim(attrs.i("dim"), in[0].ndim(), attrs.b("log") ? "log_softmax" : "softmax");
+  return {{in[0].shape(), in[0].dtype()}};
+}
+void softmax_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = contiguous_raw(in[0]);
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax");
+  int64_t r = x.ndim() ? x.shape()[dim] : 1;
+  softmax_cpu(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,
+              span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+}
+Tensors softmax_backward(const BackwardCtx& c) {
+  const Tensor &y = c.outputs[0], &g = c.grads[0];
+  Dims dim{c.attrs.i("dim")};
+  if (c.attrs.b("log")) return {g - exp(y) * sum(g, dim, true)};
+  return {y * (g - sum(g * y, dim, true))};
+}
+const OpDef k_softmax{.name = "softmax", .family = Family::NN, .shape_rule = softmax_shape,
+                      .cpu = softmax_kernel, .backward = softmax_backward, .saved = Saved::Outputs};
+
+// ---- layer_norm / rms_norm over the trailing `normalized_ndim` dims ----
+// Inputs: x, then weight if has_weight, then bias if has_bias. Outputs: y and per-row
+// statistics (mean and rstd for layer_norm, rstd for rms_norm) shaped to broadcast against x.
+Specs norm_shape(const Tensors& in, const Attrs& attrs, bool rms) {
+  const char* op = rms ? "rms_norm" : "layer_norm";
+  const Tensor& x = in[0];
+  check_float(x, op);
+  const Dims& norm = attrs.dims("normalized_shape");
+  int k = norm.size();
+  bool matches = k >= 1 && k <= x.ndim();
+  for (int i = 0; matches && i < k; ++i) matches = x.shape()[x.ndim() - k + i] == norm[i];
+  FG_CHECK(matches, Shape, op, ": normalized_shape ", to_string(norm),
+           " must equal the trailing dims of the input ", to_string(x.shape()));
+  for (size_t i = 1; i < in.size(); ++i)
+    FG_CHECK(in[i].shape() == norm, Shape, op, ": ", i == 1 && attrs.b("has_weight") ? "weight" : "bias",
+             " has shape ", to_string(in[i].shape()), ", expected ", to_string(norm));
+  Dims stats = x.shape();
+  for (int i = 0; i < k; ++i) stats[x.ndim() - k + i] = 1;
+  Specs specs{{x.shape(), x.dtype()}, {stats, x.dtype()}};
+  if (!rms) specs.push_back({stats, x.dtype()});
+  return specs;
+}
+Specs layer_norm_shape(const Tensors& in, const Attrs& attrs) { return norm_shape(in, attrs, false); }
+Specs rms_norm_shape(const Tensors& in, const Attrs& attrs) { return norm_shape(in, attrs, true); }
+
+struct NormArgs {
+  Tensor x, weight, bias;
+  int64_t rows, cols;
+};
+NormArgs norm_args(const Tensors& in, const Attrs& attrs, DType dt) {
+  NormArgs a;
+  a.x = contiguous_raw(in[0]);
+  size_t next = 1;
+  if (attrs.b("has_weight")) a.weight = contiguous_raw(converted(in[next++], dt));
+  if (attrs.b("has_bias")) a.bias = contiguous_raw(converted(in[next++], dt));
+  a.cols = attrs.dims("normalized_shape").numel();
+  a.rows = a.cols ? a.x.numel() / a.cols : 0;
+  return a;
+}
+const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+void layer_norm_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  NormArgs a = norm_args(in, attrs, out[0].dtype());
+  layer_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
+                 a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+}
+void rms_norm_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  NormArgs a = norm_args(in, attrs, out[0].dtype());
+  rms_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
+               out[0].data_ptr(), out[1].data_ptr());
+}
+
+Dims trailing_dims(const BackwardCtx& c) {
+  int rank = c.input_specs[0].shape.size(), k = c.attrs.dims("normalized_shape").size();
+  Dims dims;
+  for (int d = rank - k; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+// Shared by layer_norm and rms_norm: given xhat (normalised input) and rstd, the gradients of
+// x, weight and bias. With create_graph the statistics are recomputed from x by public ops, so
+// that second-order gradients see how they depend on x.
+Tensors norm_backward(const BackwardCtx& c, bool rms) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& g = c.grads[0];
+  Dims dims = trailing_dims(c);
+  double eps = c.attrs.f("eps");
+  Tensor centered = rms ? x : x - (c.create_graph ? mean(x, dims, true) : c.outputs[1]);
+  Tensor rstd = c.create_graph
+                    ? rsqrt(mean(centered * centered, dims, true) + eps)
+                    : c.outputs[rms ? 1 : 2];
+  Tensor xhat = centered * rstd;
+  bool has_w = c.attrs.b("has_weight"), has_b = c.attrs.b("has_bias");
+  Tensor gxh = has_w ? g * c.inputs[1] : g;
+  Tensor inner = rms ? gxh - xhat * mean(gxh * xhat, dims, true)
+                     : gxh - mean(gxh, dims, true) - xhat * mean(gxh * xhat, dims, true);
+  Tensors grads{c.needs_grad[0] ? rstd * inner : Tensor()};
+  if (has_w) grads.push_back(c.needs_grad[1] ? sum_to(g * xhat, c.input_specs[1].shape) : Tensor());
+  if (has_b) grads.push_back(sum_to(g, c.input_specs[grads.size()].shape));
+  return grads;
+}
+Tensors layer_norm_backward(const BackwardCtx& c) { return norm_backward(c, false); }
+Tensors rms_norm_backward(const BackwardCtx& c) { return norm_backward(c, true); }
+
+const OpDef k_layer_norm{.name = "layer_norm", .family = Family::NN, .shape_rule = layer_norm_shape,
+                         .cpu = layer_norm_kernel, .backward = layer_norm_backward,
+                         .saved = Saved::InputsAndOutputs};
+const OpDef k_rms_norm{.name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
+                       .cpu = rms_norm_kernel, .backward = rms_norm_backward,
+                       .saved = Saved::InputsAndOutputs};
+
+// ---- im2col / col2im ----
+Conv2dGeometry geometry(const Dims& image, const Attrs& attrs) {
+  Conv2dGeometry g{};
+  g.n = image[0], g.c = image[1], g.h = image[2], g.w = image[3];
+  g.kh = attrs.i("kh"), g.kw = attrs.i("kw");
+  g.stride_h = g.stride_w = attrs.i("stride");
+  g.pad_h = g.pad_w = attrs.i("padding");
+  g.out_h = (g.h + 2 * g.pad_h - g.kh) / g.stride_h + 1;
+  g.out_w = (g.w + 2 * g.pad_w - g.kw) / g.stride_w + 1;
+  return g;
+}
+void check_geometry(const Dims& image, const Attrs& attrs, const char* op) {
+  FG_CHECK(image.size() == 4, Shape, op, ": expected a (N, C, H, W) input, got ", to_string(image));
+  FG_CHECK(attrs.i("kh") > 0 && attrs.i("kw") > 0 && attrs.i("stride") > 0 && attrs.i("padding") >= 0,
+           Value, op, ": kernel size and stride must be positive and padding >= 0 (", attrs.str(), ")");
+  FG_CHECK(image[2] + 2 * attrs.i("padding") >= attrs.i("kh") &&
+               image[3] + 2 * attrs.i("padding") >= attrs.i("kw"),
+           Shape, op, ": kernel ", attrs.i("kh"), "x", attrs.i("kw"), " is larger than the padded input ",
+           to_string(image));
+}
+Specs im2col_shape(const Tensors& in, const Attrs& attrs) {
+  check_geometry(in[0].shape(), attrs, "im2col");
+  check_float(in[0], "im2col");
+  Conv2dGeometry g = geometry(in[0].shape(), attrs);
+  return {{Dims{g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, in[0].dtype()}};
+}
+void im2col_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = contiguous_raw(in[0]);
+  im2col_cpu(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
+}
+Tensors im2col_backward(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  return {col2im(c.grads[0], c.input_specs[0].shape, a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
+}
+const OpDef k_im2col{.name = "im2col", .family = Family::NN, .shape_rule = im2col_shape,
+                     .cpu = im2col_kernel, .backward = im2col_backward};
+
+Specs col2im_shape(const Tensors& in, const Attrs& attrs) {
+  const Dims& image = attrs.dims("image_shape");
+  check_geometry(image, attrs, "col2im");
+  check_float(in[0], "col2im");
+  Conv2dGeometry g = geometry(image, attrs);
+  Dims expected{g.n, g.c * g.kh * g.kw, g.out_h * g.out_w};
+  FG_CHECK(in[0].shape() == expected, Shape, "col2im: columns ", to_string(in[0].shape()),
+           " do not match image ", to_string(image), " (expected ", to_string(expected), ")");
+  return {{image, in[0].dtype()}};
+}
+void col2im_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor cols = contiguous_raw(in[0]);
+  col2im_cpu(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
+}
+Tensors col2im_backward(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  return {im2col(c.grads[0], a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
+}
+const OpDef k_col2im{.name = "col2im", .family = Family::NN, .shape_rule = col2im_shape,
+                     .cpu = col2im_kernel, .backward = col2im_backward};
+
+Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
+  return {{"kh", kh}, {"kw", kw}, {"stride", stride}, {"padding", padding}};
+}
+
+}  // namespace
+
+std::vector<const OpDef*> nn_ops() { return {&k_softmax, &k_layer_norm, &k_rms_norm, &k_im2col, &k_col2im}; }
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}});
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", true}});
+}
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  Tensors in{x};
+  if (weight.defined()) in.push_back(weight);
+  if (bias.defined()) in.push_back(bias);
+  return run_op1(k_layer_norm, in, {{"normalized_shape", normalized_shape}, {"eps", eps},
+                                    {"has_weight", weight.defined()}, {"has_bias", bias.defined()}});
+}
+Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight, double eps) {
+  Tensors in{x};
+  if (weight.defined()) in.push_back(weight);
+  return run_op1(k_rms_norm, in, {{"normalized_shape", normalized_shape}, {"eps", eps},
+                                  {"has_weight", weight.defined()}, {"has_bias", false}});
+}
+Tensor im2col(const Tensor& x, int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
+  return run_op1(k_im2col, {x}, conv_attrs(kh, kw, stride, padding));
+}
+Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t kw, int64_t stride,
+              int64_t padding) {
+  Attrs attrs{{"kh", kh}, {"kw", kw}, {"stride", stride}, {"padding", padding},
+              {"image_shape", image_shape}};
+  return run_op1(k_col2im, {cols}, attrs);
+}
+
+}  // namespace fg

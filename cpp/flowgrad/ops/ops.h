@@ -1,0 +1,163 @@
+// The public functional API of the engine. Bindings and backward rules both call these, so
+// every gradient is itself built from registered ops.
+#pragma once
+#include <optional>
+
+#include "flowgrad/ops/registry.h"
+
+namespace fg {
+
+// creation
+Tensor full(const Dims& shape, double value, DType dtype, Device device);
+Tensor zeros(const Dims& shape, DType dtype, Device device);
+Tensor ones(const Dims& shape, DType dtype, Device device);
+Tensor scalar_tensor(double value, DType dtype, Device device);  // 0-d
+Tensor arange(double start, double end, double step, DType dtype, Device device);
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device);
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device);
+Tensor rand(const Dims& shape, DType dtype, Device device);
+Tensor randn(const Dims& shape, DType dtype, Device device);
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device);
+
+// elementwise
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor softplus(const Tensor& x);
+Tensor gelu(const Tensor& x, bool tanh_approximation);
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& x, DType dtype);
+
+// Tensor-with-scalar forms: the scalar takes x's dtype (NumPy's weak Python scalars).
+Tensor scalar_like(const Tensor& x, double value);
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+inline Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }
+
+// reductions; an empty dims list means every dim
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim);
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim);
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim);
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim);
+Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction);
+Tensor std_dev(const Tensor& x, const Dims& dims, bool keepdim, double correction);
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim);
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
+// Sums a broadcast gradient back to `shape`.
+Tensor sum_to(const Tensor& g, const Dims& shape);
+
+// linear algebra
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// shape and views
+Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape);  // one -1 allowed
+Tensor view(const Tensor& x, const std::vector<int64_t>& shape);     // never copies
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor expand(const Tensor& x, const std::vector<int64_t>& shape);   // -1 keeps a dim
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t stop, int64_t step);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor contiguous(const Tensor& x);
+Tensor cat(const Tensors& ts, int64_t dim);
+Tensor stack(const Tensors& ts, int64_t dim);
+Tensors split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+Tensors split_size(const Tensor& x, int64_t size, int64_t dim);
+Tensors chunk(const Tensor& x, int64_t chunks, int64_t dim);
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value);
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& reps);
+// The adjoint of slice: g placed into zeros of `shape` at [start:stop:step] along dim.
+Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start,
+                      int64_t stop, int64_t step);
+
+// indexing
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor one_hot(const Tensor& index, int64_t num_classes);
+Tensor nonzero(const Tensor& mask);
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending);
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest);
+
+// NumPy-style indexing: ints, slices, None, Ellipsis, one integer index tensor or bool mask.
+struct IndexItem {
+  enum class Kind : uint8_t { Int, Slice, NewAxis, Ellipsis, Tensor } kind;
+  int64_t index = 0;                          // Int
+  std::optional<int64_t> start, stop, step;   // Slice
+  fg::Tensor tensor;                          // Tensor
+};
+Tensor index(const Tensor& x, const std::vector<IndexItem>& items);
+
+// nn
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps);
+Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight, double eps);
+Tensor im2col(const Tensor& x, int64_t kh, int64_t kw, int64_t stride, int64_t padding);
+Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t kw,
+              int64_t stride, int64_t padding);
+
+// composites (built from the ops above; no registry entry of their own)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor dropout(const Tensor& x, double p, bool training);
+Tensor embedding(const Tensor& index, const Tensor& weight);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding);
+Tensor max_pool2d(const Tensor& x, int64_t k, int64_t stride);
+Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride);
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, bool is_causal);
+enum class Reduction : uint8_t { None, Mean, Sum };
+Reduction reduction_from_name(const std::string& name, const char* op);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                     double label_smoothing, Reduction reduction);
+Tensor nll_loss(const Tensor& logp, const Tensor& target, int64_t ignore_index, Reduction reduction);
+Tensor mse_loss(const Tensor& x, const Tensor& y, Reduction reduction);
+Tensor l1_loss(const Tensor& x, const Tensor& y, Reduction reduction);
+Tensor huber_loss(const Tensor& x, const Tensor& y, double delta, Reduction reduction);
+Tensor bce_with_logits(const Tensor& x, const Tensor& y, Reduction reduction);
+
+// in place (for no_grad blocks and initialisation)
+void fill_(const Tensor& x, double value);
+void copy_(const Tensor& dst, const Tensor& src);
+
+}  // namespace fg

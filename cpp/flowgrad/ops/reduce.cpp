@@ -1,0 +1,233 @@
+// Reductions over any set of dims (empty = all), with keepdim.
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/reduce/reduce.h"
+
+namespace fg {
+namespace {
+
+const char* reduce_name(ReduceFn fn) {
+  static const char* names[] = {"sum", "mean", "max", "min", "argmax", "argmin", "var", "logsumexp"};
+  return names[static_cast<int>(fn)];
+}
+
+// Sorted, unique, non-negative reduced dims; every dim when the list is empty.
+Dims reduced_dims(const Tensor& x, const Attrs& attrs, const char* op) {
+  const Dims& raw = attrs.dims("dims");
+  bool seen[Dims::kMaxRank] = {};
+  if (raw.empty())
+    for (int d = 0; d < x.ndim(); ++d) seen[d] = true;
+  for (int64_t d : raw) {
+    int w = wrap_dim(d, x.ndim(), op);
+    FG_CHECK(!seen[w] || x.ndim() == 0, Shape, op, ": dim ", d, " appears twice in ", to_string(raw));
+    if (x.ndim() > 0) seen[w] = true;
+  }
+  Dims dims;
+  for (int d = 0; d < x.ndim(); ++d)
+    if (seen[d]) dims.push_back(d);
+  return dims;
+}
+
+bool contains(const Dims& dims, int d) {
+  for (int64_t v : dims)
+    if (v == d) return true;
+  return false;
+}
+
+DType reduce_dtype(ReduceFn fn, DType in) {
+  switch (fn) {
+    case ReduceFn::Sum: return is_floating(in) ? in : DType::Int64;
+    case ReduceFn::Max:
+    case ReduceFn::Min: return in;
+    case ReduceFn::ArgMax:
+    case ReduceFn::ArgMin: return DType::Int64;
+    default: return float_result(in);
+  }
+}
+
+template <ReduceFn Fn>
+Specs reduce_shape(const Tensors& in, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
+  bool needs_values = Fn == ReduceFn::Max || Fn == ReduceFn::Min || Fn == ReduceFn::ArgMax ||
+                      Fn == ReduceFn::ArgMin;
+  Dims out;
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (!contains(dims, d)) {
+      out.push_back(x.shape()[d]);
+      continue;
+    }
+    FG_CHECK(!(needs_values && x.shape()[d] == 0), Value, reduce_name(Fn),
+             ": cannot reduce over dim ", d, " of size 0 in ", describe(x));
+    if (attrs.b("keepdim")) out.push_back(1);
+  }
+  return {{out, reduce_dtype(Fn, x.dtype())}};
+}
+
+template <ReduceFn Fn>
+void reduce_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = in[0];
+  Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
+  double correction = Fn == ReduceFn::Var ? attrs.f("correction") : 0.0;
+  int64_t outer, r, inner;
+  bool consecutive = !dims.empty() && dims.back() - dims[0] + 1 == dims.size();
+  if (x.is_contiguous() && (consecutive || dims.empty())) {
+    int lo = dims.empty() ? 0 : static_cast<int>(dims[0]);
+    int hi = dims.empty() ? 0 : static_cast<int>(dims.back()) + 1;
+    outer = span(x.shape(), 0, lo);
+    r = span(x.shape(), lo, hi);
+    inner = span(x.shape(), hi, x.ndim());
+  } else {  // move kept dims first, reduced dims last, then read rows
+    Dims shape, strides;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int d = 0; d < x.ndim(); ++d)
+        if (contains(dims, d) == (pass == 1)) {
+          shape.push_back(x.shape()[d]);
+          strides.push_back(x.strides()[d]);
+        }
+    x = contiguous_raw(x.alias(shape, strides, x.offset()));
+    r = 1;
+    for (int64_t d : dims) r *= in[0].shape()[d];
+    outer = r == 0 ? out[0].numel() : x.numel() / r;
+    inner = 1;
+  }
+  reduce_cpu(Fn, x.dtype(), out[0].dtype(), x.data_ptr(), outer, r, inner, out[0].data_ptr(),
+             correction);
+}
+
+// The gradient of a reduced tensor, broadcast back to the input's shape.
+Tensor expand_back(const Tensor& g, const BackwardCtx& c, const char* op) {
+  const Dims& in_shape = c.input_specs[0].shape;
+  Dims dims;
+  {
+    const Dims& raw = c.attrs.dims("dims");
+    if (raw.empty()) {
+      for (int d = 0; d < in_shape.size(); ++d) dims.push_back(d);
+    } else {
+      for (int64_t d : raw) dims.push_back(wrap_dim(d, in_shape.size(), op));
+    }
+  }
+  Tensor k = g;
+  if (!c.attrs.b("keepdim")) {
+    std::vector<int64_t> kept;
+    for (int d = 0; d < in_shape.size(); ++d) kept.push_back(contains(dims, d) ? 1 : in_shape[d]);
+    k = reshape(g, kept);
+  }
+  return expand(k, in_shape.vec());
+}
+
+int64_t reduced_count(const BackwardCtx& c) {
+  const Dims& in_shape = c.input_specs[0].shape;
+  int64_t n = std::max<int64_t>(in_shape.numel(), 0);
+  int64_t kept = 1;
+  const Dims& raw = c.attrs.dims("dims");
+  if (raw.empty()) return n;
+  for (int d = 0; d < in_shape.size(); ++d) {
+    bool reduced = false;
+    for (int64_t v : raw) reduced |= wrap_dim(v, in_shape.size(), "reduce") == d;
+    if (!reduced) kept *= in_shape[d];
+  }
+  return kept == 0 ? 0 : n / kept;
+}
+
+Tensors sum_backward(const BackwardCtx& c) { return {expand_back(c.grads[0], c, "sum")}; }
+Tensors mean_backward(const BackwardCtx& c) {
+  return {expand_back(c.grads[0], c, "mean") / static_cast<double>(reduced_count(c))};
+}
+Tensors extreme_backward(const BackwardCtx& c) {  // max/min: split evenly among ties
+  const Tensor& x = c.inputs[0];
+  Tensor hit = cast(eq(x, expand_back(c.outputs[0], c, "max")), c.grads[0].dtype());
+  Tensor count = expand_back(sum(hit, c.attrs.dims("dims"), true), c, "max");
+  Tensor g = expand_back(c.grads[0], c, "max");
+  return {g * hit / count};
+}
+Tensors var_backward(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  double n = static_cast<double>(reduced_count(c));
+  Tensor centered = x - mean(x, c.attrs.dims("dims"), true);
+  return {expand_back(c.grads[0], c, "var") * centered * (2.0 / (n - c.attrs.f("correction")))};
+}
+Tensors logsumexp_backward(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  return {expand_back(c.grads[0], c, "logsumexp") * exp(x - expand_back(c.outputs[0], c, "logsumexp"))};
+}
+
+const OpDef k_sum{.name = "sum", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Sum>,
+                  .cpu = reduce_kernel<ReduceFn::Sum>, .backward = sum_backward};
+const OpDef k_mean{.name = "mean", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Mean>,
+                   .cpu = reduce_kernel<ReduceFn::Mean>, .backward = mean_backward};
+const OpDef k_max{.name = "max", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Max>,
+                  .cpu = reduce_kernel<ReduceFn::Max>, .backward = extreme_backward,
+                  .saved = Saved::InputsAndOutputs};
+const OpDef k_min{.name = "min", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Min>,
+                  .cpu = reduce_kernel<ReduceFn::Min>, .backward = extreme_backward,
+                  .saved = Saved::InputsAndOutputs};
+const OpDef k_argmax{.name = "argmax", .family = Family::Reduce,
+                     .shape_rule = reduce_shape<ReduceFn::ArgMax>, .cpu = reduce_kernel<ReduceFn::ArgMax>,
+                     .not_differentiable = "returns indices"};
+const OpDef k_argmin{.name = "argmin", .family = Family::Reduce,
+                     .shape_rule = reduce_shape<ReduceFn::ArgMin>, .cpu = reduce_kernel<ReduceFn::ArgMin>,
+                     .not_differentiable = "returns indices"};
+const OpDef k_var{.name = "var", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Var>,
+                  .cpu = reduce_kernel<ReduceFn::Var>, .backward = var_backward, .saved = Saved::Inputs};
+const OpDef k_logsumexp{.name = "logsumexp", .family = Family::Reduce,
+                        .shape_rule = reduce_shape<ReduceFn::LogSumExp>,
+                        .cpu = reduce_kernel<ReduceFn::LogSumExp>, .backward = logsumexp_backward,
+                        .saved = Saved::InputsAndOutputs};
+
+Attrs reduce_attrs(const Dims& dims, bool keepdim) { return {{"dims", dims}, {"keepdim", keepdim}}; }
+
+Tensor arg_reduce(const OpDef& op, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (dim) return run_op1(op, {x}, reduce_attrs(Dims{*dim}, keepdim));
+  Tensor flat = run_op1(op, {reshape(x, {-1})}, reduce_attrs(Dims{0}, false));
+  if (!keepdim) return flat;
+  return reshape(flat, std::vector<int64_t>(x.ndim(), 1));
+}
+
+}  // namespace
+
+std::vector<const OpDef*> reduce_ops() {
+  return {&k_sum, &k_mean, &k_max, &k_min, &k_argmax, &k_argmin, &k_var, &k_logsumexp};
+}
+
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  return run_op1(k_sum, {x}, reduce_attrs(dims, keepdim));
+}
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  return run_op1(k_mean, {x}, reduce_attrs(dims, keepdim));
+}
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
+  return run_op1(k_max, {x}, reduce_attrs(dims, keepdim));
+}
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
+  return run_op1(k_min, {x}, reduce_attrs(dims, keepdim));
+}
+Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
+  return run_op1(k_var, {x}, {{"dims", dims}, {"keepdim", keepdim}, {"correction", correction}});
+}
+Tensor std_dev(const Tensor& x, const Dims& dims, bool keepdim, double correction) {
+  return sqrt(var(x, dims, keepdim, correction));
+}
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  return run_op1(k_logsumexp, {x}, reduce_attrs(dims, keepdim));
+}
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_reduce(k_argmax, x, dim, keepdim);
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_reduce(k_argmin, x, dim, keepdim);
+}
+
+Tensor sum_to(const Tensor& g, const Dims& shape) {
+  if (g.shape() == shape) return g;
+  int lead = g.ndim() - shape.size();
+  FG_ASSERT(lead >= 0);
+  Dims dims;
+  for (int d = 0; d < lead; ++d) dims.push_back(d);
+  for (int i = 0; i < shape.size(); ++i)
+    if (shape[i] == 1 && g.shape()[lead + i] != 1) dims.push_back(lead + i);
+  Tensor s = dims.empty() ? g : sum(g, dims, true);
+  return reshape(s, shape.vec());
+}
+
+}  // namespace fg

@@ -1,0 +1,123 @@
+#include "flowgrad/ops/registry.h"
+
+#include <sstream>
+
+#include "flowgrad/ops/kernel_args.h"
+
+namespace fg {
+namespace {
+
+DispatchHook g_hook = nullptr;
+
+Device op_device(const OpDef& op, const Tensors& in, const Attrs& attrs) {
+  if (in.empty()) return attrs.get<Device>("device");
+  Device device = in[0].device();
+  for (size_t i = 1; i < in.size(); ++i)
+    FG_CHECK(in[i].device() == device, Device, op.name,
+             ": expected all tensors on one device, got ", device.str(), " (input 0) and ",
+             in[i].device().str(), " (input ", i, ")");
+  return device;
+}
+
+Tensors allocate(const Specs& specs, Device device) {
+  Tensors out;
+  out.reserve(specs.size());
+  for (const TensorSpec& s : specs) out.push_back(Tensor::empty(s.shape, s.dtype, device));
+  return out;
+}
+
+bool any_half(const Tensors& in, const Specs& specs) {
+  for (const Tensor& t : in)
+    if (is_half(t.dtype())) return true;
+  for (const TensorSpec& s : specs)
+    if (is_half(s.dtype)) return true;
+  return false;
+}
+
+// CPU kernels compute float16/bfloat16 through float32: widen, run, narrow.
+Tensors run_cpu(const OpDef& op, const Tensors& in, const Specs& specs, const Attrs& attrs) {
+  if ((op.flags & kHalfNative) || !any_half(in, specs)) {
+    Tensors out = allocate(specs, cpu_device());
+    op.cpu(in, out, attrs);
+    return out;
+  }
+  Tensors wide_in;
+  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? converted(t, DType::Float32) : t);
+  Specs wide_specs = specs;
+  for (TensorSpec& s : wide_specs)
+    if (is_half(s.dtype)) s.dtype = DType::Float32;
+  Tensors wide_out = allocate(wide_specs, cpu_device());
+  op.cpu(wide_in, wide_out, attrs);
+  Tensors out;
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(converted(wide_out[i], specs[i].dtype));
+  return out;
+}
+
+}  // namespace
+
+std::string Attrs::str() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    os << (i ? ", " : "") << items_[i].first << "=";
+    std::visit([&](const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, Dims>) os << to_string(v);
+      else if constexpr (std::is_same_v<V, DType>) os << dtype_name(v);
+      else if constexpr (std::is_same_v<V, Device>) os << v.str();
+      else os << v;
+    }, items_[i].second);
+  }
+  return os.str();
+}
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::Creation: return "creation";
+    case Family::Unary: return "unary";
+    case Family::Binary: return "binary";
+    case Family::Ternary: return "ternary";
+    case Family::Reduce: return "reduce";
+    case Family::Linalg: return "linalg";
+    case Family::Movement: return "movement";
+    case Family::Copy: return "copy";
+    case Family::Index: return "index";
+    case Family::NN: return "nn";
+  }
+  return "?";
+}
+
+const std::vector<const OpDef*>& all_ops() {
+  static const std::vector<const OpDef*> ops = [] {
+    std::vector<const OpDef*> all;
+    for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
+                        creation_ops})
+      for (const OpDef* op : family()) all.push_back(op);
+    return all;
+  }();
+  return ops;
+}
+
+const OpDef& find_op(const std::string& name) {
+  for (const OpDef* op : all_ops())
+    if (name == op->name) return *op;
+  fail(ErrorKind::Value, "no op named '", name, "'");
+}
+
+void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
+
+Tensors run_op(const OpDef& op, const Tensors& in, const Attrs& attrs) {
+  Device device = op_device(op, in, attrs);
+  Specs specs = op.shape_rule(in, attrs);
+  Tensors out;
+  if (op.flags & kView) {
+    out.push_back(op.view(in[0], specs[0], attrs));
+  } else if (device.is_cpu()) {
+    out = run_cpu(op, in, specs, attrs);
+  } else {
+    fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", op.cuda_missing, ")");
+  }
+  if (g_hook) g_hook(op, in, out, attrs);
+  return out;
+}
+
+}  // namespace fg

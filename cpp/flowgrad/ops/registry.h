@@ -1,0 +1,112 @@
+// The op registry. Every op is one OpDef: its shape/dtype rule, its kernels, its backward rule
+// and its flags. run_op is the single entry point that eager autograd and (later) the tracer of
+// compiled plans observe, so there is one implementation of each op and of its gradient.
+#pragma once
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "flowgrad/core/tensor.h"
+
+namespace fg {
+
+using Tensors = std::vector<Tensor>;
+using AttrValue = std::variant<int64_t, double, bool, Dims, DType, Device>;
+
+// Named op attributes (dims, eps, dtype, ...). Few per op, so a flat list beats a map.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const char*, AttrValue>> items) : items_(items) {}
+  template <class T>
+  const T& get(const char* name) const {
+    for (const auto& [key, value] : items_)
+      if (std::string_view(key) == name) return std::get<T>(value);
+    fail(ErrorKind::Runtime, "internal error: missing op attribute '", name, "'");
+  }
+  int64_t i(const char* name) const { return get<int64_t>(name); }
+  double f(const char* name) const { return get<double>(name); }
+  bool b(const char* name) const { return get<bool>(name); }
+  const Dims& dims(const char* name) const { return get<Dims>(name); }
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<const char*, AttrValue>> items_;
+};
+
+struct TensorSpec {
+  Dims shape;
+  DType dtype;
+};
+using Specs = std::vector<TensorSpec>;
+
+enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN };
+const char* family_name(Family f);
+
+enum OpFlag : uint32_t {
+  kFusable = 1u << 0,        // elementwise: may join a fused chain in compiled plans
+  kView = 1u << 1,           // output aliases input 0's storage; no kernel runs
+  kRandom = 1u << 2,         // draws from the global Philox counter
+  kDataDependent = 1u << 3,  // output shape depends on input values: never captured
+  kHalfNative = 1u << 4,     // the CPU kernel handles float16/bfloat16 itself
+};
+
+// What the backward rule may read. Built by the autograd engine.
+struct BackwardCtx {
+  const Attrs& attrs;
+  const Tensors& inputs;        // saved inputs (empty unless the op saves them)
+  const Tensors& outputs;       // saved outputs (empty unless the op saves them)
+  const Specs& input_specs;     // always available
+  const Tensors& grads;         // one per output; zeros where no gradient flowed
+  const std::vector<bool>& needs_grad;  // per input
+  bool create_graph;  // the gradient itself will be differentiated
+};
+
+enum class Saved : uint8_t { Nothing, Inputs, Outputs, InputsAndOutputs };
+
+struct OpDef {
+  const char* name;
+  Family family;
+  uint32_t flags = 0;
+  // Validates inputs and attributes and returns the output specs. The only place that raises
+  // ShapeError/DTypeError for the op.
+  Specs (*shape_rule)(const Tensors& in, const Attrs& attrs) = nullptr;
+  // Writes the preallocated outputs (compute ops).
+  void (*cpu)(const Tensors& in, const Tensors& out, const Attrs& attrs) = nullptr;
+  // Returns the aliasing output (view ops).
+  Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
+  // Why the op has no CUDA kernel yet; the CUDA backend replaces this with a kernel.
+  const char* cuda_missing = "the CUDA backend is not built yet";
+  // Gradients of the inputs (undefined where not needed), written with public ops so they are
+  // differentiable again and traceable.
+  Tensors (*backward)(const BackwardCtx& ctx) = nullptr;
+  const char* not_differentiable = nullptr;  // reason, when backward is null
+  Saved saved = Saved::Nothing;
+  uint32_t nondiff_inputs = 0;  // bit i: input i never receives a gradient (indices, masks)
+};
+
+const std::vector<const OpDef*>& all_ops();
+const OpDef& find_op(const std::string& name);
+
+// Runs an op: device check, shape rule, kernel, then the dispatch hook (autograd recording).
+Tensors run_op(const OpDef& op, const Tensors& in, const Attrs& attrs = {});
+inline Tensor run_op1(const OpDef& op, const Tensors& in, const Attrs& attrs = {}) {
+  return run_op(op, in, attrs)[0];
+}
+
+// Called after every op with its inputs and outputs; installed by the autograd layer.
+using DispatchHook = void (*)(const OpDef& op, const Tensors& in, Tensors& out,
+                              const Attrs& attrs);
+void set_dispatch_hook(DispatchHook hook);
+
+// Family registration lists (one per ops/<family>.cpp).
+std::vector<const OpDef*> elementwise_ops();
+std::vector<const OpDef*> reduce_ops();
+std::vector<const OpDef*> linalg_ops();
+std::vector<const OpDef*> shape_ops();
+std::vector<const OpDef*> index_ops();
+std::vector<const OpDef*> nn_ops();
+std::vector<const OpDef*> creation_ops();
+
+}  // namespace fg

@@ -1,0 +1,64 @@
+#include "kernels/creation/creation.h"
+
+#include "kernels/common/parallel.h"
+#include "kernels/common/philox.h"
+
+namespace fg {
+
+void arange_cpu(DType dtype, double start, double step, int64_t n, void* out) {
+  visit_compute_dtype(dtype, "arange", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+    });
+  });
+}
+
+void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out) {
+  double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
+  visit_compute_dtype(dtype, "linspace", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    for (int64_t i = 0; i < n; ++i)  // the second half counts back from `end`, like NumPy
+      p[i] = static_cast<T>(i < n / 2 ? start + step * static_cast<double>(i)
+                                      : end - step * static_cast<double>(n - 1 - i));
+  });
+}
+
+void eye_cpu(DType dtype, int64_t rows, int64_t cols, void* out) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    for (int64_t i = 0; i < rows * cols; ++i) p[i] = T(0.0f);
+    for (int64_t i = 0; i < std::min(rows, cols); ++i) p[i * cols + i] = T(1.0f);
+  });
+}
+
+void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
+                int64_t low, int64_t high, void* out) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    uint64_t range = static_cast<uint64_t>(high - low);
+    parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        Philox4 r = philox4x32_10(offset + static_cast<uint64_t>(i), seed);
+        double v;
+        if (kind == RandomKind::Uniform) {
+          v = dtype == DType::Float64 ? uniform_double(r.v[0], r.v[1]) : uniform_float(r.v[0]);
+        } else if (kind == RandomKind::Normal) {
+          v = normal_from(r);
+        } else {
+          uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+          p[i] = static_cast<T>(low + static_cast<int64_t>(bits % range));
+          continue;
+        }
+        p[i] = T(static_cast<float>(v));
+        if constexpr (std::is_same_v<T, double>) p[i] = v;
+      }
+    });
+  });
+}
+
+}  // namespace fg

@@ -1,0 +1,33 @@
+// Elementwise kernels: unary, binary, where, cast-copy and fill over strided operands.
+// Operand 0 is always the output. Inputs arrive already in the compute dtype.
+#pragma once
+#include <cstdint>
+
+#include "flowgrad/core/dtype.h"
+#include "kernels/common/strided.h"
+
+namespace fg {
+
+enum class UnaryFn : uint8_t {
+  Neg, Abs, Square, Sign, Relu, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Erf, Sigmoid, Silu,
+  Softplus, Gelu, GeluTanh, Clamp
+};
+enum class BinaryFn : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge
+};
+inline bool is_comparison(BinaryFn fn) { return fn >= BinaryFn::Eq; }
+
+// y = fn(x): (out, x), both of `dtype`. clamp_lo/hi are used by Clamp (NaN = unbounded).
+void unary_cpu(UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
+// (out, a, b): a and b of `dtype`; out of `dtype`, or bool for comparisons.
+void binary_cpu(BinaryFn fn, DType dtype, const Strided<3>& s);
+// (out, cond, a, b): cond bool; a, b, out of `dtype`.
+void where_cpu(DType dtype, const Strided<4>& s);
+// (dst, src) with conversion from src_dtype to dst_dtype.
+void copy_cpu(DType dst_dtype, DType src_dtype, const Strided<2>& s);
+// Fills n contiguous elements with value (converted to dtype).
+void fill_cpu(DType dtype, void* data, int64_t n, double value);
+// True when any element of a contiguous floating buffer is NaN or infinite.
+bool has_nonfinite_cpu(DType dtype, const void* data, int64_t n);
+
+}  // namespace fg

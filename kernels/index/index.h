@@ -1,0 +1,27 @@
+// Indexing kernels over contiguous (outer, d, inner) blocks. Index values are int64 and
+// already validated and wrapped to [0, d) by the op layer.
+#pragma once
+#include <cstdint>
+
+#include "flowgrad/core/dtype.h"
+
+namespace fg {
+
+// out (outer, n, inner)[o, i, j] = x (outer, d, inner)[o, idx[o, i, j], j]
+void gather_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+                int64_t n, int64_t inner, void* out);
+// out (outer, d, inner)[o, idx[o, i, j], j] += src (outer, n, inner)[o, i, j]; accumulates.
+void scatter_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t outer,
+                     int64_t d, int64_t n, int64_t inner, void* out);
+// out (outer, n, inner)[o, i, :] = x (outer, d, inner)[o, idx[i], :]
+void index_select_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+                      int64_t n, int64_t inner, void* out);
+// Sorts each line of x (outer, d, inner) along d into values/indices (outer, k, inner),
+// keeping the first k (k = d for a full sort). Stable; NaN sorts as the largest value.
+void sort_cpu(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,
+              bool descending, void* values, int64_t* indices);
+// Positions of the true elements of a bool tensor as (count, ndim) rows of coordinates.
+int64_t count_true_cpu(const bool* mask, int64_t n);
+void nonzero_cpu(const bool* mask, const int64_t* shape, int ndim, int64_t* coords);
+
+}  // namespace fg

@@ -1,0 +1,21 @@
+// Row-major GEMM: C (M, N) = A (M, K) @ B (K, N), with C overwritten (beta = 0).
+// trans_a: A is stored as (K, M) with leading dimension lda (likewise trans_b).
+#pragma once
+#include <cstdint>
+
+#include "flowgrad/core/dtype.h"
+
+namespace fg {
+
+void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+              const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
+
+// The portable cache-blocked kernel used when no BLAS is linked and for integer types.
+template <class T>
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
+                  int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
+
+// Name of the BLAS the build links ("OpenBLAS", "none" for the blocked fallback, ...).
+const char* blas_name();
+
+}  // namespace fg

@@ -1,0 +1,31 @@
+// Fused nn kernels on contiguous float buffers.
+#pragma once
+#include <cstdint>
+
+#include "flowgrad/core/dtype.h"
+
+namespace fg {
+
+// softmax / log_softmax over the middle axis of (outer, r, inner); max-subtracted.
+void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
+                 void* y);
+
+// Normalises each row of x (rows, cols): y = (x - mean) * rstd [* w] [+ b]; writes mean and
+// rstd (rows) for the backward rule. w, b (cols) may be null.
+void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
+                    int64_t cols, double eps, void* y, void* mean, void* rstd);
+// y = x * rstd [* w], rstd = 1 / sqrt(mean(x^2) + eps) per row.
+void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
+                  double eps, void* y, void* rstd);
+
+struct Conv2dGeometry {
+  int64_t n, c, h, w;            // input (N, C, H, W)
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int64_t out_h, out_w;
+};
+// x (N, C, H, W) -> cols (N, C*kh*kw, out_h*out_w); zero padding.
+void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols);
+// The adjoint: cols (N, C*kh*kw, out_h*out_w) summed into x (N, C, H, W) (overwritten).
+void col2im_cpu(DType dtype, const Conv2dGeometry& g, const void* cols, void* x);
+
+}  // namespace fg

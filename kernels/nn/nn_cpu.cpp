@@ -1,0 +1,160 @@
+#include "kernels/nn/nn.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/common/parallel.h"
+
+namespace fg {
+namespace {
+
+template <class Fn>
+void visit_float(DType dt, Fn&& fn) {
+  if (dt == DType::Float32) return fn(float{});
+  if (dt == DType::Float64) return fn(double{});
+  fail(ErrorKind::DType, "nn kernel: expected float32 or float64, got ", dtype_name(dt));
+}
+
+}  // namespace
+
+void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
+                 void* y) {
+  visit_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    T* ys = static_cast<T*>(y);
+    parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
+      for (int64_t line = begin; line < end; ++line) {
+        int64_t base = (line / inner) * r * inner + line % inner;
+        const T* in = xs + base;
+        T* out = ys + base;
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t k = 0; k < r; ++k) m = std::max(m, in[k * inner]);
+        if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
+        double sum = 0;
+        for (int64_t k = 0; k < r; ++k) {
+          T e = std::exp(in[k * inner] - m);
+          if (!log) out[k * inner] = e;
+          sum += e;
+        }
+        if (log) {
+          T lse = m + static_cast<T>(std::log(sum));
+          for (int64_t k = 0; k < r; ++k) out[k * inner] = in[k * inner] - lse;
+        } else {
+          T inv = static_cast<T>(1.0 / sum);
+          for (int64_t k = 0; k < r; ++k) out[k * inner] *= inv;
+        }
+      }
+    });
+  });
+}
+
+void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
+                    int64_t cols, double eps, void* y, void* mean, void* rstd) {
+  visit_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    const T* ws = static_cast<const T*>(w);
+    const T* bs = static_cast<const T*>(b);
+    T* ys = static_cast<T*>(y);
+    parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = xs + r * cols;
+        double mu = 0;
+        for (int64_t j = 0; j < cols; ++j) mu += row[j];
+        mu /= static_cast<double>(cols);
+        double var = 0;
+        for (int64_t j = 0; j < cols; ++j) var += (row[j] - mu) * (row[j] - mu);
+        var /= static_cast<double>(cols);
+        T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
+        T m = static_cast<T>(mu);
+        T* out = ys + r * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          T v = (row[j] - m) * inv;
+          if (ws) v *= ws[j];
+          if (bs) v += bs[j];
+          out[j] = v;
+        }
+        static_cast<T*>(mean)[r] = m;
+        static_cast<T*>(rstd)[r] = inv;
+      }
+    });
+  });
+}
+
+void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
+                  double eps, void* y, void* rstd) {
+  visit_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    const T* ws = static_cast<const T*>(w);
+    T* ys = static_cast<T*>(y);
+    parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = xs + r * cols;
+        double ss = 0;
+        for (int64_t j = 0; j < cols; ++j) ss += static_cast<double>(row[j]) * row[j];
+        T inv = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
+        T* out = ys + r * cols;
+        for (int64_t j = 0; j < cols; ++j) out[j] = ws ? row[j] * inv * ws[j] : row[j] * inv;
+        static_cast<T*>(rstd)[r] = inv;
+      }
+    });
+  });
+}
+
+void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
+  visit_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    T* cs = static_cast<T*>(cols);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        const T* img = xs + plane * g.h * g.w;
+        for (int64_t ki = 0; ki < g.kh; ++ki)
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            T* out = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
+            for (int64_t oy = 0; oy < g.out_h; ++oy) {
+              int64_t iy = oy * g.stride_h - g.pad_h + ki;
+              for (int64_t ox = 0; ox < g.out_w; ++ox) {
+                int64_t ix = ox * g.stride_w - g.pad_w + kj;
+                bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+                out[oy * g.out_w + ox] = inside ? img[iy * g.w + ix] : T(0);
+              }
+            }
+          }
+      }
+    });
+  });
+}
+
+void col2im_cpu(DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
+  visit_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* cs = static_cast<const T*>(cols);
+    T* xs = static_cast<T*>(x);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        T* img = xs + plane * g.h * g.w;
+        std::memset(img, 0, sizeof(T) * g.h * g.w);
+        for (int64_t ki = 0; ki < g.kh; ++ki)
+          for (int64_t kj = 0; kj < g.kw; ++kj) {
+            const T* in = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
+            for (int64_t oy = 0; oy < g.out_h; ++oy) {
+              int64_t iy = oy * g.stride_h - g.pad_h + ki;
+              if (iy < 0 || iy >= g.h) continue;
+              for (int64_t ox = 0; ox < g.out_w; ++ox) {
+                int64_t ix = ox * g.stride_w - g.pad_w + kj;
+                if (ix >= 0 && ix < g.w) img[iy * g.w + ix] += in[oy * g.out_w + ox];
+              }
+            }
+          }
+      }
+    });
+  });
+}
+
+}  // namespace fg

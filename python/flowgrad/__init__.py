@@ -1,0 +1,64 @@
+"""flowgrad: tensors, autograd and neural networks with every number computed in C++.
+
+    import flowgrad as fg
+    x = fg.randn(4, 3, requires_grad=True)
+    (x @ x.t()).relu().sum().backward()
+"""
+from . import _core
+from ._core import (
+    Tensor, dtype, device, promote_types,
+    bool, int32, int64, float16, bfloat16, float32, float64,
+    FlowgradError, ShapeError, DTypeError, DeviceError, GraphError, CheckpointError,
+    OutOfMemoryError, IndexOutOfRangeError, InvalidArgumentError,
+    tensor, from_numpy, from_dlpack, zeros, ones, empty, full, arange, linspace, eye,
+    rand, randn, randint, manual_seed, get_rng_state, set_rng_state,
+    get_num_threads, set_num_threads, blas_name, cpu_memory_stats, cpu_empty_cache,
+    neg, abs, square, sign, relu, exp, log, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu,
+    softplus, gelu, clamp, add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
+    where, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
+    reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
+    flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select,
+    scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort,
+)
+from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
+from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
+from . import autograd, cuda, nn, testing
+
+__version__ = "0.1.0"
+
+
+def _like(fn):
+    def like(t, *args, dtype=None, device=None, requires_grad=False):
+        return fn(*args, *t.shape, dtype=dtype or t.dtype, device=device or t.device,
+                  requires_grad=requires_grad)
+    return like
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros with t's shape (and dtype/device unless given)."""
+    return zeros(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    """A tensor of ones with t's shape (and dtype/device unless given)."""
+    return ones(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def full_like(t, value, dtype=None, device=None, requires_grad=False):
+    """A tensor filled with value, with t's shape (and dtype/device unless given)."""
+    return full(t.shape, value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    """Uniform [0, 1) samples with t's shape (and dtype/device unless given)."""
+    return rand(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    """Standard normal samples with t's shape (and dtype/device unless given)."""
+    return randn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+del _like
+
+__all__ = [name for name in dir() if not name.startswith("_")]

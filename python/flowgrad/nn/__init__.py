@@ -1,0 +1,4 @@
+"""fg.nn: neural-network functions (fg.nn.functional)."""
+from . import functional
+
+__all__ = ["functional"]
