@@ -54,9 +54,7 @@ void bind_dtypes(py::module_& m) {
     dtype.value(dtype_name(dt), dt);
     m.attr(dtype_name(dt)) = dt;
   }
-  dtype.def("__repr__", [](DType d) { return std::string("flowgrad.") + dtype_name(d); })
-      .def("__str__", [](DType d) { return std::string("flowgrad.") + dtype_name(d); })
-      .def_property_readonly("itemsize", [](DType d) { return itemsize(d); }, "Bytes per element.")
+  dtype.def_property_readonly("itemsize", [](DType d) { return itemsize(d); }, "Bytes per element.")
       .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); },
                              "True for float16, bfloat16, float32 and float64.");
   m.def("promote_types", &promote, py::arg("a"), py::arg("b"),

@@ -1,0 +1,39 @@
+"""Shared helpers: NumPy reference checks on awkward layouts, and gradient checks."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+
+# Shapes every elementwise test walks through: odd sizes, size-1 and size-0 dims, 0-d.
+ODD_SHAPES = [(45, 65), (7,), (1, 5), (3, 1, 4), (0, 3), ()]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def make(rng, shape, dtype=np.float64, low=-2.0, high=2.0):
+    """Random array of `shape`; integers in [low, high)."""
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(int(low), int(high), size=shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) > 0.5
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def non_contiguous(a):
+    """A tensor with a's values whose layout is transposed (not row-major)."""
+    if a.ndim < 2:
+        t = fg.tensor(np.stack([a, a], axis=-1), dtype=fg.tensor(a).dtype)
+        return t[..., 0]
+    t = fg.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), dtype=fg.tensor(a).dtype)
+    t = t.transpose(-1, -2)
+    assert not t.is_contiguous() or a.size <= 1 or 0 in a.shape
+    return t
+
+
+def gradcheck(fn, *arrays):
+    """float64 finite-difference check of fn over tensors made from arrays."""
+    inputs = [fg.tensor(np.asarray(a, dtype=np.float64), dtype=fg.float64, requires_grad=True) for a in arrays]
+    assert fg.testing.gradcheck(fn, inputs)

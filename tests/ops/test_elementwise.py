@@ -1,0 +1,246 @@
+"""Elementwise ops: forward vs NumPy on awkward layouts, float64 gradchecks, promotion, errors."""
+import math
+
+import numpy as np
+import pytest
+
+import flowgrad as fg
+from conftest import ODD_SHAPES, gradcheck, make, non_contiguous
+
+erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def np_gelu(x):
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def np_gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+# name -> (flowgrad function, NumPy reference, input range)
+UNARY = {
+    "neg": (fg.neg, np.negative, (-2, 2)),
+    "abs": (fg.abs, np.abs, (-2, 2)),
+    "square": (fg.square, np.square, (-2, 2)),
+    "sign": (fg.sign, np.sign, (-2, 2)),
+    "relu": (fg.relu, lambda x: np.maximum(x, 0), (-2, 2)),
+    "exp": (fg.exp, np.exp, (-2, 2)),
+    "log": (fg.log, np.log, (0.1, 3)),
+    "sqrt": (fg.sqrt, np.sqrt, (0.1, 3)),
+    "rsqrt": (fg.rsqrt, lambda x: 1 / np.sqrt(x), (0.1, 3)),
+    "sin": (fg.sin, np.sin, (-3, 3)),
+    "cos": (fg.cos, np.cos, (-3, 3)),
+    "tanh": (fg.tanh, np.tanh, (-3, 3)),
+    "erf": (fg.erf, erf, (-2, 2)),
+    "sigmoid": (fg.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-5, 5)),
+    "silu": (fg.silu, lambda x: x / (1 + np.exp(-x)), (-5, 5)),
+    "softplus": (fg.softplus, lambda x: np.log1p(np.exp(x)), (-5, 5)),
+    "gelu": (fg.gelu, np_gelu, (-3, 3)),
+    "gelu_tanh": (lambda x: fg.gelu(x, approximate="tanh"), np_gelu_tanh, (-3, 3)),
+    "clamp": (lambda x: fg.clamp(x, -0.5, 0.7), lambda x: np.clip(x, -0.5, 0.7), (-2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unary_forward(rng, name, shape, dtype):
+    fn, ref, (lo, hi) = UNARY[name]
+    a = make(rng, shape, dtype, lo, hi)
+    out = fn(fg.tensor(a))
+    assert out.dtype == fg.tensor(a).dtype
+    fg.testing.assert_close(out, ref(a).astype(dtype), rtol=2e-6 if dtype == np.float32 else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_non_contiguous(rng, name):
+    fn, ref, (lo, hi) = UNARY[name]
+    a = make(rng, (6, 5), np.float64, lo, hi)
+    fg.testing.assert_close(fn(non_contiguous(a)), ref(a), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(set(UNARY) - {"sign"}))
+def test_unary_gradcheck(rng, name):
+    fn, _, (lo, hi) = UNARY[name]
+    a = make(rng, (3, 4), np.float64, lo, hi)
+    if name in ("abs", "relu", "clamp"):  # keep away from the kinks
+        a = np.where(np.abs(a) < 0.1, 0.3, a)
+        a = np.where(np.abs(np.abs(a) - np.array([0.5, 0.7]).reshape(2, 1, 1)).min(0) < 0.05, 0.2, a)
+    gradcheck(fn, a)
+
+
+def test_sign_gradient_is_zero():
+    x = fg.tensor([-1.0, 2.0], requires_grad=True)
+    fg.sign(x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+
+
+def test_unary_integer_inputs_follow_numpy():
+    a = np.array([[-3, 0, 4]], dtype=np.int64)
+    assert fg.abs(fg.tensor(a)).dtype == fg.int64
+    np.testing.assert_array_equal(fg.relu(fg.tensor(a)).numpy(), [[0, 0, 4]])
+    out = fg.exp(fg.tensor(a))
+    assert out.dtype == fg.float64  # NumPy: exp of int64 is float64
+    fg.testing.assert_close(out, np.exp(a))
+
+
+def test_unary_on_bool_raises():
+    with pytest.raises(fg.DTypeError, match="neg: not defined for bool"):
+        fg.neg(fg.tensor([True, False]))
+
+
+BINARY = {
+    "add": (fg.add, np.add), "sub": (fg.sub, np.subtract), "mul": (fg.mul, np.multiply),
+    "div": (fg.div, np.divide), "pow": (fg.pow, np.power), "maximum": (fg.maximum, np.maximum),
+    "minimum": (fg.minimum, np.minimum),
+}
+COMPARE = {
+    "eq": (fg.eq, np.equal), "ne": (fg.ne, np.not_equal), "lt": (fg.lt, np.less),
+    "le": (fg.le, np.less_equal), "gt": (fg.gt, np.greater), "ge": (fg.ge, np.greater_equal),
+}
+BROADCAST_PAIRS = [((45, 65), (45, 65)), ((4, 1, 3), (5, 1)), ((1,), (3, 4)), ((), (2, 3)),
+                   ((0, 3), (1, 3)), ((2, 1), (2, 0))]
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+def test_binary_forward_broadcast(rng, name, shapes):
+    fn, ref = BINARY[name]
+    lo = 0.5 if name == "pow" else -2
+    a, b = make(rng, shapes[0], low=lo), make(rng, shapes[1], low=lo)
+    fg.testing.assert_close(fn(fg.tensor(a, dtype=fg.float64), fg.tensor(b, dtype=fg.float64)), ref(a, b), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(COMPARE))
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+def test_comparisons(rng, name, shapes):
+    fn, ref = COMPARE[name]
+    a = make(rng, shapes[0], np.int64, -2, 2)
+    b = make(rng, shapes[1], np.int64, -2, 2)
+    out = fn(fg.tensor(a), fg.tensor(b))
+    assert out.dtype == fg.bool
+    np.testing.assert_array_equal(out.numpy(), ref(a, b))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_non_contiguous_and_scalar(rng, name):
+    fn, ref = BINARY[name]
+    a, b = make(rng, (5, 6), low=0.5), make(rng, (5, 6), low=0.5)
+    fg.testing.assert_close(fn(non_contiguous(a), non_contiguous(b)), ref(a, b), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(non_contiguous(a), 1.5), ref(a, 1.5), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(1.5, non_contiguous(b)), ref(1.5, b), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_gradcheck_with_broadcasting(rng, name):
+    fn, _ = BINARY[name]
+    a, b = make(rng, (3, 1, 4), low=0.5), make(rng, (2, 1), low=0.5)
+    if name in ("maximum", "minimum"):
+        b = b + 0.01  # avoid exact ties
+    gradcheck(fn, a, b)
+
+
+def test_maximum_splits_gradient_on_ties():
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    b = fg.tensor([1.0, 3.0], requires_grad=True)
+    fg.maximum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.5, 0.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [0.5, 1.0])
+
+
+def test_operators_and_reflected_scalars(rng):
+    a = make(rng, (3, 4))
+    t = fg.tensor(a, dtype=fg.float64)
+    fg.testing.assert_close(-t + 2 * t - t / 3 + t ** 2 - 1.5, -a + 2 * a - a / 3 + a ** 2 - 1.5)
+    fg.testing.assert_close(2 - t, 2 - a)
+    fg.testing.assert_close(2 / (t + 5), 2 / (a + 5))
+    fg.testing.assert_close(abs(t), np.abs(a))
+    np.testing.assert_array_equal((t > 0).numpy(), a > 0)
+    fg.testing.assert_close(t + np.ones(4), a + 1)
+
+
+@pytest.mark.parametrize("da,db", [(np.int32, np.float32), (np.int64, np.float32), (np.int32, np.int64),
+                                   (np.bool_, np.int32), (np.float32, np.float64), (np.bool_, np.float32),
+                                   (np.float16, np.float32), (np.int32, np.float16)])
+def test_promotion_matches_numpy(da, db):
+    a, b = np.ones(3, dtype=da), np.ones(3, dtype=db)
+    out = fg.add(fg.tensor(a), fg.tensor(b)) if not (da == np.bool_ and db == np.bool_) else None
+    assert np.dtype(out.numpy().dtype) == np.result_type(a, b)
+
+
+def test_weak_python_scalars_follow_numpy():
+    f32 = fg.ones(2)
+    i32 = fg.ones(2, dtype=fg.int32)
+    assert (f32 + 2.5).dtype == fg.float32
+    assert (i32 + 2).dtype == fg.int32
+    assert (i32 + 2.5).dtype == fg.float64
+    assert (i32 / i32).dtype == fg.float64
+    assert fg.promote_types(fg.int32, fg.float32) == fg.float64
+
+
+def test_integer_arithmetic():
+    a = np.array([7, -7, 3], dtype=np.int64)
+    b = np.array([2, 2, 3], dtype=np.int64)
+    np.testing.assert_array_equal((fg.tensor(a) ** fg.tensor(b)).numpy(), a ** b)
+    np.testing.assert_array_equal((fg.tensor(a) * 3 - 1).numpy(), a * 3 - 1)
+
+
+def test_where_and_masked_fill(rng):
+    c = make(rng, (4, 1), np.bool_)
+    a, b = make(rng, (4, 5)), make(rng, (5,))
+    fg.testing.assert_close(fg.where(fg.tensor(c), fg.tensor(a, dtype=fg.float64), fg.tensor(b, dtype=fg.float64)),
+                            np.where(c, a, b))
+    fg.testing.assert_close(fg.where(fg.tensor(c), fg.tensor(a, dtype=fg.float64), 0.0), np.where(c, a, 0.0))
+    cond = fg.tensor(make(rng, (3, 4), np.bool_))
+    gradcheck(lambda x, y: fg.where(cond, x, y), make(rng, (3, 4)), make(rng, (4,)))
+    with pytest.raises(fg.DTypeError, match="where: condition must be bool"):
+        fg.where(fg.ones(2), fg.ones(2), fg.ones(2))
+
+
+def test_cast_round_trips_and_gradient(rng):
+    a = make(rng, (3, 4))
+    t = fg.tensor(a, dtype=fg.float64)
+    for dt in (fg.float32, fg.float16, fg.bfloat16, fg.int32, fg.int64, fg.bool):
+        back = t.to(dt).double()
+        assert t.to(dt).dtype == dt
+        tol = {fg.float16: 1e-3, fg.bfloat16: 8e-3}.get(dt, 1e-7)
+        if dt in (fg.int32, fg.int64):
+            np.testing.assert_array_equal(back.numpy(), np.trunc(a))
+        elif dt == fg.bool:
+            np.testing.assert_array_equal(back.numpy(), (a != 0).astype(np.float64))
+        else:
+            fg.testing.assert_close(back, a, rtol=tol, atol=tol)
+    x = fg.tensor(a, dtype=fg.float64, requires_grad=True)
+    (x.float().double() * 2).sum().backward()
+    assert x.grad.dtype == fg.float64  # the gradient comes back in the input's dtype
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 4), 2.0))
+
+
+def test_half_tensors_compute_through_float32(rng):
+    a = make(rng, (5, 7), np.float32)
+    for dt in (fg.float16, fg.bfloat16):
+        t = fg.tensor(a).to(dt)
+        out = (t * 2 + 1).exp()
+        assert out.dtype == dt
+        fg.testing.assert_close(out.float(), np.exp(t.float().numpy() * 2 + 1), rtol=2e-2, atol=1e-3)
+
+
+def test_float_to_int_cast_saturates_instead_of_undefined():
+    t = fg.tensor([np.nan, np.inf, -np.inf, 3.7], dtype=fg.float64).to(fg.int32)
+    np.testing.assert_array_equal(t.numpy(), [0, 2**31 - 1, -2**31, 3])
+
+
+def test_broadcast_error_names_op_and_shapes():
+    with pytest.raises(fg.ShapeError, match=r"add: shapes \(2, 3\) and \(4,\) cannot be broadcast"):
+        fg.ones(2, 3) + fg.ones(4)
+
+
+def test_bool_arithmetic_raises():
+    with pytest.raises(fg.DTypeError, match="sub: arithmetic on two bool tensors"):
+        fg.tensor([True]) - fg.tensor([False])
+
+
+def test_gelu_rejects_unknown_approximation():
+    with pytest.raises(fg.InvalidArgumentError, match="approximate must be 'none' or 'tanh'"):
+        fg.gelu(fg.ones(2), approximate="fast")

@@ -1,0 +1,112 @@
+"""Reductions over any dims: forward vs NumPy, layouts, empty dims, gradchecks, errors."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+from conftest import gradcheck, make, non_contiguous
+
+DIMS = [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)]
+
+
+def np_logsumexp(a, axis=None, keepdims=False):
+    m = np.max(a, axis=axis, keepdims=True)
+    out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
+
+REDUCE = {
+    "sum": (fg.sum, np.sum), "mean": (fg.mean, np.mean), "max": (fg.max, np.max),
+    "min": (fg.min, np.min), "logsumexp": (fg.logsumexp, np_logsumexp),
+    "var": (fg.var, lambda a, axis=None, keepdims=False: np.var(a, axis=axis, ddof=1, keepdims=keepdims)),
+    "std": (fg.std, lambda a, axis=None, keepdims=False: np.std(a, axis=axis, ddof=1, keepdims=keepdims)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reduce_forward(rng, name, dim, keepdim):
+    fn, ref = REDUCE[name]
+    a = make(rng, (4, 5, 7))
+    expected = ref(a, axis=dim, keepdims=keepdim)
+    fg.testing.assert_close(fn(fg.tensor(a, dtype=fg.float64), dim=dim, keepdim=keepdim), expected, rtol=1e-10, atol=1e-12)
+    fg.testing.assert_close(fn(non_contiguous(a), dim=dim, keepdim=keepdim), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+def test_reduce_odd_shape_float32(rng, name):
+    fn, ref = REDUCE[name]
+    a = make(rng, (45, 65), np.float32)
+    for dim in (0, 1):
+        fg.testing.assert_close(fn(fg.tensor(a), dim=dim), ref(a.astype(np.float64), axis=dim).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_sum_accumulates_float32_in_double():
+    a = np.full(1_000_003, 0.1, dtype=np.float32)
+    assert abs(fg.sum(fg.tensor(a)).item() - a.astype(np.float64).sum()) < 1e-2
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "logsumexp", "var", "std"])
+@pytest.mark.parametrize("dim", [None, 1, (0, 2)])
+def test_reduce_gradcheck(rng, name, dim):
+    fn, _ = REDUCE[name]
+    a = make(rng, (3, 4, 2))
+    gradcheck(lambda x: fn(x, dim=dim, keepdim=dim == 1), a)
+
+
+def test_max_gradient_splits_ties():
+    x = fg.tensor([[1.0, 3.0, 3.0]], requires_grad=True)
+    fg.max(x, dim=1).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0.0, 0.5, 0.5]])
+
+
+def test_argmax_argmin(rng):
+    a = make(rng, (6, 9))
+    t = fg.tensor(a)
+    assert fg.argmax(t).item() == np.argmax(a)
+    np.testing.assert_array_equal(fg.argmax(t, dim=1).numpy(), np.argmax(a, axis=1))
+    np.testing.assert_array_equal(fg.argmin(non_contiguous(a), dim=0).numpy(), np.argmin(a, axis=0))
+    assert fg.argmax(t, dim=0, keepdim=True).shape == (1, 9)
+    assert fg.argmax(t, keepdim=True).shape == (1, 1)
+    assert fg.argmax(t).dtype == fg.int64
+    ties = fg.tensor([1, 5, 5, 0])
+    assert fg.argmax(ties).item() == 1  # the first maximum, like NumPy
+
+
+def test_nan_propagates_like_numpy():
+    a = np.array([1.0, np.nan, 3.0])
+    assert np.isnan(fg.max(fg.tensor(a)).item())
+    assert fg.argmax(fg.tensor(a)).item() == 1
+
+
+def test_integer_and_bool_sums_follow_numpy():
+    i = np.arange(12, dtype=np.int32).reshape(3, 4)
+    out = fg.sum(fg.tensor(i), dim=0)
+    assert out.dtype == fg.int64
+    np.testing.assert_array_equal(out.numpy(), i.sum(0))
+    assert fg.sum(fg.tensor([True, True, False])).item() == 2
+    assert fg.mean(fg.tensor(i)).dtype == fg.float64
+    assert fg.max(fg.tensor(i), dim=1).dtype == fg.int32
+
+
+def test_empty_reductions():
+    e = fg.zeros(0, 3)
+    np.testing.assert_array_equal(fg.sum(e, dim=0).numpy(), np.zeros(3))
+    assert fg.sum(e).item() == 0
+    assert fg.sum(e, dim=1).shape == (0,)
+    with pytest.raises(fg.InvalidArgumentError, match="max: cannot reduce over dim 0 of size 0"):
+        fg.max(e, dim=0)
+
+
+def test_zero_dim_tensor_reductions():
+    s = fg.tensor(3.5)
+    assert fg.sum(s).item() == 3.5
+    assert fg.sum(s, dim=0).item() == 3.5
+    assert fg.mean(s, dim=-1, keepdim=True).shape == ()
+
+
+def test_reduce_errors_name_op_and_dim():
+    with pytest.raises(fg.IndexOutOfRangeError, match="sum: dim 3 is out of range for a tensor of 2"):
+        fg.sum(fg.ones(2, 3), dim=3)
+    with pytest.raises(fg.ShapeError, match="mean: dim -1 appears twice"):
+        fg.mean(fg.ones(2, 3), dim=(1, -1))
