@@ -277,6 +277,25 @@ void bind_functional(py::module_& m) {
     return conv2d(x, w, b.value_or(Tensor()), stride, padding);
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
      py::arg("padding") = 0, "2-D convolution (cross-correlation), NCHW.");
+  auto pair_arg = [](const py::object& v) {
+    std::vector<int64_t> k = int_list(v);
+    return k.size() == 1 ? std::pair{k[0], k[0]} : std::pair{k.at(0), k.at(1)};
+  };
+  nn.def("unfold", [pair_arg](const Tensor& x, const py::object& kernel, int64_t padding, int64_t stride) {
+    auto [kh, kw] = pair_arg(kernel);
+    return im2col(x, kh, kw, stride, padding);
+  }, py::arg("input"), py::arg("kernel_size"), py::arg("padding") = 0, py::arg("stride") = 1,
+     "im2col: sliding (kH, kW) patches of (N, C, H, W) as columns (N, C*kH*kW, L).");
+  nn.def("fold", [pair_arg](const Tensor& cols, const py::object& output_size, const py::object& kernel,
+                            int64_t padding, int64_t stride) {
+    auto [kh, kw] = pair_arg(kernel);
+    auto [h, w] = pair_arg(output_size);
+    FG_CHECK(cols.ndim() == 3 && kh * kw > 0 && cols.shape()[1] % (kh * kw) == 0, Shape,
+             "fold: columns ", to_string(cols.shape()), " are not (N, C*", kh, "*", kw, ", L)");
+    Dims image{cols.shape()[0], cols.shape()[1] / (kh * kw), h, w};
+    return col2im(cols, image, kh, kw, stride, padding);
+  }, py::arg("input"), py::arg("output_size"), py::arg("kernel_size"), py::arg("padding") = 0,
+     py::arg("stride") = 1, "col2im: sums columns (N, C*kH*kW, L) back into images (N, C, H, W).");
   nn.def("max_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return max_pool2d(x, k, s.value_or(k)); },
          py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D max pooling.");
   nn.def("avg_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return avg_pool2d(x, k, s.value_or(k)); },

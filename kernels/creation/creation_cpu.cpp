@@ -21,7 +21,7 @@ void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
     for (int64_t i = 0; i < n; ++i)  // the second half counts back from `end`, like NumPy
-      p[i] = static_cast<T>(i < n / 2 ? start + step * static_cast<double>(i)
+      p[i] = static_cast<T>(i < (n + 1) / 2 ? start + step * static_cast<double>(i)
                                       : end - step * static_cast<double>(n - 1 - i));
   });
 }

@@ -199,6 +199,7 @@ def test_where_and_masked_fill(rng):
 
 
 def test_cast_round_trips_and_gradient(rng):
+    """The cast op behind .to(dtype), .float(), .half(), ... and its gradient."""
     a = make(rng, (3, 4))
     t = fg.tensor(a, dtype=fg.float64)
     for dt in (fg.float32, fg.float16, fg.bfloat16, fg.int32, fg.int64, fg.bool):

@@ -15,6 +15,8 @@ namespace {
 thread_local bool t_grad_enabled = true;
 std::atomic<bool> g_anomaly{false};
 std::atomic<uint64_t> g_sequence{0};
+// The node whose backward rule is running on this thread: ops it calls are reported as its backward.
+thread_local const char* t_backward_of = nullptr;
 
 AutogradMeta& meta(const Tensor& t) {
   auto& m = t.impl()->autograd;
@@ -36,7 +38,7 @@ void check_finite(const Tensor& t, const char* op, const char* phase, size_t ind
   Tensor c = contiguous_raw(converted(t, DType::Float64));
   FG_CHECK(!has_nonfinite_cpu(DType::Float64, c.data_ptr(), c.numel()), Value,
            "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
-           phase[0] == 'f' ? "output " : "gradient of input ", index, ", ", describe(t), ")");
+           phase[0] == 'f' ? "output " : "a gradient, tensor ", index, ", ", describe(t), ")");
 }
 
 Edge edge_to(const Tensor& t) {
@@ -56,7 +58,8 @@ Specs specs_of(const Tensors& ts) {
 // The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it.
 void record(const OpDef& op, const Tensors& in, Tensors& out, const Attrs& attrs) {
   if (g_anomaly.load())
-    for (size_t i = 0; i < out.size(); ++i) check_finite(out[i], op.name, "forward", i);
+    for (size_t i = 0; i < out.size(); ++i)
+      check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
   if (!t_grad_enabled || !op.backward) return;
   bool needed = false;
   for (size_t i = 0; i < in.size(); ++i)
@@ -190,7 +193,16 @@ class Engine {
     for (size_t i = 0; i < node->saved_outputs.size(); ++i)
       outputs.push_back(create_ ? node->attached_output(static_cast<int>(i)) : node->saved_outputs[i]);
     BackwardCtx ctx{node->attrs, node->saved_inputs, outputs, node->input_specs, grads, needs, create_};
-    Tensors input_grads = node->op->backward(ctx);
+    const char* outer = t_backward_of;
+    t_backward_of = node->name();
+    Tensors input_grads;
+    try {
+      input_grads = node->op->backward(ctx);
+    } catch (...) {
+      t_backward_of = outer;
+      throw;
+    }
+    t_backward_of = outer;
     FG_ASSERT(input_grads.size() == node->next.size());
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];

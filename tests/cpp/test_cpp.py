@@ -1,0 +1,16 @@
+"""Runs the GoogleTest binary of C++ internals that the build installs beside the module."""
+import pathlib
+import subprocess
+
+import pytest
+
+import flowgrad
+
+BINARY = pathlib.Path(flowgrad.__file__).parent / "_cpp_tests" / "flowgrad_cpp_tests"
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason="the build found no GoogleTest, so no C++ test binary was built")
+def test_cpp_internals():
+    result = subprocess.run([str(BINARY)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "[  PASSED  ]" in result.stdout

@@ -1,0 +1,40 @@
+"""Every registered op is complete: a shape rule, a CPU kernel, a CUDA kernel or a stated reason
+for lacking one, a backward rule or a stated reason for having none, and a test in tests/ops."""
+import pathlib
+import re
+
+import flowgrad as fg
+
+OPS_TESTS = "\n".join(p.read_text() for p in (pathlib.Path(__file__).parent / "ops").glob("test_*.py"))
+
+
+def test_registry_is_complete():
+    ops = fg._core._op_registry()
+    assert len(ops) > 50
+    problems = []
+    for op in ops:
+        name = op["name"]
+        if not op["has_shape_rule"]:
+            problems.append(f"{name}: no shape rule")
+        if not op["has_cpu_kernel"]:
+            problems.append(f"{name}: no CPU kernel")
+        if op["cuda_missing"] is not None and not op["cuda_missing"].strip():
+            problems.append(f"{name}: no CUDA kernel and no reason")
+        if not op["has_backward"] and not op["not_differentiable"]:
+            problems.append(f"{name}: neither a backward rule nor a not-differentiable mark")
+        if op["has_backward"] and op["not_differentiable"]:
+            problems.append(f"{name}: both a backward rule and a not-differentiable mark")
+        if not re.search(rf"\b{re.escape(name)}\b", OPS_TESTS):
+            problems.append(f"{name}: no test in tests/ops mentions it")
+    assert not problems, "\n".join(problems)
+
+
+def test_registry_names_are_unique_and_flags_consistent():
+    ops = fg._core._op_registry()
+    names = [op["name"] for op in ops]
+    assert len(names) == len(set(names))
+    for op in ops:
+        if op["view"]:
+            assert op["family"] == "movement", op["name"]
+        if op["fusable"]:
+            assert op["family"] in ("unary", "binary", "ternary"), op["name"]
