@@ -9,12 +9,14 @@ namespace fg {
 
 constexpr int kMaxDims = 8;
 
+// Only the first ndim entries of shape/strides are meaningful (the rest stay uninitialised:
+// this is built for every elementwise op call).
 template <int N>
 struct Strided {
   int ndim = 0;
-  int64_t shape[kMaxDims] = {};
-  char* data[N] = {};
-  int64_t strides[N][kMaxDims] = {};  // bytes
+  int64_t shape[kMaxDims];
+  char* data[N];
+  int64_t strides[N][kMaxDims];  // bytes
 
   // Drops size-1 dims and merges neighbours that are contiguous in every operand.
   void coalesce() {

@@ -73,6 +73,16 @@ TEST(CpuAllocator, ReusesFreedBlocksAndCountsBytes) {
   void* q = alloc.allocate(1000, &again);
   EXPECT_EQ(q, p);  // served from the cache
   alloc.release(q, again);
+  for (size_t bytes : {size_t{1}, size_t{70}, size_t{1025}, size_t{3000}, size_t{1} << 20, (size_t{1} << 20) + 1}) {
+    size_t first = 0, second = 0;
+    void* a = alloc.allocate(bytes, &first);
+    EXPECT_GE(first, bytes);
+    EXPECT_LE(first, bytes + bytes / 4 + 64);  // at most 25% (or one 64-byte unit) of waste
+    alloc.release(a, first);
+    void* b = alloc.allocate(bytes, &second);  // every size class reuses its own freed block
+    EXPECT_EQ(a, b) << bytes;
+    alloc.release(b, second);
+  }
 }
 
 }  // namespace

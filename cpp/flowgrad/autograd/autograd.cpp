@@ -48,15 +48,15 @@ Edge edge_to(const Tensor& t) {
   return Edge{nullptr, 0, t.impl_ptr()};
 }
 
-Specs specs_of(const Tensors& ts) {
-  Specs s;
+SpecList specs_of(TensorList ts) {
+  SpecList s;
   s.reserve(ts.size());
   for (const Tensor& t : ts) s.push_back({t.shape(), t.dtype()});
   return s;
 }
 
 // The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it.
-void record(const OpDef& op, const Tensors& in, Tensors& out, const Attrs& attrs) {
+void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   if (g_anomaly.load())
     for (size_t i = 0; i < out.size(); ++i)
       check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
@@ -74,7 +74,7 @@ void record(const OpDef& op, const Tensors& in, Tensors& out, const Attrs& attrs
   node->output_specs = specs_of(out);
   for (size_t i = 0; i < in.size(); ++i)
     node->next.push_back((op.nondiff_inputs >> i) & 1u ? Edge{} : edge_to(in[i]));
-  if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs) node->saved_inputs = in;
+  if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs) node->saved_inputs = in.vec();
   if (op.saved == Saved::Outputs || op.saved == Saved::InputsAndOutputs)
     for (const Tensor& t : out) node->saved_outputs.push_back(t.alias());
   for (size_t i = 0; i < out.size(); ++i) {

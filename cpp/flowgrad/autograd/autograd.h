@@ -31,7 +31,7 @@ class Node : public std::enable_shared_from_this<Node> {
   Attrs attrs;
   Tensors saved_inputs;
   Tensors saved_outputs;  // aliases without autograd identity (no reference cycle)
-  Specs input_specs, output_specs;
+  SpecList input_specs, output_specs;
   std::vector<Edge> next;  // one per input
   Device device;
   uint64_t sequence = 0;

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "flowgrad/core/env.h"
@@ -13,21 +12,30 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// Four classes per power of two: waste is at most 25%.
-size_t size_class(size_t bytes) {
-  if (bytes <= kAlignment) return kAlignment;
-  size_t pow2 = kAlignment;
-  while (pow2 * 2 < bytes) pow2 *= 2;
-  for (size_t quarter = 1; quarter <= 4; ++quarter) {
-    size_t candidate = pow2 + pow2 / 4 * quarter;
-    if (candidate >= bytes) return (candidate + kAlignment - 1) / kAlignment * kAlignment;
+constexpr int kSmallClasses = 16;  // 64, 128, ..., 1024 bytes
+constexpr int kClasses = kSmallClasses + 4 * 64;
+
+struct SizeClass {
+  size_t bytes;
+  int index;  // into State::free_blocks; the same for a size and for its class's size
+};
+
+// Multiples of 64 bytes up to 1 KiB, then four classes per power of two (waste <= 25%).
+SizeClass size_class(size_t bytes) {
+  if (bytes <= 1024) {
+    size_t units = bytes <= kAlignment ? 1 : (bytes + kAlignment - 1) / kAlignment;
+    return {units * kAlignment, static_cast<int>(units) - 1};
   }
-  return pow2 * 2;
+  size_t pow2 = 1024;
+  int octave = 0;
+  while (pow2 * 2 < bytes) pow2 *= 2, ++octave;
+  int quarter = static_cast<int>((bytes - pow2 + pow2 / 4 - 1) / (pow2 / 4));  // 1..4
+  return {pow2 + pow2 / 4 * quarter, kSmallClasses + octave * 4 + quarter - 1};
 }
 
 struct State {
   std::mutex mutex;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  std::vector<void*> free_blocks[kClasses];
   AllocatorStats stats;
 };
 
@@ -37,9 +45,10 @@ State& state() {
 }
 
 void free_cached_locked(State& s) {
-  for (auto& [size, blocks] : s.free_blocks)
+  for (auto& blocks : s.free_blocks) {
     for (void* p : blocks) std::free(p);
-  s.free_blocks.clear();
+    blocks.clear();
+  }
   s.stats.cached = 0;
 }
 
@@ -52,13 +61,13 @@ CpuAllocator& CpuAllocator::get() {
 
 void* CpuAllocator::allocate(size_t bytes, size_t* granted) {
   State& s = state();
-  size_t size = size_class(bytes);
+  auto [size, index] = size_class(bytes);
   std::lock_guard<std::mutex> lock(s.mutex);
-  auto it = s.free_blocks.find(size);
+  std::vector<void*>& cached = s.free_blocks[index];
   void* ptr = nullptr;
-  if (it != s.free_blocks.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
+  if (!cached.empty()) {
+    ptr = cached.back();
+    cached.pop_back();
     s.stats.cached -= static_cast<int64_t>(size);
   } else {
     ptr = std::aligned_alloc(kAlignment, size);
@@ -84,7 +93,7 @@ void CpuAllocator::release(void* ptr, size_t granted) {
     std::free(ptr);
     return;
   }
-  s.free_blocks[granted].push_back(ptr);
+  s.free_blocks[size_class(granted).index].push_back(ptr);
   s.stats.cached += static_cast<int64_t>(granted);
 }
 

@@ -67,7 +67,7 @@ class Dims {
   }
 
  private:
-  std::array<int64_t, kMaxRank> values_{};
+  std::array<int64_t, kMaxRank> values_;  // entries past rank_ are never read
   int rank_ = 0;
 };
 

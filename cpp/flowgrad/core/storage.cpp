@@ -14,7 +14,7 @@ DeviceAllocatorHooks& cuda_hooks() {
 void set_cuda_allocator(DeviceAllocatorHooks hooks) { cuda_hooks() = hooks; }
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Key{});
   s->bytes_ = bytes;
   s->device_ = device;
   if (device.is_cpu()) {
@@ -29,7 +29,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
                                        std::function<void()> release) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Key{});
   s->data_ = data;
   s->bytes_ = bytes;
   s->device_ = device;

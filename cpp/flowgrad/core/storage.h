@@ -16,6 +16,12 @@ class Storage {
   // tensor using it goes away.
   static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device,
                                        std::function<void()> release);
+  struct Key {  // lets make_shared build a Storage (one allocation) while others cannot
+   private:
+    Key() = default;
+    friend class Storage;
+  };
+  explicit Storage(Key) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -25,7 +31,6 @@ class Storage {
   Device device() const { return device_; }
 
  private:
-  Storage() = default;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t granted_ = 0;  // size class handed out by the allocator; 0 for wrapped memory

@@ -10,39 +10,39 @@
 namespace fg {
 namespace {
 
-Specs full_shape(const Tensors&, const Attrs& attrs) {
+Specs full_shape(TensorList, const Attrs& attrs) {
   checked_numel(attrs.dims("shape"));
   return {{attrs.dims("shape"), attrs.get<DType>("dtype")}};
 }
-void full_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+void full_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
 }
 const OpDef k_full{.name = "full", .family = Family::Creation, .flags = kHalfNative,
                    .shape_rule = full_shape, .cpu = full_kernel, .not_differentiable = "creation op"};
 
-Specs arange_shape(const Tensors&, const Attrs& attrs) {
+Specs arange_shape(TensorList, const Attrs& attrs) {
   return {{Dims{attrs.i("n")}, attrs.get<DType>("dtype")}};
 }
-void arange_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+void arange_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   arange_cpu(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_arange{.name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
                      .cpu = arange_kernel, .not_differentiable = "creation op"};
 
-void linspace_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+void linspace_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   linspace_cpu(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_linspace{.name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
                        .cpu = linspace_kernel, .not_differentiable = "creation op"};
 
-void eye_kernel(const Tensors&, const Tensors& out, const Attrs&) {
+void eye_kernel(TensorList, const Tensors& out, const Attrs&) {
   eye_cpu(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
 }
 const OpDef k_eye{.name = "eye", .family = Family::Creation, .flags = kHalfNative,
                   .shape_rule = full_shape, .cpu = eye_kernel, .not_differentiable = "creation op"};
 
 template <RandomKind Kind>
-Specs random_shape(const Tensors& in, const Attrs& attrs) {
+Specs random_shape(TensorList in, const Attrs& attrs) {
   DType dt = attrs.get<DType>("dtype");
   if (Kind == RandomKind::Integer) {
     FG_CHECK(dt != DType::Bool, DType, "randint: dtype must not be bool");
@@ -55,7 +55,7 @@ Specs random_shape(const Tensors& in, const Attrs& attrs) {
   return full_shape(in, attrs);
 }
 template <RandomKind Kind>
-void random_kernel(const Tensors&, const Tensors& out, const Attrs& attrs) {
+void random_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   bool integer = Kind == RandomKind::Integer;
   random_cpu(Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
              static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,

@@ -17,7 +17,7 @@ bool float_only(UnaryFn fn) { return fn >= UnaryFn::Exp && fn != UnaryFn::Clamp;
 const char* unary_name(UnaryFn fn);
 
 template <UnaryFn Fn>
-Specs unary_shape(const Tensors& in, const Attrs&) {
+Specs unary_shape(TensorList in, const Attrs&) {
   DType dt = in[0].dtype();
   FG_CHECK(dt != DType::Bool, DType, unary_name(Fn), ": not defined for bool tensors (got ",
            describe(in[0]), "); cast with .int() or .float() first");
@@ -25,7 +25,7 @@ Specs unary_shape(const Tensors& in, const Attrs&) {
 }
 
 template <UnaryFn Fn>
-void unary_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void unary_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = converted(in[0], out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
@@ -144,14 +144,14 @@ DType compute_dtype(BinaryFn fn, const Tensor& a, const Tensor& b) {
 }
 
 template <BinaryFn Fn>
-Specs binary_shape(const Tensors& in, const Attrs&) {
+Specs binary_shape(TensorList in, const Attrs&) {
   Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), binary_name(Fn));
   DType dt = compute_dtype(Fn, in[0], in[1]);
   return {{shape, is_comparison(Fn) ? DType::Bool : dt}};
 }
 
 template <BinaryFn Fn>
-void binary_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+void binary_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);
   binary_cpu(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
@@ -221,14 +221,14 @@ FG_COMPARE(ge, Ge)
 
 // ---- where, cast ----
 
-Specs where_shape(const Tensors& in, const Attrs&) {
+Specs where_shape(TensorList in, const Attrs&) {
   FG_CHECK(in[0].dtype() == DType::Bool, DType, "where: condition must be bool, got ",
            describe(in[0]));
   Dims shape = broadcast_shapes(broadcast_shapes(in[0].shape(), in[1].shape(), "where"),
                                 in[2].shape(), "where");
   return {{shape, promote(in[1].dtype(), in[2].dtype())}};
 }
-void where_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+void where_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
   Tensor a = converted(in[1], dt), b = converted(in[2], dt);
   where_cpu(dt, strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
@@ -243,10 +243,10 @@ const OpDef k_where{.name = "where", .family = Family::Ternary, .flags = kFusabl
                     .shape_rule = where_shape, .cpu = where_kernel, .backward = where_backward,
                     .saved = Saved::Inputs, .nondiff_inputs = 1u};
 
-Specs cast_shape(const Tensors& in, const Attrs& attrs) {
+Specs cast_shape(TensorList in, const Attrs& attrs) {
   return {{in[0].shape(), attrs.get<DType>("dtype")}};
 }
-void cast_kernel(const Tensors& in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
+void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
 const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | kHalfNative,
                    .shape_rule = cast_shape, .cpu = cast_kernel, .backward = cast_backward};

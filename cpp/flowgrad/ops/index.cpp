@@ -19,12 +19,12 @@ void check_index_layout(const Tensor& x, const Tensor& index, int dim, const cha
            dtype_name(index.dtype()));
 }
 
-Specs gather_shape(const Tensors& in, const Attrs& attrs) {
+Specs gather_shape(TensorList in, const Attrs& attrs) {
   int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), "gather");
   check_index_layout(in[0], in[1], dim, "gather");
   return {{in[1].shape(), in[0].dtype()}};
 }
-void gather_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void gather_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather");
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
@@ -42,7 +42,7 @@ const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNa
                      .shape_rule = gather_shape, .cpu = gather_kernel, .backward = gather_backward,
                      .saved = Saved::Inputs, .nondiff_inputs = 2u};
 
-Specs scatter_add_shape(const Tensors& in, const Attrs& attrs) {
+Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
   const Tensor &x = in[0], &index = in[1], &src = in[2];
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "scatter_add");
   check_index_layout(x, index, dim, "scatter_add");
@@ -50,7 +50,7 @@ Specs scatter_add_shape(const Tensors& in, const Attrs& attrs) {
            " must have the index's shape ", to_string(index.shape()));
   return {{x.shape(), promote(x.dtype(), src.dtype())}};
 }
-void scatter_add_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   copy_into(y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add");
@@ -70,7 +70,7 @@ const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
                           .nondiff_inputs = 2u};
 
-Specs index_select_shape(const Tensors& in, const Attrs& attrs) {
+Specs index_select_shape(TensorList in, const Attrs& attrs) {
   const Tensor &x = in[0], &index = in[1];
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
   FG_CHECK(index.ndim() == 1, Shape, "index_select: index must be 1-D, got shape ",
@@ -82,7 +82,7 @@ Specs index_select_shape(const Tensors& in, const Attrs& attrs) {
   shape[dim] = index.shape()[0];
   return {{shape, x.dtype()}};
 }
-void index_select_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
   Tensor idx = checked_index(in[1], x.shape()[dim], "index_select", dim);
@@ -103,7 +103,7 @@ const OpDef k_index_select{.name = "index_select", .family = Family::Index, .fla
                            .backward = index_select_backward, .saved = Saved::Inputs,
                            .nondiff_inputs = 2u};
 
-Specs one_hot_shape(const Tensors& in, const Attrs& attrs) {
+Specs one_hot_shape(TensorList in, const Attrs& attrs) {
   FG_CHECK(is_integral(in[0].dtype()), DType, "one_hot: index must be int32 or int64, got ",
            dtype_name(in[0].dtype()));
   FG_CHECK(attrs.i("num_classes") > 0, Value, "one_hot: num_classes must be positive, got ",
@@ -112,7 +112,7 @@ Specs one_hot_shape(const Tensors& in, const Attrs& attrs) {
   shape.push_back(attrs.i("num_classes"));
   return {{shape, DType::Int64}};
 }
-void one_hot_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t classes = attrs.i("num_classes");
   Tensor idx = checked_index(in[0], classes, "one_hot", in[0].ndim());
   int64_t* y = out[0].data<int64_t>();
@@ -124,7 +124,7 @@ const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = 
                       .cpu = one_hot_kernel, .not_differentiable = "returns integers"};
 
 // sort and topk share a kernel: topk keeps the first k of a sort.
-Specs sort_shape(const Tensors& in, const Attrs& attrs) {
+Specs sort_shape(TensorList in, const Attrs& attrs) {
   const Tensor& x = in[0];
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
   FG_CHECK(x.dtype() != DType::Bool, DType, "sort: not defined for bool tensors");
@@ -137,7 +137,7 @@ Specs sort_shape(const Tensors& in, const Attrs& attrs) {
   }
   return {{shape, x.dtype()}, {shape, DType::Int64}};
 }
-void sort_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
@@ -154,13 +154,13 @@ Tensors sort_backward(const BackwardCtx& c) {
 const OpDef k_sort{.name = "sort", .family = Family::Index, .shape_rule = sort_shape,
                    .cpu = sort_kernel, .backward = sort_backward, .saved = Saved::Outputs};
 
-Specs nonzero_shape(const Tensors& in, const Attrs&) {
+Specs nonzero_shape(TensorList in, const Attrs&) {
   const Tensor& m = in[0];
   FG_CHECK(m.dtype() == DType::Bool, DType, "nonzero: expected a bool mask, got ", describe(m));
   Tensor c = contiguous_raw(m);
   return {{Dims{count_true_cpu(c.data<bool>(), c.numel()), int64_t{m.ndim()}}, DType::Int64}};
 }
-void nonzero_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
   Tensor c = contiguous_raw(in[0]);
   nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
 }

@@ -6,7 +6,7 @@
 namespace fg {
 namespace {
 
-Specs matmul_shape(const Tensors& in, const Attrs&) {
+Specs matmul_shape(TensorList in, const Attrs&) {
   const Tensor &a = in[0], &b = in[1];
   DType dt = promote(a.dtype(), b.dtype());
   FG_CHECK(dt != DType::Bool, DType, "matmul: not defined for bool tensors (got ", describe(a),
@@ -41,7 +41,7 @@ bool blas_layout(const Tensor& t, bool* trans, int64_t* ld) {
   return false;
 }
 
-void matmul_kernel(const Tensors& in, const Tensors& out, const Attrs&) {
+void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);

@@ -11,12 +11,12 @@ void check_float(const Tensor& x, const char* op) {
 }
 
 // ---- softmax / log_softmax over one dim ----
-Specs softmax_shape(const Tensors& in, const Attrs& attrs) {
+Specs softmax_shape(TensorList in, const Attrs& attrs) {
   check_float(in[0], attrs.b("log") ? "log_softmax" : "softmax");
   wrap_dim(attrs.i("dim"), in[0].ndim(), attrs.b("log") ? "log_softmax" : "softmax");
   return {{in[0].shape(), in[0].dtype()}};
 }
-void softmax_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax");
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
@@ -35,7 +35,7 @@ const OpDef k_softmax{.name = "softmax", .family = Family::NN, .shape_rule = sof
 // ---- layer_norm / rms_norm over the trailing `normalized_ndim` dims ----
 // Inputs: x, then weight if has_weight, then bias if has_bias. Outputs: y and per-row
 // statistics (mean and rstd for layer_norm, rstd for rms_norm) shaped to broadcast against x.
-Specs norm_shape(const Tensors& in, const Attrs& attrs, bool rms) {
+Specs norm_shape(TensorList in, const Attrs& attrs, bool rms) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   const Tensor& x = in[0];
   check_float(x, op);
@@ -54,14 +54,14 @@ Specs norm_shape(const Tensors& in, const Attrs& attrs, bool rms) {
   if (!rms) specs.push_back({stats, x.dtype()});
   return specs;
 }
-Specs layer_norm_shape(const Tensors& in, const Attrs& attrs) { return norm_shape(in, attrs, false); }
-Specs rms_norm_shape(const Tensors& in, const Attrs& attrs) { return norm_shape(in, attrs, true); }
+Specs layer_norm_shape(TensorList in, const Attrs& attrs) { return norm_shape(in, attrs, false); }
+Specs rms_norm_shape(TensorList in, const Attrs& attrs) { return norm_shape(in, attrs, true); }
 
 struct NormArgs {
   Tensor x, weight, bias;
   int64_t rows, cols;
 };
-NormArgs norm_args(const Tensors& in, const Attrs& attrs, DType dt) {
+NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt) {
   NormArgs a;
   a.x = contiguous_raw(in[0]);
   size_t next = 1;
@@ -73,12 +73,12 @@ NormArgs norm_args(const Tensors& in, const Attrs& attrs, DType dt) {
 }
 const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-void layer_norm_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void layer_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
   layer_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
                  a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
-void rms_norm_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void rms_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
   rms_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
                out[0].data_ptr(), out[1].data_ptr());
@@ -143,13 +143,13 @@ void check_geometry(const Dims& image, const Attrs& attrs, const char* op) {
            Shape, op, ": kernel ", attrs.i("kh"), "x", attrs.i("kw"), " is larger than the padded input ",
            to_string(image));
 }
-Specs im2col_shape(const Tensors& in, const Attrs& attrs) {
+Specs im2col_shape(TensorList in, const Attrs& attrs) {
   check_geometry(in[0].shape(), attrs, "im2col");
   check_float(in[0], "im2col");
   Conv2dGeometry g = geometry(in[0].shape(), attrs);
   return {{Dims{g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, in[0].dtype()}};
 }
-void im2col_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void im2col_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   im2col_cpu(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
 }
@@ -160,7 +160,7 @@ Tensors im2col_backward(const BackwardCtx& c) {
 const OpDef k_im2col{.name = "im2col", .family = Family::NN, .shape_rule = im2col_shape,
                      .cpu = im2col_kernel, .backward = im2col_backward};
 
-Specs col2im_shape(const Tensors& in, const Attrs& attrs) {
+Specs col2im_shape(TensorList in, const Attrs& attrs) {
   const Dims& image = attrs.dims("image_shape");
   check_geometry(image, attrs, "col2im");
   check_float(in[0], "col2im");
@@ -170,7 +170,7 @@ Specs col2im_shape(const Tensors& in, const Attrs& attrs) {
            " do not match image ", to_string(image), " (expected ", to_string(expected), ")");
   return {{image, in[0].dtype()}};
 }
-void col2im_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void col2im_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor cols = contiguous_raw(in[0]);
   col2im_cpu(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
 }

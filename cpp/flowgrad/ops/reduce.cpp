@@ -46,7 +46,7 @@ DType reduce_dtype(ReduceFn fn, DType in) {
 }
 
 template <ReduceFn Fn>
-Specs reduce_shape(const Tensors& in, const Attrs& attrs) {
+Specs reduce_shape(TensorList in, const Attrs& attrs) {
   const Tensor& x = in[0];
   Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
   bool needs_values = Fn == ReduceFn::Max || Fn == ReduceFn::Min || Fn == ReduceFn::ArgMax ||
@@ -65,7 +65,7 @@ Specs reduce_shape(const Tensors& in, const Attrs& attrs) {
 }
 
 template <ReduceFn Fn>
-void reduce_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = in[0];
   Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
   double correction = Fn == ReduceFn::Var ? attrs.f("correction") : 0.0;

@@ -9,7 +9,7 @@ namespace {
 
 DispatchHook g_hook = nullptr;
 
-Device op_device(const OpDef& op, const Tensors& in, const Attrs& attrs) {
+Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
   Device device = in[0].device();
   for (size_t i = 1; i < in.size(); ++i)
@@ -26,7 +26,7 @@ Tensors allocate(const Specs& specs, Device device) {
   return out;
 }
 
-bool any_half(const Tensors& in, const Specs& specs) {
+bool any_half(TensorList in, const Specs& specs) {
   for (const Tensor& t : in)
     if (is_half(t.dtype())) return true;
   for (const TensorSpec& s : specs)
@@ -35,7 +35,7 @@ bool any_half(const Tensors& in, const Specs& specs) {
 }
 
 // CPU kernels compute float16/bfloat16 through float32: widen, run, narrow.
-Tensors run_cpu(const OpDef& op, const Tensors& in, const Specs& specs, const Attrs& attrs) {
+Tensors run_cpu(const OpDef& op, TensorList in, const Specs& specs, const Attrs& attrs) {
   if ((op.flags & kHalfNative) || !any_half(in, specs)) {
     Tensors out = allocate(specs, cpu_device());
     op.cpu(in, out, attrs);
@@ -105,7 +105,7 @@ const OpDef& find_op(const std::string& name) {
 
 void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
 
-Tensors run_op(const OpDef& op, const Tensors& in, const Attrs& attrs) {
+Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
   Specs specs = op.shape_rule(in, attrs);
   Tensors out;

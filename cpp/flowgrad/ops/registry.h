@@ -2,6 +2,7 @@
 // and its flags. run_op is the single entry point that eager autograd and (later) the tracer of
 // compiled plans observe, so there is one implementation of each op and of its gradient.
 #pragma once
+#include <array>
 #include <string>
 #include <utility>
 #include <variant>
@@ -39,7 +40,54 @@ struct TensorSpec {
   Dims shape;
   DType dtype;
 };
-using Specs = std::vector<TensorSpec>;
+
+// A fixed-capacity vector stored inline: output specs are built for every op call, and no op
+// has more than kMaxOutputs outputs.
+template <class T, size_t N>
+class InlineVec {
+ public:
+  InlineVec() = default;
+  InlineVec(std::initializer_list<T> items) {
+    for (const T& item : items) push_back(item);
+  }
+  void push_back(const T& item) {
+    FG_ASSERT(size_ < N);
+    items_[size_++] = item;
+  }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return items_[i]; }
+  const T& operator[](size_t i) const { return items_[i]; }
+  T* begin() { return items_.data(); }
+  T* end() { return items_.data() + size_; }
+  const T* begin() const { return items_.data(); }
+  const T* end() const { return items_.data() + size_; }
+
+ private:
+  std::array<T, N> items_;
+  size_t size_ = 0;
+};
+
+constexpr size_t kMaxOutputs = 4;
+using Specs = InlineVec<TensorSpec, kMaxOutputs>;  // the outputs of one op call
+using SpecList = std::vector<TensorSpec>;         // any number (an op's inputs, e.g. cat)
+
+// A non-owning view of an op's inputs: a braced list ({a, b}, alive until the end of the
+// call's full expression) or a Tensors vector. Only ever a parameter, never stored.
+class TensorList {
+ public:
+  TensorList(std::initializer_list<Tensor> items) : data_(items.begin()), size_(items.size()) {}
+  TensorList(const Tensors& items) : data_(items.data()), size_(items.size()) {}
+  const Tensor& operator[](size_t i) const { return data_[i]; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Tensor* begin() const { return data_; }
+  const Tensor* end() const { return data_ + size_; }
+  Tensors vec() const { return Tensors(begin(), end()); }
+
+ private:
+  const Tensor* data_;
+  size_t size_;
+};
 
 enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN };
 const char* family_name(Family f);
@@ -57,7 +105,7 @@ struct BackwardCtx {
   const Attrs& attrs;
   const Tensors& inputs;        // saved inputs (empty unless the op saves them)
   const Tensors& outputs;       // saved outputs (empty unless the op saves them)
-  const Specs& input_specs;     // always available
+  const SpecList& input_specs;  // always available
   const Tensors& grads;         // one per output; zeros where no gradient flowed
   const std::vector<bool>& needs_grad;  // per input
   bool create_graph;  // the gradient itself will be differentiated
@@ -71,9 +119,9 @@ struct OpDef {
   uint32_t flags = 0;
   // Validates inputs and attributes and returns the output specs. The only place that raises
   // ShapeError/DTypeError for the op.
-  Specs (*shape_rule)(const Tensors& in, const Attrs& attrs) = nullptr;
+  Specs (*shape_rule)(TensorList in, const Attrs& attrs) = nullptr;
   // Writes the preallocated outputs (compute ops).
-  void (*cpu)(const Tensors& in, const Tensors& out, const Attrs& attrs) = nullptr;
+  void (*cpu)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
   // Returns the aliasing output (view ops).
   Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
   // Why the op has no CUDA kernel yet; the CUDA backend replaces this with a kernel.
@@ -90,13 +138,13 @@ const std::vector<const OpDef*>& all_ops();
 const OpDef& find_op(const std::string& name);
 
 // Runs an op: device check, shape rule, kernel, then the dispatch hook (autograd recording).
-Tensors run_op(const OpDef& op, const Tensors& in, const Attrs& attrs = {});
-inline Tensor run_op1(const OpDef& op, const Tensors& in, const Attrs& attrs = {}) {
+Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs = {});
+inline Tensor run_op1(const OpDef& op, TensorList in, const Attrs& attrs = {}) {
   return run_op(op, in, attrs)[0];
 }
 
 // Called after every op with its inputs and outputs; installed by the autograd layer.
-using DispatchHook = void (*)(const OpDef& op, const Tensors& in, Tensors& out,
+using DispatchHook = void (*)(const OpDef& op, TensorList in, Tensors& out,
                               const Attrs& attrs);
 void set_dispatch_hook(DispatchHook hook);
 

@@ -63,7 +63,7 @@ Dims infer_shape(const std::vector<int64_t>& req, int64_t numel, const char* op)
 }
 
 // ---- view ----
-Specs view_shape(const Tensors& in, const Attrs& attrs) {
+Specs view_shape(TensorList in, const Attrs& attrs) {
   const Dims& shape = attrs.dims("shape");
   FG_CHECK(shape.numel() == in[0].numel(), Shape, "view: shape ", to_string(shape),
            " is invalid for a tensor of shape ", to_string(in[0].shape()));
@@ -80,7 +80,7 @@ const OpDef k_view{.name = "view", .family = Family::Movement, .flags = kView,
                    .shape_rule = view_shape, .view = view_alias, .backward = view_backward};
 
 // ---- permute ----
-Specs permute_shape(const Tensors& in, const Attrs& attrs) {
+Specs permute_shape(TensorList in, const Attrs& attrs) {
   const Dims& dims = attrs.dims("dims");
   const Tensor& x = in[0];
   FG_CHECK(dims.size() == x.ndim(), Shape, "permute: ", to_string(dims), " has ", dims.size(),
@@ -110,7 +110,7 @@ const OpDef k_permute{.name = "permute", .family = Family::Movement, .flags = kV
                       .shape_rule = permute_shape, .view = permute_alias, .backward = permute_backward};
 
 // ---- expand ----
-Specs expand_shape(const Tensors& in, const Attrs& attrs) {
+Specs expand_shape(TensorList in, const Attrs& attrs) {
   const Dims& req = attrs.dims("shape");
   const Tensor& x = in[0];
   FG_CHECK(req.size() >= x.ndim(), Shape, "expand: cannot expand ", to_string(x.shape()),
@@ -140,7 +140,7 @@ const OpDef k_expand{.name = "expand", .family = Family::Movement, .flags = kVie
                      .shape_rule = expand_shape, .view = expand_alias, .backward = expand_backward};
 
 // ---- slice: [start:stop:step] along dim, already clamped by the public function ----
-Specs slice_shape(const Tensors& in, const Attrs& attrs) {
+Specs slice_shape(TensorList in, const Attrs& attrs) {
   const Tensor& x = in[0];
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "slice");
   int64_t start = attrs.i("start"), stop = attrs.i("stop"), step = attrs.i("step");
@@ -165,10 +165,10 @@ const OpDef k_slice{.name = "slice", .family = Family::Movement, .flags = kView,
                     .shape_rule = slice_shape, .view = slice_alias, .backward = slice_backward_rule};
 
 // ---- slice_backward: g into zeros of `shape` ----
-Specs slice_backward_shape(const Tensors& in, const Attrs& attrs) {
+Specs slice_backward_shape(TensorList in, const Attrs& attrs) {
   return {{attrs.dims("shape"), in[0].dtype()}};
 }
-void slice_backward_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void slice_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), 0.0);
   TensorSpec spec{in[0].shape(), in[0].dtype()};
   copy_into(slice_alias(out[0], spec, attrs), in[0]);
@@ -181,14 +181,14 @@ const OpDef k_slice_backward{.name = "slice_backward", .family = Family::Copy, .
                              .backward = slice_backward_backward};
 
 // ---- contiguous ----
-Specs same_shape(const Tensors& in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
-void copy_kernel(const Tensors& in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
+Specs same_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
+void copy_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors identity_backward(const BackwardCtx& c) { return {c.grads[0]}; }
 const OpDef k_contiguous{.name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
                          .shape_rule = same_shape, .cpu = copy_kernel, .backward = identity_backward};
 
 // ---- cat ----
-Specs cat_shape(const Tensors& in, const Attrs& attrs) {
+Specs cat_shape(TensorList in, const Attrs& attrs) {
   FG_CHECK(!in.empty(), Value, "cat: expected a non-empty list of tensors");
   const Tensor& first = in[0];
   int dim = wrap_dim(attrs.i("dim"), first.ndim(), "cat");
@@ -208,7 +208,7 @@ Specs cat_shape(const Tensors& in, const Attrs& attrs) {
   }
   return {{shape, dt}};
 }
-void cat_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void cat_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int dim = wrap_dim(attrs.i("dim"), out[0].ndim(), "cat");
   int64_t at = 0;
   for (const Tensor& t : in) {
@@ -231,11 +231,11 @@ const OpDef k_cat{.name = "cat", .family = Family::Copy, .flags = kHalfNative,
                   .shape_rule = cat_shape, .cpu = cat_kernel, .backward = cat_backward};
 
 // ---- flip: a negative-stride alias, copied ----
-Specs flip_shape(const Tensors& in, const Attrs& attrs) {
+Specs flip_shape(TensorList in, const Attrs& attrs) {
   for (int64_t d : attrs.dims("dims")) wrap_dim(d, in[0].ndim(), "flip");
   return same_shape(in, attrs);
 }
-void flip_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& x = in[0];
   Dims strides = x.strides();
   int64_t offset = x.offset();
@@ -253,7 +253,7 @@ const OpDef k_flip{.name = "flip", .family = Family::Copy, .flags = kHalfNative,
                    .shape_rule = flip_shape, .cpu = flip_kernel, .backward = flip_backward};
 
 // ---- pad: (left, right) pairs starting from the last dim, like torch.nn.functional.pad ----
-Specs pad_shape(const Tensors& in, const Attrs& attrs) {
+Specs pad_shape(TensorList in, const Attrs& attrs) {
   const Dims& pads = attrs.dims("pads");
   const Tensor& x = in[0];
   FG_CHECK(pads.size() % 2 == 0 && pads.size() / 2 <= x.ndim(), Shape, "pad: ", to_string(pads),
@@ -272,7 +272,7 @@ Tensor pad_interior(const Tensor& out, const Tensor& x, const Dims& pads) {
   for (int i = 0; i < pads.size() / 2; ++i) offset += pads[2 * i] * out.strides()[x.ndim() - 1 - i];
   return out.alias(x.shape(), out.strides(), offset);
 }
-void pad_kernel(const Tensors& in, const Tensors& out, const Attrs& attrs) {
+void pad_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
   copy_into(pad_interior(out[0], in[0], attrs.dims("pads")), in[0]);
 }

@@ -1,0 +1,63 @@
+"""Shared benchmark helpers: timing, machine description, JSON results."""
+import datetime
+import json
+import os
+import pathlib
+import platform
+import time
+
+import numpy as np
+
+import flowgrad as fg
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def best_time(fn, repeat=5, min_time=0.2):
+    """Best per-call seconds over `repeat` rounds of enough calls to last min_time each."""
+    fn()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time / repeat or calls > 1 << 24:
+            break
+        calls *= 2
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "flowgrad_threads": fg.get_num_threads(), "blas": fg.blas_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def save(name, payload):
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.date.today().isoformat()
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
