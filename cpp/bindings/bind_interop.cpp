@@ -44,6 +44,17 @@ const char* buffer_format(DType dt) {
   }
 }
 
+// Shape and byte strides as the buffer protocol and NumPy want them.
+std::pair<std::vector<py::ssize_t>, std::vector<py::ssize_t>> byte_layout(const Tensor& t) {
+  std::vector<py::ssize_t> shape, strides;
+  int64_t item = static_cast<int64_t>(itemsize(t.dtype()));
+  for (int d = 0; d < t.ndim(); ++d) {
+    shape.push_back(t.shape()[d]);
+    strides.push_back(t.strides()[d] * item);
+  }
+  return {shape, strides};
+}
+
 void require_cpu(const Tensor& t, const char* what) {
   FG_CHECK(t.device().is_cpu(), Device, what, ": the tensor is on ", t.device().str(),
            "; call .cpu() first");
@@ -95,37 +106,31 @@ void fill_dl_tensor(dlpack::DLTensor& dl, ExportContext* ctx) {
   dl.byte_offset = 0;
 }
 
-py::capsule export_dlpack(const Tensor& t, bool versioned) {
+// Wraps the tensor in a managed DLPack struct (legacy or versioned) inside a capsule that frees
+// it unless a consumer renamed the capsule to "used_...".
+template <class Managed>
+py::capsule make_capsule(const Tensor& t, const char* name) {
+  auto* managed = new Managed{};
   auto* ctx = new ExportContext{detach(t), {}, {}};
-  if (versioned) {
-    auto* managed = new dlpack::ManagedTensorVersioned{};
-    managed->version = {1, 0};
-    managed->manager_ctx = ctx;
-    managed->deleter = [](dlpack::ManagedTensorVersioned* self) {
-      delete static_cast<ExportContext*>(self->manager_ctx);
-      delete self;
-    };
-    fill_dl_tensor(managed->dl_tensor, ctx);
-    return py::capsule(managed, "dltensor_versioned", [](PyObject* cap) {
-      if (PyCapsule_IsValid(cap, "dltensor_versioned")) {  // never consumed: we still own it
-        auto* m = static_cast<dlpack::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
-        m->deleter(m);
-      }
-    });
-  }
-  auto* managed = new dlpack::ManagedTensor{};
+  if constexpr (std::is_same_v<Managed, dlpack::ManagedTensorVersioned>) managed->version = {1, 0};
   managed->manager_ctx = ctx;
-  managed->deleter = [](dlpack::ManagedTensor* self) {
+  managed->deleter = [](Managed* self) {
     delete static_cast<ExportContext*>(self->manager_ctx);
     delete self;
   };
   fill_dl_tensor(managed->dl_tensor, ctx);
-  return py::capsule(managed, "dltensor", [](PyObject* cap) {
-    if (PyCapsule_IsValid(cap, "dltensor")) {
-      auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  return py::capsule(managed, name, [](PyObject* cap) {
+    const char* unused = std::is_same_v<Managed, dlpack::ManagedTensorVersioned> ? "dltensor_versioned" : "dltensor";
+    if (PyCapsule_IsValid(cap, unused)) {  // never consumed: we still own it
+      auto* m = static_cast<Managed*>(PyCapsule_GetPointer(cap, unused));
       m->deleter(m);
     }
   });
+}
+
+py::capsule export_dlpack(const Tensor& t, bool versioned) {
+  return versioned ? make_capsule<dlpack::ManagedTensorVersioned>(t, "dltensor_versioned")
+                   : make_capsule<dlpack::ManagedTensor>(t, "dltensor");
 }
 
 Tensor wrap_dl_tensor(const dlpack::DLTensor& dl, std::function<void()> release) {
@@ -206,12 +211,7 @@ Tensor from_numpy(const py::array& array) {
 
 py::array to_numpy(const Tensor& t) {
   require_cpu(t, "numpy");
-  std::vector<py::ssize_t> shape, strides;
-  int64_t item = static_cast<int64_t>(itemsize(t.dtype()));
-  for (int d = 0; d < t.ndim(); ++d) {
-    shape.push_back(t.shape()[d]);
-    strides.push_back(t.strides()[d] * item);
-  }
+  auto [shape, strides] = byte_layout(t);
   auto* keep = new std::shared_ptr<Storage>(t.storage());
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
   return py::array(numpy_dtype(t.dtype()), shape, strides, t.data_ptr(), owner);
@@ -240,13 +240,9 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
 void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
   cls.def_buffer([](const Tensor& t) {
     require_cpu(t, "buffer protocol");
-    std::vector<py::ssize_t> shape, strides;
-    int64_t item = static_cast<int64_t>(itemsize(t.dtype()));
-    for (int d = 0; d < t.ndim(); ++d) {
-      shape.push_back(t.shape()[d]);
-      strides.push_back(t.strides()[d] * item);
-    }
-    return py::buffer_info(t.data_ptr(), item, buffer_format(t.dtype()), t.ndim(), shape, strides);
+    auto [shape, strides] = byte_layout(t);
+    return py::buffer_info(t.data_ptr(), static_cast<py::ssize_t>(itemsize(t.dtype())),
+                           buffer_format(t.dtype()), t.ndim(), shape, strides);
   });
   cls.def("numpy", &to_numpy, "A NumPy array sharing this CPU tensor's memory (no copy).")
       .def("__array__", [](const Tensor& t, const py::object& dtype, const py::object& copy) {

@@ -1,0 +1,1021 @@
+"""
+flowgrad's C++ engine: tensors, ops, autograd.
+"""
+from __future__ import annotations
+import collections.abc
+from flowgrad import CheckpointError
+from flowgrad import DTypeError
+from flowgrad import DeviceError
+from flowgrad import FlowgradError
+from flowgrad import GraphError
+from flowgrad import IndexOutOfRangeError
+from flowgrad import InvalidArgumentError
+from flowgrad import OutOfMemoryError
+from flowgrad import ShapeError
+import numpy
+import typing
+from . import functional
+from . import cuda_runtime
+__all__: list[str] = ['CheckpointError', 'DTypeError', 'DeviceError', 'FlowgradError', 'GraphError', 'IndexOutOfRangeError', 'InvalidArgumentError', 'OutOfMemoryError', 'ShapeError', 'Tensor', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+class dtype:
+    """
+    A tensor element type (fg.float32, fg.int64, ...).
+    
+    Members:
+    
+      bool
+    
+      int32
+    
+      int64
+    
+      float16
+    
+      bfloat16
+    
+      float32
+    
+      float64
+    """
+    __members__: typing.ClassVar[dict[str, dtype]]
+    bfloat16: typing.ClassVar[dtype]
+    bool: typing.ClassVar[dtype]
+    float16: typing.ClassVar[dtype]
+    float32: typing.ClassVar[dtype]
+    float64: typing.ClassVar[dtype]
+    int32: typing.ClassVar[dtype]
+    int64: typing.ClassVar[dtype]
+    @staticmethod
+    def __repr__(d):
+        ...
+    @staticmethod
+    def __str__(d):
+        ...
+    @typing.overload
+    def __eq__(self: numpy.dtype[typing.Any], other: numpy.dtype[typing.Any]) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self: numpy.dtype[typing.Any], other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self: numpy.dtype[typing.Any]) -> int:
+        ...
+    def __init__(self: numpy.dtype[typing.Any], value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self: numpy.dtype[typing.Any]) -> int:
+        ...
+    @typing.overload
+    def __ne__(self: numpy.dtype[typing.Any], other: numpy.dtype[typing.Any]) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self: numpy.dtype[typing.Any], other: typing.Any) -> bool:
+        ...
+    def __setstate__(self: numpy.dtype[typing.Any], state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def is_floating_point(self) -> bool:
+        """
+        True for float16, bfloat16, float32 and float64.
+        """
+    @property
+    def itemsize(self) -> int:
+        """
+        Bytes per element.
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class device:
+    """
+    A device: fg.device('cpu'), fg.device('cuda:0').
+    """
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __init__(self, spec: typing.Any) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def index(self) -> typing.Any:
+        ...
+    @property
+    def type(self) -> str:
+        ...
+class Tensor:
+    """
+    An n-dimensional array on a device, with autograd.
+    """
+    @staticmethod
+    def __repr__(t):
+        ...
+    @staticmethod
+    def __str__(t):
+        ...
+    def __abs__(self) -> Tensor:
+        ...
+    def __add__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __array__(self, dtype: typing.Any = None, copy: typing.Any = None) -> numpy.ndarray:
+        ...
+    def __bool__(self) -> bool:
+        ...
+    def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, dl_device: typing.Any = None, copy: typing.Any = None) -> typing.Any:
+        """
+        Exports the tensor as a DLPack capsule (versioned when max_version >= (1, 0)).
+        """
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """
+        (device_type, device_id) in DLPack's codes.
+        """
+    def __eq__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __float__(self) -> float:
+        ...
+    def __ge__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __getitem__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __gt__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __int__(self) -> int:
+        ...
+    def __le__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __len__(self) -> int:
+        ...
+    def __lt__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __matmul__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __mul__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __ne__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __neg__(self) -> Tensor:
+        ...
+    def __pos__(self) -> Tensor:
+        ...
+    def __pow__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __radd__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rmatmul__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rmul__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rpow__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rsub__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rtruediv__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __sub__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __truediv__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def _grad_fn_repr(self) -> str:
+        ...
+    def abs(self) -> Tensor:
+        """
+        Elementwise abs(x).
+        """
+    def add(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise add(input, other) with NumPy broadcasting.
+        """
+    def amax(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        amax over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def amin(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        amin over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def argmax(self, dim: typing.SupportsInt | typing.SupportsIndex | None = None, keepdim: bool = False) -> Tensor:
+        """
+        Index of the first maximum (over the flattened tensor when dim is None).
+        """
+    def argmin(self, dim: typing.SupportsInt | typing.SupportsIndex | None = None, keepdim: bool = False) -> Tensor:
+        """
+        Index of the first minimum (over the flattened tensor when dim is None).
+        """
+    def argsort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> Tensor:
+        """
+        Indices that sort along dim.
+        """
+    def backward(self, gradient: typing.Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        """
+        Accumulates d(self)/d(leaf) into every leaf's .grad.
+        """
+    def bfloat16(self) -> Tensor:
+        """
+        Cast to bfloat16.
+        """
+    def bool(self) -> Tensor:
+        """
+        Cast to bool.
+        """
+    def broadcast_to(self, shape: typing.Any) -> Tensor:
+        """
+        A broadcast view with the given shape.
+        """
+    def chunk(self, chunks: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
+        """
+        Splits into `chunks` nearly equal views.
+        """
+    def clamp(self, min: typing.SupportsFloat | typing.SupportsIndex | None = None, max: typing.SupportsFloat | typing.SupportsIndex | None = None) -> Tensor:
+        """
+        Limits values to [min, max]; either bound may be None.
+        """
+    def contiguous(self) -> Tensor:
+        """
+        A row-major copy, or self when already so.
+        """
+    def copy_(self, src: typing.Any) -> Tensor:
+        """
+        Copies src (broadcast, cast) into self in place.
+        """
+    def cos(self) -> Tensor:
+        """
+        Elementwise cos(x).
+        """
+    def cpu(self) -> Tensor:
+        """
+        A copy on the CPU (self when already there).
+        """
+    def cuda(self) -> Tensor:
+        """
+        A copy on the current CUDA device.
+        """
+    def data_ptr(self) -> int:
+        """
+        Address of the first element.
+        """
+    def detach(self) -> Tensor:
+        """
+        A view of the same data without autograd history.
+        """
+    def dim(self) -> int:
+        """
+        Number of dims.
+        """
+    def div(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise div(input, other) with NumPy broadcasting.
+        """
+    def double(self) -> Tensor:
+        """
+        Cast to float64.
+        """
+    def eq(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise eq(input, other) with NumPy broadcasting.
+        """
+    def erf(self) -> Tensor:
+        """
+        Elementwise erf(x).
+        """
+    def exp(self) -> Tensor:
+        """
+        Elementwise exp(x).
+        """
+    def expand(self, *args) -> Tensor:
+        """
+        A broadcast view (-1 keeps a dim).
+        """
+    def fill_(self, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
+        """
+        Fills with a value in place.
+        """
+    def flatten(self, start_dim: typing.SupportsInt | typing.SupportsIndex = 0, end_dim: typing.SupportsInt | typing.SupportsIndex = -1) -> Tensor:
+        """
+        Merges dims start_dim..end_dim into one.
+        """
+    def flip(self, dims: typing.Any) -> Tensor:
+        """
+        Reverses the order along the given dims.
+        """
+    def float(self) -> Tensor:
+        """
+        Cast to float32.
+        """
+    def gather(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
+        """
+        out[i][j] = input[index[i][j]][j] (for dim 0); index matches input except in dim.
+        """
+    def ge(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise ge(input, other) with NumPy broadcasting.
+        """
+    def gelu(self, approximate: str = 'none') -> Tensor:
+        """
+        GELU, exact (erf) or tanh-approximated.
+        """
+    def gt(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise gt(input, other) with NumPy broadcasting.
+        """
+    def half(self) -> Tensor:
+        """
+        Cast to float16.
+        """
+    def index_select(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
+        """
+        Entries of input at a 1-D index along dim.
+        """
+    def int(self) -> Tensor:
+        """
+        Cast to int32.
+        """
+    def is_contiguous(self) -> bool:
+        """
+        True when the layout is row-major compact.
+        """
+    def item(self) -> typing.Any:
+        """
+        The value of a one-element tensor as a Python scalar.
+        """
+    def le(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise le(input, other) with NumPy broadcasting.
+        """
+    def log(self) -> Tensor:
+        """
+        Elementwise log(x).
+        """
+    def logsumexp(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        logsumexp over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def long(self) -> Tensor:
+        """
+        Cast to int64.
+        """
+    def lt(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise lt(input, other) with NumPy broadcasting.
+        """
+    def masked_fill(self, mask: Tensor, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
+        """
+        A copy of input with value where mask is True.
+        """
+    def matmul(self, other: typing.Any) -> Tensor:
+        """
+        Matrix product with NumPy's matmul semantics.
+        """
+    def max(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        max over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def maximum(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise maximum(input, other) with NumPy broadcasting.
+        """
+    def mean(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        mean over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def min(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        min over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def minimum(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise minimum(input, other) with NumPy broadcasting.
+        """
+    def mul(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise mul(input, other) with NumPy broadcasting.
+        """
+    def narrow(self, dim: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+        """
+        A view of `length` entries from `start` along dim.
+        """
+    def ne(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise ne(input, other) with NumPy broadcasting.
+        """
+    def neg(self) -> Tensor:
+        """
+        Elementwise neg(x).
+        """
+    def nonzero(self) -> Tensor:
+        """
+        Coordinates of the True elements, (count, ndim).
+        """
+    def numel(self) -> int:
+        """
+        Number of elements.
+        """
+    def numpy(self) -> numpy.ndarray:
+        """
+        A NumPy array sharing this CPU tensor's memory (no copy).
+        """
+    def pad(self, pad: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> Tensor:
+        """
+        Constant padding; (left, right) pairs starting from the last dim.
+        """
+    def permute(self, *args) -> Tensor:
+        """
+        A view with the dims reordered.
+        """
+    def pow(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise pow(input, other) with NumPy broadcasting.
+        """
+    def relu(self) -> Tensor:
+        """
+        Elementwise relu(x).
+        """
+    def repeat(self, *args) -> Tensor:
+        """
+        Tiles the tensor (like numpy.tile).
+        """
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """
+        Sets requires_grad in place and returns self.
+        """
+    def reshape(self, *args) -> Tensor:
+        """
+        The same elements in a new shape (a view when possible; one -1 allowed).
+        """
+    def rsqrt(self) -> Tensor:
+        """
+        Elementwise rsqrt(x).
+        """
+    def scatter_add(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
+        """
+        A copy of input with src added at index along dim.
+        """
+    def sigmoid(self) -> Tensor:
+        """
+        Elementwise sigmoid(x).
+        """
+    def sign(self) -> Tensor:
+        """
+        Elementwise sign(x).
+        """
+    def silu(self) -> Tensor:
+        """
+        Elementwise silu(x).
+        """
+    def sin(self) -> Tensor:
+        """
+        Elementwise sin(x).
+        """
+    def size(self, dim: typing.Any = None) -> typing.Any:
+        """
+        The shape, or the size of one dim.
+        """
+    def softplus(self) -> Tensor:
+        """
+        Elementwise softplus(x).
+        """
+    def sort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> tuple:
+        """
+        (values, indices) sorted along dim (stable; NaN last).
+        """
+    def split(self, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
+        """
+        Views of equal-size pieces (int) or of the given sizes (list).
+        """
+    def sqrt(self) -> Tensor:
+        """
+        Elementwise sqrt(x).
+        """
+    def square(self) -> Tensor:
+        """
+        Elementwise square(x).
+        """
+    def squeeze(self, dim: typing.SupportsInt | typing.SupportsIndex | None = None) -> Tensor:
+        """
+        Removes size-1 dims (all, or the one given).
+        """
+    def std(self, dim: typing.Any = None, keepdim: bool = False, correction: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        Standard deviation with divisor N - correction.
+        """
+    def stride(self) -> tuple:
+        """
+        Strides in elements.
+        """
+    def sub(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise sub(input, other) with NumPy broadcasting.
+        """
+    def sum(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+        """
+        sum over dim (None: every dim); keepdim keeps reduced dims as 1.
+        """
+    def t(self) -> Tensor:
+        """
+        Transpose of a 2-D tensor.
+        """
+    def tanh(self) -> Tensor:
+        """
+        Elementwise tanh(x).
+        """
+    def to(self, target: typing.Any = None, device: typing.Any = None, dtype: typing.Any = None) -> Tensor:
+        """
+        A tensor on another device and/or with another dtype (self when nothing changes).
+        """
+    def tolist(self) -> typing.Any:
+        """
+        Nested Python lists of the values.
+        """
+    def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
+        """
+        (values, indices) of the k largest (or smallest) entries along dim, sorted.
+        """
+    def transpose(self, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+        """
+        A view with two dims swapped.
+        """
+    def unsqueeze(self, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+        """
+        Inserts a size-1 dim.
+        """
+    def var(self, dim: typing.Any = None, keepdim: bool = False, correction: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        Variance with divisor N - correction.
+        """
+    def view(self, *args) -> Tensor:
+        """
+        A view with a new shape; ShapeError when the strides do not allow one.
+        """
+    def zero_(self) -> Tensor:
+        """
+        Fills with zeros in place.
+        """
+    @property
+    def T(self):
+        """
+        All dims reversed.
+        """
+    @property
+    def device(self) -> device:
+        """
+        Device holding the data.
+        """
+    @property
+    def dtype(self) -> numpy.dtype[typing.Any]:
+        """
+        Element type.
+        """
+    @property
+    def grad(self) -> typing.Any:
+        """
+        The accumulated gradient (None until backward reaches this leaf).
+        """
+    @grad.setter
+    def grad(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def grad_fn(self) -> typing.Any:
+        """
+        Name of the op that produced this tensor, for display.
+        """
+    @property
+    def is_leaf(self) -> bool:
+        """
+        True unless the tensor was produced by a recorded op.
+        """
+    @property
+    def ndim(self) -> int:
+        """
+        Number of dims.
+        """
+    @property
+    def requires_grad(self) -> bool:
+        """
+        Whether autograd records ops on this tensor.
+        """
+    @requires_grad.setter
+    def requires_grad(self, arg1: bool) -> None:
+        ...
+    @property
+    def shape(self) -> tuple:
+        """
+        The sizes of the dims, as a tuple.
+        """
+def _debug_level() -> int:
+    """
+    FLOWGRAD_DEBUG.
+    """
+def _op_registry() -> list:
+    """
+    Every registered op with its rule, kernels, backward and flags (for tests and tools).
+    """
+def abs(input: Tensor) -> Tensor:
+    """
+    Elementwise abs(x).
+    """
+def add(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise add(input, other) with NumPy broadcasting.
+    """
+def amax(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    amax over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def amin(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    amin over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def arange(start: typing.Any, end: typing.Any = None, step: typing.Any = 1, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    Values start, start+step, ... below end (int64 for integer arguments, else float32).
+    """
+def argmax(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex | None = None, keepdim: bool = False) -> Tensor:
+    """
+    Index of the first maximum (over the flattened tensor when dim is None).
+    """
+def argmin(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex | None = None, keepdim: bool = False) -> Tensor:
+    """
+    Index of the first minimum (over the flattened tensor when dim is None).
+    """
+def argsort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> Tensor:
+    """
+    Indices that sort along dim.
+    """
+def blas_name() -> str:
+    """
+    The BLAS library matmul calls ('none': the built-in blocked kernel).
+    """
+def broadcast_to(input: Tensor, shape: typing.Any) -> Tensor:
+    """
+    A broadcast view with the given shape.
+    """
+def cat(tensors: collections.abc.Sequence[Tensor], dim: typing.SupportsInt | typing.SupportsIndex = 0) -> Tensor:
+    """
+    Concatenates tensors along an existing dim.
+    """
+def chunk(input: Tensor, chunks: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
+    """
+    Splits into `chunks` nearly equal views.
+    """
+def clamp(input: Tensor, min: typing.SupportsFloat | typing.SupportsIndex | None = None, max: typing.SupportsFloat | typing.SupportsIndex | None = None) -> Tensor:
+    """
+    Limits values to [min, max]; either bound may be None.
+    """
+def contiguous(input: Tensor) -> Tensor:
+    """
+    A row-major copy, or self when already so.
+    """
+def cos(input: Tensor) -> Tensor:
+    """
+    Elementwise cos(x).
+    """
+def cpu_empty_cache() -> None:
+    """
+    Returns cached CPU blocks to the system.
+    """
+def cpu_memory_stats() -> dict:
+    """
+    Bytes held by the CPU allocator: allocated (live), peak_allocated, cached (free for reuse).
+    """
+def div(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise div(input, other) with NumPy broadcasting.
+    """
+def empty(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    A tensor with uninitialised values.
+    """
+def eq(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise eq(input, other) with NumPy broadcasting.
+    """
+def erf(input: Tensor) -> Tensor:
+    """
+    Elementwise erf(x).
+    """
+def exp(input: Tensor) -> Tensor:
+    """
+    Elementwise exp(x).
+    """
+def expand(input: Tensor, *args) -> Tensor:
+    """
+    A broadcast view (-1 keeps a dim).
+    """
+def eye(n: typing.SupportsInt | typing.SupportsIndex, m: typing.SupportsInt | typing.SupportsIndex | None = None, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    The identity matrix (n x m).
+    """
+def flatten(input: Tensor, start_dim: typing.SupportsInt | typing.SupportsIndex = 0, end_dim: typing.SupportsInt | typing.SupportsIndex = -1) -> Tensor:
+    """
+    Merges dims start_dim..end_dim into one.
+    """
+def flip(input: Tensor, dims: typing.Any) -> Tensor:
+    """
+    Reverses the order along the given dims.
+    """
+def from_dlpack(obj: typing.Any) -> Tensor:
+    """
+    A tensor sharing the memory of any object that implements __dlpack__.
+    """
+def from_numpy(array: numpy.ndarray) -> Tensor:
+    """
+    A tensor sharing the NumPy array's memory (no copy; keeps the array alive).
+    """
+def full(shape: typing.Any, fill_value: typing.Any, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    A tensor filled with a value; the dtype follows the value (float32, int64, bool) by default.
+    """
+def gather(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
+    """
+    out[i][j] = input[index[i][j]][j] (for dim 0); index matches input except in dim.
+    """
+def ge(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise ge(input, other) with NumPy broadcasting.
+    """
+def gelu(input: Tensor, approximate: str = 'none') -> Tensor:
+    """
+    GELU, exact (erf) or tanh-approximated.
+    """
+def get_num_threads() -> int:
+    """
+    Threads used by CPU kernels and BLAS.
+    """
+def get_rng_state() -> tuple[int, int]:
+    """
+    (seed, offset) of the global generator.
+    """
+def grad(outputs: collections.abc.Sequence[Tensor], inputs: collections.abc.Sequence[Tensor], grad_outputs: typing.Any = None, retain_graph: bool = False, create_graph: bool = False, allow_unused: bool = False) -> list:
+    """
+    Gradients of outputs with respect to inputs, without touching .grad.
+    """
+def gt(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise gt(input, other) with NumPy broadcasting.
+    """
+def index_select(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
+    """
+    Entries of input at a 1-D index along dim.
+    """
+def is_anomaly_enabled() -> bool:
+    """
+    Whether anomaly detection is on.
+    """
+def is_grad_enabled() -> bool:
+    """
+    Whether ops record autograd history on this thread.
+    """
+def le(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise le(input, other) with NumPy broadcasting.
+    """
+def linspace(start: typing.SupportsFloat | typing.SupportsIndex, end: typing.SupportsFloat | typing.SupportsIndex, steps: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    `steps` evenly spaced values from start to end.
+    """
+def log(input: Tensor) -> Tensor:
+    """
+    Elementwise log(x).
+    """
+def logsumexp(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    logsumexp over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def lt(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise lt(input, other) with NumPy broadcasting.
+    """
+def manual_seed(seed: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Seeds the global Philox generator: the same seed gives the same random tensors.
+    """
+def masked_fill(input: Tensor, mask: Tensor, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
+    """
+    A copy of input with value where mask is True.
+    """
+def matmul(input: Tensor, other: typing.Any) -> Tensor:
+    """
+    Matrix product with NumPy's matmul semantics.
+    """
+def max(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    max over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def maximum(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise maximum(input, other) with NumPy broadcasting.
+    """
+def mean(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    mean over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def min(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    min over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def minimum(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise minimum(input, other) with NumPy broadcasting.
+    """
+def mul(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise mul(input, other) with NumPy broadcasting.
+    """
+def narrow(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    """
+    A view of `length` entries from `start` along dim.
+    """
+def ne(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise ne(input, other) with NumPy broadcasting.
+    """
+def neg(input: Tensor) -> Tensor:
+    """
+    Elementwise neg(x).
+    """
+def nonzero(input: Tensor) -> Tensor:
+    """
+    Coordinates of the True elements, (count, ndim).
+    """
+def one_hot(index: Tensor, num_classes: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    """
+    int64 one-hot encoding with a new last dim of num_classes.
+    """
+def ones(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    A tensor of ones.
+    """
+def pad(input: Tensor, pad: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> Tensor:
+    """
+    Constant padding; (left, right) pairs starting from the last dim.
+    """
+def permute(input: Tensor, *args) -> Tensor:
+    """
+    A view with the dims reordered.
+    """
+def pow(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise pow(input, other) with NumPy broadcasting.
+    """
+def promote_types(a: numpy.dtype[typing.Any], b: numpy.dtype[typing.Any]) -> numpy.dtype[typing.Any]:
+    """
+    The dtype NumPy's promotion rules give for an op on a and b.
+    """
+def rand(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    Uniform samples in [0, 1) (Philox; fixed by fg.manual_seed).
+    """
+def randint(low: typing.SupportsInt | typing.SupportsIndex, high: typing.Any = None, size: typing.Any = (), *, dtype: typing.Any = None, device: typing.Any = None) -> Tensor:
+    """
+    Uniform integers in [low, high).
+    """
+def randn(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    Standard normal samples (Philox; fixed by fg.manual_seed).
+    """
+def relu(input: Tensor) -> Tensor:
+    """
+    Elementwise relu(x).
+    """
+def repeat(input: Tensor, *args) -> Tensor:
+    """
+    Tiles the tensor (like numpy.tile).
+    """
+def reshape(input: Tensor, *args) -> Tensor:
+    """
+    The same elements in a new shape (a view when possible; one -1 allowed).
+    """
+def rsqrt(input: Tensor) -> Tensor:
+    """
+    Elementwise rsqrt(x).
+    """
+def scatter_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
+    """
+    A copy of input with src added at index along dim.
+    """
+def set_anomaly_enabled(enabled: bool) -> None:
+    """
+    Checks every op output and gradient for NaN/Inf and names the first op that makes one.
+    """
+def set_grad_enabled(enabled: bool) -> None:
+    """
+    Turns recording on or off for this thread.
+    """
+def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Sets the threads used by CPU kernels and BLAS.
+    """
+def set_rng_state(state: tuple) -> None:
+    """
+    Restores a state from get_rng_state().
+    """
+def sigmoid(input: Tensor) -> Tensor:
+    """
+    Elementwise sigmoid(x).
+    """
+def sign(input: Tensor) -> Tensor:
+    """
+    Elementwise sign(x).
+    """
+def silu(input: Tensor) -> Tensor:
+    """
+    Elementwise silu(x).
+    """
+def sin(input: Tensor) -> Tensor:
+    """
+    Elementwise sin(x).
+    """
+def softplus(input: Tensor) -> Tensor:
+    """
+    Elementwise softplus(x).
+    """
+def sort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> tuple:
+    """
+    (values, indices) sorted along dim (stable; NaN last).
+    """
+def split(input: Tensor, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
+    """
+    Views of equal-size pieces (int) or of the given sizes (list).
+    """
+def sqrt(input: Tensor) -> Tensor:
+    """
+    Elementwise sqrt(x).
+    """
+def square(input: Tensor) -> Tensor:
+    """
+    Elementwise square(x).
+    """
+def squeeze(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex | None = None) -> Tensor:
+    """
+    Removes size-1 dims (all, or the one given).
+    """
+def stack(tensors: collections.abc.Sequence[Tensor], dim: typing.SupportsInt | typing.SupportsIndex = 0) -> Tensor:
+    """
+    Stacks equal-shaped tensors along a new dim.
+    """
+def std(input: Tensor, dim: typing.Any = None, keepdim: bool = False, correction: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+    """
+    Standard deviation with divisor N - correction.
+    """
+def sub(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise sub(input, other) with NumPy broadcasting.
+    """
+def sum(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    """
+    sum over dim (None: every dim); keepdim keeps reduced dims as 1.
+    """
+def t(input: Tensor) -> Tensor:
+    """
+    Transpose of a 2-D tensor.
+    """
+def tanh(input: Tensor) -> Tensor:
+    """
+    Elementwise tanh(x).
+    """
+def tensor(data: typing.Any, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give float32.
+    """
+def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
+    """
+    (values, indices) of the k largest (or smallest) entries along dim, sorted.
+    """
+def transpose(input: Tensor, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    """
+    A view with two dims swapped.
+    """
+def unsqueeze(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    """
+    Inserts a size-1 dim.
+    """
+def var(input: Tensor, dim: typing.Any = None, keepdim: bool = False, correction: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+    """
+    Variance with divisor N - correction.
+    """
+def where(condition: Tensor, input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise choice: input where condition is True, else other (broadcast).
+    """
+def zeros(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
+    """
+    A tensor of zeros: fg.zeros(2, 3) or fg.zeros((2, 3)).
+    """
+bfloat16: dtype
+bool: dtype
+float16: dtype
+float32: dtype
+float64: dtype
+int32: dtype
+int64: dtype
