@@ -1,5 +1,6 @@
 // Op functions, bound both as fg.<name>(...) and as Tensor methods where PyTorch has one.
 #include "common.h"
+#include "flowgrad/core/runtime.h"
 
 namespace fg::py_bind {
 namespace {
@@ -246,6 +247,12 @@ void bind_creation(py::module_& m) {
        name[4] == 'n' ? "Standard normal samples (Philox; fixed by fg.manual_seed)."
                       : "Uniform samples in [0, 1) (Philox; fixed by fg.manual_seed).");
   }
+  m.def("randperm", [](int64_t n, std::optional<uint64_t> seed, uint64_t offset, const py::object& device) {
+    uint64_t s = seed ? *seed : rng_state().seed;
+    uint64_t o = seed ? offset : rng_reserve(static_cast<uint64_t>(std::max<int64_t>(n, 0)));
+    return randperm(n, s, o, device_arg(device));
+  }, py::arg("n"), py::kw_only(), py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("device") = py::none(),
+     "A random permutation of 0..n-1 (int64); with seed it depends on (seed, offset) only.");
   m.def("randint", [](int64_t low, const py::object& high, const py::object& shape, const py::object& dtype,
                       const py::object& device) {
     int64_t lo = high.is_none() ? 0 : low, hi = high.is_none() ? low : high.cast<int64_t>();

@@ -32,5 +32,7 @@ void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m, py::class_<Tensor>& cls);
 void bind_ops(py::module_& m);
 void bind_runtime(py::module_& m);
+void bind_nn(py::module_& m);
+void bind_optim(py::module_& m);
 
 }  // namespace fg::py_bind

@@ -85,6 +85,8 @@ PYBIND11_MODULE(_core, m) {
   bind_tensor(m);
   bind_ops(m);
   bind_runtime(m);
+  bind_nn(m);
+  bind_optim(m);
 }
 
 }  // namespace fg::py_bind

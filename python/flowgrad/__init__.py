@@ -11,7 +11,7 @@ from ._core import (
     FlowgradError, ShapeError, DTypeError, DeviceError, GraphError, CheckpointError,
     OutOfMemoryError, IndexOutOfRangeError, InvalidArgumentError,
     tensor, from_numpy, from_dlpack, zeros, ones, empty, full, arange, linspace, eye,
-    rand, randn, randint, manual_seed, get_rng_state, set_rng_state,
+    rand, randn, randint, randperm, manual_seed, get_rng_state, set_rng_state,
     get_num_threads, set_num_threads, blas_name, cpu_memory_stats, cpu_empty_cache,
     neg, abs, square, sign, relu, exp, log, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu,
     softplus, gelu, clamp, add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
@@ -22,7 +22,7 @@ from ._core import (
 )
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
-from . import autograd, cuda, nn, testing
+from . import autograd, cuda, data, nn, optim, testing
 
 __version__ = "0.1.0"
 

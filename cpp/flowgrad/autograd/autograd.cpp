@@ -169,8 +169,23 @@ class Engine {
       return;
     }
     AutogradMeta& m = *leaf->autograd;
-    Tensor g = grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype);
-    m.grad = create_ ? add_grads(m.grad, g) : detach(add_grads(m.grad, g));
+    if (create_) {
+      m.grad = add_grads(m.grad, grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype));
+      return;
+    }
+    if (m.grad.defined() || grad.dtype() != leaf->dtype) {  // a fresh tensor either way
+      m.grad = detach(add_grads(m.grad, grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype)));
+      return;
+    }
+    // The first gradient is kept as is only when nothing else refers to its memory (an add's
+    // backward hands one tensor to both inputs): .grad tensors never alias each other.
+    bool unique = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1;
+    if (unique) {
+      m.grad = detach(grad);
+    } else {
+      m.grad = Tensor::empty(grad.shape(), grad.dtype(), grad.device());
+      copy_into(m.grad, grad);
+    }
   }
 
   void execute(Node* node) {
@@ -197,7 +212,7 @@ class Engine {
     t_backward_of = node->name();
     Tensors input_grads;
     try {
-      input_grads = node->op->backward(ctx);
+      input_grads = node->custom ? node->custom(grads) : node->op->backward(ctx);
     } catch (...) {
       t_backward_of = outer;
       throw;
@@ -206,7 +221,7 @@ class Engine {
     FG_ASSERT(input_grads.size() == node->next.size());
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
-      Tensor g = input_grads[i];
+      Tensor g = std::move(input_grads[i]);  // sole owner unless the rule shared it
       if (g.defined() && e.defined()) {
         if (g_anomaly.load()) check_finite(g, node->name(), "backward", i);
         const TensorSpec& s = node->input_specs[i];
@@ -222,7 +237,8 @@ class Engine {
     if (!retain_) {
       node->saved_inputs.clear();
       node->saved_outputs.clear();
-      node->released = node->op->saved != Saved::Nothing;
+      node->released = node->custom || node->op->saved != Saved::Nothing;
+      if (node->custom) node->custom = nullptr;
     }
   }
 
@@ -265,6 +281,31 @@ Tensor Node::attached_output(int i) {
 
 void install_autograd() { set_dispatch_hook(record); }
 
+Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
+                      CustomBackward backward) {
+  Tensors result;
+  for (const Tensor& t : outputs) result.push_back(t.alias());
+  bool needed = false;
+  for (const Tensor& t : inputs) needed |= requires_grad(t);
+  if (!t_grad_enabled || !needed) return result;
+  auto node = std::make_shared<Node>();
+  node->custom = std::move(backward);
+  node->custom_name = name;
+  node->sequence = g_sequence.fetch_add(1);
+  node->device = outputs.empty() ? cpu_device() : outputs[0].device();
+  node->input_specs = specs_of(inputs);
+  node->output_specs = specs_of(outputs);
+  for (const Tensor& t : inputs) node->next.push_back(edge_to(t));
+  for (size_t i = 0; i < result.size(); ++i) {
+    if (!is_floating(result[i].dtype())) continue;
+    AutogradMeta& m = meta(result[i]);
+    m.requires_grad = true;
+    m.grad_fn = node;
+    m.output_nr = static_cast<int>(i);
+  }
+  return result;
+}
+
 bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 bool anomaly_enabled() { return g_anomaly.load(); }
@@ -303,6 +344,18 @@ std::shared_ptr<Node> grad_fn(const Tensor& t) {
 bool is_leaf(const Tensor& t) { return grad_fn(t) == nullptr; }
 
 Tensor detach(const Tensor& t) { return t.alias(); }
+
+Tensor make_parameter(const Tensor& t, bool requires_gradient) {
+  Tensor p = t.alias();
+  meta(p).is_parameter = true;
+  if (requires_gradient) set_requires_grad(p, true);
+  return p;
+}
+
+bool is_parameter(const Tensor& t) {
+  const auto& m = t.impl()->autograd;
+  return m && m->is_parameter;
+}
 
 void check_inplace(const Tensor& t, const char* op) {
   FG_CHECK(!(t_grad_enabled && requires_grad(t) && is_leaf(t)), Value, op,

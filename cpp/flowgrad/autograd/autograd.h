@@ -2,7 +2,9 @@
 // backward engine (iterative, deterministic: nodes run in reverse creation order).
 #pragma once
 #include <memory>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "flowgrad/ops/registry.h"
 
@@ -15,6 +17,7 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
+  bool is_parameter = false;  // made by fg.nn.Parameter: modules register it on assignment
 };
 
 // Where a gradient flows: into output `output_nr` of a node, or into a leaf's .grad.
@@ -25,9 +28,15 @@ struct Edge {
   bool defined() const { return fn || leaf; }
 };
 
+// Backward of a node that is not a registered op (e.g. gradient checkpointing): given the
+// gradients of the outputs, returns the gradients of the inputs.
+using CustomBackward = std::function<Tensors(const Tensors& output_grads)>;
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   const OpDef* op = nullptr;
+  CustomBackward custom;     // set instead of op for custom nodes
+  std::string custom_name;
   Attrs attrs;
   Tensors saved_inputs;
   Tensors saved_outputs;  // aliases without autograd identity (no reference cycle)
@@ -37,10 +46,15 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence = 0;
   bool released = false;
 
-  const char* name() const { return op->name; }
+  const char* name() const { return op ? op->name : custom_name.c_str(); }
   // The saved output i, re-attached to this node so that create_graph can differentiate it.
   Tensor attached_output(int i);
 };
+
+// Makes `outputs` (computed without recording) differentiable through `backward`, with edges to
+// every input that requires grad. Returns the outputs with their new autograd identity.
+Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
+                      CustomBackward backward);
 
 // Installs the dispatch hook (called once at module import).
 void install_autograd();
@@ -57,6 +71,9 @@ void set_grad(const Tensor& t, const Tensor& grad);
 std::shared_ptr<Node> grad_fn(const Tensor& t);
 bool is_leaf(const Tensor& t);
 Tensor detach(const Tensor& t);
+// A leaf sharing t's data, marked as a parameter (fg.nn.Parameter).
+Tensor make_parameter(const Tensor& t, bool requires_grad);
+bool is_parameter(const Tensor& t);
 // Raises when an in-place op would overwrite a leaf that autograd tracks.
 void check_inplace(const Tensor& t, const char* op);
 

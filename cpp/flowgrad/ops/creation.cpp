@@ -121,3 +121,15 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device
 }
 
 }  // namespace fg
+
+namespace fg {
+
+Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device) {
+  FG_CHECK(n >= 0, Value, "randperm: n must be >= 0, got ", n);
+  Attrs attrs{{"shape", Dims{n}}, {"dtype", DType::Float64}, {"device", device},
+              {"seed", static_cast<int64_t>(seed)}, {"offset", static_cast<int64_t>(offset)},
+              {"low", int64_t{0}}, {"high", int64_t{0}}};
+  return sort(run_op1(k_rand, {}, attrs), 0, false).second;
+}
+
+}  // namespace fg

@@ -18,6 +18,8 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Device device);
 Tensor rand(const Dims& shape, DType dtype, Device device);
 Tensor randn(const Dims& shape, DType dtype, Device device);
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device);
+// A permutation of 0..n-1 decided by (seed, offset) alone: argsort of Philox uniforms.
+Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device);
 
 // elementwise
 Tensor neg(const Tensor& x);

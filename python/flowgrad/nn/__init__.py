@@ -1,4 +1,30 @@
-"""fg.nn: neural-network functions (fg.nn.functional)."""
-from . import functional
+"""fg.nn: modules, layers, parameters, initialisers, functional ops and utilities.
 
-__all__ = ["functional"]
+Subclass fg.nn.Module in Python: assigning a Parameter, a buffer (register_buffer) or another
+Module to an attribute registers it, and forward defines the computation.
+"""
+from .. import _core
+from .._core import (
+    Module, Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d, MaxPool2d, AvgPool2d, Flatten,
+    ReLU, GELU, SiLU, Tanh, Sigmoid, Softmax, Identity, Sequential, ModuleList, MultiheadAttention,
+    TransformerBlock, GRUCell, LSTMCell, Checkpoint,
+)
+from . import functional, init, utils
+
+
+class _ParameterMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _core.Tensor) and _core._is_parameter(obj)
+
+
+class Parameter(metaclass=_ParameterMeta):
+    """A tensor that a Module registers as a parameter when assigned to one of its attributes.
+
+    fg.nn.Parameter(t) shares t's data and requires grad; isinstance(p, fg.nn.Parameter) works.
+    """
+
+    def __new__(cls, data, requires_grad=True):
+        return _core._parameter(data, requires_grad)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,278 @@
+#include "flowgrad/nn/layers.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/nn/init.h"
+#include "flowgrad/ops/ops.h"
+
+namespace fg::nn {
+namespace {
+
+const Tensor& input(const Tensors& in, size_t i, const std::string& layer) {
+  FG_CHECK(i < in.size() && in[i].defined(), Value, layer, ": expected at least ", i + 1,
+           " tensor input(s), got ", in.size());
+  return in[i];
+}
+
+Tensor param(const Module& m, const char* name) {
+  const Tensor* p = m.parameter(name);
+  return p ? *p : Tensor();
+}
+
+Tensor uniform_tensor(const Dims& shape, double bound) {
+  Tensor t = Tensor::empty(shape, DType::Float32, cpu_device());
+  init::uniform_(t, -bound, bound);
+  return t;
+}
+
+template <class... Parts>
+std::string str(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool bias) : Module("Linear"), in_features(in), out_features(out) {
+  FG_CHECK(in >= 0 && out >= 0, Value, "Linear: sizes must be >= 0, got ", in, " and ", out);
+  double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;  // kaiming_uniform(a=sqrt(5))
+  register_parameter("weight", uniform_tensor({out, in}, bound));
+  if (bias) register_parameter("bias", uniform_tensor({out}, bound));
+}
+Tensors Linear::forward(const Tensors& in) {
+  return {linear(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"))};
+}
+std::string Linear::extra_repr() const {
+  return str("in_features=", in_features, ", out_features=", out_features, ", bias=", parameter("bias") && parameter("bias")->defined() ? "True" : "False");
+}
+
+Embedding::Embedding(int64_t n, int64_t d) : Module("Embedding"), num_embeddings(n), dim(d) {
+  Tensor w = Tensor::empty({n, d}, DType::Float32, cpu_device());
+  init::normal_(w, 0.0, 1.0);
+  register_parameter("weight", w);
+}
+Tensors Embedding::forward(const Tensors& in) { return {embedding(input(in, 0, type_name_), param(*this, "weight"))}; }
+std::string Embedding::extra_repr() const { return str(num_embeddings, ", ", dim); }
+
+LayerNorm::LayerNorm(Dims s, double e, bool r) : Module(r ? "RMSNorm" : "LayerNorm"), shape(s), eps(e), rms(r) {
+  register_parameter("weight", ones(shape, DType::Float32, cpu_device()));
+  if (!rms) register_parameter("bias", zeros(shape, DType::Float32, cpu_device()));
+}
+Tensors LayerNorm::forward(const Tensors& in) {
+  const Tensor& x = input(in, 0, type_name_);
+  if (rms) return {rms_norm(x, shape, param(*this, "weight"), eps)};
+  return {layer_norm(x, shape, param(*this, "weight"), param(*this, "bias"), eps)};
+}
+std::string LayerNorm::extra_repr() const { return str(to_string(shape), ", eps=", eps); }
+
+Dropout::Dropout(double prob) : Module("Dropout"), p(prob) {
+  FG_CHECK(p >= 0 && p <= 1, Value, "Dropout: p must be in [0, 1], got ", p);
+}
+Tensors Dropout::forward(const Tensors& in) { return {dropout(input(in, 0, type_name_), p, training_)}; }
+std::string Dropout::extra_repr() const { return str("p=", p); }
+
+Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t s, int64_t pad, bool bias)
+    : Module("Conv2d"), in_channels(cin), out_channels(cout), kernel(k), stride(s), padding(pad) {
+  FG_CHECK(cin > 0 && cout > 0 && k > 0 && s > 0 && pad >= 0, Value, "Conv2d: invalid configuration (",
+           cin, ", ", cout, ", kernel ", k, ", stride ", s, ", padding ", pad, ")");
+  double bound = 1.0 / std::sqrt(static_cast<double>(cin * k * k));
+  register_parameter("weight", uniform_tensor({cout, cin, k, k}, bound));
+  if (bias) register_parameter("bias", uniform_tensor({cout}, bound));
+}
+Tensors Conv2d::forward(const Tensors& in) {
+  return {conv2d(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"), stride, padding)};
+}
+std::string Conv2d::extra_repr() const {
+  return str(in_channels, ", ", out_channels, ", kernel_size=", kernel, ", stride=", stride, ", padding=", padding);
+}
+
+Function::Function(std::string name, std::function<Tensor(const Tensor&)> fn, std::string extra)
+    : Module(std::move(name)), fn_(std::move(fn)), extra_(std::move(extra)) {}
+Tensors Function::forward(const Tensors& in) { return {fn_(input(in, 0, type_name_))}; }
+
+Tensors Sequential::forward(const Tensors& in) {
+  Tensors x = in;
+  for (auto& [name, m] : children_) x = (*m)(x);
+  return x;
+}
+
+MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, bool c, double p)
+    : Module("MultiheadAttention"), dim(d), heads(h), causal(c), dropout(p) {
+  FG_CHECK(h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be divisible by heads ", h);
+  register_module("qkv", std::make_shared<Linear>(d, 3 * d, true));
+  register_module("proj", std::make_shared<Linear>(d, d, true));
+}
+Tensors MultiheadAttention::forward(const Tensors& in) {
+  const Tensor& x = input(in, 0, type_name_);
+  FG_CHECK(x.ndim() >= 2 && x.shape().back() == dim, Shape, "MultiheadAttention: input ",
+           to_string(x.shape()), " must be (..., T, ", dim, ")");
+  auto* qkv = static_cast<Linear*>(child("qkv").get());
+  Tensor w = param(*qkv, "weight"), b = param(*qkv, "bias");
+  bool self_attention = in.size() < 3 || !in[1].defined();
+  Tensor q, k, v;
+  if (self_attention) {
+    Tensors parts = chunk(linear(x, w, b), 3, -1);
+    q = parts[0], k = parts[1], v = parts[2];
+  } else {  // separate query/key/value inputs share the packed projection's slices
+    Tensors ws = chunk(w, 3, 0), bs = chunk(b, 3, 0);
+    q = linear(x, ws[0], bs[0]);
+    k = linear(input(in, 1, type_name_), ws[1], bs[1]);
+    v = linear(input(in, 2, type_name_), ws[2], bs[2]);
+  }
+  Tensor mask = in.size() == 2 ? in[1] : (in.size() > 3 ? in[3] : Tensor());
+  auto split_heads = [&](const Tensor& t) {  // (..., T, D) -> (..., H, T, D/H)
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
+    shape.push_back(heads);
+    shape.push_back(dim / heads);
+    return transpose(reshape(t, shape), -2, -3);
+  };
+  q = split_heads(q), k = split_heads(k), v = split_heads(v);
+  Tensor out;
+  if (dropout > 0 && training_) {  // attention dropout needs the probabilities
+    Tensor scores = matmul(q, transpose(k, -1, -2)) * (1.0 / std::sqrt(static_cast<double>(dim / heads)));
+    int64_t L = q.shape()[q.ndim() - 2], S = k.shape()[k.ndim() - 2];
+    if (causal) {
+      Tensor rows = reshape(arange(0, static_cast<double>(L), 1, DType::Int64, x.device()), {L, 1});
+      Tensor cols = reshape(arange(0, static_cast<double>(S), 1, DType::Int64, x.device()), {1, S});
+      scores = masked_fill(scores, gt(cols, rows), -INFINITY);
+    }
+    if (mask.defined())
+      scores = mask.dtype() == DType::Bool ? masked_fill(scores, eq(mask, scalar_like(mask, 0)), -INFINITY) : scores + mask;
+    out = matmul(fg::dropout(softmax(scores, -1), dropout, true), v);
+  } else {
+    out = scaled_dot_product_attention(q, k, v, mask, causal);
+  }
+  out = transpose(out, -2, -3);  // (..., T, H, D/H)
+  std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
+  shape.push_back(dim);
+  return (*child("proj"))({reshape(out, shape)});
+}
+std::string MultiheadAttention::extra_repr() const {
+  return str("dim=", dim, ", heads=", heads, ", causal=", causal ? "True" : "False", ", dropout=", dropout);
+}
+
+TransformerBlock::TransformerBlock(int64_t d, int64_t h, int64_t ratio, bool causal) : Module("TransformerBlock") {
+  register_module("ln1", std::make_shared<LayerNorm>(Dims{d}, 1e-5, false));
+  register_module("attn", std::make_shared<MultiheadAttention>(d, h, causal, 0.0));
+  register_module("ln2", std::make_shared<LayerNorm>(Dims{d}, 1e-5, false));
+  register_module("fc1", std::make_shared<Linear>(d, ratio * d, true));
+  register_module("fc2", std::make_shared<Linear>(ratio * d, d, true));
+}
+Tensors TransformerBlock::forward(const Tensors& in) {
+  Tensor x = input(in, 0, type_name_);
+  Tensor mask = in.size() > 1 ? in[1] : Tensor();
+  x = x + (*child("attn"))({(*child("ln1"))({x})[0], mask})[0];
+  Tensor h = gelu((*child("fc1"))((*child("ln2"))({x}))[0], false);
+  return {x + (*child("fc2"))({h})[0]};
+}
+
+namespace {
+void recurrent_params(Module& m, int64_t gates, int64_t in, int64_t hidden) {
+  double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
+  m.register_parameter("weight_ih", uniform_tensor({gates * hidden, in}, bound));
+  m.register_parameter("weight_hh", uniform_tensor({gates * hidden, hidden}, bound));
+  m.register_parameter("bias_ih", uniform_tensor({gates * hidden}, bound));
+  m.register_parameter("bias_hh", uniform_tensor({gates * hidden}, bound));
+}
+Tensor state_or_zeros(const Tensors& in, size_t i, const Tensor& x, int64_t hidden) {
+  if (i < in.size() && in[i].defined()) return in[i];
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end() - 1);
+  shape.push_back(hidden);
+  return zeros(Dims(shape), x.dtype(), x.device());
+}
+}  // namespace
+
+GRUCell::GRUCell(int64_t in, int64_t hidden) : Module("GRUCell"), input_size(in), hidden_size(hidden) {
+  recurrent_params(*this, 3, in, hidden);
+}
+Tensors GRUCell::forward(const Tensors& in) {
+  const Tensor& x = input(in, 0, type_name_);
+  Tensor h = state_or_zeros(in, 1, x, hidden_size);
+  Tensors gi = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")), 3, -1);
+  Tensors gh = chunk(linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 3, -1);
+  Tensor r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]);
+  Tensor n = tanh(gi[2] + r * gh[2]);
+  return {(1.0 - z) * n + z * h};
+}
+std::string GRUCell::extra_repr() const { return str(input_size, ", ", hidden_size); }
+
+LSTMCell::LSTMCell(int64_t in, int64_t hidden) : Module("LSTMCell"), input_size(in), hidden_size(hidden) {
+  recurrent_params(*this, 4, in, hidden);
+}
+Tensors LSTMCell::forward(const Tensors& in) {
+  const Tensor& x = input(in, 0, type_name_);
+  Tensor h = state_or_zeros(in, 1, x, hidden_size), c = state_or_zeros(in, 2, x, hidden_size);
+  Tensors g = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")) +
+                        linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 4, -1);
+  Tensor c_next = sigmoid(g[1]) * c + sigmoid(g[0]) * tanh(g[2]);
+  return {sigmoid(g[3]) * tanh(c_next), c_next};
+}
+std::string LSTMCell::extra_repr() const { return str(input_size, ", ", hidden_size); }
+
+Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : Module("Checkpoint") {
+  FG_CHECK(inner != nullptr, Value, "Checkpoint: expected a module");
+  register_module("module", std::move(inner));
+}
+Tensors Checkpoint::forward(const Tensors& in) {
+  std::shared_ptr<Module> inner = child("module");
+  RngState rng = rng_state();  // replayed in backward so random ops (dropout) repeat exactly
+  bool grad_mode = grad_enabled();
+  set_grad_enabled(false);
+  Tensors out;
+  try {
+    out = (*inner)(in);
+  } catch (...) {
+    set_grad_enabled(grad_mode);
+    throw;
+  }
+  set_grad_enabled(grad_mode);
+  Tensors inputs, params;
+  for (const Tensor& t : in)
+    if (t.defined()) inputs.push_back(t);
+  for (auto& [name, p] : inner->named_parameters()) params.push_back(p);
+  Tensors all = inputs;
+  all.insert(all.end(), params.begin(), params.end());
+  auto backward = [inner, in, params, rng](const Tensors& grads) {
+    RngState after = rng_state();
+    set_rng_state(rng);
+    Tensors fresh;  // detached copies of the inputs that need gradients
+    for (const Tensor& t : in) {
+      Tensor d = t.defined() ? detach(t) : Tensor();
+      if (d.defined() && requires_grad(t)) set_requires_grad(d, true);
+      fresh.push_back(d);
+    }
+    bool mode = grad_enabled();
+    set_grad_enabled(true);
+    Tensors recomputed = (*inner)(fresh);
+    set_grad_enabled(mode);
+    set_rng_state(after);
+    Tensors targets, roots, root_grads;
+    for (const Tensor& t : fresh)
+      if (t.defined()) targets.push_back(t);
+    targets.insert(targets.end(), params.begin(), params.end());
+    for (size_t i = 0; i < recomputed.size(); ++i)
+      if (requires_grad(recomputed[i]) && grads[i].defined()) {
+        roots.push_back(recomputed[i]);
+        root_grads.push_back(grads[i]);
+      }
+    Tensors wanted, result;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (requires_grad(targets[i])) {
+        positions.push_back(i);
+        wanted.push_back(targets[i]);
+      }
+    result.resize(targets.size());
+    if (roots.empty() || wanted.empty()) return result;
+    Tensors got = grad(roots, wanted, root_grads, false, mode, true);
+    for (size_t i = 0; i < positions.size(); ++i) result[positions[i]] = got[i];
+    return result;
+  };
+  return record_custom("checkpoint", all, out, backward);
+}
+
+}  // namespace fg::nn

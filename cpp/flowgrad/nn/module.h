@@ -1,0 +1,73 @@
+// Module: a node of a model tree holding parameters, buffers and child modules by name, in
+// definition order. Built-in layers are C++ subclasses; Python subclasses override forward
+// through the binding's trampoline.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flowgrad/ops/registry.h"
+
+namespace fg::nn {
+
+template <class T>
+using Named = std::vector<std::pair<std::string, T>>;
+
+class Module {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Inputs and outputs are tensor lists; an undefined Tensor stands for an absent (None) input.
+  virtual Tensors forward(const Tensors& inputs);
+  Tensors operator()(const Tensors& inputs) { return forward(inputs); }
+
+  const std::string& type_name() const { return type_name_; }
+  void set_type_name(std::string name) { type_name_ = std::move(name); }
+
+  // Registration. Re-registering a name replaces the entry in place (definition order stays).
+  void register_parameter(const std::string& name, const Tensor& value);
+  void register_buffer(const std::string& name, const Tensor& value);
+  void register_module(const std::string& name, std::shared_ptr<Module> module);
+  bool unregister(const std::string& name);
+  const Tensor* parameter(const std::string& name) const;
+  const Tensor* buffer(const std::string& name) const;
+  std::shared_ptr<Module> child(const std::string& name) const;
+
+  // Dotted names (blocks.0.attn.qkv.weight); a tensor shared by two modules is listed once.
+  Named<Tensor> named_parameters(bool recurse = true) const;
+  Named<Tensor> named_buffers(bool recurse = true) const;
+  const Named<std::shared_ptr<Module>>& named_children() const { return children_; }
+  Named<Module*> named_modules();  // self first, under ""
+
+  void train(bool mode = true);
+  bool training() const { return training_; }
+  void zero_grad();
+  void to(Device device);
+
+  Named<Tensor> state_dict() const;  // parameters then buffers, detached
+  // Copies values into the existing tensors (their identity is kept for optimizers). Raises
+  // InvalidArgumentError listing missing, unexpected and mis-shaped keys (strict), or only the
+  // mis-shaped ones (not strict).
+  void load_state_dict(const Named<Tensor>& state, bool strict = true);
+
+  virtual std::string extra_repr() const { return ""; }
+  std::string repr() const;  // the tree with parameter counts
+
+ protected:
+  Named<Tensor> params_, buffers_;
+  Named<std::shared_ptr<Module>> children_;
+  bool training_ = true;
+  std::string type_name_;
+
+ private:
+  void collect(Named<Tensor>& out, const std::string& prefix, bool params, bool recurse,
+               std::vector<const TensorImpl*>& seen) const;
+};
+
+int64_t parameter_count(const Module& m);
+
+}  // namespace fg::nn

@@ -1,0 +1,177 @@
+"""fg.optim: SGD, Adam and AdamW with param groups; updates run as fused multi-tensor C++ steps.
+
+Each step makes one C++ call per param group; state (momentum buffers, Adam moments, step
+counters) lives in tensors so that it can be saved, loaded and later owned by compiled plans.
+"""
+import copy
+
+from .. import _core
+from . import lr_scheduler
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+
+
+def _invalid(message):
+    return _core.InvalidArgumentError(message)
+
+
+class Optimizer:
+    """Base class: param_groups (list of dicts with 'params' and options) and per-parameter state."""
+
+    _state_keys = ()
+
+    def __init__(self, params, defaults):
+        self.defaults = dict(defaults)
+        self.param_groups = []
+        self.state = {}  # parameter -> {name: tensor}
+        self._cache = {}
+        groups = list(params) if not isinstance(params, _core.Tensor) else [params]
+        if not groups:
+            raise _invalid(f"{type(self).__name__}: got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, group):
+        """Adds a group: {'params': [...], option: value, ...}; missing options take the defaults."""
+        group = dict(group)
+        params = group["params"]
+        params = [params] if isinstance(params, _core.Tensor) else list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in params:
+            if not isinstance(p, _core.Tensor):
+                raise _invalid(f"{type(self).__name__}: params must be tensors, got {type(p).__name__}")
+            if not p.dtype.is_floating_point or not p.is_leaf:
+                raise _invalid(f"{type(self).__name__}: can only optimize floating leaf tensors, got {p.dtype!r}")
+        if any(p in {q for g in self.param_groups for q in g["params"]} for p in params):
+            raise _invalid(f"{type(self).__name__}: a parameter appears in more than one group")
+        del seen
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        unknown = set(group) - set(self.defaults) - {"params"}
+        if unknown:
+            raise _invalid(f"{type(self).__name__}: unknown options {sorted(unknown)}")
+        self._validate(group)
+        group["params"] = params
+        self.param_groups.append(group)
+        self._cache.clear()
+
+    def _validate(self, group):
+        if group["lr"] < 0:
+            raise _invalid(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
+
+    def zero_grad(self, set_to_none=True):
+        """Clears the gradients of every optimized parameter (sets them to None)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    p.grad = _core.zeros_like(p.grad) if hasattr(_core, "zeros_like") else p.grad * 0
+
+    def _group_state(self, index):
+        """Per-group lists of parameters and state tensors, built once and reused every step."""
+        if index not in self._cache:
+            group = self.param_groups[index]
+            for p in group["params"]:
+                if p not in self.state:
+                    self.state[p] = self._init_state(p)
+            self._cache[index] = [group["params"]] + [[self.state[p].get(k) for p in group["params"]]
+                                                      for k in self._state_keys]
+        return self._cache[index]
+
+    def state_dict(self):
+        """{'state': {index: {name: tensor}}, 'param_groups': [options + 'params': [indices]]}."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                index.setdefault(p, len(index))
+                ids.append(index[p])
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        state = {index[p]: {k: v for k, v in s.items() if v is not None} for p, s in self.state.items() if p in index}
+        return {"state": state, "param_groups": copy.deepcopy(groups)}
+
+    def load_state_dict(self, state_dict):
+        """Restores options and state saved by state_dict (for the same parameter layout)."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(g["params"]) != len(own["params"]) for g, own in zip(groups, self.param_groups)):
+            raise _invalid(f"{type(self).__name__}.load_state_dict: the saved groups do not match this optimizer's "
+                           f"({[len(g['params']) for g in groups]} vs {[len(g['params']) for g in self.param_groups]} params)")
+        self.state = {}
+        for saved, own in zip(groups, self.param_groups):
+            own.update({k: v for k, v in saved.items() if k != "params"})
+            for i, p in zip(saved["params"], own["params"]):
+                entry = state_dict["state"].get(i)
+                if entry is not None:
+                    self.state[p] = {k: _core.tensor(v) for k, v in entry.items()}
+        self._cache.clear()
+
+
+class SGD(Optimizer):
+    """SGD with momentum, dampening, Nesterov momentum and (L2) weight decay."""
+
+    _state_keys = ("momentum_buffer",)
+
+    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                                      weight_decay=weight_decay))
+
+    def _validate(self, group):
+        super()._validate(group)
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise _invalid("SGD: nesterov needs momentum > 0 and dampening = 0")
+
+    def _init_state(self, p):
+        return {"momentum_buffer": None}
+
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        for i, group in enumerate(self.param_groups):
+            params, bufs = self._group_state(i)
+            new_bufs = _core.optim.sgd_step(params, bufs, group["lr"], group["momentum"], group["dampening"],
+                                            group["weight_decay"], group["nesterov"])
+            if group["momentum"] != 0 and any(b is None for b in bufs):
+                for p, b in zip(params, new_bufs):
+                    self.state[p]["momentum_buffer"] = b
+                self._cache.pop(i, None)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with L2 weight decay added to the gradient."""
+
+    _state_keys = ("exp_avg", "exp_avg_sq", "step")
+    _decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def _validate(self, group):
+        super()._validate(group)
+        b1, b2 = group["betas"]
+        if not (0 <= b1 < 1 and 0 <= b2 < 1) or group["eps"] < 0:
+            raise _invalid(f"{type(self).__name__}: betas must be in [0, 1) and eps >= 0, got {group['betas']}, {group['eps']}")
+
+    def _init_state(self, p):
+        return {"exp_avg": _core.zeros(*p.shape, dtype=p.dtype), "exp_avg_sq": _core.zeros(*p.shape, dtype=p.dtype),
+                "step": _core.zeros((), dtype=_core.int64)}
+
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        for i, group in enumerate(self.param_groups):
+            params, m1, m2, steps = self._group_state(i)
+            b1, b2 = group["betas"]
+            _core.optim.adam_step(params, m1, m2, steps, group["lr"], b1, b2, group["eps"], group["weight_decay"],
+                                  self._decoupled)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): p -= lr * wd * p each step."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
