@@ -41,7 +41,7 @@ Linear::Linear(int64_t in, int64_t out, bool bias) : Module("Linear"), in_featur
   FG_CHECK(in >= 0 && out >= 0, Value, "Linear: sizes must be >= 0, got ", in, " and ", out);
   double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;  // kaiming_uniform(a=sqrt(5))
   register_parameter("weight", uniform_tensor({out, in}, bound));
-  if (bias) register_parameter("bias", uniform_tensor({out}, bound));
+  register_parameter("bias", bias ? uniform_tensor({out}, bound) : Tensor());
 }
 Tensors Linear::forward(const Tensors& in) {
   return {linear(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"))};
@@ -81,7 +81,7 @@ Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t s, int64_t pad, boo
            cin, ", ", cout, ", kernel ", k, ", stride ", s, ", padding ", pad, ")");
   double bound = 1.0 / std::sqrt(static_cast<double>(cin * k * k));
   register_parameter("weight", uniform_tensor({cout, cin, k, k}, bound));
-  if (bias) register_parameter("bias", uniform_tensor({cout}, bound));
+  register_parameter("bias", bias ? uniform_tensor({cout}, bound) : Tensor());
 }
 Tensors Conv2d::forward(const Tensors& in) {
   return {conv2d(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"), stride, padding)};

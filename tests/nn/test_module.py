@@ -1,0 +1,153 @@
+"""Module system: registration by assignment, dotted names, modes, state_dict, repr, and the
+lifetime of Python subclasses held only by C++."""
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import flowgrad as fg
+from flowgrad import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(4, 12)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.qkv(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Parameter(fg.randn(3, 4))
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.register_buffer("running", fg.zeros(4))
+        self.note = "plain attribute"
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)[..., :4]
+        return x + self.running
+
+
+def test_registration_and_dotted_names_in_definition_order():
+    net = Net()
+    names = [n for n, _ in net.named_parameters()]
+    assert names == ["embed", "blocks.0.qkv.weight", "blocks.0.qkv.bias", "blocks.1.qkv.weight", "blocks.1.qkv.bias"]
+    assert [n for n, _ in net.named_buffers()] == ["running"]
+    assert [n for n, _ in net.named_modules()] == ["", "blocks", "blocks.0", "blocks.0.qkv", "blocks.0.drop",
+                                                   "blocks.1", "blocks.1.qkv", "blocks.1.drop"]
+    assert [n for n, _ in net.named_children()] == ["blocks"]
+    assert net.note == "plain attribute"
+    assert isinstance(net.blocks[1], Block) and net.blocks[-1] is net.blocks[1]
+    assert len(net.blocks) == 2 and len(net.parameters()) == 5
+    assert net.num_parameters() == 12 + 2 * (48 + 12)
+    assert all(p.requires_grad for p in net.parameters())
+
+
+def test_shared_parameters_listed_once_and_reassignment():
+    a = nn.Linear(3, 3)
+    seq = nn.Sequential(a, a)
+    assert len(seq.parameters()) == 2
+    net = Net()
+    net.embed = nn.Parameter(fg.zeros(3, 4))
+    assert net.embed.sum().item() == 0 and [n for n, _ in net.named_parameters()][0] == "embed"
+    with pytest.raises(fg.InvalidArgumentError, match="cannot assign a plain tensor to parameter 'embed'"):
+        net.embed = fg.ones(3, 4)
+    del net.blocks
+    assert [n for n, _ in net.named_parameters()] == ["embed"]
+    with pytest.raises(AttributeError, match="'Net' object has no attribute 'missing'"):
+        net.missing
+
+
+def test_train_eval_propagate_and_change_dropout():
+    net = Net()
+    assert net.training and net.blocks[0].drop.training
+    assert net.eval() is net
+    assert not any(m.training for m in net.modules())
+    x = fg.randn(2, 4)
+    np.testing.assert_array_equal(net(x).numpy(), net(x).numpy())  # no dropout in eval
+    net.train()
+    assert all(m.training for m in net.modules())
+
+
+def test_zero_grad_state_dict_round_trip_and_errors():
+    net = Net()
+    net(fg.randn(2, 4)).sum().backward()
+    assert net.blocks[0].qkv.weight.grad is not None
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+    sd = net.state_dict()
+    assert list(sd) == ["embed", "blocks.0.qkv.weight", "blocks.0.qkv.bias", "blocks.1.qkv.weight", "blocks.1.qkv.bias", "running"]
+    other = Net()
+    weight = other.blocks[0].qkv.weight
+    other.load_state_dict(sd)
+    assert other.blocks[0].qkv.weight is not None and weight.data_ptr() == other.blocks[0].qkv.weight.data_ptr()
+    for k in sd:
+        np.testing.assert_array_equal(other.state_dict()[k].numpy(), sd[k].numpy())
+    bad = dict(sd)
+    bad.pop("running")
+    bad["extra"] = fg.ones(1)
+    with pytest.raises(fg.InvalidArgumentError, match="missing keys: running; unexpected keys: extra"):
+        other.load_state_dict(bad)
+    other.load_state_dict(bad, strict=False)  # tolerated without strict
+    bad["embed"] = fg.ones(2, 2)
+    with pytest.raises(fg.InvalidArgumentError, match=r"shape mismatches: embed: checkpoint \(2, 2\) vs model \(3, 4\)"):
+        other.load_state_dict(bad, strict=False)
+
+
+def test_repr_is_a_tree_with_parameter_counts():
+    text = repr(Net())
+    assert text.startswith("Net(")
+    assert "(blocks): ModuleList(" in text and "(qkv): Linear(in_features=4, out_features=12, bias=True)" in text
+    assert "(drop): Dropout(p=0.5)" in text and text.rstrip().endswith("# 132 parameters")
+
+
+def test_module_without_forward_and_without_init():
+    with pytest.raises(fg.FlowgradError, match="forward is not implemented"):
+        nn.Module()(fg.ones(1))
+
+    class Forgot(nn.Module):
+        def __init__(self):
+            pass
+
+    with pytest.raises(TypeError):
+        Forgot().fc = nn.Linear(1, 1)
+
+
+def test_python_module_held_only_by_cpp_survives_gc():
+    class Double(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    inner = Double()
+    ref = weakref.ref(inner)
+    seq = nn.Sequential(inner, nn.Identity())
+    del inner
+    gc.collect()
+    assert ref() is not None  # C++ keeps the Python half alive
+    np.testing.assert_array_equal(seq(fg.ones(3)).numpy(), [2, 2, 2])
+    assert isinstance(seq[0], Double)
+    del seq
+    gc.collect()
+    assert ref() is None  # and releases it with the container
+
+
+def test_python_module_keeps_its_python_state_through_cpp():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x + 1
+
+    seq = nn.Sequential(Counter(), Counter())
+    seq(fg.zeros(2))
+    seq(fg.zeros(2))
+    assert [m.calls for m in seq] == [2, 2]

@@ -1,0 +1,173 @@
+"""Optimizers against reference formulas written here, param groups, state_dict, schedulers,
+gradient clipping."""
+import math
+
+import numpy as np
+import pytest
+
+import flowgrad as fg
+
+
+def quadratic_setup(rng, n=5):
+    target = rng.standard_normal(n)
+    p = fg.tensor(rng.standard_normal(n), dtype=fg.float64, requires_grad=True)
+    return p, target
+
+
+def grad_of(p, target):
+    p.grad = None
+    ((p - fg.tensor(target)) ** 2).sum().backward()
+    return p.grad.numpy().copy()
+
+
+@pytest.mark.parametrize("momentum,nesterov,wd,damp", [(0, False, 0, 0), (0.9, False, 0.1, 0), (0.9, True, 0.01, 0), (0.8, False, 0, 0.3)])
+def test_sgd_matches_reference(rng, momentum, nesterov, wd, damp):
+    p, target = quadratic_setup(rng)
+    ref = p.detach().numpy().copy()
+    opt = fg.optim.SGD([p], lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=wd, dampening=damp)
+    buf = None
+    for _ in range(5):
+        g = grad_of(p, target) + wd * ref
+        if momentum:
+            buf = g.copy() if buf is None else momentum * buf + (1 - damp) * g
+            g = g + momentum * buf if nesterov else buf
+        ref = ref - 0.1 * g
+        opt.step()
+        np.testing.assert_allclose(p.detach().numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls,wd", [(fg.optim.Adam, 0.0), (fg.optim.Adam, 0.1), (fg.optim.AdamW, 0.1)])
+def test_adam_adamw_match_reference(rng, cls, wd):
+    p, target = quadratic_setup(rng)
+    ref = p.detach().numpy().copy()
+    opt = cls([p], lr=0.05, betas=(0.8, 0.95), eps=1e-8, weight_decay=wd)
+    m = v = np.zeros_like(ref)
+    for t in range(1, 7):
+        g = grad_of(p, target)
+        if cls is fg.optim.AdamW:
+            ref = ref * (1 - 0.05 * wd)
+        else:
+            g = g + wd * ref
+        m = 0.8 * m + 0.2 * g
+        v = 0.95 * v + 0.05 * g * g
+        ref = ref - 0.05 * (m / (1 - 0.8 ** t)) / (np.sqrt(v / (1 - 0.95 ** t)) + 1e-8)
+        opt.step()
+        np.testing.assert_allclose(p.detach().numpy(), ref, rtol=1e-10, atol=1e-12)
+
+
+def test_param_groups_have_their_own_options_and_skip_missing_grads(rng):
+    a = fg.ones(3, requires_grad=True)
+    b = fg.ones(3, requires_grad=True)
+    c = fg.ones(3, requires_grad=True)
+    opt = fg.optim.SGD([{"params": [a], "lr": 1.0}, {"params": [b, c]}], lr=0.1)
+    (a.sum() + b.sum()).backward()
+    opt.step()
+    np.testing.assert_allclose(a.detach().numpy(), 0.0)
+    np.testing.assert_allclose(b.detach().numpy(), 0.9)
+    np.testing.assert_array_equal(c.detach().numpy(), 1.0)  # no gradient: untouched
+    assert opt.param_groups[1]["lr"] == 0.1
+    opt.zero_grad()
+    assert a.grad is None and b.grad is None
+    with pytest.raises(fg.InvalidArgumentError, match="a parameter appears in more than one group"):
+        fg.optim.SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
+    with pytest.raises(fg.InvalidArgumentError, match="unknown options \\['betas'\\]"):
+        fg.optim.SGD([{"params": [a], "betas": (0.9, 0.9)}], lr=0.1)
+    with pytest.raises(fg.InvalidArgumentError, match="empty parameter list"):
+        fg.optim.Adam([])
+
+
+def test_optimizer_state_dict_round_trip_resumes_exactly(rng):
+    def make():
+        fg.manual_seed(0)
+        model = fg.nn.Linear(4, 2)
+        return model, fg.optim.AdamW(model.parameters(), lr=0.01)
+
+    x = fg.tensor(rng.standard_normal((8, 4)).astype(np.float32))
+
+    def train(model, opt, steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            opt.step()
+
+    m1, o1 = make()
+    train(m1, o1, 6)
+    m2, o2 = make()
+    train(m2, o2, 3)
+    sd_model, sd_opt = m2.state_dict(), o2.state_dict()
+    assert sd_opt["state"][0]["step"].item() == 3 and sd_opt["param_groups"][0]["params"] == [0, 1]
+    m3, o3 = make()
+    m3.load_state_dict(sd_model)
+    o3.load_state_dict(sd_opt)
+    train(m3, o3, 3)
+    for p, q in zip(m1.parameters(), m3.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+    with pytest.raises(fg.InvalidArgumentError, match="saved groups do not match"):
+        fg.optim.Adam([fg.ones(2, requires_grad=True)]).load_state_dict(sd_opt)
+
+
+def test_clip_grad_norm(rng):
+    a = fg.tensor([3.0, 0.0], requires_grad=True)
+    b = fg.tensor([4.0], requires_grad=True)
+    (a * a / 2).sum().backward()
+    (b * b / 2).sum().backward()
+    norm = fg.nn.utils.clip_grad_norm_([a, b], 1.0)
+    assert abs(norm.item() - 5.0) < 1e-6
+    total = np.sqrt((a.grad.numpy() ** 2).sum() + (b.grad.numpy() ** 2).sum())
+    assert abs(total - 1.0) < 1e-5
+    fg.nn.utils.clip_grad_norm_([a, b], 10.0)  # already small: unchanged
+    assert abs(np.sqrt((a.grad.numpy() ** 2).sum() + (b.grad.numpy() ** 2).sum()) - 1.0) < 1e-5
+    with pytest.raises(fg.InvalidArgumentError, match="max_norm must be positive"):
+        fg.nn.utils.clip_grad_norm_([a], 0)
+
+
+def test_shared_gradients_do_not_alias_between_leaves():
+    a = fg.ones(3, requires_grad=True)
+    b = fg.ones(3, requires_grad=True)
+    (a + b).sum().backward()  # add hands one gradient tensor to both inputs
+    assert a.grad.data_ptr() != b.grad.data_ptr()
+    with fg.no_grad():
+        a.grad.fill_(5.0)
+    np.testing.assert_array_equal(b.grad.numpy(), [1, 1, 1])
+
+
+def lrs(scheduler, epochs):
+    out = []
+    for _ in range(epochs):
+        out.append(scheduler.get_last_lr()[0])
+        scheduler.step()
+    return out
+
+
+def test_schedulers():
+    p = fg.ones(1, requires_grad=True)
+    opt = fg.optim.SGD([p], lr=1.0)
+    np.testing.assert_allclose(lrs(fg.optim.lr_scheduler.StepLR(opt, 2, 0.5), 5), [1, 1, 0.5, 0.5, 0.25])
+    opt = fg.optim.SGD([p], lr=1.0)
+    cos = lrs(fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.1, warmup=2), 11)
+    np.testing.assert_allclose(cos[:2], [0.5, 1.0])
+    np.testing.assert_allclose(cos[2:], [0.1 + 0.9 * (1 + math.cos(math.pi * t / 8)) / 2 for t in range(9)])
+    opt = fg.optim.SGD([p], lr=2.0)
+    np.testing.assert_allclose(lrs(fg.optim.lr_scheduler.LambdaLR(opt, lambda e: 1 / (e + 1)), 3), [2, 1, 2 / 3])
+    opt = fg.optim.SGD([p], lr=1.0)
+    plateau = fg.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=2, factor=0.5)
+    for v in [5, 4, 4, 4, 4, 3, 3, 3, 3]:
+        plateau.step(v)
+    assert opt.param_groups[0]["lr"] == 0.25
+
+    class FakeTrend:
+        def __init__(self):
+            self.values = []
+
+        def latest(self):
+            return self.values[-1]
+
+    trend = FakeTrend()
+    opt = fg.optim.SGD([p], lr=1.0)
+    plateau = fg.optim.lr_scheduler.ReduceLROnPlateau(opt, trend=trend, patience=0, factor=0.1)
+    for v in [1.0, 1.0]:
+        trend.values.append(v)
+        plateau.step()
+    assert abs(opt.param_groups[0]["lr"] - 0.1) < 1e-12
+    with pytest.raises(fg.InvalidArgumentError, match="CosineAnnealingLR: need T_max > 0"):
+        fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=5, warmup=5)
