@@ -87,6 +87,7 @@ PYBIND11_MODULE(_core, m) {
   bind_runtime(m);
   bind_nn(m);
   bind_optim(m);
+  bind_io(m);
 }
 
 }  // namespace fg::py_bind

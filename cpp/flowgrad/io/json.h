@@ -1,0 +1,27 @@
+// A strict JSON reader for safetensors headers: objects, arrays, strings, integers, and the
+// literals. Duplicate keys, trailing garbage and deep nesting are errors (CheckpointError).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fg::io {
+
+struct Json {
+  enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
+  bool boolean = false;
+  bool integral = false;  // a number written without fraction or exponent
+  int64_t integer = 0;    // valid when integral and in range
+  std::string text;       // String
+  std::vector<Json> items;                            // Array
+  std::vector<std::pair<std::string, Json>> members;  // Object, in file order
+
+  static Json parse(std::string_view text, const std::string& source);
+};
+
+std::string json_quote(const std::string& s);
+
+}  // namespace fg::io

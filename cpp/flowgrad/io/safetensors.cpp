@@ -1,0 +1,250 @@
+#include "flowgrad/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "flowgrad/io/json.h"
+#include "flowgrad/ops/kernel_args.h"
+
+namespace fg::io {
+namespace {
+
+constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors project's cap
+
+const char* st_name(DType dt) {
+  switch (dt) {
+    case DType::Bool: return "BOOL";
+    case DType::Int32: return "I32";
+    case DType::Int64: return "I64";
+    case DType::Float16: return "F16";
+    case DType::BFloat16: return "BF16";
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+  }
+  return "?";
+}
+
+DType st_dtype(const std::string& name, const std::string& source, const std::string& tensor) {
+  for (DType dt : {DType::Bool, DType::Int32, DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+    if (name == st_name(dt)) return dt;
+  fail(ErrorKind::Checkpoint, source, ": tensor '", tensor, "' has dtype '", name,
+       "', which flowgrad does not support (BOOL, I32, I64, F16, BF16, F32, F64)");
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Dims shape;
+  uint64_t begin, end;
+};
+
+const Json* member(const Json& obj, const char* key) {
+  for (const auto& [k, v] : obj.members)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+Entry entry_of(const std::string& name, const Json& j, const std::string& source) {
+  auto bad = [&](const std::string& what) -> Entry {
+    fail(ErrorKind::Checkpoint, source, ": tensor '", name, "': ", what);
+  };
+  if (j.kind != Json::Kind::Object) return bad("entry is not an object");
+  for (const auto& [k, v] : j.members)
+    if (k != "dtype" && k != "shape" && k != "data_offsets") return bad("unknown field '" + k + "'");
+  const Json* dtype = member(j, "dtype");
+  const Json* shape = member(j, "shape");
+  const Json* offsets = member(j, "data_offsets");
+  if (!dtype || dtype->kind != Json::Kind::String) return bad("missing or non-string dtype");
+  if (!shape || shape->kind != Json::Kind::Array) return bad("missing or non-array shape");
+  if (!offsets || offsets->kind != Json::Kind::Array || offsets->items.size() != 2) return bad("data_offsets must be [begin, end]");
+  Entry e{name, st_dtype(dtype->text, source, name), Dims{}, 0, 0};
+  if (shape->items.size() > static_cast<size_t>(Dims::kMaxRank)) return bad("more than 8 dimensions");
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const Json& d : shape->items) {
+    if (d.kind != Json::Kind::Number || !d.integral || d.integer < 0) return bad("shape entries must be non-negative integers");
+    e.shape.push_back(d.integer);
+    uint64_t v = static_cast<uint64_t>(d.integer);
+    if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / v) overflow = true;
+    else numel *= v;
+  }
+  for (int i = 0; i < 2; ++i) {
+    const Json& o = offsets->items[i];
+    if (o.kind != Json::Kind::Number || !o.integral || o.integer < 0) return bad("data_offsets must be non-negative integers");
+  }
+  e.begin = static_cast<uint64_t>(offsets->items[0].integer);
+  e.end = static_cast<uint64_t>(offsets->items[1].integer);
+  if (e.begin > e.end) return bad("data_offsets begin after they end");
+  uint64_t item = itemsize(e.dtype);
+  if (overflow || (numel != 0 && numel > std::numeric_limits<uint64_t>::max() / item))
+    return bad("shape " + to_string(e.shape) + " overflows 64 bits");
+  if (numel * item != e.end - e.begin)
+    return bad("shape " + to_string(e.shape) + " of " + dtype->text + " needs " + std::to_string(numel * item) +
+               " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+  return e;
+}
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+  fail(ErrorKind::Checkpoint, what, " '", path, "': ", std::strerror(errno));
+}
+
+void write_all(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      io_error("cannot write", path);
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+  std::string header = "{";
+  uint64_t offset = 0;
+  std::vector<Tensor> data;
+  for (const auto& [name, t] : tensors) {
+    FG_CHECK(t.defined(), Checkpoint, "save: tensor '", name, "' is undefined");
+    FG_CHECK(t.device().is_cpu(), Device, "save: tensor '", name, "' is on ", t.device().str(), "; call .cpu() first");
+    FG_CHECK(name != "__metadata__", Checkpoint, "save: '__metadata__' is reserved for metadata");
+    Tensor c = contiguous_raw(t);
+    uint64_t bytes = static_cast<uint64_t>(c.numel()) * itemsize(c.dtype());
+    header += (header.size() > 1 ? "," : "") + json_quote(name) + ":{\"dtype\":\"" + st_name(c.dtype()) + "\",\"shape\":[";
+    for (int d = 0; d < c.ndim(); ++d) header += (d ? "," : "") + std::to_string(c.shape()[d]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+    data.push_back(c);
+  }
+  if (!metadata.empty()) {
+    header += std::string(header.size() > 1 ? "," : "") + "\"__metadata__\":{";
+    for (size_t i = 0; i < metadata.size(); ++i)
+      header += (i ? "," : "") + json_quote(metadata[i].first) + ":" + json_quote(metadata[i].second);
+    header += "}";
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
+  std::string out(8, '\0');
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  out.reserve(out.size() + offset);
+  for (const Tensor& c : data)
+    out.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * itemsize(c.dtype()));
+  return out;
+}
+
+TensorFile parse_safetensors(std::string_view bytes, const std::string& source) {
+  FG_CHECK(bytes.size() >= 8, Checkpoint, source, ": file of ", bytes.size(), " bytes is too small for a safetensors header");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  FG_CHECK(n <= kMaxHeader, Checkpoint, source, ": header length ", n, " exceeds the 100 MiB limit");
+  FG_CHECK(n <= bytes.size() - 8, Checkpoint, source, ": header length ", n, " runs past the end of the ", bytes.size(), "-byte file");
+  std::string_view header = bytes.substr(8, n);
+  FG_CHECK(!header.empty() && header[0] == '{', Checkpoint, source, ": header must start with '{'");
+  Json root = Json::parse(header, source);
+  FG_CHECK(root.kind == Json::Kind::Object, Checkpoint, source, ": header is not a JSON object");
+  TensorFile file;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : root.members) {
+    if (name == "__metadata__") {
+      FG_CHECK(value.kind == Json::Kind::Object, Checkpoint, source, ": __metadata__ must be an object of strings");
+      for (const auto& [k, v] : value.members) {
+        FG_CHECK(v.kind == Json::Kind::String, Checkpoint, source, ": __metadata__['", k, "'] is not a string");
+        file.metadata.emplace_back(k, v.text);
+      }
+      continue;
+    }
+    entries.push_back(entry_of(name, value, source));
+  }
+  uint64_t data_size = bytes.size() - 8 - n;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  for (const Entry& e : entries) {
+    FG_CHECK(e.begin == expected, Checkpoint, source, ": tensor '", e.name, "' starts at byte ", e.begin,
+             e.begin < expected ? " and overlaps the previous tensor" : " leaving a gap after byte ", expected);
+    FG_CHECK(e.end <= data_size, Checkpoint, source, ": tensor '", e.name, "' ends at byte ", e.end,
+             " past the ", data_size, "-byte data section");
+    expected = e.end;
+  }
+  FG_CHECK(expected == data_size, Checkpoint, source, ": the data section has ", data_size - expected,
+           " bytes that no tensor covers");
+  const char* data = bytes.data() + 8 + n;
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype, cpu_device());
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
+    if (e.dtype == DType::Bool)  // any byte other than 0/1 would be undefined as a C++ bool
+      for (int64_t i = 0, m = t.numel(); i < m; ++i)
+        FG_CHECK(static_cast<unsigned char>(data[e.begin + i]) <= 1, Checkpoint, source, ": tensor '", e.name,
+                 "' holds a BOOL byte that is neither 0 nor 1");
+    file.tensors.emplace_back(e.name, t);
+  }
+  return file;
+}
+
+TensorFile load_safetensors(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    io_error("cannot stat", path);
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return parse_safetensors(std::string_view(), path);
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) io_error("cannot map", path);
+  try {
+    TensorFile file = parse_safetensors(std::string_view(static_cast<const char*>(map), size), path);
+    ::munmap(map, size);
+    return file;
+  } catch (...) {
+    ::munmap(map, size);
+    throw;
+  }
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+  std::string bytes = serialize_safetensors(tensors, metadata);
+  std::string dir = ".";
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error("cannot create", tmp);
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) io_error("cannot fsync", tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    io_error("cannot rename into", path);
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // make the rename itself durable
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace fg::io

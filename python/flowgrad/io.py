@@ -1,0 +1,83 @@
+"""Checkpoints in the safetensors format (reader and writer in C++).
+
+fg.save / fg.load exchange plain tensor dicts with any safetensors tool. save_checkpoint keeps
+a whole training state in one file: model tensors under "model.", optimizer state under
+"optimizer.<param index>.<name>", and in the metadata the step, the RNG state and the
+optimizer's param_groups, so that training resumes exactly.
+"""
+import json
+import os
+
+from . import _core
+
+__all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
+
+FORMAT = "flowgrad.checkpoint/1"
+
+
+def save(tensors, path, metadata=None):
+    """Writes a {name: tensor} dict (and {str: str} metadata) to `path` atomically."""
+    _core._save(dict(tensors), os.fspath(path), metadata)
+
+
+def load(path, device=None):
+    """Reads a safetensors file into a {name: tensor} dict (in the file's data order)."""
+    tensors, _ = _core._load(os.fspath(path))
+    if device is not None:
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+    return tensors
+
+
+def _graph_unsupported(graph):
+    if graph is not None:
+        raise _core.InvalidArgumentError("checkpoint: graph= takes an fg.Graph, which this version does not have yet")
+
+
+def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata=None):
+    """Saves model tensors, optimizer state, the step counter and the RNG state to `path`."""
+    _graph_unsupported(graph)
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    meta = {"format": FORMAT, "rng": json.dumps(list(_core.get_rng_state()))}
+    if step is not None:
+        meta["step"] = str(int(step))
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        for index, entries in sd["state"].items():
+            for name, t in entries.items():
+                tensors[f"optimizer.{index}.{name}"] = t
+        meta["optimizer"] = json.dumps({"type": type(optimizer).__name__, "param_groups": sd["param_groups"]})
+    for key, value in (metadata or {}).items():
+        if key in meta:
+            raise _core.CheckpointError(f"save_checkpoint: metadata key '{key}' is reserved")
+        meta[key] = value
+    save(tensors, path, meta)
+
+
+def load_checkpoint(path, model, optimizer=None, graph=None):
+    """Restores what save_checkpoint wrote (model, optimizer, RNG) and returns the metadata,
+    with 'step' as an int when it was saved."""
+    _graph_unsupported(graph)
+    tensors, meta = _core._load(os.fspath(path))
+    if meta.get("format") != FORMAT:
+        raise _core.CheckpointError(f"load_checkpoint: '{path}' is not a flowgrad checkpoint (format {meta.get('format')!r})")
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    if optimizer is not None:
+        if "optimizer" not in meta:
+            raise _core.CheckpointError(f"load_checkpoint: '{path}' holds no optimizer state")
+        saved = json.loads(meta["optimizer"])
+        if saved["type"] != type(optimizer).__name__:
+            raise _core.CheckpointError(f"load_checkpoint: saved optimizer is {saved['type']}, not {type(optimizer).__name__}")
+        state = {}
+        for key, t in tensors.items():
+            if key.startswith("optimizer."):
+                _, index, name = key.split(".", 2)
+                state.setdefault(int(index), {})[name] = t
+        for group in saved["param_groups"]:
+            if "betas" in group:
+                group["betas"] = tuple(group["betas"])
+        optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+    _core.set_rng_state(tuple(json.loads(meta["rng"])))
+    result = dict(meta)
+    if "step" in result:
+        result["step"] = int(result["step"])
+    return result
