@@ -1,0 +1,39 @@
+"""The README's demos and the notebooks run and reach their targets."""
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(script, *args, timeout=300):
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_digits_demo_reaches_97_percent(tmp_path):
+    pytest.importorskip("sklearn")
+    out = run("train_digits.py", "--out", str(tmp_path / "digits.safetensors"))
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
+    assert accuracy >= 0.97, out
+    assert (tmp_path / "digits.safetensors").exists()
+
+
+def test_char_transformer_learns_and_samples():
+    out = run("char_transformer.py", "--steps", "60", "--chars", "50000")
+    losses = [float(v) for v in re.findall(r"loss ([0-9.]+)", out)]
+    assert losses[-1] < losses[0] - 1.0, out
+    assert "sample:\nThe " in out
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_notebook_runs(notebook):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(ROOT / "notebooks" / notebook, as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
