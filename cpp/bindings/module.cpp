@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include "common.h"
+#include "flowgrad/core/runtime.h"
 
 namespace fg::py_bind {
 namespace {
@@ -80,6 +81,7 @@ void bind_dtypes(py::module_& m) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "flowgrad's C++ engine: tensors, ops, autograd.";
   install_autograd();
+  num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS
   bind_errors(m);
   bind_dtypes(m);
   bind_tensor(m);

@@ -1,35 +1,43 @@
-// parallel_for over an index range on the shared CPU pool (OpenMP). Small ranges stay on the
-// calling thread. The body must not throw: kernels validate before they run.
+// parallel_for over an index range on flowgrad's CPU thread pool. Idle workers block (they do
+// not spin), so they leave the cores to BLAS threads between regions. Small ranges stay on the
+// calling thread, and so does a parallel_for issued from inside another one. The body must not
+// throw: kernels validate before they run.
 #pragma once
 #include <algorithm>
 #include <cstdint>
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 namespace fg {
 
 // Ranges below this many elements of simple work are not worth waking threads for.
 constexpr int64_t kParallelGrain = 32768;
 
+int pool_threads();               // threads a parallel_for may use, the caller included
+void set_pool_threads(int n);     // n >= 1
+bool in_parallel_region();
+
+namespace detail {
+// Runs task(ctx, i) for i in [0, tasks) on the pool and the calling thread; returns when all ran.
+void run_tasks(int tasks, void (*task)(void*, int), void* ctx);
+}  // namespace detail
+
 template <class Body>
 void parallel_for(int64_t n, int64_t grain, Body&& body) {
   if (n <= 0) return;
-#if defined(_OPENMP)
-  int threads = omp_get_max_threads();
-  if (n > grain && threads > 1 && !omp_in_parallel()) {
-    int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-#pragma omp parallel num_threads(static_cast<int>(chunks))
-    {
-      int64_t t = omp_get_thread_num();
-      int64_t begin = n * t / chunks, end = n * (t + 1) / chunks;
-      if (begin < end) body(begin, end);
-    }
+  int threads = pool_threads();
+  if (n <= grain || threads <= 1 || in_parallel_region()) {
+    body(int64_t{0}, n);
     return;
   }
-#endif
-  body(int64_t{0}, n);
+  struct Ctx {
+    Body* body;
+    int64_t n;
+    int chunks;
+  } ctx{&body, n, static_cast<int>(std::min<int64_t>(threads, (n + grain - 1) / grain))};
+  detail::run_tasks(ctx.chunks, [](void* p, int i) {
+    auto* c = static_cast<Ctx*>(p);
+    int64_t begin = c->n * i / c->chunks, end = c->n * (i + 1) / c->chunks;
+    if (begin < end) (*c->body)(begin, end);
+  }, &ctx);
 }
 
 }  // namespace fg

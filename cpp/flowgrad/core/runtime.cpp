@@ -4,12 +4,9 @@
 #include <mutex>
 #include <random>
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
+#include "kernels/common/parallel.h"
 
 // Provided by OpenBLAS; absent (null) with other BLAS libraries.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
@@ -38,9 +35,7 @@ int num_threads() {
 void set_num_threads(int n) {
   FG_CHECK(n >= 1, Value, "set_num_threads: expected n >= 1, got ", n);
   g_threads = n;
-#if defined(_OPENMP)
-  omp_set_num_threads(n);
-#endif
+  set_pool_threads(n);
   if (openblas_set_num_threads) openblas_set_num_threads(n);
 }
 

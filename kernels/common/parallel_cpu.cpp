@@ -1,0 +1,108 @@
+// The CPU thread pool behind parallel_for: workers sleep on a condition variable until a
+// region starts, take task indices from an atomic counter, and the caller works too.
+#include "kernels/common/parallel.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fg {
+namespace {
+
+thread_local bool t_in_region = false;
+
+class Pool {
+ public:
+  ~Pool() { resize(1); }
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> run_lock(run_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+    stop_ = false;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  void run(int tasks, void (*task)(void*, int), void* ctx) {
+    std::lock_guard<std::mutex> run_lock(run_mutex_);  // one region at a time
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      task_ = task;
+      ctx_ = ctx;
+      tasks_ = tasks;
+      next_.store(0);
+      pending_.store(tasks);
+      ++generation_;
+    }
+    wake_.notify_all();
+    t_in_region = true;
+    drain();
+    t_in_region = false;
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_.load() == 0; });
+  }
+
+ private:
+  void drain() {
+    for (int i = next_.fetch_add(1); i < tasks_; i = next_.fetch_add(1)) {
+      task_(ctx_, i);
+      if (pending_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_.notify_all();
+      }
+    }
+  }
+
+  void work() {
+    t_in_region = true;
+    uint64_t seen = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+    }
+  }
+
+  std::mutex run_mutex_, mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  void (*task_)(void*, int) = nullptr;
+  void* ctx_ = nullptr;
+  int tasks_ = 0;
+  std::atomic<int> next_{0}, pending_{0};
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: worker threads must not outlive static teardown
+  return *p;
+}
+
+}  // namespace
+
+int pool_threads() { return pool().threads(); }
+void set_pool_threads(int n) {
+  if (n != pool().threads()) pool().resize(n);
+}
+bool in_parallel_region() { return t_in_region; }
+
+namespace detail {
+void run_tasks(int tasks, void (*task)(void*, int), void* ctx) { pool().run(tasks, task, ctx); }
+}  // namespace detail
+
+}  // namespace fg
