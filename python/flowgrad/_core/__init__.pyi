@@ -14,9 +14,12 @@ from flowgrad import OutOfMemoryError
 from flowgrad import ShapeError
 import numpy
 import typing
+import typing_extensions
 from . import functional
 from . import cuda_runtime
-__all__: list[str] = ['CheckpointError', 'DTypeError', 'DeviceError', 'FlowgradError', 'GraphError', 'IndexOutOfRangeError', 'InvalidArgumentError', 'OutOfMemoryError', 'ShapeError', 'Tensor', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+from . import init
+from . import optim
+__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowgradError', 'GELU', 'GRUCell', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -612,13 +615,312 @@ class Tensor:
         """
         The sizes of the dims, as a tuple.
         """
+class Module:
+    """
+    Base class of layers and models. Subclass it in Python: assign parameters (fg.nn.Parameter), buffers and submodules as attributes and define forward.
+    """
+    def __call__(self, *args, **kwargs) -> typing.Any:
+        """
+        Runs forward.
+        """
+    def __delattr__(self, arg0: str) -> None:
+        ...
+    def __getattr__(self, arg0: str) -> typing.Any:
+        ...
+    def __init__(self) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setattr__(self, arg0: str, arg1: typing.Any) -> None:
+        ...
+    def buffers(self, recurse: bool = True) -> list:
+        """
+        The buffers, in definition order.
+        """
+    def children(self) -> list:
+        """
+        The direct submodules.
+        """
+    def eval(self) -> typing.Any:
+        """
+        Sets evaluation mode (dropout off); returns self.
+        """
+    def extra_repr(self) -> str:
+        """
+        Text shown inside this module's repr parentheses.
+        """
+    def forward(self, *args) -> typing.Any:
+        """
+        The computation; subclasses override it.
+        """
+    def load_state_dict(self, state_dict: dict, strict: bool = True) -> None:
+        """
+        Copies values into the parameters and buffers; InvalidArgumentError names missing, unexpected and mis-shaped keys.
+        """
+    def modules(self) -> list:
+        """
+        This module and every submodule, depth first.
+        """
+    def named_buffers(self, recurse: bool = True) -> list:
+        """
+        (dotted name, buffer) pairs.
+        """
+    def named_children(self) -> list:
+        """
+        (name, submodule) pairs of the direct submodules.
+        """
+    def named_modules(self) -> list:
+        """
+        (dotted name, module) pairs, this module first under ''.
+        """
+    def named_parameters(self, recurse: bool = True) -> list:
+        """
+        (dotted name, parameter) pairs in definition order.
+        """
+    def num_parameters(self) -> int:
+        """
+        Total number of parameter elements.
+        """
+    def parameters(self, recurse: bool = True) -> list:
+        """
+        The parameters, in definition order (shared ones once).
+        """
+    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+        """
+        Registers a non-trainable tensor saved in state_dict.
+        """
+    def register_module(self, name: str, module: Module) -> None:
+        """
+        Registers a child module under name.
+        """
+    def register_parameter(self, name: str, tensor: Tensor | None) -> None:
+        """
+        Registers a parameter under name (None reserves the name).
+        """
+    def state_dict(self) -> dict:
+        """
+        Parameters and buffers by dotted name (detached, sharing memory).
+        """
+    def to(self, device: typing.Any) -> typing.Any:
+        """
+        Moves parameters and buffers to a device; returns self.
+        """
+    def train(self, mode: bool = True) -> typing.Any:
+        """
+        Sets training mode on the whole tree; returns self.
+        """
+    def zero_grad(self) -> None:
+        """
+        Sets every parameter's .grad to None.
+        """
+    @property
+    def training(self) -> bool:
+        """
+        True in training mode.
+        """
+class Linear(Module):
+    """
+    y = x W^T + b.
+    """
+    def __init__(self, in_features: typing.SupportsInt | typing.SupportsIndex, out_features: typing.SupportsInt | typing.SupportsIndex, bias: bool = True) -> None:
+        ...
+    @property
+    def in_features(self) -> int:
+        ...
+    @property
+    def out_features(self) -> int:
+        ...
+class Embedding(Module):
+    """
+    Rows of a (num_embeddings, dim) table.
+    """
+    def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class LayerNorm(Module):
+    """
+    Layer normalisation with weight and bias.
+    """
+    def __init__(self, normalized_shape: typing.Any, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05) -> None:
+        ...
+class RMSNorm(LayerNorm):
+    """
+    RMS normalisation with a weight.
+    """
+    def __init__(self, normalized_shape: typing.Any, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06) -> None:
+        ...
+class Dropout(Module):
+    """
+    Zeroes entries with probability p in training.
+    """
+    def __init__(self, p: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+        ...
+    @property
+    def p(self) -> float:
+        ...
+    @p.setter
+    def p(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class Conv2d(Module):
+    """
+    2-D convolution over NCHW input.
+    """
+    def __init__(self, in_channels: typing.SupportsInt | typing.SupportsIndex, out_channels: typing.SupportsInt | typing.SupportsIndex, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex = 1, padding: typing.SupportsInt | typing.SupportsIndex = 0, bias: bool = True) -> None:
+        ...
+class _Function(Module):
+    pass
+class ReLU(_Function):
+    """
+    max(x, 0) as a module.
+    """
+    def __init__(self) -> None:
+        ...
+class SiLU(_Function):
+    """
+    x * sigmoid(x) as a module.
+    """
+    def __init__(self) -> None:
+        ...
+class Tanh(_Function):
+    """
+    tanh as a module.
+    """
+    def __init__(self) -> None:
+        ...
+class Sigmoid(_Function):
+    """
+    sigmoid as a module.
+    """
+    def __init__(self) -> None:
+        ...
+class Identity(_Function):
+    """
+    Returns its input.
+    """
+    def __init__(self) -> None:
+        ...
+class GELU(_Function):
+    """
+    GELU as a module (approximate='none' or 'tanh').
+    """
+    def __init__(self, approximate: str = 'none') -> None:
+        ...
+class Softmax(_Function):
+    """
+    softmax along dim as a module.
+    """
+    def __init__(self, dim: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        ...
+class Flatten(_Function):
+    """
+    Flattens dims start_dim..end_dim.
+    """
+    def __init__(self, start_dim: typing.SupportsInt | typing.SupportsIndex = 1, end_dim: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        ...
+class MaxPool2d(_Function):
+    """
+    2-D max pooling.
+    """
+    def __init__(self, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
+        ...
+class AvgPool2d(_Function):
+    """
+    2-D average pooling.
+    """
+    def __init__(self, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
+        ...
+class Sequential(Module):
+    """
+    Runs modules in order.
+    """
+    def __getitem__(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> Module:
+        ...
+    def __init__(self, *args) -> None:
+        ...
+    def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __len__(self) -> int:
+        ...
+    def append(self, module: Module) -> None:
+        """
+        Adds a module at the end.
+        """
+class ModuleList(Module):
+    """
+    A list of registered modules.
+    """
+    def __getitem__(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> Module:
+        ...
+    def __init__(self, modules: typing.Any = None) -> None:
+        ...
+    def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __len__(self) -> int:
+        ...
+    def append(self, module: Module) -> None:
+        """
+        Adds a module at the end.
+        """
+class MultiheadAttention(Module):
+    """
+    Multi-head attention: m(x) for self-attention, m(q, k, v) otherwise; an attention mask may follow.
+    """
+    def __init__(self, dim: typing.SupportsInt | typing.SupportsIndex, heads: typing.SupportsInt | typing.SupportsIndex, causal: bool = False, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class TransformerBlock(Module):
+    """
+    Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+    """
+    def __init__(self, dim: typing.SupportsInt | typing.SupportsIndex, heads: typing.SupportsInt | typing.SupportsIndex, mlp_ratio: typing.SupportsInt | typing.SupportsIndex = 4, causal: bool = True) -> None:
+        ...
+class GRUCell(Module):
+    """
+    One GRU step: m(x, h=None) -> h'.
+    """
+    def __init__(self, input_size: typing.SupportsInt | typing.SupportsIndex, hidden_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class LSTMCell(Module):
+    """
+    One LSTM step: m(x, (h, c)=None) -> (h', c').
+    """
+    def __init__(self, input_size: typing.SupportsInt | typing.SupportsIndex, hidden_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class Checkpoint(Module):
+    """
+    Gradient checkpointing: same outputs and gradients; intermediates recomputed in backward.
+    """
+    def __init__(self, module: Module) -> None:
+        ...
 def _debug_level() -> int:
     """
     FLOWGRAD_DEBUG.
     """
+def _is_parameter(arg0: Tensor) -> bool:
+    """
+    Whether t was made by fg.nn.Parameter.
+    """
+def _load(path: str) -> tuple:
+    """
+    Reads a safetensors file: (tensors dict, metadata dict); CheckpointError on any fault.
+    """
 def _op_registry() -> list:
     """
     Every registered op with its rule, kernels, backward and flags (for tests and tools).
+    """
+def _parameter(data: Tensor, requires_grad: bool = True) -> Tensor:
+    """
+    A parameter sharing t's data.
+    """
+def _parse_safetensors(data: bytes) -> tuple:
+    """
+    Parses safetensors bytes held in memory (used by the fuzz harness).
+    """
+def _save(tensors: dict, path: str, metadata: typing.Any = None) -> None:
+    """
+    Writes tensors (and string metadata) to a safetensors file atomically.
+    """
+def _serialize_safetensors(tensors: dict, metadata: typing.Any = None) -> bytes:
+    """
+    safetensors bytes for tensors.
     """
 def abs(input: Tensor) -> Tensor:
     """
@@ -883,6 +1185,10 @@ def randint(low: typing.SupportsInt | typing.SupportsIndex, high: typing.Any = N
 def randn(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
     """
     Standard normal samples (Philox; fixed by fg.manual_seed).
+    """
+def randperm(n: typing.SupportsInt | typing.SupportsIndex, *, seed: typing.SupportsInt | typing.SupportsIndex | None = None, offset: typing.SupportsInt | typing.SupportsIndex = 0, device: typing.Any = None) -> Tensor:
+    """
+    A random permutation of 0..n-1 (int64); with seed it depends on (seed, offset) only.
     """
 def relu(input: Tensor) -> Tensor:
     """
