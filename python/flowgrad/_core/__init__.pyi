@@ -14,7 +14,6 @@ from flowgrad import OutOfMemoryError
 from flowgrad import ShapeError
 import numpy
 import typing
-import typing_extensions
 from . import functional
 from . import cuda_runtime
 from . import init
