@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "fg_hd.h"
@@ -20,6 +21,58 @@ using std::tanh;
 
 template <class T> FG_HD bool is_nan(T x) { return x != x; }
 
+// float32 exp without a libm call, so loops over it vectorise: exp(x) = 2^k exp(r) with
+// Cody-Waite reduction and Cephes' degree-6 polynomial (about 1 ulp). float64 uses libm.
+FG_HD float exp_f32(float x) {
+  const float hi = 88.72283f, lo = -87.33654f;
+  float c = x > hi ? hi : (x < lo ? lo : x);
+  float k = (c * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+  k = x == x ? k : 0.0f;
+  float r = c - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  float y = p * scale;
+  return x < lo ? 0.0f : (x == x ? y : x);
+}
+template <class T> FG_HD T exp_any(T x) {
+  if constexpr (std::is_same_v<T, float>) return exp_f32(x);
+  else return exp(x);
+}
+// float32 tanh: an odd Taylor polynomial near 0 (no cancellation), 1 - 2 / (e^2|x| + 1) beyond.
+template <class T> FG_HD T tanh_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    float a = x < 0 ? -x : x;
+    float z = x * x;
+    float small = x + x * z * (-0.333333333f + z * (0.133333333f + z * (-0.0539682540f + z * (0.0218694885f + z * -0.00886323552f))));
+    float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    large = x < 0 ? -large : large;
+    return a < 0.4f ? small : large;
+  } else {
+    return tanh(x);
+  }
+}
+// float32 erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7); float64 uses libm.
+template <class T> FG_HD T erf_any(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    float a = x < 0 ? -x : x;
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+    float y = 1.0f - poly * exp_f32(-a * a);
+    return x < 0 ? -y : y;
+  } else {
+    return erf(x);
+  }
+}
+
 struct Neg { template <class T> FG_HD T operator()(T x) const { return -x; } };
 struct Abs { template <class T> FG_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
 struct Square { template <class T> FG_HD T operator()(T x) const { return x * x; } };
@@ -29,20 +82,19 @@ struct Sign {
 struct Relu {
   template <class T> FG_HD T operator()(T x) const { return x > T(0) || is_nan(x) ? x : T(0); }
 };
-struct Exp { template <class T> FG_HD T operator()(T x) const { return exp(x); } };
+struct Exp { template <class T> FG_HD T operator()(T x) const { return exp_any(x); } };
 struct Log { template <class T> FG_HD T operator()(T x) const { return log(x); } };
 struct Sqrt { template <class T> FG_HD T operator()(T x) const { return sqrt(x); } };
 struct Rsqrt { template <class T> FG_HD T operator()(T x) const { return T(1) / sqrt(x); } };
 struct Sin { template <class T> FG_HD T operator()(T x) const { return sin(x); } };
 struct Cos { template <class T> FG_HD T operator()(T x) const { return cos(x); } };
-struct Tanh { template <class T> FG_HD T operator()(T x) const { return tanh(x); } };
-struct Erf { template <class T> FG_HD T operator()(T x) const { return erf(x); } };
+struct Tanh { template <class T> FG_HD T operator()(T x) const { return tanh_any(x); } };
+struct Erf { template <class T> FG_HD T operator()(T x) const { return erf_any(x); } };
 struct Sigmoid {
   template <class T> FG_HD T operator()(T x) const {
     // Branches keep exp's argument <= 0: no overflow for large |x|.
-    if (x >= T(0)) return T(1) / (T(1) + exp(-x));
-    T e = exp(x);
-    return e / (T(1) + e);
+    T e = exp_any(x >= T(0) ? -x : x);  // exp of -|x| never overflows
+    return x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
   }
 };
 struct Silu { template <class T> FG_HD T operator()(T x) const { return x * Sigmoid{}(x); } };
@@ -53,13 +105,13 @@ struct Softplus {  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
 };
 struct Gelu {  // x * Phi(x)
   template <class T> FG_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + erf_any(x * T(0.70710678118654752440)));
   }
 };
 struct GeluTanh {
   template <class T> FG_HD T operator()(T x) const {
     const T k = T(0.79788456080286535588);  // sqrt(2 / pi)
-    return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
+    return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
   }
 };
 struct Clamp {

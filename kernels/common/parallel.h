@@ -9,7 +9,7 @@
 namespace fg {
 
 // Ranges below this many elements of simple work are not worth waking threads for.
-constexpr int64_t kParallelGrain = 32768;
+constexpr int64_t kParallelGrain = 1 << 17;
 
 int pool_threads();               // threads a parallel_for may use, the caller included
 void set_pool_threads(int n);     // n >= 1

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
+#include "kernels/common/functors.h"
 #include "kernels/common/parallel.h"
 
 namespace fg {
@@ -18,6 +20,34 @@ void visit_float(DType dt, Fn&& fn) {
 
 }  // namespace
 
+namespace {
+
+// One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
+// enough to vectorise; the sum uses eight partial accumulators for the same reason.
+template <class T>
+void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t k = 0; k < r; ++k) m = x[k] > m ? x[k] : m;
+  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
+  for (int64_t k = 0; k < r; ++k) y[k] = fn::exp_any(x[k] - m);
+  T partial[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= r; k += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += y[k + j];
+  double sum = 0;
+  for (int j = 0; j < 8; ++j) sum += partial[j];
+  for (; k < r; ++k) sum += y[k];
+  if (log) {
+    T lse = m + static_cast<T>(std::log(sum));
+    for (int64_t i = 0; i < r; ++i) y[i] = x[i] - lse;
+  } else {
+    T inv = static_cast<T>(1.0 / sum);
+    for (int64_t i = 0; i < r; ++i) y[i] *= inv;
+  }
+}
+
+}  // namespace
+
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
                  void* y) {
   visit_float(dtype, [&](auto tag) {
@@ -25,26 +55,17 @@ void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r,
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
     parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> line_in, line_out;
       for (int64_t line = begin; line < end; ++line) {
         int64_t base = (line / inner) * r * inner + line % inner;
-        const T* in = xs + base;
-        T* out = ys + base;
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t k = 0; k < r; ++k) m = std::max(m, in[k * inner]);
-        if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
-        double sum = 0;
-        for (int64_t k = 0; k < r; ++k) {
-          T e = std::exp(in[k * inner] - m);
-          if (!log) out[k * inner] = e;
-          sum += e;
+        if (inner == 1) {
+          softmax_row<T>(log, xs + base, r, ys + base);
+          continue;
         }
-        if (log) {
-          T lse = m + static_cast<T>(std::log(sum));
-          for (int64_t k = 0; k < r; ++k) out[k * inner] = in[k * inner] - lse;
-        } else {
-          T inv = static_cast<T>(1.0 / sum);
-          for (int64_t k = 0; k < r; ++k) out[k * inner] *= inv;
-        }
+        line_in.resize(r), line_out.resize(r);  // strided line: gather, compute, scatter
+        for (int64_t k = 0; k < r; ++k) line_in[k] = xs[base + k * inner];
+        softmax_row<T>(log, line_in.data(), r, line_out.data());
+        for (int64_t k = 0; k < r; ++k) ys[base + k * inner] = line_out[k];
       }
     });
   });
