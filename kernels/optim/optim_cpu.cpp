@@ -24,14 +24,20 @@ void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_b
     const T* g = static_cast<const T*>(grad);
     T* buf = static_cast<T*>(momentum_buf);
     const T lr = T(h.lr), wd = T(h.weight_decay), mu = T(h.momentum), damp = T(1 - h.dampening);
-    parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+    const bool nesterov = h.nesterov;
+    parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
+      T* __restrict pp = p;
+      const T* __restrict gg = g;
+      T* __restrict bb = buf;
+      if (!bb) {
+        for (int64_t i = b; i < e; ++i) pp[i] -= lr * (gg[i] + wd * pp[i]);
+        return;
+      }
       for (int64_t i = b; i < e; ++i) {
-        T d = g[i] + wd * p[i];
-        if (buf) {
-          buf[i] = first ? d : mu * buf[i] + damp * d;
-          d = h.nesterov ? d + mu * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
+        T d = gg[i] + wd * pp[i];
+        T mom = first ? d : mu * bb[i] + damp * d;
+        bb[i] = mom;
+        pp[i] -= lr * (nesterov ? d + mu * mom : mom);
       }
     });
   });
@@ -49,15 +55,23 @@ void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, 
     const double c2 = 1 - std::pow(h.beta2, static_cast<double>(step));
     const T b1 = T(h.beta1), b2 = T(h.beta2), eps = T(h.eps), wd = T(h.weight_decay);
     const T step_size = T(h.lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2));
-    const T decay = T(1 - h.lr * h.weight_decay);
-    parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+    // AdamW scales the weights; Adam adds wd * p to the gradient. Both as plain coefficients,
+    // so the loop has no branch and vectorises.
+    const T decay = h.decoupled ? T(1 - h.lr * h.weight_decay) : T(1);
+    const T l2 = h.decoupled ? T(0) : wd;
+    parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
+      T* __restrict pp = p;
+      T* __restrict mm = m;
+      T* __restrict vv = v;
+      const T* __restrict gg = g;
       for (int64_t i = b; i < e; ++i) {
-        T d = g[i];
-        if (h.decoupled) p[i] *= decay;
-        else d += wd * p[i];
-        m[i] = b1 * m[i] + (1 - b1) * d;
-        v[i] = b2 * v[i] + (1 - b2) * d * d;
-        p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+        T w = pp[i] * decay;
+        T d = gg[i] + l2 * pp[i];
+        T mi = b1 * mm[i] + (1 - b1) * d;
+        T vi = b2 * vv[i] + (1 - b2) * d * d;
+        mm[i] = mi;
+        vv[i] = vi;
+        pp[i] = w - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
       }
     });
   });
