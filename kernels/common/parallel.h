@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace fg {
 
@@ -29,7 +30,7 @@ void parallel_for(int64_t n, int64_t grain, Body&& body) {
     return;
   }
   struct Ctx {
-    Body* body;
+    std::remove_reference_t<Body>* body;
     int64_t n;
     int chunks;
   } ctx{&body, n, static_cast<int>(std::min<int64_t>(threads, (n + grain - 1) / grain))};

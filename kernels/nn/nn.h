@@ -6,9 +6,11 @@
 
 namespace fg {
 
-// softmax / log_softmax over the middle axis of (outer, r, inner); max-subtracted.
+// softmax / log_softmax over the middle axis of (outer, r, inner); max-subtracted. The input is
+// first multiplied by `scale`; with causal_rows = L > 0 (attention scores, inner == 1) line l is
+// query row l % L and its entries j > l % L are masked out (-inf).
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
-                 void* y);
+                 void* y, double scale, int64_t causal_rows);
 
 // Normalises each row of x (rows, cols): y = (x - mean) * rstd [* w] [+ b]; writes mean and
 // rstd (rows) for the backward rule. w, b (cols) may be null.

@@ -25,11 +25,13 @@ namespace {
 // One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
 // enough to vectorise; the sum uses eight partial accumulators for the same reason.
 template <class T>
-void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y) {
+void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
+  // entries at or past `valid` are masked: they get probability 0 (log: -inf)
   T m = -std::numeric_limits<T>::infinity();
-  for (int64_t k = 0; k < r; ++k) m = x[k] > m ? x[k] : m;
+  for (int64_t k = 0; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
   if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
-  for (int64_t k = 0; k < r; ++k) y[k] = fn::exp_any(x[k] - m);
+  for (int64_t k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
+  for (int64_t k = valid; k < r; ++k) y[k] = T(0);
   T partial[8] = {};
   int64_t k = 0;
   for (; k + 8 <= r; k += 8)
@@ -39,7 +41,8 @@ void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y) {
   for (; k < r; ++k) sum += y[k];
   if (log) {
     T lse = m + static_cast<T>(std::log(sum));
-    for (int64_t i = 0; i < r; ++i) y[i] = x[i] - lse;
+    for (int64_t i = 0; i < valid; ++i) y[i] = x[i] * scale - lse;
+    for (int64_t i = valid; i < r; ++i) y[i] = -std::numeric_limits<T>::infinity();
   } else {
     T inv = static_cast<T>(1.0 / sum);
     for (int64_t i = 0; i < r; ++i) y[i] *= inv;
@@ -49,7 +52,7 @@ void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y) {
 }  // namespace
 
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
-                 void* y) {
+                 void* y, double scale, int64_t causal_rows) {
   visit_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
@@ -59,12 +62,13 @@ void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r,
       for (int64_t line = begin; line < end; ++line) {
         int64_t base = (line / inner) * r * inner + line % inner;
         if (inner == 1) {
-          softmax_row<T>(log, xs + base, r, ys + base);
+          int64_t valid = causal_rows > 0 ? std::min(r, line % causal_rows + 1) : r;
+          softmax_row<T>(log, xs + base, r, ys + base, T(scale), valid);
           continue;
         }
         line_in.resize(r), line_out.resize(r);  // strided line: gather, compute, scatter
         for (int64_t k = 0; k < r; ++k) line_in[k] = xs[base + k * inner];
-        softmax_row<T>(log, line_in.data(), r, line_out.data());
+        softmax_row<T>(log, line_in.data(), r, line_out.data(), T(scale), r);
         for (int64_t k = 0; k < r; ++k) ys[base + k * inner] = line_out[k];
       }
     });

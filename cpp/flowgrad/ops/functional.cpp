@@ -151,21 +151,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   FG_CHECK(k.shape()[k.ndim() - 2] == v.shape()[v.ndim() - 2], Shape, op, ": k ",
            to_string(k.shape()), " and v ", to_string(v.shape()), " must share the sequence dim");
   double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
-  Tensor scores = matmul(q, transpose(k, -1, -2)) * scale;  // (..., L, S)
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (is_causal) {
-    int64_t L = q.shape()[q.ndim() - 2], S = k.shape()[k.ndim() - 2];
-    Tensor rows = reshape(arange(0, static_cast<double>(L), 1, DType::Int64, q.device()), {L, 1});
-    Tensor cols = reshape(arange(0, static_cast<double>(S), 1, DType::Int64, q.device()), {1, S});
-    scores = masked_fill(scores, gt(cols, rows), neg_inf);
-  }
+  Tensor scores = matmul(q, transpose(k, -1, -2));  // (..., L, S); scaled inside the softmax
   if (attn_mask.defined()) {
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    scores = scores * scale;
+    scale = 1.0;
     if (attn_mask.dtype() == DType::Bool)  // True marks the positions that take part
       scores = masked_fill(scores, eq(attn_mask, scalar_like(attn_mask, 0)), neg_inf);
     else
       scores = scores + attn_mask;
   }
-  return matmul(softmax(scores, -1), v);
+  return matmul(scaled_softmax(scores, scale, is_causal), v);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,

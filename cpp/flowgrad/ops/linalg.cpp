@@ -1,6 +1,7 @@
 // matmul with NumPy semantics: 1-D operands, batched operands with broadcast batch dims.
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
+#include "kernels/common/parallel.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {
@@ -53,18 +54,28 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = span(c.shape(), 0, n - 2);
   size_t item = itemsize(dt);
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    int64_t off_a = 0, off_b = 0, rest = bi;
-    for (int d = n - 3; d >= 0; --d) {  // unravel the batch index, broadcasting size-1 dims
-      int64_t i = rest % c.shape()[d];
-      rest /= c.shape()[d];
-      int da = d - (n - a.ndim()), db = d - (n - b.ndim());
-      if (da >= 0 && a.shape()[da] != 1) off_a += i * a.strides()[da];
-      if (db >= 0 && b.shape()[db] != 1) off_b += i * b.strides()[db];
+  auto run = [&](int64_t b0, int64_t b1) {
+    for (int64_t bi = b0; bi < b1; ++bi) {
+      int64_t off_a = 0, off_b = 0, rest = bi;
+      for (int d = n - 3; d >= 0; --d) {  // unravel the batch index, broadcasting size-1 dims
+        int64_t i = rest % c.shape()[d];
+        rest /= c.shape()[d];
+        int da = d - (n - a.ndim()), db = d - (n - b.ndim());
+        if (da >= 0 && a.shape()[da] != 1) off_a += i * a.strides()[da];
+        if (db >= 0 && b.shape()[db] != 1) off_b += i * b.strides()[db];
+      }
+      gemm_cpu(dt, ta, tb, M, N, K, static_cast<char*>(a.data_ptr()) + off_a * item, lda,
+               static_cast<char*>(b.data_ptr()) + off_b * item, ldb,
+               static_cast<char*>(c.data_ptr()) + bi * M * N * item, N);
     }
-    gemm_cpu(dt, ta, tb, M, N, K, static_cast<char*>(a.data_ptr()) + off_a * item, lda,
-             static_cast<char*>(b.data_ptr()) + off_b * item, ldb,
-             static_cast<char*>(c.data_ptr()) + bi * M * N * item, N);
+  };
+  // Many small products: one BLAS thread per product, products spread over the pool.
+  constexpr int64_t kSmallProduct = 128 * 128 * 128;
+  if (batches > 1 && M * N * K <= kSmallProduct) {
+    SingleThreadedBlas single;
+    parallel_for(batches, 1, run);
+  } else {
+    run(0, batches);
   }
 }
 

@@ -11,23 +11,32 @@ void check_float(const Tensor& x, const char* op) {
 }
 
 // ---- softmax / log_softmax over one dim ----
+// attrs: dim, log, scale (input multiplier) and causal (attention scores (..., L, S) along the
+// last dim: key j > query i is masked).
 Specs softmax_shape(TensorList in, const Attrs& attrs) {
-  check_float(in[0], attrs.b("log") ? "log_softmax" : "softmax");
-  wrap_dim(attrs.i("dim"), in[0].ndim(), attrs.b("log") ? "log_softmax" : "softmax");
+  const char* op = attrs.b("log") ? "log_softmax" : "softmax";
+  check_float(in[0], op);
+  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), op);
+  FG_CHECK(!attrs.b("causal") || (in[0].ndim() >= 2 && dim == in[0].ndim() - 1), Shape, op,
+           ": a causal mask needs scores (..., L, S) normalised over the last dim, got ",
+           to_string(in[0].shape()));
   return {{in[0].shape(), in[0].dtype()}};
 }
 void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax");
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
+  int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
   softmax_cpu(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,
-              span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+              span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr(), attrs.f("scale"), causal_rows);
 }
+// Masked entries have y = 0 (softmax), so they receive no gradient.
 Tensors softmax_backward(const BackwardCtx& c) {
   const Tensor &y = c.outputs[0], &g = c.grads[0];
   Dims dim{c.attrs.i("dim")};
-  if (c.attrs.b("log")) return {g - exp(y) * sum(g, dim, true)};
-  return {y * (g - sum(g * y, dim, true))};
+  double scale = c.attrs.f("scale");
+  Tensor dx = c.attrs.b("log") ? g - exp(y) * sum(g, dim, true) : y * (g - sum(g * y, dim, true));
+  return {scale == 1.0 ? dx : dx * scale};
 }
 const OpDef k_softmax{.name = "softmax", .family = Family::NN, .shape_rule = softmax_shape,
                       .cpu = softmax_kernel, .backward = softmax_backward, .saved = Saved::Outputs};
@@ -190,10 +199,13 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
 std::vector<const OpDef*> nn_ops() { return {&k_softmax, &k_layer_norm, &k_rms_norm, &k_im2col, &k_col2im}; }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}});
+  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}, {"scale", 1.0}, {"causal", false}});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", true}});
+  return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", true}, {"scale", 1.0}, {"causal", false}});
+}
+Tensor scaled_softmax(const Tensor& scores, double scale, bool causal) {
+  return run_op1(k_softmax, {scores}, {{"dim", int64_t{-1}}, {"log", false}, {"scale", scale}, {"causal", causal}});
 }
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {

@@ -132,6 +132,8 @@ Tensor index(const Tensor& x, const std::vector<IndexItem>& items);
 // nn
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// softmax(scale * scores) over the last dim, optionally with the causal mask (key j > query i).
+Tensor scaled_softmax(const Tensor& scores, double scale, bool causal);
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps);
 Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight, double eps);
