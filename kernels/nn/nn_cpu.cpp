@@ -11,17 +11,6 @@
 namespace fg {
 namespace {
 
-template <class Fn>
-void visit_float(DType dt, Fn&& fn) {
-  if (dt == DType::Float32) return fn(float{});
-  if (dt == DType::Float64) return fn(double{});
-  fail(ErrorKind::DType, "nn kernel: expected float32 or float64, got ", dtype_name(dt));
-}
-
-}  // namespace
-
-namespace {
-
 // One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
 // enough to vectorise; the sum uses eight partial accumulators for the same reason.
 template <class T>
@@ -53,7 +42,7 @@ void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T 
 
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
                  void* y, double scale, int64_t causal_rows) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
@@ -77,7 +66,7 @@ void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r,
 
 void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
                     int64_t cols, double eps, void* y, void* mean, void* rstd) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     const T* ws = static_cast<const T*>(w);
@@ -110,7 +99,7 @@ void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, in
 
 void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
                   double eps, void* y, void* rstd) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     const T* ws = static_cast<const T*>(w);
@@ -130,7 +119,7 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
 }
 
 void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     T* cs = static_cast<T*>(cols);
@@ -156,7 +145,7 @@ void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols)
 }
 
 void col2im_cpu(DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* cs = static_cast<const T*>(cols);
     T* xs = static_cast<T*>(x);

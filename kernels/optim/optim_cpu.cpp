@@ -5,20 +5,9 @@
 #include "kernels/common/parallel.h"
 
 namespace fg {
-namespace {
-
-template <class Fn>
-void visit_float(DType dt, Fn&& fn) {
-  if (dt == DType::Float32) return fn(float{});
-  if (dt == DType::Float64) return fn(double{});
-  fail(ErrorKind::DType, "optimizer: parameters must be float32 or float64, got ", dtype_name(dt));
-}
-
-}  // namespace
-
 void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n,
                     const SgdHyper& h, bool first) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param);
     const T* g = static_cast<const T*>(grad);
@@ -45,7 +34,7 @@ void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_b
 
 void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                      int64_t n, const AdamHyper& h, int64_t step) {
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param);
     const T* g = static_cast<const T*>(grad);
@@ -79,7 +68,7 @@ void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, 
 
 double sum_squares_cpu(DType dtype, const void* x, int64_t n) {
   double total = 0;
-  visit_float(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x);
     for (int64_t i = 0; i < n; ++i) total += static_cast<double>(p[i]) * p[i];

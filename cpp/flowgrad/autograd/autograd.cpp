@@ -55,6 +55,17 @@ SpecList specs_of(TensorList ts) {
   return s;
 }
 
+// Gives the floating outputs of a node their autograd identity (output i of node).
+void attach_outputs(const std::shared_ptr<Node>& node, const Tensors& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!is_floating(outputs[i].dtype())) continue;
+    AutogradMeta& m = meta(outputs[i]);
+    m.requires_grad = true;
+    m.grad_fn = node;
+    m.output_nr = static_cast<int>(i);
+  }
+}
+
 // The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it.
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   if (g_anomaly.load())
@@ -77,13 +88,7 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs) node->saved_inputs = in.vec();
   if (op.saved == Saved::Outputs || op.saved == Saved::InputsAndOutputs)
     for (const Tensor& t : out) node->saved_outputs.push_back(t.alias());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!is_floating(out[i].dtype())) continue;
-    AutogradMeta& m = meta(out[i]);
-    m.requires_grad = true;
-    m.grad_fn = node;
-    m.output_nr = static_cast<int>(i);
-  }
+  attach_outputs(node, out);
 }
 
 struct Target {  // a tensor whose gradient autograd.grad returns
@@ -296,13 +301,7 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
   node->input_specs = specs_of(inputs);
   node->output_specs = specs_of(outputs);
   for (const Tensor& t : inputs) node->next.push_back(edge_to(t));
-  for (size_t i = 0; i < result.size(); ++i) {
-    if (!is_floating(result[i].dtype())) continue;
-    AutogradMeta& m = meta(result[i]);
-    m.requires_grad = true;
-    m.grad_fn = node;
-    m.output_nr = static_cast<int>(i);
-  }
+  attach_outputs(node, result);
   return result;
 }
 

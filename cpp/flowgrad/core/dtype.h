@@ -59,4 +59,12 @@ decltype(auto) visit_compute_dtype(DType dt, const char* op, Fn&& fn) {
   }
 }
 
+// float32/float64 only (kernels that compute in floating point); `op` names the caller.
+template <class Fn>
+decltype(auto) visit_float_dtype(DType dt, const char* op, Fn&& fn) {
+  if (dt == DType::Float32) return fn(float{});
+  if (dt == DType::Float64) return fn(double{});
+  fail(ErrorKind::DType, op, ": expected float32 or float64, got ", dtype_name(dt));
+}
+
 }  // namespace fg
