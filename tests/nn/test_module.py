@@ -108,7 +108,7 @@ def test_repr_is_a_tree_with_parameter_counts():
 
 
 def test_module_without_forward_and_without_init():
-    with pytest.raises(fg.FlowgradError, match="forward is not implemented"):
+    with pytest.raises(fg.FlowgradError, match="this module has no forward; subclasses of fg.nn.Module define forward"):
         nn.Module()(fg.ones(1))
 
     class Forgot(nn.Module):

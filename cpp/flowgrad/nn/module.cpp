@@ -44,8 +44,8 @@ std::string indent(const std::string& text) {
 }  // namespace
 
 Tensors Module::forward(const Tensors&) {
-  fail(ErrorKind::Runtime, type_name_, ": forward is not implemented (subclasses of fg.nn.Module ",
-       "define forward(self, ...))");
+  fail(ErrorKind::Runtime, type_name_, ": this module has no forward; subclasses of fg.nn.Module ",
+       "define forward(self, ...)");
 }
 
 void Module::register_parameter(const std::string& name, const Tensor& value) {
