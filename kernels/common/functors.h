@@ -114,6 +114,21 @@ struct GeluTanh {
     return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
   }
 };
+// g * d/dx gelu(x), for the fused backward (first-order gradients only).
+struct GeluGrad {
+  template <class T> FG_HD T operator()(T g, T x) const {
+    T cdf = T(0.5) * (T(1) + erf_any(x * T(0.70710678118654752440)));
+    T pdf = exp_any(T(-0.5) * x * x) * T(0.39894228040143267794);
+    return g * (cdf + x * pdf);
+  }
+};
+struct GeluTanhGrad {
+  template <class T> FG_HD T operator()(T g, T x) const {
+    const T k = T(0.79788456080286535588), a = T(0.044715);
+    T t = tanh_any(k * (x + a * x * x * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
+  }
+};
 struct Clamp {
   double lo, hi;  // NaN bound = no bound
   template <class T> FG_HD T operator()(T x) const {

@@ -13,7 +13,7 @@ enum class UnaryFn : uint8_t {
   Softplus, Gelu, GeluTanh, Clamp
 };
 enum class BinaryFn : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, GeluGrad, GeluTanhGrad, Eq, Ne, Lt, Le, Gt, Ge
 };
 inline bool is_comparison(BinaryFn fn) { return fn >= BinaryFn::Eq; }
 

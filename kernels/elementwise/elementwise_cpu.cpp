@@ -97,6 +97,13 @@ void binary_typed(BinaryFn fn, const Strided<3>& s) {
       default: break;
     }
   }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (fn) {
+      case BinaryFn::GeluGrad: return map2<T, T>(s, fn::GeluGrad{});
+      case BinaryFn::GeluTanhGrad: return map2<T, T>(s, fn::GeluTanhGrad{});
+      default: break;
+    }
+  }
   FG_ASSERT(false && "binary function not defined for this dtype");
 }
 

@@ -20,6 +20,14 @@ void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, in
 void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
                   double eps, void* y, void* rstd);
 
+// Backward of layer_norm (rms = false) or rms_norm over rows of (rows, cols), first order:
+// xhat = (x - mean) * rstd (rms: x * rstd), gw = g * w (w may be null), and
+// dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) (rms: without the mean(gw) term).
+// Writes dx and xhat (rows, cols); mean may be null for rms.
+void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
+                       const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
+                       void* xhat);
+
 struct Conv2dGeometry {
   int64_t n, c, h, w;            // input (N, C, H, W)
   int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;

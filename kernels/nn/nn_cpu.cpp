@@ -118,6 +118,44 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
   });
 }
 
+void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
+                       const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
+                       void* xhat) {
+  visit_float_dtype(dtype, "norm backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* gs = static_cast<const T*>(g);
+    const T* xs = static_cast<const T*>(x);
+    const T* ws = static_cast<const T*>(w);
+    const T* means = static_cast<const T*>(mean);
+    const T* rstds = static_cast<const T*>(rstd);
+    T* dxs = static_cast<T*>(dx);
+    T* xh = static_cast<T*>(xhat);
+    parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* gr = gs + r * cols;
+        const T* xr = xs + r * cols;
+        T* hr = xh + r * cols;
+        T* dr = dxs + r * cols;
+        const T mu = rms ? T(0) : means[r], inv = rstds[r];
+        double sum_gw = 0, sum_gwx = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          T h = (xr[j] - mu) * inv;
+          T gw = ws ? gr[j] * ws[j] : gr[j];
+          hr[j] = h;
+          sum_gw += gw;
+          sum_gwx += static_cast<double>(gw) * h;
+        }
+        const T a = rms ? T(0) : T(sum_gw / static_cast<double>(cols));
+        const T b = T(sum_gwx / static_cast<double>(cols));
+        for (int64_t j = 0; j < cols; ++j) {
+          T gw = ws ? gr[j] * ws[j] : gr[j];
+          dr[j] = inv * (gw - a - hr[j] * b);
+        }
+      }
+    });
+  });
+}
+
 void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);

@@ -245,3 +245,16 @@ def test_bool_arithmetic_raises():
 def test_gelu_rejects_unknown_approximation():
     with pytest.raises(fg.InvalidArgumentError, match="approximate must be 'none' or 'tanh'"):
         fg.gelu(fg.ones(2), approximate="fast")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fused_gelu_backward_matches_the_composite_rule(rng, approximate):
+    """gelu_backward / gelu_tanh_backward: the fused first-order gradient kernels."""
+    a = make(rng, (7, 9), low=-4, high=4)
+    for dtype, tol in ((fg.float64, 1e-12), (fg.float32, 2e-6)):
+        x = fg.tensor(a, dtype=dtype, requires_grad=True)
+        g = fg.tensor(make(rng, (7, 9)), dtype=dtype)
+        (fused,) = fg.autograd.grad(fg.gelu(x, approximate=approximate), x, g)  # first order: fused kernel
+        (composite,) = fg.autograd.grad(fg.gelu(x, approximate=approximate), x, g, create_graph=True)
+        fg.testing.assert_close(fused, composite.detach(), rtol=tol, atol=tol)
+    gradcheck(lambda v: fg.gelu(v, approximate=approximate), a)

@@ -44,7 +44,8 @@ def test_matmul_mixed_dtypes_promote(rng):
     fg.testing.assert_close(out, a.astype(np.float64) @ b)
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (3, 4, 2)), ((5,), (5,))])
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (3, 4, 2)), ((5,), (5,)),
+                                   ((2, 3, 4), (4, 5))])
 def test_matmul_gradcheck(rng, sa, sb):
     gradcheck(fg.matmul, make(rng, sa), make(rng, sb))
 
@@ -52,6 +53,8 @@ def test_matmul_gradcheck(rng, sa, sb):
 def test_matmul_errors():
     with pytest.raises(fg.ShapeError, match=r"matmul: \(2, 3\) @ \(4, 5\): inner dimensions 3 and 4 differ"):
         fg.ones(2, 3) @ fg.ones(4, 5)
+    with pytest.raises(fg.ShapeError, match=r"matmul: \(2, 3, 4\) @ \(5, 6\): inner dimensions 4 and 5 differ"):
+        fg.ones(2, 3, 4) @ fg.ones(5, 6)  # the flattened (batch*M, K) path keeps the original shapes in the message
     with pytest.raises(fg.ShapeError, match="operands must have at least one dim"):
         fg.matmul(fg.tensor(2.0), fg.ones(2))
     with pytest.raises(fg.DTypeError, match="matmul: not defined for bool"):

@@ -239,3 +239,21 @@ def test_regression_losses(rng):
         gradcheck(lambda a, b: fn(a, b), x, np.clip(t, 0.1, 0.9) if fn is F.binary_cross_entropy_with_logits else y)
     with pytest.raises(fg.ShapeError, match="mse_loss: input \\(4, 3\\) and target \\(3,\\) must have the same shape"):
         F.mse_loss(f64(x), f64(y[0]))
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_fused_norm_backward_matches_the_composite_rule(rng, rms):
+    """norm_backward: the fused first-order kernel behind layer_norm and rms_norm."""
+    a, w, b = make(rng, (5, 3, 8)), make(rng, (8,)), make(rng, (8,))
+    x, weight, bias = (f64(v).requires_grad_() for v in (a, w, b))
+    g = f64(make(rng, (5, 3, 8)))
+
+    def run(create_graph):
+        out = F.rms_norm(x, 8, weight) if rms else F.layer_norm(x, 8, weight, bias)
+        inputs = [x, weight] if rms else [x, weight, bias]
+        return [t.detach() for t in fg.autograd.grad(out, inputs, g, create_graph=create_graph)]
+
+    for fused, composite in zip(run(False), run(True)):
+        fg.testing.assert_close(fused, composite, rtol=1e-10, atol=1e-12)
+    fn = (lambda v, w_: F.rms_norm(v, 8, w_)) if rms else (lambda v, w_: F.layer_norm(v, 8, w_))
+    gradcheck(fn, a, w)

@@ -72,14 +72,19 @@ Tensors unary_backward_silu(const BackwardCtx& c) {
 Tensors unary_backward_softplus(const BackwardCtx& c) {
   return {c.grads[0] * sigmoid(c.inputs[0])};
 }
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation);
+
+// The fused kernel serves first-order gradients; the composite keeps second order exact.
 Tensors unary_backward_gelu(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
+  if (!c.create_graph) return {gelu_grad(c.grads[0], x, false)};
   Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
   Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
   return {c.grads[0] * (cdf + x * pdf)};
 }
 Tensors unary_backward_gelu_tanh(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
+  if (!c.create_graph) return {gelu_grad(c.grads[0], x, true)};
   const double k = 0.7978845608028654, a = 0.044715;
   Tensor t = tanh((x + x * x * x * a) * k);
   Tensor dinner = (x * x * (3 * a) + 1.0) * k;
@@ -130,7 +135,7 @@ const char* unary_name(UnaryFn fn) {
 
 const char* binary_name(BinaryFn fn) {
   static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                                "eq", "ne", "lt", "le", "gt", "ge"};
+                                "gelu_backward", "gelu_tanh_backward", "eq", "ne", "lt", "le", "gt", "ge"};
   return names[static_cast<int>(fn)];
 }
 
@@ -206,6 +211,15 @@ FG_BINARY(maximum, Maximum, Inputs)
 FG_BINARY(minimum, Minimum, Inputs)
 #undef FG_BINARY
 
+#define FG_GRAD_KERNEL(NAME, FN)                                                            \
+  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
+                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
+                       .cpu = binary_kernel<BinaryFn::FN>,                                  \
+                       .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
+FG_GRAD_KERNEL(gelu_backward, GeluGrad)
+FG_GRAD_KERNEL(gelu_tanh_backward, GeluTanhGrad)
+#undef FG_GRAD_KERNEL
+
 #define FG_COMPARE(NAME, FN)                                                                \
   const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
@@ -257,7 +271,8 @@ std::vector<const OpDef*> elementwise_ops() {
   return {&k_neg, &k_abs, &k_square, &k_sign, &k_relu, &k_exp, &k_log, &k_sqrt, &k_rsqrt,
           &k_sin, &k_cos, &k_tanh, &k_erf, &k_sigmoid, &k_silu, &k_softplus, &k_gelu,
           &k_gelu_tanh, &k_clamp, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
-          &k_minimum, &k_eq, &k_ne, &k_lt, &k_le, &k_gt, &k_ge, &k_where, &k_cast};
+          &k_minimum, &k_gelu_backward, &k_gelu_tanh_backward, &k_eq, &k_ne, &k_lt, &k_le, &k_gt,
+          &k_ge, &k_where, &k_cast};
 }
 
 Tensor neg(const Tensor& x) { return run_op1(k_neg, {x}); }
@@ -279,6 +294,11 @@ Tensor softplus(const Tensor& x) { return run_op1(k_softplus, {x}); }
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   return run_op1(tanh_approximation ? k_gelu_tanh : k_gelu, {x});
 }
+namespace {
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
+  return run_op1(tanh_approximation ? k_gelu_tanh_backward : k_gelu_backward, {g, x});
+}
+}  // namespace
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   return run_op1(k_clamp, {x}, {{"min", lo.value_or(kNaN)}, {"max", hi.value_or(kNaN)}});
 }

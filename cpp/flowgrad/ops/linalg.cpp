@@ -99,6 +99,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (vec_a && vec_b)
     FG_CHECK(a.shape()[0] == b.shape()[0], Shape, "matmul: ", to_string(a.shape()), " @ ",
              to_string(b.shape()), ": inner dimensions ", a.shape()[0], " and ", b.shape()[0], " differ");
+  if (!vec_b && b.ndim() == 2 && a.ndim() > 2) {
+    // (..., M, K) @ (K, N) is one (batch*M, K) @ (K, N) product: one BLAS call forward, and in
+    // backward the weight gradient comes out of a single product instead of a batch summed.
+    FG_CHECK(a.shape().back() == b.shape()[0], Shape, "matmul: ", to_string(a.shape()), " @ ",
+             to_string(b.shape()), ": inner dimensions ", a.shape().back(), " and ", b.shape()[0], " differ");
+    std::vector<int64_t> shape = a.shape().vec();
+    shape.back() = b.shape()[1];
+    return reshape(run_op1(k_matmul, {reshape(a, {-1, a.shape().back()}), b}), shape);
+  }
   Tensor out = run_op1(k_matmul, {vec_a ? unsqueeze(a, 0) : a, vec_b ? unsqueeze(b, -1) : b});
   if (vec_b) out = squeeze(out, -1);
   if (vec_a) out = squeeze(out, vec_b ? -1 : -2);

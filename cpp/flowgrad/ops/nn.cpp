@@ -103,7 +103,10 @@ Dims trailing_dims(const BackwardCtx& c) {
 // Shared by layer_norm and rms_norm: given xhat (normalised input) and rstd, the gradients of
 // x, weight and bias. With create_graph the statistics are recomputed from x by public ops, so
 // that second-order gradients see how they depend on x.
+Tensors norm_backward_fused(const BackwardCtx& c, bool rms);
+
 Tensors norm_backward(const BackwardCtx& c, bool rms) {
+  if (!c.create_graph) return norm_backward_fused(c, rms);
   const Tensor& x = c.inputs[0];
   const Tensor& g = c.grads[0];
   Dims dims = trailing_dims(c);
@@ -124,6 +127,41 @@ Tensors norm_backward(const BackwardCtx& c, bool rms) {
 }
 Tensors layer_norm_backward(const BackwardCtx& c) { return norm_backward(c, false); }
 Tensors rms_norm_backward(const BackwardCtx& c) { return norm_backward(c, true); }
+
+// ---- the fused first-order backward: (g, x, [weight], [mean], rstd) -> (dx, xhat) ----
+// attrs: rms, has_weight, cols.
+Specs norm_backward_shape(TensorList in, const Attrs&) {
+  return {{in[1].shape(), in[1].dtype()}, {in[1].shape(), in[1].dtype()}};
+}
+void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+  bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
+  Tensor g = contiguous_raw(in[0]), x = contiguous_raw(in[1]);
+  size_t next = 2;
+  Tensor w = has_w ? contiguous_raw(converted(in[next++], x.dtype())) : Tensor();
+  Tensor mean = rms ? Tensor() : contiguous_raw(in[next++]);
+  Tensor rstd = contiguous_raw(in[next]);
+  int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
+  norm_backward_cpu(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+                    mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
+                    out[0].data_ptr(), out[1].data_ptr());
+}
+const OpDef k_norm_backward{.name = "norm_backward", .family = Family::NN, .shape_rule = norm_backward_shape,
+                            .cpu = norm_backward_kernel,
+                            .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
+
+Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
+  bool has_w = c.attrs.b("has_weight"), has_b = c.attrs.b("has_bias");
+  Tensors in{c.grads[0], c.inputs[0]};
+  if (has_w) in.push_back(c.inputs[1]);
+  if (!rms) in.push_back(c.outputs[1]);
+  in.push_back(c.outputs[rms ? 1 : 2]);
+  Tensors out = run_op(k_norm_backward, in, {{"rms", rms}, {"has_weight", has_w},
+                                             {"cols", c.attrs.dims("normalized_shape").numel()}});
+  Tensors grads{c.needs_grad[0] ? out[0] : Tensor()};
+  if (has_w) grads.push_back(c.needs_grad[1] ? sum_to(c.grads[0] * out[1], c.input_specs[1].shape) : Tensor());
+  if (has_b) grads.push_back(sum_to(c.grads[0], c.input_specs[grads.size()].shape));
+  return grads;
+}
 
 const OpDef k_layer_norm{.name = "layer_norm", .family = Family::NN, .shape_rule = layer_norm_shape,
                          .cpu = layer_norm_kernel, .backward = layer_norm_backward,
@@ -196,7 +234,9 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
 
 }  // namespace
 
-std::vector<const OpDef*> nn_ops() { return {&k_softmax, &k_layer_norm, &k_rms_norm, &k_im2col, &k_col2im}; }
+std::vector<const OpDef*> nn_ops() {
+  return {&k_softmax, &k_layer_norm, &k_rms_norm, &k_norm_backward, &k_im2col, &k_col2im};
+}
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}, {"scale", 1.0}, {"causal", false}});
