@@ -35,5 +35,6 @@ void bind_runtime(py::module_& m);
 void bind_nn(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
+void bind_observe(py::module_& m);
 
 }  // namespace fg::py_bind

@@ -90,6 +90,7 @@ PYBIND11_MODULE(_core, m) {
   bind_nn(m);
   bind_optim(m);
   bind_io(m);
+  bind_observe(m);
 }
 
 }  // namespace fg::py_bind

@@ -18,7 +18,7 @@ from . import functional
 from . import cuda_runtime
 from . import init
 from . import optim
-__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowgradError', 'GELU', 'GRUCell', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowgradError', 'GELU', 'GRUCell', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -889,6 +889,102 @@ class Checkpoint(Module):
     """
     def __init__(self, module: Module) -> None:
         ...
+class Trend:
+    """
+    Statistics over a history of values (e.g. per-epoch losses).
+    """
+    def __init__(self, values: typing.Any = None) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def append(self, value: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        Adds one value at the end.
+        """
+    def converged(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        Population variance < tol over the window.
+        """
+    def improving(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        """
+        slope < 0 over the window.
+        """
+    def last(self, n: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
+        """
+        The last n values.
+        """
+    def latest(self) -> float:
+        """
+        The newest value (0 when empty).
+        """
+    def max(self) -> float:
+        """
+        Largest value (0 when empty).
+        """
+    def mean(self) -> float:
+        """
+        Mean value (0 when empty).
+        """
+    def min(self) -> float:
+        """
+        Smallest value (0 when empty).
+        """
+    def slope(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> float:
+        """
+        Least-squares slope over the last `window` values (<= 0: all); 0 with fewer than 2.
+        """
+    def stalled(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        |slope| < tol over the window (False with fewer than 2 values).
+        """
+    def values(self) -> list[float]:
+        """
+        All values, oldest first.
+        """
+class TrendGroup:
+    """
+    Questions over several trends at once.
+    """
+    def __getitem__(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> Trend:
+        ...
+    def __init__(self, trends: collections.abc.Sequence[Trend]) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def all_converged(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        Every trend converged (False when empty).
+        """
+    def all_improving(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        """
+        Every trend improving (False when empty).
+        """
+    def all_stalled(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        Every trend stalled (False when empty).
+        """
+    def any_converged(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        Some trend converged.
+        """
+    def any_improving(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        """
+        Some trend improving.
+        """
+    def any_stalled(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        """
+        Some trend stalled.
+        """
+    def mean_slope(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> float:
+        """
+        Mean of the slopes (0 when empty).
+        """
+    def slopes(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> list[float]:
+        """
+        Each trend's slope.
+        """
 def _debug_level() -> int:
     """
     FLOWGRAD_DEBUG.
@@ -1024,6 +1120,10 @@ def flatten(input: Tensor, start_dim: typing.SupportsInt | typing.SupportsIndex 
 def flip(input: Tensor, dims: typing.Any) -> Tensor:
     """
     Reverses the order along the given dims.
+    """
+def format_duration(seconds: typing.SupportsFloat | typing.SupportsIndex) -> str:
+    """
+    Human duration: '42ms', '1.2s', '2m05s', '1h02m'.
     """
 def from_dlpack(obj: typing.Any) -> Tensor:
     """
