@@ -54,8 +54,8 @@ void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, in
           p[i] = static_cast<T>(low + static_cast<int64_t>(bits % range));
           continue;
         }
-        p[i] = T(static_cast<float>(v));
         if constexpr (std::is_same_v<T, double>) p[i] = v;
+        else p[i] = T(static_cast<float>(v));
       }
     });
   });

@@ -24,8 +24,8 @@ void fill_cuda(DType dtype, void* data, int64_t n, double value) {
     using T = decltype(tag);
     T v;
     if constexpr (std::is_same_v<T, bool>) v = value != 0.0;
-    else v = T(static_cast<float>(value));
-    if constexpr (std::is_same_v<T, double> || std::is_integral_v<T>) v = static_cast<T>(value);
+    else if constexpr (std::is_same_v<T, double> || std::is_integral_v<T>) v = static_cast<T>(value);
+    else v = T(static_cast<float>(value));  // float and the half types
     fill_kernel<T><<<blocks, threads>>>(static_cast<T*>(data), n, v);
   });
   cudaError_t err = cudaGetLastError();

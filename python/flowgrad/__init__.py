@@ -29,13 +29,6 @@ from .io import save, load, save_checkpoint, load_checkpoint
 __version__ = "0.1.0"
 
 
-def _like(fn):
-    def like(t, *args, dtype=None, device=None, requires_grad=False):
-        return fn(*args, *t.shape, dtype=dtype or t.dtype, device=device or t.device,
-                  requires_grad=requires_grad)
-    return like
-
-
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
     """A tensor of zeros with t's shape (and dtype/device unless given)."""
     return zeros(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
@@ -60,7 +53,5 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
     """Standard normal samples with t's shape (and dtype/device unless given)."""
     return randn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
 
-
-del _like
 
 __all__ = [name for name in dir() if not name.startswith("_")]

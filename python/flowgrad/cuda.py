@@ -1,6 +1,4 @@
 """fg.cuda: GPU availability. Kernels for CUDA tensors arrive with the CUDA backend."""
-import os
-
 from . import _core
 
 _rt = _core.cuda_runtime
@@ -35,5 +33,3 @@ def synchronize():
     """Waits for all queued GPU work (a no-op without a GPU)."""
     _rt.synchronize()
 
-
-del os

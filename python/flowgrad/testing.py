@@ -2,6 +2,7 @@
 import numpy as np
 
 from . import _core
+from ._grad_mode import no_grad
 
 __all__ = ["assert_close", "gradcheck"]
 
@@ -61,7 +62,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     projection = _core.tensor(rng.standard_normal(out.shape), dtype=_core.float64)
 
     def scalar_of(*xs):
-        with _core_no_grad():
+        with no_grad():
             return float((fn(*xs) * projection).sum().item())
 
     checked = [i for i, t in enumerate(inputs) if t.requires_grad]
@@ -90,11 +91,3 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
                 f"finite difference {numeric[j]!r} (atol={atol}, rtol={rtol})")
     return True
 
-
-class _core_no_grad:
-    def __enter__(self):
-        self._previous = _core.is_grad_enabled()
-        _core.set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _core.set_grad_enabled(self._previous)

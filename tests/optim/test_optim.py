@@ -66,6 +66,9 @@ def test_param_groups_have_their_own_options_and_skip_missing_grads(rng):
     np.testing.assert_allclose(b.detach().numpy(), 0.9)
     np.testing.assert_array_equal(c.detach().numpy(), 1.0)  # no gradient: untouched
     assert opt.param_groups[1]["lr"] == 0.1
+    opt.zero_grad(set_to_none=False)
+    np.testing.assert_array_equal(a.grad.numpy(), [0, 0, 0])
+    assert c.grad is None  # never had one
     opt.zero_grad()
     assert a.grad is None and b.grad is None
     with pytest.raises(fg.InvalidArgumentError, match="a parameter appears in more than one group"):

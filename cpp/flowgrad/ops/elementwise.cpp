@@ -211,27 +211,21 @@ FG_BINARY(maximum, Maximum, Inputs)
 FG_BINARY(minimum, Minimum, Inputs)
 #undef FG_BINARY
 
-#define FG_GRAD_KERNEL(NAME, FN)                                                            \
+// Binary ops without a backward rule: fused gradient kernels and comparisons.
+#define FG_NONDIFF_BINARY(NAME, FN, REASON)                                                 \
   const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN>,                                  \
-                       .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
-FG_GRAD_KERNEL(gelu_backward, GeluGrad)
-FG_GRAD_KERNEL(gelu_tanh_backward, GeluTanhGrad)
-#undef FG_GRAD_KERNEL
-
-#define FG_COMPARE(NAME, FN)                                                                \
-  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
-                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN>,                                  \
-                       .not_differentiable = "comparisons return bool"};
-FG_COMPARE(eq, Eq)
-FG_COMPARE(ne, Ne)
-FG_COMPARE(lt, Lt)
-FG_COMPARE(le, Le)
-FG_COMPARE(gt, Gt)
-FG_COMPARE(ge, Ge)
-#undef FG_COMPARE
+                       .cpu = binary_kernel<BinaryFn::FN>, .not_differentiable = REASON};
+constexpr const char* kFirstOrderOnly = "used for first-order gradients only; second order uses the composite rule";
+FG_NONDIFF_BINARY(gelu_backward, GeluGrad, kFirstOrderOnly)
+FG_NONDIFF_BINARY(gelu_tanh_backward, GeluTanhGrad, kFirstOrderOnly)
+FG_NONDIFF_BINARY(eq, Eq, "comparisons return bool")
+FG_NONDIFF_BINARY(ne, Ne, "comparisons return bool")
+FG_NONDIFF_BINARY(lt, Lt, "comparisons return bool")
+FG_NONDIFF_BINARY(le, Le, "comparisons return bool")
+FG_NONDIFF_BINARY(gt, Gt, "comparisons return bool")
+FG_NONDIFF_BINARY(ge, Ge, "comparisons return bool")
+#undef FG_NONDIFF_BINARY
 
 // ---- where, cast ----
 

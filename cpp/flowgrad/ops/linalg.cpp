@@ -48,8 +48,14 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);
   bool ta, tb;
   int64_t lda, ldb;
-  if (!blas_layout(a, &ta, &lda)) a = contiguous_raw(a), blas_layout(a, &ta, &lda);
-  if (!blas_layout(b, &tb, &ldb)) b = contiguous_raw(b), blas_layout(b, &tb, &ldb);
+  if (!blas_layout(a, &ta, &lda)) {  // neither layout fits: a row-major copy always does
+    a = contiguous_raw(a);
+    blas_layout(a, &ta, &lda);
+  }
+  if (!blas_layout(b, &tb, &ldb)) {
+    b = contiguous_raw(b);
+    blas_layout(b, &tb, &ldb);
+  }
   int n = c.ndim();
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = span(c.shape(), 0, n - 2);

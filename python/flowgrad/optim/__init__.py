@@ -38,15 +38,14 @@ class Optimizer:
         group = dict(group)
         params = group["params"]
         params = [params] if isinstance(params, _core.Tensor) else list(params)
-        seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
             if not isinstance(p, _core.Tensor):
                 raise _invalid(f"{type(self).__name__}: params must be tensors, got {type(p).__name__}")
             if not p.dtype.is_floating_point or not p.is_leaf:
                 raise _invalid(f"{type(self).__name__}: can only optimize floating leaf tensors, got {p.dtype!r}")
-        if any(p in {q for g in self.param_groups for q in g["params"]} for p in params):
+        taken = {q for g in self.param_groups for q in g["params"]}
+        if any(p in taken for p in params):
             raise _invalid(f"{type(self).__name__}: a parameter appears in more than one group")
-        del seen
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         unknown = set(group) - set(self.defaults) - {"params"}
@@ -62,13 +61,13 @@ class Optimizer:
             raise _invalid(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
 
     def zero_grad(self, set_to_none=True):
-        """Clears the gradients of every optimized parameter (sets them to None)."""
+        """Clears the gradients of every optimized parameter: None, or zeros with set_to_none=False."""
         for group in self.param_groups:
             for p in group["params"]:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad = _core.zeros_like(p.grad) if hasattr(_core, "zeros_like") else p.grad * 0
+                    p.grad = _core.zeros(*p.shape, dtype=p.dtype)
 
     def _group_state(self, index):
         """Per-group lists of parameters and state tensors, built once and reused every step."""
