@@ -14,11 +14,17 @@ def test_stubs_cover_every_public_binding():
     functional = (STUBS / "functional.pyi").read_text()
     missing = [n for n in dir(fg._core.functional) if not n.startswith("_") and f"def {n}(" not in functional]
     assert not missing, f"names missing from _core/functional.pyi: {missing}"
+    flow = (STUBS / "flow.pyi").read_text()
+    missing = [n for n in dir(fg._core.flow) if not n.startswith("_") and f"class {n}(" not in flow]
+    assert not missing, f"names missing from _core/flow.pyi: {missing}"
 
 
 def test_every_public_binding_has_a_docstring():
     undocumented = []
-    for owner, prefix in ((fg._core, ""), (fg._core.functional, "functional."), (fg._core.Tensor, "Tensor.")):
+    owners = ((fg._core, ""), (fg._core.functional, "functional."), (fg._core.Tensor, "Tensor."),
+              (fg._core.Graph, "Graph."), (fg._core.FlowBuilder, "FlowBuilder."), (fg._core.Trend, "Trend."),
+              (fg._core.TrendGroup, "TrendGroup."))
+    for owner, prefix in owners:
         for name in dir(owner):
             if name.startswith("_"):
                 continue

@@ -6,15 +6,18 @@
 #include "flowgrad/nn/layers.h"
 
 namespace fg::py_bind {
-namespace {
 
 using nn::Module;
+
+namespace {
 
 py::tuple as_args(const Tensors& ts) {
   py::tuple args(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) args[i] = ts[i].defined() ? py::cast(ts[i]) : py::none();
   return args;
 }
+
+}  // namespace
 
 // Python call arguments as the tensor list C++ forwards take: tuples are flattened, None stays.
 Tensors tensors_of(const py::handle& obj, const char* what) {
@@ -40,6 +43,8 @@ py::object result_of(const Tensors& out) {
   return as_args(out);
 }
 
+namespace {
+
 class PyModule : public Module, public py::trampoline_self_life_support {
  public:
   using Module::Module;
@@ -56,6 +61,8 @@ class PyModule : public Module, public py::trampoline_self_life_support {
   }
 };
 
+}  // namespace
+
 // Python subclasses are named by their class; C++ modules keep their own names.
 void sync_type_names(Module& root) {
   for (auto& [name, m] : root.named_modules()) {
@@ -64,6 +71,8 @@ void sync_type_names(Module& root) {
     if (dynamic_cast<PyModule*>(m)) m->set_type_name(cls);
   }
 }
+
+namespace {
 
 py::list names_and(const nn::Named<Tensor>& entries, bool with_names) {
   py::list out;

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "flowgrad/autograd/autograd.h"
+#include "flowgrad/nn/module.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::py_bind {
@@ -28,6 +29,12 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
 Tensor from_numpy(const py::array& array);
 py::array to_numpy(const Tensor& t);
 
+// Module call plumbing: Python call arguments as a tensor list (tuples flattened, None kept),
+// a tensor list as a Python result, and Python class names as module type names.
+Tensors tensors_of(const py::handle& obj, const char* what);
+py::object result_of(const Tensors& out);
+void sync_type_names(nn::Module& root);
+
 void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m, py::class_<Tensor>& cls);
 void bind_ops(py::module_& m);
@@ -36,5 +43,6 @@ void bind_nn(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
 void bind_observe(py::module_& m);
+void bind_graph(py::module_& m);
 
 }  // namespace fg::py_bind

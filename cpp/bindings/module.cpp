@@ -42,6 +42,7 @@ void bind_errors(py::module_& m) {
         case ErrorKind::Index: cls = index; break;
         case ErrorKind::Value: cls = value; break;
         case ErrorKind::Runtime: cls = base; break;
+        case ErrorKind::Timeout: cls = PyExc_TimeoutError; break;
       }
       PyErr_SetString(cls, e.what());
     }
@@ -91,6 +92,7 @@ PYBIND11_MODULE(_core, m) {
   bind_optim(m);
   bind_io(m);
   bind_observe(m);
+  bind_graph(m);
 }
 
 }  // namespace fg::py_bind

@@ -28,14 +28,15 @@ def load(path, device=None):
     return tensors
 
 
-def _graph_unsupported(graph):
-    if graph is not None:
-        raise _core.InvalidArgumentError("checkpoint: graph= takes an fg.Graph, which this version does not have yet")
+def _check_graph(graph, what):
+    if graph is not None and not isinstance(graph, _core.Graph):
+        raise _core.InvalidArgumentError(f"{what}: graph= takes an fg.Graph, got {type(graph).__name__}")
 
 
 def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata=None):
-    """Saves model tensors, optimizer state, the step counter and the RNG state to `path`."""
-    _graph_unsupported(graph)
+    """Saves model tensors, optimizer state, the step counter and the RNG state to `path`;
+    with graph=, also its trend histories, timing histories and recurrent state."""
+    _check_graph(graph, "save_checkpoint")
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     meta = {"format": FORMAT, "rng": json.dumps(list(_core.get_rng_state()))}
     if step is not None:
@@ -46,6 +47,10 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
             for name, t in entries.items():
                 tensors[f"optimizer.{index}.{name}"] = t
         meta["optimizer"] = json.dumps({"type": type(optimizer).__name__, "param_groups": sd["param_groups"]})
+    if graph is not None:
+        meta["graph"] = json.dumps({"trends": graph._observation_state(), "timings": graph._timing_state()})
+        for tag, t in graph._recurrent_state().items():
+            tensors[f"graph.state.{tag}"] = t.detach()
     for key, value in (metadata or {}).items():
         if key in meta:
             raise _core.CheckpointError(f"save_checkpoint: metadata key '{key}' is reserved")
@@ -55,8 +60,8 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
 
 def load_checkpoint(path, model, optimizer=None, graph=None):
     """Restores what save_checkpoint wrote (model, optimizer, RNG) and returns the metadata,
-    with 'step' as an int when it was saved."""
-    _graph_unsupported(graph)
+    with 'step' as an int when it was saved. With graph=, trends continue where they were."""
+    _check_graph(graph, "load_checkpoint")
     tensors, meta = _core._load(os.fspath(path))
     if meta.get("format") != FORMAT:
         raise _core.CheckpointError(f"load_checkpoint: '{path}' is not a flowgrad checkpoint (format {meta.get('format')!r})")
@@ -76,6 +81,16 @@ def load_checkpoint(path, model, optimizer=None, graph=None):
             if "betas" in group:
                 group["betas"] = tuple(group["betas"])
         optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+    if graph is not None:
+        if "graph" not in meta:
+            raise _core.CheckpointError(f"load_checkpoint: '{path}' holds no graph observation state")
+        saved = json.loads(meta["graph"])
+        graph._restore_observation(saved["trends"])
+        graph._restore_timings(saved["timings"])
+        graph.reset_state()
+        for key, t in tensors.items():
+            if key.startswith("graph.state."):
+                graph._set_recurrent_state(key[len("graph.state."):], t)
     _core.set_rng_state(tuple(json.loads(meta["rng"])))
     result = dict(meta)
     if "step" in result:

@@ -7,7 +7,7 @@
 
 namespace fg {
 
-enum class ErrorKind { Runtime, Shape, DType, Device, Graph, Checkpoint, OutOfMemory, Index, Value };
+enum class ErrorKind { Runtime, Shape, DType, Device, Graph, Checkpoint, OutOfMemory, Index, Value, Timeout };
 
 class Error : public std::runtime_error {
  public:

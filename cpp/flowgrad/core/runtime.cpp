@@ -20,10 +20,13 @@ std::mutex& rng_mutex() {
   static std::mutex m;
   return m;
 }
-RngState& rng() {
+thread_local RngState* t_stream = nullptr;  // set by RngStream
+
+RngState& global_rng() {
   static RngState state{std::random_device{}() | (uint64_t{std::random_device{}()} << 32), 0};
   return state;
 }
+RngState& rng() { return t_stream ? *t_stream : global_rng(); }
 
 }  // namespace
 
@@ -41,7 +44,7 @@ void set_num_threads(int n) {
 
 void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(rng_mutex());
-  rng() = RngState{seed, 0};
+  global_rng() = RngState{seed, 0};
 }
 
 RngState rng_state() {
@@ -53,6 +56,9 @@ void set_rng_state(RngState s) {
   std::lock_guard<std::mutex> lock(rng_mutex());
   rng() = s;
 }
+
+RngStream::RngStream(RngState state) : state_(state), previous_(t_stream) { t_stream = &state_; }
+RngStream::~RngStream() { t_stream = previous_; }
 
 uint64_t rng_reserve(uint64_t counters) {
   std::lock_guard<std::mutex> lock(rng_mutex());

@@ -19,4 +19,18 @@ RngState rng_state();
 void set_rng_state(RngState s);
 uint64_t rng_reserve(uint64_t counters);  // returns the first counter and advances the state
 
+// While alive, random ops on this thread draw from a private generator starting at `state`
+// instead of the global one (independent branches running concurrently stay deterministic).
+class RngStream {
+ public:
+  explicit RngStream(RngState state);
+  ~RngStream();
+  RngStream(const RngStream&) = delete;
+  RngStream& operator=(const RngStream&) = delete;
+
+ private:
+  RngState state_;
+  RngState* previous_;
+};
+
 }  // namespace fg

@@ -94,6 +94,12 @@ Tensor zeros(const Dims& shape, DType dtype, Device device) { return full(shape,
 Tensor ones(const Dims& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full(Dims{}, value, dtype, device); }
 
+double item(const Tensor& x) {
+  FG_CHECK(x.numel() == 1, Shape, "item: expected a one-element tensor, got shape ", to_string(x.shape()));
+  FG_CHECK(x.device().is_cpu(), Device, "item: reading a ", x.device().str(), " tensor on the host is not supported yet");
+  return visit_dtype(x.dtype(), [&](auto tag) { return static_cast<double>(*x.data<decltype(tag)>()); });
+}
+
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
   FG_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end), Value,
            "arange: start, end and step must be finite and step non-zero (got ", start, ", ", end,

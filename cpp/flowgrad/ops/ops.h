@@ -12,6 +12,8 @@ Tensor full(const Dims& shape, double value, DType dtype, Device device);
 Tensor zeros(const Dims& shape, DType dtype, Device device);
 Tensor ones(const Dims& shape, DType dtype, Device device);
 Tensor scalar_tensor(double value, DType dtype, Device device);  // 0-d
+// The value of a one-element tensor (ShapeError otherwise), read on the host.
+double item(const Tensor& x);
 Tensor arange(double start, double end, double step, DType dtype, Device device);
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device);
 Tensor eye(int64_t n, int64_t m, DType dtype, Device device);

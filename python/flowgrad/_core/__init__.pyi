@@ -18,7 +18,8 @@ from . import functional
 from . import cuda_runtime
 from . import init
 from . import optim
-__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowgradError', 'GELU', 'GRUCell', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+from . import flow
+__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRUCell', 'Graph', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -899,6 +900,10 @@ class Trend:
         ...
     def __repr__(self) -> str:
         ...
+    def _repr_html_(self):
+        ...
+    def _repr_svg_(self):
+        ...
     def append(self, value: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         Adds one value at the end.
@@ -953,6 +958,10 @@ class TrendGroup:
         ...
     def __len__(self) -> int:
         ...
+    def _repr_html_(self):
+        ...
+    def _repr_svg_(self):
+        ...
     def all_converged(self, window: typing.SupportsInt | typing.SupportsIndex, tol: typing.SupportsFloat | typing.SupportsIndex) -> bool:
         """
         Every trend converged (False when empty).
@@ -984,6 +993,317 @@ class TrendGroup:
     def slopes(self, window: typing.SupportsInt | typing.SupportsIndex = 0) -> list[float]:
         """
         Each trend's slope.
+        """
+class Graph(Module):
+    """
+    A built flow: a Module whose tagged values can be observed, trended, profiled and drawn.
+    """
+    def _observation_state(self) -> dict:
+        ...
+    def _recurrent_state(self) -> dict[str, Tensor]:
+        ...
+    def _repr_html_(self, *args, **kwargs) -> typing.Any:
+        """
+        Jupyter: the graph as SVG, or its DOT text without Graphviz.
+        """
+    def _repr_svg_(self, *args, **kwargs) -> typing.Any:
+        """
+        Jupyter: the graph as SVG (None without Graphviz).
+        """
+    def _restore_observation(self, arg0: dict) -> None:
+        ...
+    def _restore_timings(self, arg0: dict) -> None:
+        ...
+    def _set_recurrent_state(self, arg0: str, arg1: Tensor) -> None:
+        ...
+    def _timing_state(self) -> dict:
+        ...
+    def collect(self, *args) -> None:
+        """
+        Adds the last forward's tagged values (their means) to the batch buffers; stays in C++.
+        """
+    def collect_timings(self, *args) -> None:
+        """
+        Adds the tagged nodes' last timings to the timing batch buffers (none: every tag).
+        """
+    def collected(self, tag: str) -> list[float]:
+        """
+        The values collected for tag since the last flush.
+        """
+    def detach_state(self) -> None:
+        """
+        Cuts the recurrent state from the autograd graph of earlier calls (truncated BPTT).
+        """
+    def disable_profiling(self) -> None:
+        """
+        Stops timing (zero cost).
+        """
+    def dot(self) -> str:
+        """
+        The graph in Graphviz DOT.
+        """
+    def dot_with_profile(self) -> str:
+        """
+        DOT with each node's last timing, slower nodes redder.
+        """
+    def elapsed(self) -> float:
+        """
+        Seconds since the first collect/record/flush.
+        """
+    def enable_profiling(self) -> None:
+        """
+        Times every node of each forward.
+        """
+    def eta(self, total_epochs: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        Estimated seconds left: mean epoch time times the epochs still to run.
+        """
+    def export_timing_trends(self, path: typing.Any, *args) -> None:
+        """
+        Writes the timing histories as CSV.
+        """
+    def export_trends(self, path: typing.Any, *args) -> None:
+        """
+        Writes the histories as CSV: epoch, then one column per tag.
+        """
+    def flush(self, *args) -> dict:
+        """
+        Ends an epoch: each tag's batch mean joins its history; returns {tag: mean}.
+        """
+    def flush_timings(self, *args) -> dict:
+        """
+        Ends an epoch of timings; returns {tag: mean seconds}.
+        """
+    def forward(self, *args, timeout: typing.SupportsFloat | typing.SupportsIndex | None = None) -> typing.Any:
+        """
+        Runs the graph on (x, *extra inputs). timeout: seconds, checked between levels and loop iterations (TimeoutError).
+        """
+    def freeze(self, *args) -> None:
+        """
+        Stops gradients to the tagged nodes' parameters (no tags: all); optimizers then leave them unchanged.
+        """
+    def last_flush_duration(self) -> float:
+        """
+        Seconds the last epoch took (between the last two flushes).
+        """
+    def log(self, *args, total_epochs: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values.
+        """
+    def on_flush(self, fn: collections.abc.Callable[[dict], None]) -> None:
+        """
+        fn({tag: mean}) runs after each flush.
+        """
+    def on_log(self, fn: collections.abc.Callable[[str], None]) -> None:
+        """
+        fn(line) receives each log line instead of print.
+        """
+    def on_profile(self, fn: collections.abc.Callable[[dict], None]) -> None:
+        """
+        fn(profile) runs after each profiled forward.
+        """
+    def parameters_by_tag(self, tag: str) -> list:
+        """
+        The parameters of the tagged node (or of every tag of a group).
+        """
+    def plot_html(self, *args, **kwargs) -> typing.Any:
+        """
+        Writes a self-contained HTML chart of the tags' histories (plot_html(path, *tags)): axes, legend, log-scale toggle, no network needed.
+        """
+    def plot_timings_html(self, *args, **kwargs) -> typing.Any:
+        """
+        Writes an HTML chart of the per-epoch timing histories (plot_timings_html(path, *tags)).
+        """
+    def profile(self) -> dict:
+        """
+        The last profiled forward: total, per-level wall times, per-node seconds, parallelism achieved.
+        """
+    def record(self, tag: str, *args) -> None:
+        """
+        Adds values (numbers or tensors, by their mean) to a tag's batch buffer.
+        """
+    def reset_state(self) -> None:
+        """
+        Clears recurrent state: the next call starts from zeros.
+        """
+    def reset_trend(self, *args) -> None:
+        """
+        Forgets the history of tags (none: everything, flush count and clock included).
+        """
+    def sub(self, tag: str) -> Module:
+        """
+        The module of the tagged node (a nested Graph stays observable).
+        """
+    def svg(self, *args, **kwargs) -> typing.Any:
+        """
+        The graph drawn as SVG by Graphviz's `dot` (written to path when given); FlowgradError without dot.
+        """
+    def svg_with_profile(self, *args, **kwargs) -> typing.Any:
+        """
+        Like svg(), annotated with each node's last profiled time.
+        """
+    def tag_group(self, name: str) -> list[str]:
+        """
+        The tags of a tag group (empty when no such group).
+        """
+    def tagged(self, tag: str) -> Tensor:
+        """
+        The tagged value of the last forward (detached).
+        """
+    def timing(self, tag: str) -> float:
+        """
+        Seconds the tagged node took in the last profiled forward.
+        """
+    def timing_trend(self, tag: str) -> Trend:
+        """
+        The tag's per-epoch timing history.
+        """
+    def timing_trends(self, *args) -> TrendGroup:
+        """
+        Timing trends of several tags (none: all).
+        """
+    def traces(self, tag: str) -> list[Tensor]:
+        """
+        Per-iteration outputs of the tagged loop in the last forward.
+        """
+    def trend(self, tag: str) -> Trend:
+        """
+        The tag's per-epoch history as a Trend.
+        """
+    def trends(self, *args) -> TrendGroup:
+        """
+        Trends of several tags (tag groups expand; none: every observed tag).
+        """
+    def unfreeze(self, *args) -> None:
+        """
+        Undoes freeze for the tagged nodes (no tags: all).
+        """
+    def write_log(self, path: typing.Any, total_epochs: typing.SupportsInt | typing.SupportsIndex = 0, *args) -> None:
+        """
+        Writes one line per epoch with values, duration and ETA.
+        """
+    def zero_frozen_grads(self) -> None:
+        """
+        Drops any gradient held by frozen parameters.
+        """
+    @property
+    def flush_count(self) -> int:
+        """
+        How many times flush ran.
+        """
+    @property
+    def input_names(self) -> list[str]:
+        """
+        The graph inputs: 'input' then each input(name).
+        """
+    @property
+    def levels(self) -> list[list[int]]:
+        """
+        Node indices per topological level; nodes of one level may run concurrently.
+        """
+    @property
+    def parallel(self) -> bool:
+        """
+        Run independent nodes of a level concurrently on the CPU pool (default True).
+        """
+    @parallel.setter
+    def parallel(self, arg1: bool) -> None:
+        ...
+    @property
+    def profiling(self) -> bool:
+        """
+        Whether profiling is on.
+        """
+    @property
+    def tags(self) -> list[str]:
+        """
+        The node tags, in flow order.
+        """
+class FlowBuilder:
+    """
+    Builds a Graph as data flow: FlowBuilder(encoder).through(block).tag('h')...build(). fg.flow(module) is the same; FlowBuilder() starts from the graph input itself.
+    """
+    def __init__(self, module: typing.Any = None) -> None:
+        ...
+    def also(self, module: typing.Any) -> FlowBuilder:
+        """
+        Residual: out = x + module(x).
+        """
+    def batched(self) -> FlowBuilder:
+        """
+        Calls the map body once on all elements at once.
+        """
+    def build(self) -> Graph:
+        """
+        Validates the flow and returns the Graph (GraphError names the problem).
+        """
+    def each(self) -> FlowBuilder:
+        """
+        Maps over dim 0 of the stream and stacks the results.
+        """
+    def for_(self, n: typing.SupportsInt | typing.SupportsIndex) -> FlowBuilder:
+        """
+        Runs the loop body n times.
+        """
+    def gate(self, router: typing.Any, *args) -> FlowBuilder:
+        """
+        Soft routing: router(x) gives weights [..., n]; out = sum_i w[..., i] * expert_i(x).
+        """
+    def input(self, name: str) -> FlowBuilder:
+        """
+        Declares an extra graph input (passed after x, in declaration order), usable with using(name).
+        """
+    def loop(self, body: typing.Any) -> FlowBuilder:
+        """
+        Repeats body; finish with .for_(n), .while_(halt, max_iter) or .until(halt, max_iter).
+        """
+    def map(self, body: typing.Any) -> FlowBuilder:
+        """
+        Applies body per element; finish with [.batched()] .each(), .over(tag) or .slices(n).
+        """
+    def merge(self, module: typing.Any) -> FlowBuilder:
+        """
+        Joins the open split's branches: module(*branch_outputs).
+        """
+    def over(self, tag: str) -> FlowBuilder:
+        """
+        Maps over dim 0 of a tagged value instead of the stream.
+        """
+    def slices(self, n: typing.SupportsInt | typing.SupportsIndex) -> FlowBuilder:
+        """
+        Splits the last dim into n equal slices, maps each, concatenates the results.
+        """
+    def split(self, *args) -> FlowBuilder:
+        """
+        Runs the stream through several branches (concurrently where they are independent).
+        """
+    def switch(self, selector: typing.Any, *args) -> FlowBuilder:
+        """
+        Hard routing: selector(x) gives a branch index; only that branch runs (and gets gradients).
+        """
+    def tag(self, name: str) -> FlowBuilder:
+        """
+        Names the last node's output: for using(), observation (collect/trend) and sub().
+        """
+    def tag_group(self, name: str) -> FlowBuilder:
+        """
+        Tags the branches of an open split name_0, name_1, ...; trends(name) expands to them.
+        """
+    def through(self, module: typing.Any) -> FlowBuilder:
+        """
+        Passes the stream through a module.
+        """
+    def until(self, halt: typing.Any, max_iter: typing.SupportsInt | typing.SupportsIndex) -> FlowBuilder:
+        """
+        Runs the body until halt(x) > 0, checked after each iteration (runs at least once).
+        """
+    def using(self, *args) -> FlowBuilder:
+        """
+        Feeds tagged values to the last node's module as extra positional inputs. A tag defined later becomes recurrent state (zeros on the first call).
+        """
+    def while_(self, halt: typing.Any, max_iter: typing.SupportsInt | typing.SupportsIndex) -> FlowBuilder:
+        """
+        Runs the body while halt(x) <= 0, checked before each iteration (may run zero times).
         """
 def _debug_level() -> int:
     """

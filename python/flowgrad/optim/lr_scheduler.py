@@ -84,7 +84,8 @@ class LambdaLR(LRScheduler):
 class ReduceLROnPlateau:
     """Multiplies the lr by `factor` when the watched value has not improved by more than
     `threshold` (relative) for `patience` steps. step(value) takes the value; with a `trend`
-    (anything with latest(), e.g. a fg.Trend), step() reads trend.latest()."""
+    (anything with latest(), e.g. a fg.Trend, or a function returning one, such as
+    `lambda: graph.trend("val_loss")`), step() reads its latest value."""
 
     def __init__(self, optimizer, trend=None, patience=10, factor=0.1, threshold=1e-4, mode="min", min_lr=0.0):
         if not 0 < factor < 1:
@@ -106,7 +107,8 @@ class ReduceLROnPlateau:
         if value is None:
             if self.trend is None:
                 raise _core.InvalidArgumentError("ReduceLROnPlateau.step: pass a value or construct with a trend")
-            value = self.trend.latest()
+            trend = self.trend() if callable(self.trend) else self.trend
+            value = trend.latest()
         value = float(value)
         if self._improved(value):
             self.best, self.bad_steps = value, 0

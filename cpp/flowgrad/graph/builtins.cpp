@@ -1,0 +1,97 @@
+#include "flowgrad/graph/builtins.h"
+
+#include "flowgrad/ops/ops.h"
+
+namespace fg::graph {
+namespace {
+
+Tensors present(const Tensors& in, const std::string& name, size_t at_least) {
+  Tensors out;
+  for (const Tensor& t : in)
+    if (t.defined()) out.push_back(t);
+  FG_CHECK(out.size() >= at_least, Value, name, ": expected at least ", at_least, " tensor input(s), got ", out.size());
+  return out;
+}
+
+Tensor sum_of(const Tensors& ts) {
+  Tensor out = ts[0];
+  for (size_t i = 1; i < ts.size(); ++i) out = out + ts[i];
+  return out;
+}
+
+std::string join_dims(const std::vector<int64_t>& v) {
+  std::string out;
+  for (int64_t d : v) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
+}
+
+std::shared_ptr<nn::Linear> projection(nn::Module& owner, const char* name, int64_t in_dim, int64_t n) {
+  FG_CHECK(in_dim >= 1 && n >= 1, Value, name, ": in_dim and n must be >= 1, got ", in_dim, " and ", n);
+  auto proj = std::make_shared<nn::Linear>(in_dim, n, true);
+  owner.register_module("proj", proj);
+  return proj;
+}
+
+Tensor project(const std::shared_ptr<nn::Linear>& proj, const Tensors& in, const std::string& name) {
+  return (*proj)({present(in, name, 1)[0]})[0];
+}
+
+}  // namespace
+
+Tensors Add::forward(const Tensors& in) { return {sum_of(present(in, "Add", 1))}; }
+
+Tensors Mean::forward(const Tensors& in) {
+  Tensors ts = present(in, "Mean", 1);
+  return {sum_of(ts) / static_cast<double>(ts.size())};
+}
+
+Tensors Cat::forward(const Tensors& in) { return {cat(present(in, "Cat", 1), dim)}; }
+std::string Cat::extra_repr() const { return "dim=" + std::to_string(dim); }
+
+Tensors Reshape::forward(const Tensors& in) { return {reshape(present(in, "Reshape", 1)[0], shape)}; }
+std::string Reshape::extra_repr() const { return join_dims(shape); }
+
+Router::Router(const char* name, int64_t in_dim, int64_t n, bool softmax)
+    : Module(name), proj_(projection(*this, name, in_dim, n)), softmax_(softmax) {}
+Tensors Router::forward(const Tensors& in) {
+  Tensor scores = project(proj_, in, type_name_);
+  return {softmax_ ? softmax(scores, -1) : sigmoid(scores)};
+}
+std::string Router::extra_repr() const {
+  return "in_dim=" + std::to_string(proj_->in_features) + ", n=" + std::to_string(proj_->out_features);
+}
+
+ArgmaxSelector::ArgmaxSelector(int64_t in_dim, int64_t n)
+    : Module("ArgmaxSelector"), proj_(projection(*this, "ArgmaxSelector", in_dim, n)) {}
+Tensors ArgmaxSelector::forward(const Tensors& in) {
+  Tensor scores = project(proj_, in, type_name_);
+  Tensor per_branch = mean(reshape(scores, {-1, proj_->out_features}), Dims{0}, false);
+  return {argmax(per_branch, std::nullopt, false)};
+}
+std::string ArgmaxSelector::extra_repr() const {
+  return "in_dim=" + std::to_string(proj_->in_features) + ", n=" + std::to_string(proj_->out_features);
+}
+
+FixedSelector::FixedSelector(int64_t index) : Module("FixedSelector"), index(index) {
+  FG_CHECK(index >= 0, Value, "FixedSelector: the branch index must be >= 0, got ", index);
+}
+Tensors FixedSelector::forward(const Tensors& in) {
+  return {scalar_tensor(static_cast<double>(index), DType::Int64, present(in, "FixedSelector", 1)[0].device())};
+}
+std::string FixedSelector::extra_repr() const { return std::to_string(index); }
+
+LearnedHalt::LearnedHalt(int64_t in_dim) : Module("LearnedHalt"), proj_(projection(*this, "LearnedHalt", in_dim, 1)) {}
+Tensors LearnedHalt::forward(const Tensors& in) { return {mean(project(proj_, in, type_name_), Dims{}, false)}; }
+std::string LearnedHalt::extra_repr() const { return "in_dim=" + std::to_string(proj_->in_features); }
+
+Tensors ThresholdHalt::forward(const Tensors& in) {
+  return {mean(present(in, "ThresholdHalt", 1)[0], Dims{}, false) - threshold};
+}
+std::string ThresholdHalt::extra_repr() const { return "threshold=" + std::to_string(threshold); }
+
+Tensors StateAdd::forward(const Tensors& in) {
+  Tensors ts = present(in, "StateAdd", 1);
+  return {ts.size() == 1 ? ts[0] : ts[0] + ts[1]};
+}
+
+}  // namespace fg::graph

@@ -1,0 +1,565 @@
+#include "flowgrad/graph/graph.h"
+
+#include <algorithm>
+#include <exception>
+#include <sstream>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/ops/ops.h"
+#include "kernels/common/parallel.h"
+#include "kernels/linalg/gemm.h"
+
+namespace fg::graph {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ReleaseInterpreter g_release = nullptr;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// SplitMix64 finaliser: decorrelates the per-node random streams of a parallel level.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+class GradMode {
+ public:
+  explicit GradMode(bool on) : previous_(grad_enabled()) { set_grad_enabled(on); }
+  ~GradMode() { set_grad_enabled(previous_); }
+
+ private:
+  bool previous_;
+};
+
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+void set_release_interpreter(ReleaseInterpreter fn) { g_release = fn; }
+
+const char* kind_name(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::Input: return "input";
+    case NodeKind::Module: return "through";
+    case NodeKind::Merge: return "merge";
+    case NodeKind::Also: return "also";
+    case NodeKind::Gate: return "gate";
+    case NodeKind::Switch: return "switch";
+    case NodeKind::Loop: return "loop";
+    case NodeKind::Map: return "map";
+  }
+  return "?";
+}
+
+std::string Node::label() const {
+  auto type = [&](size_t i) { return i < modules.size() && modules[i] ? modules[i]->type_name() : std::string("?"); };
+  std::ostringstream os;
+  switch (kind) {
+    case NodeKind::Input: os << "input " << (tag.empty() ? "input" : tag); break;
+    case NodeKind::Module: os << type(0); break;
+    case NodeKind::Merge: os << "merge(" << type(0) << ")"; break;
+    case NodeKind::Also: os << "also(" << type(0) << ")"; break;
+    case NodeKind::Gate: os << "gate(" << type(0) << "; " << modules.size() - 1 << " experts)"; break;
+    case NodeKind::Switch: os << "switch(" << type(0) << "; " << modules.size() - 1 << " branches)"; break;
+    case NodeKind::Loop:
+      os << "loop(" << type(0) << ") ";
+      if (loop_mode == LoopMode::For) os << "for " << count;
+      else os << (loop_mode == LoopMode::While ? "while " : "until ") << type(1) << " max " << count;
+      break;
+    case NodeKind::Map:
+      os << "map(" << type(0) << ") ";
+      if (map_mode == MapMode::Each) os << "each";
+      else if (map_mode == MapMode::Over) os << "over '" << over.tag << "'";
+      else os << "slices " << count;
+      if (batched) os << " batched";
+      break;
+  }
+  return os.str();
+}
+
+std::string Node::name(int id) const {
+  std::ostringstream os;
+  os << "node " << id;
+  if (!tag.empty() && kind != NodeKind::Input) os << " '" << tag << "'";
+  os << " (" << label() << ")";
+  return os.str();
+}
+
+double Profile::parallelism() const {
+  double nodes = 0, levels = 0;
+  for (double s : node_seconds) nodes += s;
+  for (double s : level_seconds) levels += s;
+  return levels > 0 ? nodes / levels : 1.0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+
+Graph::Graph(std::vector<Node> nodes, std::vector<std::string> input_names, int output)
+    : nn::Module("Graph"), nodes_(std::move(nodes)), input_names_(std::move(input_names)), output_(output) {
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    Node& n = nodes_[id];
+    if (!n.tag.empty()) tags_[n.tag] = static_cast<int>(id);
+    if (!n.group.empty()) groups_[n.group].push_back(n.tag);
+    if (n.kind == NodeKind::Input) continue;
+    int level = 0;
+    auto after = [&](int dep) { level = std::max(level, nodes_[dep].level); };
+    for (int in : n.inputs) after(in);
+    for (const Ref& r : n.refs)
+      if (!r.state) after(r.node);
+    if (n.kind == NodeKind::Map && n.map_mode == MapMode::Over) after(n.over.node);
+    n.level = level + 1;
+    if (static_cast<int>(levels_.size()) <= n.level) levels_.resize(n.level + 1);
+    levels_[n.level].push_back(static_cast<int>(id));
+    for (const Ref& r : n.refs)
+      if (r.state) state_tags_.push_back(r.tag);
+    // Parameters are reachable by node index: "3.weight"; constructs hold their parts by role.
+    if (n.modules.size() == 1 && (n.kind == NodeKind::Module || n.kind == NodeKind::Merge || n.kind == NodeKind::Also)) {
+      register_module(std::to_string(id), n.modules[0]);
+      continue;
+    }
+    auto holder = std::make_shared<nn::Module>(kind_name(n.kind));
+    for (size_t i = 0; i < n.modules.size(); ++i) {
+      std::string role = std::to_string(i - 1);
+      if (i == 0) role = n.kind == NodeKind::Gate ? "router" : n.kind == NodeKind::Switch ? "selector" : "body";
+      if (n.kind == NodeKind::Loop && i == 1) role = "halt";
+      holder->register_module(role, n.modules[i]);
+    }
+    register_module(std::to_string(id), holder);
+  }
+}
+
+int Graph::node_of(const std::string& tag) const {
+  auto it = tags_.find(tag);
+  if (it != tags_.end()) return it->second;
+  std::vector<std::string> known;
+  for (const auto& [name, id] : tags_) known.push_back(name);
+  if (groups_.count(tag))
+    fail(ErrorKind::Graph, "'", tag, "' is a tag group, not a tag; its tags are ", joined(groups_.at(tag)));
+  fail(ErrorKind::Graph, "unknown tag '", tag, "' (the graph's tags: ", known.empty() ? "none" : joined(known), ")");
+}
+
+std::vector<std::string> Graph::group(const std::string& name) const {
+  auto it = groups_.find(name);
+  return it == groups_.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::vector<std::string> Graph::expand(const std::vector<std::string>& tags_or_groups) const {
+  std::vector<std::string> out;
+  for (const std::string& t : tags_or_groups) {
+    std::vector<std::string> members = group(t);
+    if (members.empty()) out.push_back(t);
+    else out.insert(out.end(), members.begin(), members.end());
+  }
+  return out;
+}
+
+std::vector<std::string> Graph::tags() const {
+  std::vector<std::string> out;
+  for (const Node& n : nodes_)
+    if (!n.tag.empty()) out.push_back(n.tag);
+  return out;
+}
+
+Tensor Graph::tagged(const std::string& tag) const {
+  int id = node_of(tag);
+  auto it = last_.find(id);
+  FG_CHECK(it != last_.end(), Graph, "tag '", tag, "' has no value yet: run the graph first");
+  return it->second;
+}
+
+const Tensors& Graph::traces(const std::string& tag) const {
+  int id = node_of(tag);
+  FG_CHECK(nodes_[id].kind == NodeKind::Loop, Graph, "traces('", tag, "'): ", nodes_[id].name(id),
+           " is not a loop; traces are the per-iteration outputs of a loop");
+  static const Tensors none;
+  auto it = traces_.find(id);
+  return it == traces_.end() ? none : it->second;
+}
+
+ModulePtr Graph::sub(const std::string& tag) const {
+  int id = node_of(tag);
+  FG_CHECK(nodes_[id].kind != NodeKind::Input, Graph, "sub('", tag, "'): '", tag, "' is a graph input, not a module");
+  return child(std::to_string(id));
+}
+
+nn::Named<Tensor> Graph::parameters_by_tag(const std::string& tag) const {
+  nn::Named<Tensor> out;
+  std::vector<std::string> tags = expand({tag});
+  for (const std::string& t : tags) {
+    int id = node_of(t);
+    if (auto m = child(std::to_string(id)))
+      for (auto& [name, p] : m->named_parameters()) out.emplace_back(std::to_string(id) + "." + name, p);
+  }
+  return out;
+}
+
+void Graph::set_requires_grad_of(const std::vector<std::string>& tags, bool frozen) {
+  nn::Named<Tensor> params;
+  if (tags.empty()) params = named_parameters();
+  for (const std::string& t : expand(tags)) {
+    nn::Named<Tensor> more = parameters_by_tag(t);
+    params.insert(params.end(), more.begin(), more.end());
+  }
+  for (auto& [name, p] : params) {
+    set_requires_grad(p, !frozen);
+    auto pos = std::find_if(frozen_.begin(), frozen_.end(), [&](const Tensor& f) { return f.impl() == p.impl(); });
+    if (frozen && pos == frozen_.end()) frozen_.push_back(p);
+    if (!frozen && pos != frozen_.end()) frozen_.erase(pos);
+  }
+}
+
+void Graph::freeze(const std::vector<std::string>& tags) { set_requires_grad_of(tags, true); }
+void Graph::unfreeze(const std::vector<std::string>& tags) { set_requires_grad_of(tags, false); }
+void Graph::zero_frozen_grads() {
+  for (const Tensor& p : frozen_) set_grad(p, Tensor());
+}
+
+void Graph::detach_state() {
+  for (auto& [tag, value] : state_) value = detach(value);
+}
+void Graph::reset_state() { state_.clear(); }
+void Graph::set_state(const std::string& tag, const Tensor& value) {
+  FG_CHECK(std::find(state_tags_.begin(), state_tags_.end(), tag) != state_tags_.end(), Graph, "set_state: '", tag,
+           "' is not recurrent state of this graph (no forward reference uses it)");
+  state_[tag] = value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Execution
+
+struct Graph::Run {
+  Tensors values;
+  std::vector<Tensors> traces;
+  std::optional<Clock::time_point> deadline;
+  double timeout = 0;
+
+  void check_deadline(const char* where) const {
+    if (deadline && Clock::now() > *deadline)
+      fail(ErrorKind::Timeout, "Graph.forward: timed out after ", timeout, " s (checked ", where, ")");
+  }
+};
+
+Tensor Graph::call(const ModulePtr& m, Tensors in, int id) const {
+  Tensors out = (*m)(in);
+  FG_CHECK(out.size() == 1 && out[0].defined(), Graph, nodes_[id].name(id), ": ", m->type_name(), " returned ",
+           out.size(), " outputs; a graph node passes on exactly one tensor");
+  return out[0];
+}
+
+Tensors Graph::ref_values(const Node& node, const Run& run, const Tensor& like) const {
+  Tensors out;
+  for (const Ref& r : node.refs) {
+    if (!r.state) {
+      out.push_back(run.values[r.node]);
+      continue;
+    }
+    auto it = state_.find(r.tag);  // recurrent state: zeros shaped like the input on the first call
+    out.push_back(it != state_.end() ? it->second : zeros(like.shape(), like.dtype(), like.device()));
+  }
+  return out;
+}
+
+Tensor Graph::run_loop(const Node& node, int id, Tensor x, const Tensors& refs, Run& run) {
+  Tensors& trace = run.traces[id];
+  auto halted = [&](const Tensor& v) { return item(call(node.modules[1], {v}, id)) > 0; };
+  auto step = [&](const Tensor& v) {
+    run.check_deadline("between loop iterations");
+    Tensors in{v};
+    in.insert(in.end(), refs.begin(), refs.end());
+    Tensor y = call(node.modules[0], in, id);
+    trace.push_back(detach(y));
+    return y;
+  };
+  for (int64_t i = 0; i < node.count; ++i) {
+    if (node.loop_mode == LoopMode::While && halted(x)) break;
+    x = step(x);
+    if (node.loop_mode == LoopMode::Until && halted(x)) break;
+  }
+  return x;
+}
+
+Tensor Graph::run_map(const Node& node, int id, const Tensor& x, const Tensors& refs, Run& run) {
+  const Tensor& source = node.map_mode == MapMode::Over ? run.values[node.over.node] : x;
+  auto body = [&](const Tensor& v) {
+    run.check_deadline("between map elements");
+    Tensors in{v};
+    in.insert(in.end(), refs.begin(), refs.end());
+    return call(node.modules[0], in, id);
+  };
+  FG_CHECK(source.ndim() >= 1, Shape, nodes_[id].name(id), ": cannot map over a 0-d tensor");
+  if (node.map_mode == MapMode::Slices) {
+    int64_t n = node.count, width = source.shape().back();
+    FG_CHECK(width % n == 0, Shape, nodes_[id].name(id), ": the last dim (", width, ") of shape ",
+             to_string(source.shape()), " does not split into ", n, " equal slices");
+    int64_t k = width / n;
+    if (!node.batched) {
+      Tensors parts;
+      for (int64_t i = 0; i < n; ++i) parts.push_back(body(narrow(source, -1, i * k, k)));
+      return cat(parts, -1);
+    }
+    std::vector<int64_t> split_shape(source.shape().begin(), source.shape().end());
+    split_shape.back() = n;
+    split_shape.push_back(k);
+    Tensor y = body(reshape(source, split_shape));
+    FG_CHECK(y.ndim() == source.ndim() + 1 && y.shape()[y.ndim() - 2] == n, Shape, nodes_[id].name(id),
+             ": a batched slices body must keep the slice dim: got ", to_string(y.shape()), " from ",
+             to_string(Dims(split_shape)));
+    std::vector<int64_t> joined_shape(y.shape().begin(), y.shape().end() - 1);
+    joined_shape.back() = n * y.shape().back();
+    return reshape(y, joined_shape);
+  }
+  if (node.batched) return body(source);
+  int64_t n = source.shape()[0];
+  FG_CHECK(n > 0, Shape, nodes_[id].name(id), ": nothing to map over (dim 0 of shape ", to_string(source.shape()),
+           " is empty)");
+  Tensors parts;
+  for (int64_t i = 0; i < n; ++i) parts.push_back(body(select(source, 0, i)));
+  return stack(parts, 0);
+}
+
+Tensor Graph::run_node(int id, Run& run) {
+  const Node& n = nodes_[id];
+  try {
+    const Tensor& x = run.values[n.inputs[0]];
+    Tensors refs = ref_values(n, run, x);
+    auto with_refs = [&](Tensors in) {
+      in.insert(in.end(), refs.begin(), refs.end());
+      return in;
+    };
+    switch (n.kind) {
+      case NodeKind::Input: break;
+      case NodeKind::Module: return call(n.modules[0], with_refs({x}), id);
+      case NodeKind::Also: return x + call(n.modules[0], with_refs({x}), id);
+      case NodeKind::Merge: {
+        Tensors in;
+        for (int i : n.inputs) in.push_back(run.values[i]);
+        return call(n.modules[0], with_refs(in), id);
+      }
+      case NodeKind::Gate: {
+        Tensor w = call(n.modules[0], with_refs({x}), id);
+        int64_t experts = static_cast<int64_t>(n.modules.size()) - 1;
+        FG_CHECK(w.ndim() >= 1 && w.shape().back() == experts, Shape, n.name(id), ": router weights must have shape [..., ",
+                 experts, "], got ", to_string(w.shape()));
+        Tensor out;
+        for (int64_t e = 0; e < experts; ++e) {
+          Tensor y = call(n.modules[e + 1], {x}, id);
+          Tensor we = narrow(w, -1, e, 1);  // [..., 1], broadcast over the expert's trailing dims
+          std::vector<int64_t> shape(we.shape().begin(), we.shape().end());
+          while (static_cast<int>(shape.size()) < y.ndim()) shape.push_back(1);
+          Tensor term = reshape(we, shape) * y;
+          out = out.defined() ? out + term : term;
+        }
+        return out;
+      }
+      case NodeKind::Switch: {
+        Tensor chosen = call(n.modules[0], with_refs({x}), id);
+        FG_CHECK(chosen.numel() == 1, Shape, n.name(id), ": the selector must return one branch index, got shape ",
+                 to_string(chosen.shape()));
+        double v = item(chosen);
+        int64_t branches = static_cast<int64_t>(n.modules.size()) - 1, index = static_cast<int64_t>(v);
+        FG_CHECK(v == static_cast<double>(index) && index >= 0 && index < branches, Index, n.name(id),
+                 ": the selector chose branch ", v, " but there are ", branches, " branches");
+        return call(n.modules[index + 1], {x}, id);
+      }
+      case NodeKind::Loop: return run_loop(n, id, x, refs, run);
+      case NodeKind::Map: return run_map(n, id, x, refs, run);
+    }
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Timeout || std::string(e.what()).rfind("node ", 0) == 0) throw;
+    fail(e.kind(), n.name(id), ": ", e.what());
+  }
+  FG_ASSERT(false);
+}
+
+void Graph::run_level(const std::vector<int>& ids, Run& run) {
+  auto timed = [&](int id) {
+    if (!profiling_) return void(run.values[id] = run_node(id, run));
+    auto start = Clock::now();
+    run.values[id] = run_node(id, run);
+    profile_.node_seconds[id] = since(start);
+  };
+  if (ids.size() == 1) return timed(ids[0]);
+
+  // Independent nodes: each draws random numbers from its own stream, derived from the
+  // generator state at the level's start, so results do not depend on scheduling and match
+  // sequential execution exactly.
+  RngState base = rng_state();
+  set_rng_state({base.seed, base.offset + 1});
+  bool grad = grad_enabled();
+  std::vector<std::exception_ptr> errors(ids.size());
+  auto task = [&](int i) {
+    GradMode mode(grad);
+    RngStream stream({mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
+    try {
+      timed(ids[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  if (parallel_ && pool_threads() > 1 && !in_parallel_region()) {
+    std::shared_ptr<void> released = g_release ? g_release() : nullptr;
+    SingleThreadedBlas blas;  // one BLAS thread per branch; the branches are the parallelism
+    detail::run_tasks(static_cast<int>(ids.size()), [](void* ctx, int i) { (*static_cast<decltype(task)*>(ctx))(i); },
+                      &task);
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) task(static_cast<int>(i));
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+Tensors Graph::forward(const Tensors& inputs) { return forward_with_timeout(inputs, std::nullopt); }
+
+Tensors Graph::forward_with_timeout(const Tensors& inputs, std::optional<double> seconds) {
+  FG_CHECK(inputs.size() == input_names_.size(), Graph, "Graph: expected ", input_names_.size(), " input(s) (",
+           joined(input_names_), "), got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    FG_CHECK(inputs[i].defined(), Graph, "Graph: input '", input_names_[i], "' is None");
+  FG_CHECK(!seconds || *seconds > 0, Value, "Graph.forward: timeout must be > 0 seconds, got ", *seconds);
+  auto start = Clock::now();
+  Run run;
+  run.values.resize(nodes_.size());
+  run.traces.resize(nodes_.size());
+  if (seconds) {
+    run.timeout = *seconds;
+    run.deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*seconds));
+  }
+  size_t next_input = 0;
+  for (size_t id = 0; id < nodes_.size(); ++id)
+    if (nodes_[id].kind == NodeKind::Input) run.values[id] = inputs[next_input++];
+  if (profiling_) {
+    profile_.node_seconds.assign(nodes_.size(), 0.0);
+    profile_.level_seconds.assign(levels_.size(), 0.0);
+  }
+  for (size_t level = 1; level < levels_.size(); ++level) {
+    run.check_deadline("between levels");
+    auto level_start = Clock::now();
+    run_level(levels_[level], run);
+    if (profiling_) profile_.level_seconds[level] = since(level_start);
+  }
+  last_.clear();
+  for (const auto& [tag, id] : tags_) last_[id] = detach(run.values[id]);
+  traces_.clear();
+  for (size_t id = 0; id < nodes_.size(); ++id)
+    if (nodes_[id].kind == NodeKind::Loop) traces_[static_cast<int>(id)] = std::move(run.traces[id]);
+  for (const std::string& tag : state_tags_) state_[tag] = run.values[tags_.at(tag)];
+  if (profiling_) {
+    profile_.total = since(start);
+    for (auto& fn : profile_callbacks_) fn(profile_);
+  }
+  return {run.values[output_]};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation and profiling
+
+void Graph::collect(const std::vector<std::string>& tags) {
+  std::vector<std::string> chosen = tags.empty() ? this->tags() : expand(tags);
+  for (const std::string& tag : chosen) {
+    int id = node_of(tag);
+    auto it = last_.find(id);
+    FG_CHECK(it != last_.end(), Graph, "collect('", tag, "'): the tag has no value yet: run the graph first");
+    observer_.record(tag, it->second);
+  }
+}
+
+std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line) {
+  auto flushed = observer_.flush(expand(tags));
+  if (logging_) {
+    *line = observer_.log_line(observer_.flush_count(), log_total_, log_tags_);
+    for (auto& fn : log_callbacks_) fn(*line);
+  }
+  return flushed;
+}
+
+void Graph::log(const std::vector<std::string>& tags, int64_t total_epochs) {
+  FG_CHECK(total_epochs >= 0, Value, "log: total_epochs must be >= 0, got ", total_epochs);
+  logging_ = true;
+  log_tags_ = expand(tags);
+  log_total_ = total_epochs;
+}
+
+double Graph::timing(const std::string& tag) const {
+  int id = node_of(tag);
+  FG_CHECK(profiling_ || !profile_.node_seconds.empty(), Graph, "timing('", tag,
+           "'): profiling is off; call enable_profiling() and run the graph");
+  return static_cast<size_t>(id) < profile_.node_seconds.size() ? profile_.node_seconds[id] : 0.0;
+}
+
+void Graph::collect_timings(const std::vector<std::string>& tags) {
+  std::vector<std::string> chosen = tags.empty() ? this->tags() : expand(tags);
+  for (const std::string& tag : chosen) timings_.record(tag, timing(tag));
+}
+
+std::string Graph::dot(bool with_profile) const {
+  bool timed = with_profile && !profile_.node_seconds.empty();
+  double slowest = 0;
+  if (timed) slowest = *std::max_element(profile_.node_seconds.begin(), profile_.node_seconds.end());
+  std::ostringstream os;
+  os << "digraph flow {\n  rankdir=TB;\n"
+     << "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#eef3fb\", fontname=\"Helvetica\", fontsize=11];\n"
+     << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    std::string label = n.kind == NodeKind::Input ? "input " + (n.tag.empty() ? input_names_[0] : n.tag) : n.label();
+    if (!n.tag.empty() && n.kind != NodeKind::Input) label += "\n#" + n.tag;
+    if (timed && n.kind != NodeKind::Input) label += "\n" + observe::format_duration(profile_.node_seconds[id]);
+    os << "  n" << id << " [label=\"" << dot_escape(label) << "\"";
+    if (timed && n.kind != NodeKind::Input) {
+      double s = profile_.node_seconds[id];
+      int heat = slowest > 0 ? static_cast<int>(255 - 155 * s / slowest) : 255;  // slower: redder
+      char color[16];
+      std::snprintf(color, sizeof color, "#ff%02x%02x", heat, heat);
+      os << ", fillcolor=\"" << color << "\"";
+    }
+    if (n.kind == NodeKind::Input) os << ", shape=ellipse, fillcolor=\"#f4f4f4\"";
+    os << "];\n";
+  }
+  for (const auto& [name, members] : groups_) {
+    os << "  subgraph \"cluster_" << dot_escape(name) << "\" { label=\"" << dot_escape(name) << "\"; style=dashed;";
+    for (const std::string& t : members) os << " n" << tags_.at(t) << ";";
+    os << " }\n";
+  }
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    for (int in : n.inputs) os << "  n" << in << " -> n" << id << ";\n";
+    for (const Ref& r : n.refs) {
+      if (r.state)
+        os << "  n" << r.node << " -> n" << id << " [style=dotted, color=\"#c0392b\", constraint=false, label=\"state "
+           << dot_escape(r.tag) << "\"];\n";
+      else
+        os << "  n" << r.node << " -> n" << id << " [style=dashed, label=\"" << dot_escape(r.tag) << "\"];\n";
+    }
+    if (n.kind == NodeKind::Map && n.map_mode == MapMode::Over)
+      os << "  n" << n.over.node << " -> n" << id << " [style=dashed, label=\"over\"];\n";
+  }
+  os << "  output [shape=ellipse, fillcolor=\"#f4f4f4\", label=\"output";
+  if (timed) os << "\\n" << observe::format_duration(profile_.total);
+  os << "\"];\n  n" << output_ << " -> output;\n}\n";
+  return os.str();
+}
+
+}  // namespace fg::graph

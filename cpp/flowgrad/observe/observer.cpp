@@ -1,0 +1,209 @@
+#include "flowgrad/observe/observer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/ops/ops.h"
+
+namespace fg::observe {
+namespace {
+
+double seconds_between(Observer::Clock::time_point a, Observer::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+Observer::Series& Observer::series_of(const std::string& tag) {
+  FG_CHECK(!tag.empty(), Value, "observe: tag names must be non-empty");
+  auto [it, inserted] = series_.try_emplace(tag);
+  if (inserted) order_.push_back(tag);
+  return it->second;
+}
+
+void Observer::start_clock() {
+  if (started_) return;
+  started_ = true;
+  start_ = Clock::now();
+}
+
+void Observer::record(const std::string& tag, double value) {
+  start_clock();
+  series_of(tag).pending.push_back(value);
+}
+
+void Observer::record(const std::string& tag, const Tensor& value) {
+  FG_CHECK(value.defined(), Value, "record('", tag, "'): expected a tensor, got None");
+  FG_CHECK(value.numel() > 0, Shape, "record('", tag, "'): cannot record an empty tensor of shape ",
+           to_string(value.shape()));
+  Tensor v = detach(value);
+  if (v.numel() != 1) {
+    bool was = grad_enabled();
+    set_grad_enabled(false);
+    v = mean(is_floating(v.dtype()) ? v : cast(v, DType::Float64), Dims{}, false);
+    set_grad_enabled(was);
+  }
+  if (v.device().is_cpu()) return record(tag, item(v));
+  start_clock();
+  series_of(tag).pending_device.push_back(v);
+}
+
+std::vector<double> Observer::collected(const std::string& tag) const {
+  auto it = series_.find(tag);
+  if (it == series_.end()) return {};
+  std::vector<double> out = it->second.pending;
+  for (const Tensor& t : it->second.pending_device) out.push_back(item(t));
+  return out;
+}
+
+std::vector<std::string> Observer::chosen(const std::vector<std::string>& tags) const {
+  if (!tags.empty()) return tags;
+  std::vector<std::string> out;
+  for (const std::string& tag : order_) {
+    const Series& s = series_.at(tag);
+    if (!s.pending.empty() || !s.pending_device.empty()) out.push_back(tag);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<std::string>& tags) {
+  start_clock();
+  flush_times_.push_back(Clock::now());
+  int64_t epoch = flush_count();
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string& tag : chosen(tags)) {
+    std::vector<double> batch = collected(tag);
+    Series& s = series_of(tag);
+    s.pending.clear();
+    s.pending_device.clear();
+    if (batch.empty()) continue;
+    double sum = 0;
+    for (double v : batch) sum += v;
+    double m = sum / static_cast<double>(batch.size());
+    s.epochs.push_back(epoch);
+    s.values.push_back(m);
+    out.emplace_back(tag, m);
+  }
+  for (auto& fn : flush_callbacks_) fn(out);
+  return out;
+}
+
+void Observer::reset(const std::vector<std::string>& tags) {
+  if (tags.empty()) {
+    series_.clear();
+    order_.clear();
+    flush_times_.clear();
+    started_ = false;
+    return;
+  }
+  for (const std::string& tag : tags) {
+    auto it = series_.find(tag);
+    if (it != series_.end()) it->second = Series{};
+  }
+}
+
+Trend Observer::trend(const std::string& tag) const {
+  auto it = series_.find(tag);
+  return it == series_.end() ? Trend() : Trend(it->second.values);
+}
+
+double Observer::elapsed() const { return started_ ? seconds_between(start_, Clock::now()) : 0.0; }
+
+double Observer::eta(int64_t total_epochs) const {
+  int64_t done = flush_count();
+  if (done == 0 || total_epochs <= done) return 0.0;
+  double per_epoch = seconds_between(start_, flush_times_.back()) / static_cast<double>(done);
+  return per_epoch * static_cast<double>(total_epochs - done);
+}
+
+double Observer::last_flush_duration() const {
+  size_t n = flush_times_.size();
+  if (n == 0) return 0.0;
+  return seconds_between(n == 1 ? start_ : flush_times_[n - 2], flush_times_[n - 1]);
+}
+
+std::vector<double> Observer::flush_seconds() const {
+  std::vector<double> out;
+  for (auto t : flush_times_) out.push_back(seconds_between(start_, t));
+  return out;
+}
+
+void Observer::restore(const std::string& tag, std::vector<int64_t> epochs, std::vector<double> values) {
+  FG_CHECK(epochs.size() == values.size(), Value, "observe: history of '", tag, "' has ", epochs.size(),
+           " epochs but ", values.size(), " values");
+  Series& s = series_of(tag);
+  s.epochs = std::move(epochs);
+  s.values = std::move(values);
+}
+
+void Observer::restore_times(std::vector<double> flush_seconds) {
+  // Rebase so that elapsed() and eta() continue from the restored run's clock.
+  double last = flush_seconds.empty() ? 0.0 : flush_seconds.back();
+  started_ = true;
+  start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(last));
+  flush_times_.clear();
+  for (double s : flush_seconds)
+    flush_times_.push_back(start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+}
+
+std::string Observer::csv(const std::vector<std::string>& tags) const {
+  std::vector<std::string> cols = tags.empty() ? order_ : tags;
+  std::ostringstream os;
+  os << "epoch";
+  for (const std::string& tag : cols) os << ',' << tag;
+  os << '\n';
+  std::vector<size_t> next(cols.size(), 0);
+  for (int64_t epoch = 1; epoch <= flush_count(); ++epoch) {
+    os << epoch;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      os << ',';
+      auto it = series_.find(cols[c]);
+      if (it == series_.end()) continue;
+      const Series& s = it->second;
+      if (next[c] < s.epochs.size() && s.epochs[next[c]] == epoch) os << number(s.values[next[c]++]);
+    }
+    os << '\n';
+  }
+  return os.str();
+}
+
+std::string Observer::log_line(int64_t epoch, int64_t total_epochs, const std::vector<std::string>& tags) const {
+  std::vector<std::string> cols = tags.empty() ? order_ : tags;
+  std::ostringstream os;
+  os << "epoch " << epoch;
+  if (total_epochs > 0) os << '/' << total_epochs;
+  for (const std::string& tag : cols) {
+    auto it = series_.find(tag);
+    if (it == series_.end()) continue;
+    const Series& s = it->second;
+    auto pos = std::find(s.epochs.begin(), s.epochs.end(), epoch);
+    if (pos != s.epochs.end()) os << "  " << tag << ' ' << number(s.values[pos - s.epochs.begin()]);
+  }
+  if (epoch >= 1 && epoch <= flush_count()) {
+    auto at = flush_times_[epoch - 1];
+    double took = seconds_between(epoch == 1 ? start_ : flush_times_[epoch - 2], at);
+    os << "  (" << format_duration(took);
+    if (total_epochs > epoch) {
+      double per_epoch = seconds_between(start_, at) / static_cast<double>(epoch);
+      os << ", eta " << format_duration(per_epoch * static_cast<double>(total_epochs - epoch));
+    }
+    os << ')';
+  }
+  return os.str();
+}
+
+std::string Observer::log_text(int64_t total_epochs, const std::vector<std::string>& tags) const {
+  std::string out;
+  for (int64_t epoch = 1; epoch <= flush_count(); ++epoch) out += log_line(epoch, total_epochs, tags) + '\n';
+  return out;
+}
+
+}  // namespace fg::observe
