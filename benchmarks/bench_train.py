@@ -17,11 +17,9 @@ import numpy as np
 STEPS = {"mlp": 30, "transformer": 12}
 
 
-def flowgrad_mlp(batch, steps):
+def flowgrad_mlp_step(model, batch):
+    """One Adam training step of `model` (784 -> 10) on fixed random data."""
     import flowgrad as fg
-    from flowgrad import nn
-    fg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     opt = fg.optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     x = fg.tensor(rng.standard_normal((batch, 784)).astype(np.float32))
@@ -32,6 +30,14 @@ def flowgrad_mlp(batch, steps):
         fg.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     return step
+
+
+def flowgrad_mlp(batch, steps):
+    import flowgrad as fg
+    from flowgrad import nn
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    return flowgrad_mlp_step(model, batch)
 
 
 def torch_mlp(batch, steps):

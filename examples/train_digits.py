@@ -1,10 +1,10 @@
-"""Train an MLP on scikit-learn's bundled 8x8 digits (no download), report test accuracy and
-save a checkpoint.
+"""Train a FlowBuilder model on scikit-learn's bundled 8x8 digits (no download), stop early when
+the validation loss stalls, and write training.html, metrics.csv and a checkpoint.
 
-    python examples/train_digits.py [--epochs 40] [--out digits.safetensors]
+    python examples/train_digits.py [--epochs 60] [--out-dir .]
 """
 import argparse
-import time
+import pathlib
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -16,55 +16,77 @@ from flowgrad import nn
 
 
 def build_model():
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 128), nn.ReLU(),
-                         nn.Linear(128, 10))
+    """An encoder, two feature branches joined side by side, a residual block and a head."""
+    return (fg.flow(nn.Linear(64, 256)).through(nn.ReLU()).tag("hidden")
+            .split(nn.Sequential(nn.Dropout(0.2), nn.Linear(256, 64), nn.ReLU()),
+                   nn.Sequential(nn.Linear(256, 64), nn.Tanh()))
+            .tag_group("features").merge(fg.flow.Cat(-1))
+            .also(nn.Sequential(nn.LayerNorm(128), nn.Linear(128, 128), nn.ReLU()))
+            .through(nn.Linear(128, 10)).tag("logits")
+            .build())
 
 
 @fg.no_grad()
-def accuracy(model, x, y):
+def evaluate(model, x, y):
+    """(loss, accuracy) on a whole split, in eval mode."""
     model.eval()
-    predicted = fg.argmax(model(x), dim=1)
+    logits = model(x)
     model.train()
-    return (predicted == y).float().mean().item()
+    accuracy = (fg.argmax(logits, dim=1) == y).float().mean()
+    return F.cross_entropy(logits, y), accuracy
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="digits.safetensors", help="checkpoint path")
+    parser.add_argument("--patience", type=int, default=6, help="epochs of flat validation loss before stopping")
+    parser.add_argument("--out-dir", default=".", help="where training.html, metrics.csv and the checkpoint go")
     args = parser.parse_args()
+    out = pathlib.Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.25, random_state=0,
                                                         stratify=digits.target)
+    x_train, x_val, y_train, y_val = train_test_split(x_train, y_train, test_size=0.15, random_state=0,
+                                                      stratify=y_train)
     fg.manual_seed(args.seed)
     model = build_model()
     optimizer = fg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     schedule = fg.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs, warmup=2)
     loader = fg.data.DataLoader(x_train, y_train, batch_size=args.batch_size, shuffle=True, seed=args.seed)
-    test_x, test_y = fg.tensor(x_test), fg.tensor(y_test)
-    print(f"digits: {len(x_train)} train / {len(x_test)} test images, model with {model.num_parameters()} parameters")
-    start = time.perf_counter()
+    val_x, val_y, test_x, test_y = fg.tensor(x_val), fg.tensor(y_val), fg.tensor(x_test), fg.tensor(y_test)
+    print(f"digits: {len(x_train)} train / {len(x_val)} validation / {len(x_test)} test images, "
+          f"model with {model.num_parameters()} parameters")
+
+    model.log("loss", "val_loss", "val_accuracy", total_epochs=args.epochs)  # one line per flush
     for epoch in range(1, args.epochs + 1):
-        total = 0.0
         for xb, yb in loader:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(xb), yb, label_smoothing=0.05)
             loss.backward()
             optimizer.step()
-            total += loss.item() * xb.shape[0]
+            model.record("loss", loss)          # stays in C++ until flush: no per-step host copy
         schedule.step()
-        if epoch % 5 == 0 or epoch == 1:
-            print(f"epoch {epoch:3d}  loss {total / len(x_train):.4f}  test accuracy {accuracy(model, test_x, test_y):.4f}"
-                  f"  ({time.perf_counter() - start:.1f}s)")
-    final = accuracy(model, test_x, test_y)
-    print(f"test accuracy: {final:.4f}")
-    fg.save_checkpoint(args.out, model, optimizer, step=args.epochs, metadata={"test_accuracy": f"{final:.4f}"})
-    print(f"saved checkpoint to {args.out}")
+        val_loss, val_accuracy = evaluate(model, val_x, val_y)
+        model.record("val_loss", val_loss)
+        model.record("val_accuracy", val_accuracy)
+        model.flush()
+        if epoch >= 2 * args.patience and model.trend("val_loss").stalled(args.patience, 2e-3):
+            print(f"validation loss stalled over the last {args.patience} epochs: stopping at epoch {epoch}")
+            break
+
+    _, test_accuracy = evaluate(model, test_x, test_y)
+    print(f"test accuracy: {test_accuracy.item():.4f}  (trained {fg.format_duration(model.elapsed())})")
+    model.plot_html(out / "training.html", "loss", "val_loss", "val_accuracy")
+    model.export_trends(out / "metrics.csv")
+    fg.save_checkpoint(out / "digits.safetensors", model, optimizer, graph=model, step=model.flush_count,
+                       metadata={"test_accuracy": f"{test_accuracy.item():.4f}"})
+    print(f"wrote {out / 'training.html'}, {out / 'metrics.csv'} and {out / 'digits.safetensors'}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,17 @@ def run(script, *args, timeout=300):
 
 def test_digits_demo_reaches_97_percent(tmp_path):
     pytest.importorskip("sklearn")
-    out = run("train_digits.py", "--out", str(tmp_path / "digits.safetensors"))
+    out = run("train_digits.py", "--out-dir", str(tmp_path))
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
     assert accuracy >= 0.97, out
+    epochs = re.findall(r"^epoch (\d+)/60  loss [0-9.]+  val_loss [0-9.]+  val_accuracy [0-9.]+  \(", out, re.M)
+    assert epochs and epochs == [str(i) for i in range(1, len(epochs) + 1)], out
+    if len(epochs) < 60:
+        assert "validation loss stalled" in out
+    csv_lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert csv_lines[0] == "epoch,loss,val_loss,val_accuracy" and len(csv_lines) == len(epochs) + 1
+    html = (tmp_path / "training.html").read_text()
+    assert "<svg" in html and "val_loss" in html
     assert (tmp_path / "digits.safetensors").exists()
 
 

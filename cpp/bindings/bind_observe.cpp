@@ -47,7 +47,7 @@ void bind_observe(py::module_& m) {
         FG_CHECK(i < g.trends().size(), Index, "TrendGroup: index ", i, " is out of range for ", g.trends().size(), " trends");
         return g.trends()[i];
       });
-  m.def("format_duration", &observe::format_duration, py::arg("seconds"), "Human duration: '42ms', '1.2s', '2m05s', '1h02m'.");
+  m.def("format_duration", &observe::format_duration, py::arg("seconds"), "Human duration: '220us', '42ms', '1.2s', '2m05s', '1h02m'.");
 }
 
 }  // namespace fg::py_bind

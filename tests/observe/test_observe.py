@@ -235,3 +235,25 @@ def test_reduce_lr_on_plateau_reads_graph_trend():
         g.flush()
         sched.step()
     assert sched.get_last_lr() == [0.5]
+
+
+def test_record_means_of_any_layout_and_dtype():
+    g = graph()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g.record("m", fg.tensor(a).t())  # non-contiguous
+    g.record("m", fg.tensor([True, False, True, True]))
+    g.record("m", fg.tensor([1, 2], dtype=fg.int64))
+    g.record("m", fg.tensor(a, requires_grad=True) * 2)
+    assert g.collected("m") == pytest.approx([5.5, 0.75, 1.5, 11.0])
+
+
+def test_live_chart_redraws_on_flush():
+    pytest.importorskip("IPython")
+    g = graph()
+    chart = fg.viz.LiveChart(g, "loss", "head")
+    assert chart.tags == ["loss", "head_0", "head_1"]
+    assert "<polyline" not in chart._render()
+    for v in (2.0, 1.0):
+        g.record("loss", v)
+        g.flush()
+    assert "<polyline" in chart._render() and "loss epoch 2: 1" in chart._render()

@@ -59,7 +59,7 @@ def test_reduce_lr_on_plateau_reads_a_trend():
     assert opt.param_groups[0]["lr"] == 0.5
 
 
-@pytest.mark.parametrize("seconds,text", [(0.042, "42ms"), (0, "0ms"), (1.23, "1.2s"), (59.94, "59.9s"),
+@pytest.mark.parametrize("seconds,text", [(0.042, "42ms"), (0, "0ms"), (0.00022, "220us"), (0.0006, "1ms"), (1.23, "1.2s"), (59.94, "59.9s"),
                                           (125, "2m05s"), (3725, "1h02m")])
 def test_format_duration(seconds, text):
     assert fg.format_duration(seconds) == text

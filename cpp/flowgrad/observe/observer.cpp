@@ -40,18 +40,29 @@ void Observer::record(const std::string& tag, double value) {
   series_of(tag).pending.push_back(value);
 }
 
+namespace {
+
+// The mean of a host tensor, read in place when it is contiguous (the common case: no op, no
+// allocation), through the mean op otherwise.
+double host_mean(const Tensor& t) {
+  if (!t.is_contiguous()) return item(mean(cast(detach(t), DType::Float64), Dims{}, false));
+  return visit_dtype(t.dtype(), [&](auto tag) {
+    const auto* p = t.data<decltype(tag)>();
+    double sum = 0;
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) sum += static_cast<double>(p[i]);
+    return sum / static_cast<double>(t.numel());
+  });
+}
+
+}  // namespace
+
 void Observer::record(const std::string& tag, const Tensor& value) {
   FG_CHECK(value.defined(), Value, "record('", tag, "'): expected a tensor, got None");
   FG_CHECK(value.numel() > 0, Shape, "record('", tag, "'): cannot record an empty tensor of shape ",
            to_string(value.shape()));
+  if (value.device().is_cpu()) return record(tag, host_mean(value));
   Tensor v = detach(value);
-  if (v.numel() != 1) {
-    bool was = grad_enabled();
-    set_grad_enabled(false);
-    v = mean(is_floating(v.dtype()) ? v : cast(v, DType::Float64), Dims{}, false);
-    set_grad_enabled(was);
-  }
-  if (v.device().is_cpu()) return record(tag, item(v));
+  if (v.numel() != 1) v = mean(is_floating(v.dtype()) ? v : cast(v, DType::Float64), Dims{}, false);
   start_clock();
   series_of(tag).pending_device.push_back(v);
 }

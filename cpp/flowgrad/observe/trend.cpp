@@ -95,7 +95,9 @@ double TrendGroup::mean_slope(int64_t w) const {
 std::string format_duration(double seconds) {
   FG_CHECK(std::isfinite(seconds) && seconds >= 0, Value, "format_duration: expected a finite duration >= 0, got ", seconds);
   char buf[64];
-  if (seconds < 1) {
+  if (seconds > 0 && seconds < 0.0005) {
+    std::snprintf(buf, sizeof buf, "%dus", static_cast<int>(std::lround(seconds * 1e6)));
+  } else if (seconds < 1) {
     std::snprintf(buf, sizeof buf, "%dms", static_cast<int>(std::lround(seconds * 1000)));
   } else if (seconds < 60) {
     std::snprintf(buf, sizeof buf, "%.1fs", seconds);

@@ -49,7 +49,7 @@ class TrendGroup {
   std::vector<Trend> trends_;
 };
 
-// "42ms", "1.2s", "2m05s", "1h02m".
+// "220us", "42ms", "1.2s", "2m05s", "1h02m".
 std::string format_duration(double seconds);
 
 }  // namespace fg::observe
