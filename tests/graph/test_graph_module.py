@@ -95,6 +95,17 @@ def test_timeout_between_loop_iterations():
         g(fg.zeros(2), timeout=0)
 
 
+def test_timeout_between_levels():
+    class Slow(nn.Module):
+        def forward(self, x):
+            time.sleep(0.03)
+            return x
+
+    g = fg.flow(Slow()).through(Slow()).through(Slow()).through(Slow()).build()
+    with pytest.raises(TimeoutError, match=r"checked between levels"):
+        g(fg.zeros(2), timeout=0.05)
+
+
 def test_levels_group_independent_nodes():
     g = model()
     assert g.levels == [[1], [2, 3, 4], [5], [6]]

@@ -141,14 +141,16 @@ def test_plot_html_is_self_contained(tmp_path):
     assert "https://" not in text and "<script src" not in text
 
 
-def test_dot_and_svg(monkeypatch):
+def test_dot_and_svg(monkeypatch, tmp_path):
     g = graph()
     dot = g.dot()
     assert dot.startswith("digraph flow {") and "n1 -> n2" in dot and 'cluster_head' in dot
     assert '#h' in dot
     if shutil.which("dot"):
-        assert g.svg().lstrip().startswith("<?xml") or "<svg" in g.svg()
-        assert "<svg" in g._repr_html_()
+        path = tmp_path / "graph.svg"
+        svg = g.svg(path)
+        assert "<svg" in svg and path.read_text() == svg
+        assert "<svg" in g._repr_html_() and "<svg" in g.svg_with_profile()
     monkeypatch.setenv("PATH", "")
     with pytest.raises(fg.FlowgradError, match="needs Graphviz's `dot` program, which is not on PATH"):
         g.svg()
