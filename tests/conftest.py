@@ -37,3 +37,20 @@ def gradcheck(fn, *arrays):
     """float64 finite-difference check of fn over tensors made from arrays."""
     inputs = [fg.tensor(np.asarray(a, dtype=np.float64), dtype=fg.float64, requires_grad=True) for a in arrays]
     assert fg.testing.gradcheck(fn, inputs)
+
+
+def _cuda_skip_reason():
+    if fg.cuda.is_available():
+        return None
+    return "no usable GPU: " + (fg.cuda.unavailable_reason() or "unknown reason")
+
+
+# Every test taking `device` runs on the CPU, and on CUDA when a GPU is visible (skipped with
+# the reason otherwise).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(_cuda_skip_reason() is not None,
+                                                                 reason=str(_cuda_skip_reason())))]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param

@@ -18,7 +18,7 @@ def test_registry_is_complete():
             problems.append(f"{name}: no shape rule")
         if not op["has_cpu_kernel"]:
             problems.append(f"{name}: no CPU kernel")
-        if op["cuda_missing"] is not None and not op["cuda_missing"].strip():
+        if not op["cuda"] and not op["is_view"] and not (op["cuda_missing"] or "").strip():
             problems.append(f"{name}: no CUDA kernel and no reason")
         if not op["has_backward"] and not op["not_differentiable"]:
             problems.append(f"{name}: neither a backward rule nor a not-differentiable mark")
@@ -38,3 +38,12 @@ def test_registry_names_are_unique_and_flags_consistent():
             assert op["family"] == "movement", op["name"]
         if op["fusable"]:
             assert op["family"] in ("unary", "binary", "ternary"), op["name"]
+
+
+def test_cuda_builds_have_elementwise_kernels():
+    """Which ops have CUDA kernels follows the build: all unary/binary/where/cast/full in CUDA builds."""
+    ops = {op["name"]: op for op in fg._core._op_registry()}
+    expected = ["add", "mul", "div", "exp", "tanh", "gelu", "eq", "where", "cast", "full"]
+    for name in expected:
+        assert ops[name]["cuda"] == fg.cuda.built_with_cuda(), name
+        assert (ops[name]["cuda_missing"] is None) == fg.cuda.built_with_cuda(), name

@@ -179,9 +179,9 @@ void bind_conversion(Cls& cls) {
       else dev = device_arg(a);
     }
     dev = device_arg(device, dev);
-    FG_CHECK(dev == t.device(), Device, "to: copying from ", t.device().str(), " to ", dev.str(),
-             " needs the CUDA backend, which this build does not have yet");
-    return dt ? cast(t, *dt) : t;
+    if (t.device().is_cpu()) return to_device(dt ? cast(t, *dt) : t, dev);  // cast where the kernels are
+    Tensor moved = to_device(t, dev);
+    return dt ? cast(moved, *dt) : moved;
   };
   cls.def("to", to, py::arg("target") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none(),
           "A tensor on another device and/or with another dtype (self when nothing changes).");

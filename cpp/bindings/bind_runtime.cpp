@@ -59,7 +59,10 @@ void bind_runtime(py::module_& m) {
       d["family"] = family_name(op->family);
       d["has_shape_rule"] = op->shape_rule != nullptr;
       d["has_cpu_kernel"] = op->cpu != nullptr || op->view != nullptr;
-      d["cuda_missing"] = op->cuda_missing ? py::str(op->cuda_missing) : py::object(py::none());
+      d["is_view"] = op->view != nullptr;  // views run on any device without a kernel
+      d["cuda"] = op->cuda != nullptr;
+      bool needs_kernel = !op->cuda && !op->view;
+      d["cuda_missing"] = needs_kernel && op->cuda_missing ? py::object(py::str(op->cuda_missing)) : py::object(py::none());
       d["has_backward"] = op->backward != nullptr;
       d["not_differentiable"] = op->not_differentiable ? py::str(op->not_differentiable) : py::object(py::none());
       d["fusable"] = (op->flags & kFusable) != 0;
@@ -79,6 +82,22 @@ void bind_runtime(py::module_& m) {
     return cuda::device_count(&why) > 0 ? std::string() : why;
   }, "Why no GPU can be used ('' when one can).");
   cuda.def("synchronize", &cuda::synchronize, "Waits for all queued GPU work.");
+  cuda.def("memory_stats", [](int device) {
+    cuda::MemoryStats s = cuda::memory_stats(device);
+    py::dict d;
+    d["allocated_bytes"] = s.allocated;
+    d["peak_allocated_bytes"] = s.peak_allocated;
+    d["reserved_bytes"] = s.reserved;
+    d["peak_reserved_bytes"] = s.peak_reserved;
+    d["segments"] = s.segments;
+    d["allocations"] = s.allocations;
+    d["backend_allocations"] = s.backend_calls;
+    d["retries"] = s.retries;
+    return d;
+  }, py::arg("device"), "The caching allocator's statistics for one GPU (zeros without CUDA).");
+  cuda.def("reset_peak_memory_stats", &cuda::reset_peak_memory_stats, py::arg("device"),
+           "Restarts the peak statistics from the current values.");
+  cuda.def("empty_cache", &cuda::empty_cache, "Returns cached, unused GPU memory to the driver.");
   m.def("_debug_level", &env::debug_level, "FLOWGRAD_DEBUG.");
 }
 

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/runtime.h"
 
 namespace fg::py_bind {
 namespace {
@@ -82,6 +83,7 @@ void bind_dtypes(py::module_& m) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "flowgrad's C++ engine: tensors, ops, autograd.";
   install_autograd();
+  cuda::install();  // the caching allocator behind CUDA storage
   num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS
   bind_errors(m);
   bind_dtypes(m);

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/common/functors.h"
+#include "kernels/elementwise/elementwise_dispatch.h"
 
 namespace fg {
 namespace {
@@ -42,79 +42,21 @@ void map2(const Strided<3>& s, F f) {
   });
 }
 
-template <class T>
-void unary_typed(UnaryFn fn, const Strided<2>& s, double lo, double hi) {
-  switch (fn) {
-    case UnaryFn::Neg: return map1<T, T>(s, fn::Neg{});
-    case UnaryFn::Abs: return map1<T, T>(s, fn::Abs{});
-    case UnaryFn::Square: return map1<T, T>(s, fn::Square{});
-    case UnaryFn::Sign: return map1<T, T>(s, fn::Sign{});
-    case UnaryFn::Relu: return map1<T, T>(s, fn::Relu{});
-    case UnaryFn::Clamp: return map1<T, T>(s, fn::Clamp{lo, hi});
-    default: break;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (fn) {
-      case UnaryFn::Exp: return map1<T, T>(s, fn::Exp{});
-      case UnaryFn::Log: return map1<T, T>(s, fn::Log{});
-      case UnaryFn::Sqrt: return map1<T, T>(s, fn::Sqrt{});
-      case UnaryFn::Rsqrt: return map1<T, T>(s, fn::Rsqrt{});
-      case UnaryFn::Sin: return map1<T, T>(s, fn::Sin{});
-      case UnaryFn::Cos: return map1<T, T>(s, fn::Cos{});
-      case UnaryFn::Tanh: return map1<T, T>(s, fn::Tanh{});
-      case UnaryFn::Erf: return map1<T, T>(s, fn::Erf{});
-      case UnaryFn::Sigmoid: return map1<T, T>(s, fn::Sigmoid{});
-      case UnaryFn::Silu: return map1<T, T>(s, fn::Silu{});
-      case UnaryFn::Softplus: return map1<T, T>(s, fn::Softplus{});
-      case UnaryFn::Gelu: return map1<T, T>(s, fn::Gelu{});
-      case UnaryFn::GeluTanh: return map1<T, T>(s, fn::GeluTanh{});
-      default: break;
-    }
-  }
-  FG_ASSERT(false && "unary function not defined for this dtype");
-}
-
-template <class T>
-void binary_typed(BinaryFn fn, const Strided<3>& s) {
-  switch (fn) {
-    case BinaryFn::Eq: return map2<bool, T>(s, fn::Eq{});
-    case BinaryFn::Ne: return map2<bool, T>(s, fn::Ne{});
-    case BinaryFn::Lt: return map2<bool, T>(s, fn::Lt{});
-    case BinaryFn::Le: return map2<bool, T>(s, fn::Le{});
-    case BinaryFn::Gt: return map2<bool, T>(s, fn::Gt{});
-    case BinaryFn::Ge: return map2<bool, T>(s, fn::Ge{});
-    case BinaryFn::Maximum: return map2<T, T>(s, fn::Maximum{});
-    case BinaryFn::Minimum: return map2<T, T>(s, fn::Minimum{});
-    default: break;
-  }
-  if constexpr (!std::is_same_v<T, bool>) {
-    switch (fn) {
-      case BinaryFn::Add: return map2<T, T>(s, fn::Add{});
-      case BinaryFn::Sub: return map2<T, T>(s, fn::Sub{});
-      case BinaryFn::Mul: return map2<T, T>(s, fn::Mul{});
-      case BinaryFn::Div: return map2<T, T>(s, fn::Div{});
-      case BinaryFn::Pow: return map2<T, T>(s, fn::Pow{});
-      default: break;
-    }
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (fn) {
-      case BinaryFn::GeluGrad: return map2<T, T>(s, fn::GeluGrad{});
-      case BinaryFn::GeluTanhGrad: return map2<T, T>(s, fn::GeluTanhGrad{});
-      default: break;
-    }
-  }
-  FG_ASSERT(false && "binary function not defined for this dtype");
-}
+struct CpuMap {
+  template <class Out, class In, class F>
+  static void map1(const Strided<2>& s, F f) { fg::map1<Out, In>(s, f); }
+  template <class Out, class T, class F>
+  static void map2(const Strided<3>& s, F f) { fg::map2<Out, T>(s, f); }
+};
 
 }  // namespace
 
 void unary_cpu(UnaryFn fn, DType dtype, const Strided<2>& s, double lo, double hi) {
-  visit_compute_dtype(dtype, "unary", [&](auto t) { unary_typed<decltype(t)>(fn, s, lo, hi); });
+  visit_compute_dtype(dtype, "unary", [&](auto t) { elementwise::unary_typed<CpuMap, decltype(t)>(fn, s, lo, hi); });
 }
 
 void binary_cpu(BinaryFn fn, DType dtype, const Strided<3>& s) {
-  visit_compute_dtype(dtype, "binary", [&](auto t) { binary_typed<decltype(t)>(fn, s); });
+  visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CpuMap, decltype(t)>(fn, s); });
 }
 
 void where_cpu(DType dtype, const Strided<4>& s) {
@@ -130,42 +72,14 @@ void where_cpu(DType dtype, const Strided<4>& s) {
   });
 }
 
-template <class T>
-constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
-
-template <class To, class From>
-To convert(From v) {
-  if constexpr (is_half_v<From>) {
-    return convert<To, float>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else if constexpr (is_half_v<To>) {
-    return To(static_cast<float>(v));
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    // Out-of-range float-to-int is undefined in C++: saturate, and map NaN to 0.
-    if (v != v) return To(0);
-    if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
-    if (v <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
-    return static_cast<To>(v);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
 void copy_cpu(DType dst_dtype, DType src_dtype, const Strided<2>& s) {
-  visit_dtype(dst_dtype, [&](auto dst_tag) {
-    visit_dtype(src_dtype, [&](auto src_tag) {
-      using To = decltype(dst_tag);
-      using From = decltype(src_tag);
-      map1<To, From>(s, [](From v) { return convert<To, From>(v); });
-    });
-  });
+  elementwise::copy_typed<CpuMap>(dst_dtype, src_dtype, s);
 }
 
 void fill_cpu(DType dtype, void* data, int64_t n, double value) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    T v = convert<T, double>(value);
+    T v = elementwise::convert<T, double>(value);
     T* p = static_cast<T*>(data);
     parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = v;

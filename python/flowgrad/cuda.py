@@ -1,9 +1,13 @@
-"""fg.cuda: GPU availability. Kernels for CUDA tensors arrive with the CUDA backend."""
+"""fg.cuda: GPU availability and the caching allocator's memory statistics.
+
+Tensors move with t.to("cuda") / t.cuda() / t.cpu() and modules with m.to("cuda"); kernels for
+the ops on CUDA tensors arrive with the rest of the CUDA backend."""
 from . import _core
 
 _rt = _core.cuda_runtime
 
-__all__ = ["is_available", "device_count", "synchronize", "built_with_cuda", "unavailable_reason"]
+__all__ = ["is_available", "device_count", "synchronize", "built_with_cuda", "unavailable_reason", "memory_stats",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache"]
 
 
 def built_with_cuda():
@@ -33,3 +37,45 @@ def synchronize():
     """Waits for all queued GPU work (a no-op without a GPU)."""
     _rt.synchronize()
 
+
+
+def _index(device):
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    d = _core.device(device) if isinstance(device, str) else device
+    if d.type != "cuda":
+        raise _core.DeviceError(f"fg.cuda: expected a CUDA device, got {d}")
+    return d.index or 0
+
+
+def memory_stats(device=None):
+    """The caching allocator's statistics for a GPU: allocated/reserved bytes (and peaks),
+    segments, live allocations, backend allocations and out-of-memory retries."""
+    return _rt.memory_stats(_index(device))
+
+
+def memory_allocated(device=None):
+    """Bytes held by live CUDA tensors on the device (0 without a GPU)."""
+    return memory_stats(device)["allocated_bytes"]
+
+
+def max_memory_allocated(device=None):
+    """The peak of memory_allocated since start or reset_peak_memory_stats()."""
+    return memory_stats(device)["peak_allocated_bytes"]
+
+
+def memory_reserved(device=None):
+    """Bytes the caching allocator holds from the driver (live tensors plus its cache)."""
+    return memory_stats(device)["reserved_bytes"]
+
+
+def reset_peak_memory_stats(device=None):
+    """Restarts max_memory_allocated from the current value."""
+    _rt.reset_peak_memory_stats(_index(device))
+
+
+def empty_cache():
+    """Returns cached, unused GPU memory to the driver (live tensors are untouched)."""
+    _rt.empty_cache()

@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
@@ -343,6 +344,41 @@ std::shared_ptr<Node> grad_fn(const Tensor& t) {
 bool is_leaf(const Tensor& t) { return grad_fn(t) == nullptr; }
 
 Tensor detach(const Tensor& t) { return t.alias(); }
+
+namespace {
+Tensor copied_to(const Tensor& x, Device device) {
+  Tensor src = x.device().is_cpu() ? contiguous(detach(x)) : detach(x);
+  FG_CHECK(src.is_contiguous(), Device, "to: copying a non-contiguous ", x.device().str(), " tensor of shape ",
+           to_string(x.shape()), " to ", device.str(), " needs it contiguous first (call .contiguous())");
+  try {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+    cuda::copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(),
+                     static_cast<size_t>(x.numel()) * itemsize(x.dtype()));
+    return out;
+  } catch (const Error& e) {
+    fail(e.kind(), "to: copying from ", x.device().str(), " to ", device.str(), ": ", e.what());
+  }
+}
+}  // namespace
+
+Tensor to_device(const Tensor& x, Device device) {
+  if (x.device() == device) return x;
+  Tensor out = copied_to(x, device);
+  if (!requires_grad(x) || !grad_enabled()) return out;
+  Device back = x.device();
+  return record_custom("to_device", {x}, {out}, [back](const Tensors& g) { return Tensors{to_device(g[0], back)}; })[0];
+}
+
+void move_to_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  Tensor moved = copied_to(t, device);
+  Tensor grad = grad_of(t);
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.storage();
+  impl->offset = 0;
+  impl->strides = moved.strides();
+  if (grad.defined()) set_grad(t, copied_to(grad, device));
+}
 
 Tensor make_parameter(const Tensor& t, bool requires_gradient) {
   Tensor p = t.alias();

@@ -71,6 +71,11 @@ void set_grad(const Tensor& t, const Tensor& grad);
 std::shared_ptr<Node> grad_fn(const Tensor& t);
 bool is_leaf(const Tensor& t);
 Tensor detach(const Tensor& t);
+// A copy of x on another device (x itself when already there); gradients flow back across.
+Tensor to_device(const Tensor& x, Device device);
+// Moves a tensor's data to `device` in place: the same tensor (its identity, autograd flags and
+// parameter mark are kept, so optimizers still hold it) now lives there. Its gradient moves too.
+void move_to_device(const Tensor& t, Device device);
 // A leaf sharing t's data, marked as a parameter (fg.nn.Parameter).
 Tensor make_parameter(const Tensor& t, bool requires_grad);
 bool is_parameter(const Tensor& t);

@@ -37,4 +37,9 @@ int debug_level() {
   return level;
 }
 
+bool cuda_caching() {
+  static const bool caching = read_int("FLOWGRAD_CUDA_NO_CACHING", 0, 0) == 0;
+  return caching;
+}
+
 }  // namespace fg::env

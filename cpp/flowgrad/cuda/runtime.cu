@@ -1,9 +1,60 @@
 #include <cuda_runtime.h>
 
+#include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
+#include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/runtime.h"
 
 namespace fg::cuda {
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+}
+
+// Makes `device` current for the scope (allocations and copies happen on the right GPU).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+void* raw_allocate(size_t bytes, int device) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // out of memory is reported by the allocator, with its statistics
+    return nullptr;
+  }
+  check(err, "cudaMalloc");
+  return p;
+}
+
+void raw_release(void* p, int device) {
+  DeviceGuard guard(device);
+  check(cudaFree(p), "cudaFree");
+}
+
+CachingAllocator& allocator() {
+  static auto* a = new CachingAllocator({&raw_allocate, &raw_release}, env::cuda_caching());  // lives to exit
+  return *a;
+}
+
+void require_device(int device) {
+  std::string why;
+  int count = device_count(&why);
+  FG_CHECK(count > 0, Device, "cuda:", device, " is not available: ", why);
+  FG_CHECK(device >= 0 && device < count, Device, "cuda:", device, " does not exist (", count, " device(s) visible)");
+}
+
+}  // namespace
 
 bool built_with_cuda() { return true; }
 
@@ -22,8 +73,33 @@ int device_count(std::string* why) {
 void synchronize() {
   std::string why;
   if (device_count(&why) == 0) return;
-  cudaError_t err = cudaDeviceSynchronize();
-  FG_CHECK(err == cudaSuccess, Device, "cuda.synchronize: ", cudaGetErrorString(err));
+  check(cudaDeviceSynchronize(), "cuda.synchronize");
+}
+
+void install() {
+  DeviceAllocatorHooks hooks;
+  hooks.allocate = [](size_t bytes, int device, size_t* granted) {
+    require_device(device);
+    *granted = CachingAllocator::round_size(bytes);
+    return allocator().allocate(bytes, device);
+  };
+  hooks.release = [](void* p, size_t, int) { allocator().release(p); };
+  set_cuda_allocator(hooks);
+}
+
+MemoryStats memory_stats(int device) { return allocator().stats(device); }
+void reset_peak_memory_stats(int device) { allocator().reset_peak(device); }
+void empty_cache() {
+  std::string why;
+  if (device_count(&why) > 0) allocator().empty_cache();
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  require_device(device);
+  DeviceGuard guard(device);
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy between devices (cudaMemcpy)");
 }
 
 }  // namespace fg::cuda

@@ -142,12 +142,9 @@ void Module::zero_grad() {
 }
 
 void Module::to(Device device) {
-  for (auto& [name, m] : named_modules()) {
+  for (auto& [name, m] : named_modules())
     for (auto* entries : {&m->params_, &m->buffers_})
-      for (auto& [key, t] : *entries)
-        FG_CHECK(!t.defined() || t.device() == device, Device, "to: moving '", key, "' from ",
-                 t.device().str(), " to ", device.str(), " needs the CUDA backend");
-  }
+      for (auto& [key, t] : *entries) move_to_device(t, device);
 }
 
 Named<Tensor> Module::state_dict() const {

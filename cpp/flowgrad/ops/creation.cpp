@@ -14,11 +14,13 @@ Specs full_shape(TensorList, const Attrs& attrs) {
   checked_numel(attrs.dims("shape"));
   return {{attrs.dims("shape"), attrs.get<DType>("dtype")}};
 }
+template <decltype(&fill_cpu) Fill>
 void full_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
+  Fill(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
 }
 const OpDef k_full{.name = "full", .family = Family::Creation, .flags = kHalfNative,
-                   .shape_rule = full_shape, .cpu = full_kernel, .not_differentiable = "creation op"};
+                   .shape_rule = full_shape, .cpu = full_kernel<fill_cpu>, .cuda = FG_CUDA(full_kernel<fill_cuda>),
+                   .not_differentiable = "creation op"};
 
 Specs arange_shape(TensorList, const Attrs& attrs) {
   return {{Dims{attrs.i("n")}, attrs.get<DType>("dtype")}};

@@ -24,12 +24,13 @@ Specs unary_shape(TensorList in, const Attrs&) {
   return {{in[0].shape(), float_only(Fn) ? float_result(dt) : dt}};
 }
 
-template <UnaryFn Fn>
+// One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
+template <UnaryFn Fn, decltype(&unary_cpu) Run>
 void unary_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = converted(in[0], out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
-  unary_cpu(Fn, out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
+  Run(Fn, out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
 }
 
 Tensor ones_mask(const Tensor& cond, const Tensor& like) { return cast(cond, like.dtype()); }
@@ -101,7 +102,8 @@ Tensors unary_backward_clamp(const BackwardCtx& c) {
 
 #define FG_UNARY(NAME, FN, SAVED)                                                          \
   const OpDef k_##NAME{.name = #NAME, .family = Family::Unary, .flags = kFusable,          \
-                       .shape_rule = unary_shape<UnaryFn::FN>, .cpu = unary_kernel<UnaryFn::FN>, \
+                       .shape_rule = unary_shape<UnaryFn::FN>, .cpu = unary_kernel<UnaryFn::FN, unary_cpu>, \
+                       .cuda = FG_CUDA((unary_kernel<UnaryFn::FN, unary_cuda>)),                         \
                        .backward = unary_backward_##NAME, .saved = Saved::SAVED};
 FG_UNARY(neg, Neg, Nothing)
 FG_UNARY(abs, Abs, Inputs)
@@ -155,11 +157,11 @@ Specs binary_shape(TensorList in, const Attrs&) {
   return {{shape, is_comparison(Fn) ? DType::Bool : dt}};
 }
 
-template <BinaryFn Fn>
+template <BinaryFn Fn, decltype(&binary_cpu) Run>
 void binary_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);
-  binary_cpu(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+  Run(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
 }
 
 Tensors binary_backward_add(const BackwardCtx& c) {
@@ -200,7 +202,9 @@ Tensors binary_backward_minimum(const BackwardCtx& c) { return select_backward(c
 #define FG_BINARY(NAME, FN, SAVED)                                                          \
   const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN>, .backward = binary_backward_##NAME, \
+                       .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
+                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)),                     \
+                       .backward = binary_backward_##NAME, \
                        .saved = Saved::SAVED};
 FG_BINARY(add, Add, Nothing)
 FG_BINARY(sub, Sub, Nothing)
@@ -215,7 +219,8 @@ FG_BINARY(minimum, Minimum, Inputs)
 #define FG_NONDIFF_BINARY(NAME, FN, REASON)                                                 \
   const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN>, .not_differentiable = REASON};
+                       .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
+                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)), .not_differentiable = REASON};
 constexpr const char* kFirstOrderOnly = "used for first-order gradients only; second order uses the composite rule";
 FG_NONDIFF_BINARY(gelu_backward, GeluGrad, kFirstOrderOnly)
 FG_NONDIFF_BINARY(gelu_tanh_backward, GeluTanhGrad, kFirstOrderOnly)
@@ -236,10 +241,11 @@ Specs where_shape(TensorList in, const Attrs&) {
                                 in[2].shape(), "where");
   return {{shape, promote(in[1].dtype(), in[2].dtype())}};
 }
+template <decltype(&where_cpu) Run>
 void where_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
   Tensor a = converted(in[1], dt), b = converted(in[2], dt);
-  where_cpu(dt, strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
+  Run(dt, strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
 }
 Tensors where_backward(const BackwardCtx& c) {
   const Tensor &cond = c.inputs[0], &g = c.grads[0];
@@ -248,7 +254,8 @@ Tensors where_backward(const BackwardCtx& c) {
           sum_to(where(cond, zero, g), c.input_specs[2].shape)};
 }
 const OpDef k_where{.name = "where", .family = Family::Ternary, .flags = kFusable | kHalfNative,
-                    .shape_rule = where_shape, .cpu = where_kernel, .backward = where_backward,
+                    .shape_rule = where_shape, .cpu = where_kernel<where_cpu>,
+                    .cuda = FG_CUDA(where_kernel<where_cuda>), .backward = where_backward,
                     .saved = Saved::Inputs, .nondiff_inputs = 1u};
 
 Specs cast_shape(TensorList in, const Attrs& attrs) {
@@ -257,7 +264,8 @@ Specs cast_shape(TensorList in, const Attrs& attrs) {
 void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
 const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | kHalfNative,
-                   .shape_rule = cast_shape, .cpu = cast_kernel, .backward = cast_backward};
+                   .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),
+                   .backward = cast_backward};
 
 }  // namespace
 

@@ -18,7 +18,12 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {
-  copy_cpu(dst.dtype(), src.dtype(), strided_over<2>(dst.shape(), {&dst, &src}));
+  FG_ASSERT(dst.device() == src.device());
+  Strided<2> s = strided_over<2>(dst.shape(), {&dst, &src});
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (dst.device().is_cuda()) return copy_cuda(dst.dtype(), src.dtype(), s);
+#endif
+  copy_cpu(dst.dtype(), src.dtype(), s);
 }
 
 Tensor converted(const Tensor& t, DType dtype) {

@@ -34,11 +34,14 @@ bool any_half(TensorList in, const Specs& specs) {
   return false;
 }
 
-// CPU kernels compute float16/bfloat16 through float32: widen, run, narrow.
-Tensors run_cpu(const OpDef& op, TensorList in, const Specs& specs, const Attrs& attrs) {
+using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
+
+// Kernels compute float16/bfloat16 through float32 unless they handle them: widen, run, narrow.
+Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in, const Specs& specs,
+                   const Attrs& attrs) {
   if ((op.flags & kHalfNative) || !any_half(in, specs)) {
-    Tensors out = allocate(specs, cpu_device());
-    op.cpu(in, out, attrs);
+    Tensors out = allocate(specs, device);
+    kernel(in, out, attrs);
     return out;
   }
   Tensors wide_in;
@@ -46,8 +49,8 @@ Tensors run_cpu(const OpDef& op, TensorList in, const Specs& specs, const Attrs&
   Specs wide_specs = specs;
   for (TensorSpec& s : wide_specs)
     if (is_half(s.dtype)) s.dtype = DType::Float32;
-  Tensors wide_out = allocate(wide_specs, cpu_device());
-  op.cpu(wide_in, wide_out, attrs);
+  Tensors wide_out = allocate(wide_specs, device);
+  kernel(wide_in, wide_out, attrs);
   Tensors out;
   for (size_t i = 0; i < specs.size(); ++i) out.push_back(converted(wide_out[i], specs[i].dtype));
   return out;
@@ -112,7 +115,9 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (op.flags & kView) {
     out.push_back(op.view(in[0], specs[0], attrs));
   } else if (device.is_cpu()) {
-    out = run_cpu(op, in, specs, attrs);
+    out = run_kernel(op, op.cpu, device, in, specs, attrs);
+  } else if (op.cuda) {
+    out = run_kernel(op, op.cuda, device, in, specs, attrs);
   } else {
     fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", op.cuda_missing, ")");
   }

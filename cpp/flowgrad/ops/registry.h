@@ -97,7 +97,7 @@ enum OpFlag : uint32_t {
   kView = 1u << 1,           // output aliases input 0's storage; no kernel runs
   kRandom = 1u << 2,         // draws from the global Philox counter
   kDataDependent = 1u << 3,  // output shape depends on input values: never captured
-  kHalfNative = 1u << 4,     // the CPU kernel handles float16/bfloat16 itself
+  kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -120,12 +120,13 @@ struct OpDef {
   // Validates inputs and attributes and returns the output specs. The only place that raises
   // ShapeError/DTypeError for the op.
   Specs (*shape_rule)(TensorList in, const Attrs& attrs) = nullptr;
-  // Writes the preallocated outputs (compute ops).
+  // Write the preallocated outputs (compute ops), on the CPU and on a CUDA device.
   void (*cpu)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
+  void (*cuda)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
   // Returns the aliasing output (view ops).
   Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
-  // Why the op has no CUDA kernel yet; the CUDA backend replaces this with a kernel.
-  const char* cuda_missing = "the CUDA backend is not built yet";
+  // Why the op has no CUDA kernel (read only when `cuda` is null).
+  const char* cuda_missing = "its CUDA kernel is not written yet";
   // Gradients of the inputs (undefined where not needed), written with public ops so they are
   // differentiable again and traceable.
   Tensors (*backward)(const BackwardCtx& ctx) = nullptr;
@@ -133,6 +134,13 @@ struct OpDef {
   Saved saved = Saved::Nothing;
   uint32_t nondiff_inputs = 0;  // bit i: input i never receives a gradient (indices, masks)
 };
+
+// A CUDA kernel in CUDA builds, nothing otherwise: `.cuda = FG_CUDA(kernel)`.
+#if defined(FLOWGRAD_HAVE_CUDA)
+#define FG_CUDA(kernel) kernel
+#else
+#define FG_CUDA(kernel) nullptr
+#endif
 
 const std::vector<const OpDef*>& all_ops();
 const OpDef& find_op(const std::string& name);

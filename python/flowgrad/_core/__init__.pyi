@@ -1443,7 +1443,7 @@ def flip(input: Tensor, dims: typing.Any) -> Tensor:
     """
 def format_duration(seconds: typing.SupportsFloat | typing.SupportsIndex) -> str:
     """
-    Human duration: '42ms', '1.2s', '2m05s', '1h02m'.
+    Human duration: '220us', '42ms', '1.2s', '2m05s', '1h02m'.
     """
 def from_dlpack(obj: typing.Any) -> Tensor:
     """

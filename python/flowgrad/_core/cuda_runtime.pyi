@@ -2,7 +2,8 @@
 CUDA availability (the fg.cuda module wraps this).
 """
 from __future__ import annotations
-__all__: list[str] = ['built_with_cuda', 'device_count', 'synchronize', 'unavailable_reason']
+import typing
+__all__: list[str] = ['built_with_cuda', 'device_count', 'empty_cache', 'memory_stats', 'reset_peak_memory_stats', 'synchronize', 'unavailable_reason']
 def built_with_cuda() -> bool:
     """
     True when this build compiled the CUDA kernels.
@@ -10,6 +11,18 @@ def built_with_cuda() -> bool:
 def device_count() -> int:
     """
     Number of visible GPUs (0 without a driver).
+    """
+def empty_cache() -> None:
+    """
+    Returns cached, unused GPU memory to the driver.
+    """
+def memory_stats(device: typing.SupportsInt | typing.SupportsIndex) -> dict:
+    """
+    The caching allocator's statistics for one GPU (zeros without CUDA).
+    """
+def reset_peak_memory_stats(device: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Restarts the peak statistics from the current values.
     """
 def synchronize() -> None:
     """

@@ -1,0 +1,149 @@
+// The CUDA caching allocator's policy over a fake backend: host memory with a byte budget, so
+// that reuse, splitting, merging, per-stream pools, release-and-retry on out-of-memory and the
+// statistics are checked on any machine.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/caching_allocator.h"
+
+namespace fg::cuda {
+namespace {
+
+struct Fake {
+  static inline size_t budget = 0, used = 0;
+  static inline int calls = 0, frees = 0;
+  static inline std::map<void*, size_t> sizes;
+  static void* allocate(size_t bytes, int) {
+    if (used + bytes > budget) return nullptr;
+    void* p = std::malloc(bytes);
+    used += bytes;
+    sizes[p] = bytes;
+    ++calls;
+    return p;
+  }
+  static void release(void* p, int) {
+    used -= sizes.at(p);
+    sizes.erase(p);
+    ++frees;
+    std::free(p);
+  }
+  static void reset(size_t bytes) {
+    budget = bytes;
+    used = 0;
+    calls = frees = 0;
+  }
+};
+
+constexpr size_t MiB = size_t{1} << 20;
+RawBackend fake() { return {&Fake::allocate, &Fake::release}; }
+
+TEST(CachingAllocator, RoundsAndReusesFreedBlocks) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
+  void* p = a.allocate(1000, 0);
+  EXPECT_EQ(a.stats(0).allocated, 1024);
+  EXPECT_EQ(a.stats(0).reserved, static_cast<int64_t>(2 * MiB));  // one small segment
+  a.release(p);
+  EXPECT_EQ(a.stats(0).allocated, 0);
+  void* q = a.allocate(1000, 0);
+  EXPECT_EQ(q, p);                 // the same block again
+  EXPECT_EQ(Fake::calls, 1);       // no new backend call
+  a.release(q);
+}
+
+TEST(CachingAllocator, SplitsSegmentsAndMergesNeighbours) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* x = a.allocate(4096, 0);
+  void* y = a.allocate(4096, 0);
+  void* z = a.allocate(4096, 0);
+  EXPECT_EQ(static_cast<char*>(y) - static_cast<char*>(x), 4096);  // carved from one segment
+  EXPECT_EQ(static_cast<char*>(z) - static_cast<char*>(y), 4096);
+  EXPECT_EQ(Fake::calls, 1);
+  a.release(x);
+  a.release(z);
+  a.release(y);  // merges with both neighbours: the whole segment is one free block again
+  a.empty_cache();
+  EXPECT_EQ(Fake::frees, 1);
+  EXPECT_EQ(a.stats(0).reserved, 0);
+  EXPECT_EQ(a.stats(0).segments, 0);
+}
+
+TEST(CachingAllocator, BestFitAndLargeSegments) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* big = a.allocate(3 * MiB, 0);
+  EXPECT_EQ(a.stats(0).reserved, static_cast<int64_t>(4 * MiB));  // rounded to 2 MiB multiples
+  a.release(big);
+  void* smaller = a.allocate(2 * MiB + 512, 0);  // fits the freed 4 MiB block; the 1.5 MiB tail splits off
+  EXPECT_EQ(smaller, big);
+  void* tail = a.allocate(MiB + MiB / 2, 0);
+  EXPECT_EQ(static_cast<char*>(tail), static_cast<char*>(big) + 2 * MiB + 512);
+  EXPECT_EQ(Fake::calls, 1);
+  a.release(smaller);
+  a.release(tail);
+}
+
+TEST(CachingAllocator, StreamsHaveTheirOwnPools) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* p = a.allocate(4096, 0, /*stream=*/1);
+  a.release(p);
+  void* q = a.allocate(4096, 0, /*stream=*/2);
+  EXPECT_NE(p, q);
+  EXPECT_EQ(Fake::calls, 2);
+  a.release(q);
+}
+
+TEST(CachingAllocator, ReleasesCacheAndRetriesBeforeOutOfMemory) {
+  Fake::reset(6 * MiB);
+  CachingAllocator a(fake(), true);
+  void* p = a.allocate(4 * MiB, 0);
+  a.release(p);                     // 4 MiB cached
+  void* q = a.allocate(6 * MiB, 0);  // does not fit next to the cache: released, retried
+  EXPECT_EQ(a.stats(0).retries, 1);
+  EXPECT_EQ(a.stats(0).reserved, static_cast<int64_t>(6 * MiB));
+  try {
+    a.allocate(2 * MiB, 0);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("cuda:0: out of memory allocating 2.0 MiB (allocated 6.0 MiB, reserved 6.0 MiB in 1 segments"),
+              std::string::npos) << msg;
+  }
+  a.release(q);
+}
+
+TEST(CachingAllocator, PeakStatisticsAndReset) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* p = a.allocate(MiB * 3, 0);
+  void* q = a.allocate(MiB, 0);
+  a.release(p);
+  EXPECT_EQ(a.stats(0).peak_allocated, static_cast<int64_t>(4 * MiB));
+  a.reset_peak(0);
+  EXPECT_EQ(a.stats(0).peak_allocated, static_cast<int64_t>(MiB));
+  EXPECT_EQ(a.stats(1).allocated, 0);  // another device is untouched
+  a.release(q);
+}
+
+TEST(CachingAllocator, WithoutCachingEveryRequestGoesToTheBackend) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), false);
+  void* p = a.allocate(1000, 0);
+  a.release(p);
+  void* q = a.allocate(1000, 0);
+  a.release(q);
+  EXPECT_EQ(Fake::calls, 2);
+  EXPECT_EQ(Fake::frees, 2);
+  EXPECT_EQ(a.stats(0).reserved, 0);
+}
+
+}  // namespace
+}  // namespace fg::cuda
