@@ -54,3 +54,12 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(_cuda_skip_reaso
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+def on(device, t):
+    """t moved to `device`; a transposed (non-contiguous) layout stays transposed there."""
+    if device == "cpu":
+        return t
+    if t.ndim >= 2 and not t.is_contiguous():
+        return t.transpose(-1, -2).to(device).transpose(-1, -2)
+    return t.to(device)

@@ -14,7 +14,7 @@ _DEFAULT_TOLERANCES = {  # (rtol, atol) per dtype, close to PyTorch's
 
 def _as_array(x):
     if isinstance(x, _core.Tensor):
-        return (x.float() if x.dtype == _core.bfloat16 else x).detach().numpy()
+        return (x.float() if x.dtype == _core.bfloat16 else x).detach().cpu().numpy()
     return np.asarray(x)
 
 

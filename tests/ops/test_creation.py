@@ -88,3 +88,11 @@ def test_huge_allocation_raises_memory_error():
         fg.empty(10**7, 10**7)
     with pytest.raises(fg.OutOfMemoryError, match="more elements than fit in 64 bits"):
         fg.zeros(2**40, 2**40)
+
+
+@pytest.mark.parametrize("dtype", [fg.float32, fg.float16, fg.int64, fg.bool])
+def test_full_on_device(dtype, device):
+    t = fg.full((3, 5), 1.5, dtype=dtype, device=device)
+    assert t.device == device and t.dtype == dtype
+    np.testing.assert_array_equal(t.cpu().numpy(), fg.full((3, 5), 1.5, dtype=dtype).numpy())
+    assert fg.zeros(0, 4, device=device).cpu().shape == (0, 4)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import ODD_SHAPES, gradcheck, make, non_contiguous
+from conftest import ODD_SHAPES, gradcheck, make, non_contiguous, on
 
 erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -45,19 +45,20 @@ UNARY = {
 @pytest.mark.parametrize("name", sorted(UNARY))
 @pytest.mark.parametrize("shape", ODD_SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_unary_forward(rng, name, shape, dtype):
+def test_unary_forward(rng, name, shape, dtype, device):
     fn, ref, (lo, hi) = UNARY[name]
     a = make(rng, shape, dtype, lo, hi)
-    out = fn(fg.tensor(a))
+    out = fn(on(device, fg.tensor(a)))
+    assert out.device == device
     assert out.dtype == fg.tensor(a).dtype
     fg.testing.assert_close(out, ref(a).astype(dtype), rtol=2e-6 if dtype == np.float32 else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
-def test_unary_non_contiguous(rng, name):
+def test_unary_non_contiguous(rng, name, device):
     fn, ref, (lo, hi) = UNARY[name]
     a = make(rng, (6, 5), np.float64, lo, hi)
-    fg.testing.assert_close(fn(non_contiguous(a)), ref(a), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(on(device, non_contiguous(a))), ref(a), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(set(UNARY) - {"sign"}))
@@ -105,31 +106,33 @@ BROADCAST_PAIRS = [((45, 65), (45, 65)), ((4, 1, 3), (5, 1)), ((1,), (3, 4)), ((
 
 @pytest.mark.parametrize("name", sorted(BINARY))
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
-def test_binary_forward_broadcast(rng, name, shapes):
+def test_binary_forward_broadcast(rng, name, shapes, device):
     fn, ref = BINARY[name]
     lo = 0.5 if name == "pow" else -2
     a, b = make(rng, shapes[0], low=lo), make(rng, shapes[1], low=lo)
-    fg.testing.assert_close(fn(fg.tensor(a, dtype=fg.float64), fg.tensor(b, dtype=fg.float64)), ref(a, b), rtol=1e-12, atol=1e-12)
+    out = fn(on(device, fg.tensor(a, dtype=fg.float64)), on(device, fg.tensor(b, dtype=fg.float64)))
+    fg.testing.assert_close(out, ref(a, b), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(COMPARE))
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
-def test_comparisons(rng, name, shapes):
+def test_comparisons(rng, name, shapes, device):
     fn, ref = COMPARE[name]
     a = make(rng, shapes[0], np.int64, -2, 2)
     b = make(rng, shapes[1], np.int64, -2, 2)
-    out = fn(fg.tensor(a), fg.tensor(b))
+    out = fn(on(device, fg.tensor(a)), on(device, fg.tensor(b)))
     assert out.dtype == fg.bool
-    np.testing.assert_array_equal(out.numpy(), ref(a, b))
+    np.testing.assert_array_equal(out.cpu().numpy(), ref(a, b))
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-def test_binary_non_contiguous_and_scalar(rng, name):
+def test_binary_non_contiguous_and_scalar(rng, name, device):
     fn, ref = BINARY[name]
     a, b = make(rng, (5, 6), low=0.5), make(rng, (5, 6), low=0.5)
-    fg.testing.assert_close(fn(non_contiguous(a), non_contiguous(b)), ref(a, b), rtol=1e-12, atol=1e-12)
-    fg.testing.assert_close(fn(non_contiguous(a), 1.5), ref(a, 1.5), rtol=1e-12, atol=1e-12)
-    fg.testing.assert_close(fn(1.5, non_contiguous(b)), ref(1.5, b), rtol=1e-12, atol=1e-12)
+    ta, tb = on(device, non_contiguous(a)), on(device, non_contiguous(b))
+    fg.testing.assert_close(fn(ta, tb), ref(a, b), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(ta, 1.5), ref(a, 1.5), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(1.5, tb), ref(1.5, b), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
@@ -186,12 +189,12 @@ def test_integer_arithmetic():
     np.testing.assert_array_equal((fg.tensor(a) * 3 - 1).numpy(), a * 3 - 1)
 
 
-def test_where_and_masked_fill(rng):
+def test_where_and_masked_fill(rng, device):
     c = make(rng, (4, 1), np.bool_)
     a, b = make(rng, (4, 5)), make(rng, (5,))
-    fg.testing.assert_close(fg.where(fg.tensor(c), fg.tensor(a, dtype=fg.float64), fg.tensor(b, dtype=fg.float64)),
-                            np.where(c, a, b))
-    fg.testing.assert_close(fg.where(fg.tensor(c), fg.tensor(a, dtype=fg.float64), 0.0), np.where(c, a, 0.0))
+    tc, ta, tb = (on(device, fg.tensor(v, dtype=fg.bool if v is c else fg.float64)) for v in (c, a, b))
+    fg.testing.assert_close(fg.where(tc, ta, tb), np.where(c, a, b))
+    fg.testing.assert_close(fg.where(tc, ta, 0.0), np.where(c, a, 0.0))
     cond = fg.tensor(make(rng, (3, 4), np.bool_))
     gradcheck(lambda x, y: fg.where(cond, x, y), make(rng, (3, 4)), make(rng, (4,)))
     with pytest.raises(fg.DTypeError, match="where: condition must be bool"):
@@ -258,3 +261,12 @@ def test_fused_gelu_backward_matches_the_composite_rule(rng, approximate):
         (composite,) = fg.autograd.grad(fg.gelu(x, approximate=approximate), x, g, create_graph=True)
         fg.testing.assert_close(fused, composite.detach(), rtol=tol, atol=tol)
     gradcheck(lambda v: fg.gelu(v, approximate=approximate), a)
+
+
+@pytest.mark.parametrize("dtype", [fg.float16, fg.bfloat16, fg.int32, fg.bool, fg.float64])
+def test_cast_on_device(rng, dtype, device):
+    a = make(rng, (7, 3), np.float32, -3, 3)
+    out = on(device, fg.tensor(a)).to(dtype)
+    assert out.device == device and out.dtype == dtype
+    readable = (lambda t: t.float()) if dtype == fg.bfloat16 else (lambda t: t)
+    np.testing.assert_array_equal(readable(out.cpu()).numpy(), readable(fg.tensor(a).to(dtype)).numpy())
