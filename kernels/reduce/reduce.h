@@ -12,5 +12,8 @@ enum class ReduceFn : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin, Var, LogSum
 // Float sums accumulate in double; Var divides by (r - correction); Max/Min/Arg* need r > 0.
 void reduce_cpu(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                 int64_t r, int64_t inner, void* out, double correction);
+// The same on CUDA device memory (CUDA builds only).
+void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
+                 int64_t r, int64_t inner, void* out, double correction);
 
 }  // namespace fg

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import gradcheck, make, non_contiguous
+from conftest import gradcheck, make, non_contiguous, on
 
 DIMS = [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)]
 
@@ -25,20 +25,42 @@ REDUCE = {
 @pytest.mark.parametrize("name", sorted(REDUCE))
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("keepdim", [False, True])
-def test_reduce_forward(rng, name, dim, keepdim):
+def test_reduce_forward(rng, name, dim, keepdim, device):
     fn, ref = REDUCE[name]
     a = make(rng, (4, 5, 7))
     expected = ref(a, axis=dim, keepdims=keepdim)
-    fg.testing.assert_close(fn(fg.tensor(a, dtype=fg.float64), dim=dim, keepdim=keepdim), expected, rtol=1e-10, atol=1e-12)
-    fg.testing.assert_close(fn(non_contiguous(a), dim=dim, keepdim=keepdim), expected, rtol=1e-10, atol=1e-12)
+    out = fn(on(device, fg.tensor(a, dtype=fg.float64)), dim=dim, keepdim=keepdim)
+    assert out.device == device
+    fg.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    fg.testing.assert_close(fn(on(device, non_contiguous(a)), dim=dim, keepdim=keepdim), expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(REDUCE))
-def test_reduce_odd_shape_float32(rng, name):
+def test_reduce_odd_shape_float32(rng, name, device):
     fn, ref = REDUCE[name]
     a = make(rng, (45, 65), np.float32)
     for dim in (0, 1):
-        fg.testing.assert_close(fn(fg.tensor(a), dim=dim), ref(a.astype(np.float64), axis=dim).astype(np.float32), rtol=1e-5, atol=1e-5)
+        fg.testing.assert_close(fn(on(device, fg.tensor(a)), dim=dim), ref(a.astype(np.float64), axis=dim).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+def test_long_lines_few_outputs(rng, name, device):
+    """Few long lines: the CUDA kernels combine partial results across a block here."""
+    fn, ref = REDUCE[name]
+    a = make(rng, (3, 5003))
+    fg.testing.assert_close(fn(on(device, fg.tensor(a)), dim=1), ref(a, axis=1), rtol=1e-9, atol=1e-9)
+    fg.testing.assert_close(fn(on(device, fg.tensor(a))), ref(a), rtol=1e-9, atol=1e-9)
+
+
+def test_long_argmax_ties_and_nan(device):
+    a = np.zeros((2, 4001))
+    a[0, [17, 3000]] = 5.0                # ties: the first index wins
+    a[1, [40, 2000]] = np.nan             # the first NaN wins
+    t = on(device, fg.tensor(a))
+    np.testing.assert_array_equal(fg.argmax(t, dim=1).cpu().numpy(), [17, 40])
+    np.testing.assert_array_equal(fg.argmin(-t, dim=1).cpu().numpy(), [17, 40])
+    assert np.isnan(fg.max(t, dim=1).cpu().numpy()[1])
+    assert fg.sum(on(device, fg.tensor(np.arange(100_000, dtype=np.int64)))).item() == 4999950000
 
 
 def test_sum_accumulates_float32_in_double():

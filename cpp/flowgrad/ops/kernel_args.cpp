@@ -1,5 +1,6 @@
 #include "flowgrad/ops/kernel_args.h"
 
+#include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace fg {
@@ -15,6 +16,14 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+void fill_raw(const Tensor& t, double value) {
+  FG_ASSERT(t.is_contiguous());
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (t.device().is_cuda()) return fill_cuda(t.dtype(), t.data_ptr(), t.numel(), value);
+#endif
+  fill_cpu(t.dtype(), t.data_ptr(), t.numel(), value);
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {

@@ -35,6 +35,8 @@ Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& t
 Tensor converted(const Tensor& t, DType dtype);
 // t when contiguous, else a contiguous copy. No autograd.
 Tensor contiguous_raw(const Tensor& t);
+// Sets every element of a contiguous tensor (on its device). No autograd.
+void fill_raw(const Tensor& t, double value);
 // Copies src into dst (same shape up to broadcasting), converting dtype. No autograd.
 void copy_into(const Tensor& dst, const Tensor& src);
 // Index tensor as contiguous int64 with negatives wrapped; IndexError outside [-size, size).

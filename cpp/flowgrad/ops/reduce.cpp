@@ -64,7 +64,7 @@ Specs reduce_shape(TensorList in, const Attrs& attrs) {
   return {{out, reduce_dtype(Fn, x.dtype())}};
 }
 
-template <ReduceFn Fn>
+template <ReduceFn Fn, decltype(&reduce_cpu) Run>
 void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = in[0];
   Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
@@ -91,8 +91,7 @@ void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
     outer = r == 0 ? out[0].numel() : x.numel() / r;
     inner = 1;
   }
-  reduce_cpu(Fn, x.dtype(), out[0].dtype(), x.data_ptr(), outer, r, inner, out[0].data_ptr(),
-             correction);
+  Run(Fn, x.dtype(), out[0].dtype(), x.data_ptr(), outer, r, inner, out[0].data_ptr(), correction);
 }
 
 // The gradient of a reduced tensor, broadcast back to the input's shape.
@@ -153,26 +152,34 @@ Tensors logsumexp_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_sum{.name = "sum", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Sum>,
-                  .cpu = reduce_kernel<ReduceFn::Sum>, .backward = sum_backward};
+                  .cpu = reduce_kernel<ReduceFn::Sum, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::Sum, reduce_cuda>)), .backward = sum_backward};
 const OpDef k_mean{.name = "mean", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Mean>,
-                   .cpu = reduce_kernel<ReduceFn::Mean>, .backward = mean_backward};
+                   .cpu = reduce_kernel<ReduceFn::Mean, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::Mean, reduce_cuda>)), .backward = mean_backward};
 const OpDef k_max{.name = "max", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Max>,
-                  .cpu = reduce_kernel<ReduceFn::Max>, .backward = extreme_backward,
+                  .cpu = reduce_kernel<ReduceFn::Max, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::Max, reduce_cuda>)), .backward = extreme_backward,
                   .saved = Saved::InputsAndOutputs};
 const OpDef k_min{.name = "min", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Min>,
-                  .cpu = reduce_kernel<ReduceFn::Min>, .backward = extreme_backward,
+                  .cpu = reduce_kernel<ReduceFn::Min, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::Min, reduce_cuda>)), .backward = extreme_backward,
                   .saved = Saved::InputsAndOutputs};
 const OpDef k_argmax{.name = "argmax", .family = Family::Reduce,
-                     .shape_rule = reduce_shape<ReduceFn::ArgMax>, .cpu = reduce_kernel<ReduceFn::ArgMax>,
+                     .shape_rule = reduce_shape<ReduceFn::ArgMax>, .cpu = reduce_kernel<ReduceFn::ArgMax, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::ArgMax, reduce_cuda>)),
                      .not_differentiable = "returns indices"};
 const OpDef k_argmin{.name = "argmin", .family = Family::Reduce,
-                     .shape_rule = reduce_shape<ReduceFn::ArgMin>, .cpu = reduce_kernel<ReduceFn::ArgMin>,
+                     .shape_rule = reduce_shape<ReduceFn::ArgMin>, .cpu = reduce_kernel<ReduceFn::ArgMin, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::ArgMin, reduce_cuda>)),
                      .not_differentiable = "returns indices"};
 const OpDef k_var{.name = "var", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Var>,
-                  .cpu = reduce_kernel<ReduceFn::Var>, .backward = var_backward, .saved = Saved::Inputs};
+                  .cpu = reduce_kernel<ReduceFn::Var, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::Var, reduce_cuda>)), .backward = var_backward, .saved = Saved::Inputs};
 const OpDef k_logsumexp{.name = "logsumexp", .family = Family::Reduce,
                         .shape_rule = reduce_shape<ReduceFn::LogSumExp>,
-                        .cpu = reduce_kernel<ReduceFn::LogSumExp>, .backward = logsumexp_backward,
+                        .cpu = reduce_kernel<ReduceFn::LogSumExp, reduce_cpu>,
+                  .cuda = FG_CUDA((reduce_kernel<ReduceFn::LogSumExp, reduce_cuda>)), .backward = logsumexp_backward,
                         .saved = Saved::InputsAndOutputs};
 
 Attrs reduce_attrs(const Dims& dims, bool keepdim) { return {{"dims", dims}, {"keepdim", keepdim}}; }

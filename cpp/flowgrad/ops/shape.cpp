@@ -169,7 +169,7 @@ Specs slice_backward_shape(TensorList in, const Attrs& attrs) {
   return {{attrs.dims("shape"), in[0].dtype()}};
 }
 void slice_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), 0.0);
+  fill_raw(out[0], 0.0);
   TensorSpec spec{in[0].shape(), in[0].dtype()};
   copy_into(slice_alias(out[0], spec, attrs), in[0]);
 }
@@ -178,6 +178,7 @@ Tensors slice_backward_backward(const BackwardCtx& c) {
 }
 const OpDef k_slice_backward{.name = "slice_backward", .family = Family::Copy, .flags = kHalfNative,
                              .shape_rule = slice_backward_shape, .cpu = slice_backward_kernel,
+                             .cuda = FG_CUDA(slice_backward_kernel),
                              .backward = slice_backward_backward};
 
 // ---- contiguous ----
@@ -185,7 +186,8 @@ Specs same_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dt
 void copy_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors identity_backward(const BackwardCtx& c) { return {c.grads[0]}; }
 const OpDef k_contiguous{.name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
-                         .shape_rule = same_shape, .cpu = copy_kernel, .backward = identity_backward};
+                         .shape_rule = same_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
+                         .backward = identity_backward};
 
 // ---- cat ----
 Specs cat_shape(TensorList in, const Attrs& attrs) {
@@ -228,7 +230,8 @@ Tensors cat_backward(const BackwardCtx& c) {
   return grads;
 }
 const OpDef k_cat{.name = "cat", .family = Family::Copy, .flags = kHalfNative,
-                  .shape_rule = cat_shape, .cpu = cat_kernel, .backward = cat_backward};
+                  .shape_rule = cat_shape, .cpu = cat_kernel, .cuda = FG_CUDA(cat_kernel),
+                  .backward = cat_backward};
 
 // ---- flip: a negative-stride alias, copied ----
 Specs flip_shape(TensorList in, const Attrs& attrs) {
@@ -250,7 +253,8 @@ void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
 }
 Tensors flip_backward(const BackwardCtx& c) { return {flip(c.grads[0], c.attrs.dims("dims").vec())}; }
 const OpDef k_flip{.name = "flip", .family = Family::Copy, .flags = kHalfNative,
-                   .shape_rule = flip_shape, .cpu = flip_kernel, .backward = flip_backward};
+                   .shape_rule = flip_shape, .cpu = flip_kernel, .cuda = FG_CUDA(flip_kernel),
+                   .backward = flip_backward};
 
 // ---- pad: (left, right) pairs starting from the last dim, like torch.nn.functional.pad ----
 Specs pad_shape(TensorList in, const Attrs& attrs) {
@@ -273,7 +277,7 @@ Tensor pad_interior(const Tensor& out, const Tensor& x, const Dims& pads) {
   return out.alias(x.shape(), out.strides(), offset);
 }
 void pad_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  fill_cpu(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
+  fill_raw(out[0], attrs.f("value"));
   copy_into(pad_interior(out[0], in[0], attrs.dims("pads")), in[0]);
 }
 Tensors pad_backward(const BackwardCtx& c) {
@@ -287,7 +291,8 @@ Tensors pad_backward(const BackwardCtx& c) {
   return {g};
 }
 const OpDef k_pad{.name = "pad", .family = Family::Copy, .flags = kHalfNative,
-                  .shape_rule = pad_shape, .cpu = pad_kernel, .backward = pad_backward};
+                  .shape_rule = pad_shape, .cpu = pad_kernel, .cuda = FG_CUDA(pad_kernel),
+                  .backward = pad_backward};
 
 int64_t clamp_index(int64_t i, int64_t size) {
   if (i < 0) i += size;

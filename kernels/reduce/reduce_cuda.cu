@@ -1,0 +1,142 @@
+// CUDA reductions over the middle axis of a contiguous (outer, r, inner) block, with the CPU
+// kernel's semantics. Many output lines: one thread per line runs the shared reduce_line
+// (reads coalesce across `inner`). Few long lines: one block per line, threads striding the
+// line and combining partials in shared memory (sums in double; for Max/Min/Arg* the first
+// NaN, else the extreme with the lowest index, wins, exactly as the sequential loop).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "flowgrad/core/errors.h"
+#include "kernels/reduce/reduce_line.h"
+
+namespace fg {
+namespace {
+
+constexpr int kBlock = 256;
+
+template <class T, class Out>
+__global__ void reduce_lines(ReduceFn fn, const T* x, int64_t lines, int64_t r, int64_t inner, Out* out,
+                             double correction) {
+  for (int64_t line = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; line < lines;
+       line += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t o = line / inner, j = line % inner;
+    out[line] = reduce::reduce_line<T, Out>(fn, x + o * r * inner + j, r, inner, correction);
+  }
+}
+
+// Sum of f(x[k]) over the block's line, combined in shared memory; every thread gets it.
+template <class T, class F>
+__device__ double block_sum(const T* line, int64_t r, int64_t stride, double* shared, F f) {
+  double acc = 0;
+  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc += f(static_cast<double>(line[k * stride]));
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+template <class T>
+__device__ bool first_is_better(T a, int64_t ia, T b, int64_t ib, bool want_max) {
+  bool an = reduce::nan_of(a), bn = reduce::nan_of(b);
+  if (an || bn) return an && (!bn || ia < ib);
+  if (a == b) return ia < ib;
+  return want_max ? a > b : a < b;
+}
+
+template <class T, class Out>
+__global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner, Out* out, double correction) {
+  __shared__ double sums[kBlock];
+  __shared__ T best[kBlock];
+  __shared__ int64_t where[kBlock];
+  int64_t line = blockIdx.x, o = line / inner, j = line % inner;
+  const T* base = x + o * r * inner + j;
+  switch (fn) {
+    case ReduceFn::Sum:
+    case ReduceFn::Mean: {
+      if constexpr (std::is_floating_point_v<T>) {
+        double s = block_sum(base, r, inner, sums, [](double v) { return v; });
+        if (threadIdx.x == 0) out[line] = static_cast<Out>(fn == ReduceFn::Mean ? s / static_cast<double>(r) : s);
+      } else if (threadIdx.x == 0) {  // integer sums stay exact on one thread
+        out[line] = reduce::reduce_line<T, Out>(fn, base, r, inner, correction);
+      }
+      return;
+    }
+    case ReduceFn::Var: {
+      double mean = block_sum(base, r, inner, sums, [](double v) { return v; }) / static_cast<double>(r);
+      double ss = block_sum(base, r, inner, sums, [mean](double v) { return (v - mean) * (v - mean); });
+      if (threadIdx.x == 0) out[line] = static_cast<Out>(ss / (static_cast<double>(r) - correction));
+      return;
+    }
+    case ReduceFn::LogSumExp: {  // the maximum by the sequential rule on one thread, then a block sum
+      __shared__ double m;
+      if (threadIdx.x == 0) m = static_cast<double>(reduce::reduce_line<T, Out>(ReduceFn::Max, base, r, inner, 0.0));
+      __syncthreads();
+      double mx = m;
+      if (!(mx == INFINITY || mx == -INFINITY || mx != mx)) {
+        double s = block_sum(base, r, inner, sums, [mx](double v) { return exp(v - mx); });
+        if (threadIdx.x == 0) out[line] = static_cast<Out>(mx + log(s));
+      } else if (threadIdx.x == 0) {
+        out[line] = static_cast<Out>(mx);
+      }
+      return;
+    }
+    default: break;
+  }
+  bool want_max = fn == ReduceFn::Max || fn == ReduceFn::ArgMax;
+  T b = base[0];
+  int64_t at = 0;
+  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) {
+    T v = base[k * inner];
+    if (k == threadIdx.x || first_is_better(v, k, b, at, want_max)) {
+      b = v;
+      at = k;
+    }
+  }
+  bool has = threadIdx.x < r;
+  best[threadIdx.x] = b;
+  where[threadIdx.x] = has ? at : INT64_MAX;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half && where[threadIdx.x + half] != INT64_MAX &&
+        (where[threadIdx.x] == INT64_MAX ||
+         first_is_better(best[threadIdx.x + half], where[threadIdx.x + half], best[threadIdx.x], where[threadIdx.x], want_max))) {
+      best[threadIdx.x] = best[threadIdx.x + half];
+      where[threadIdx.x] = where[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    out[line] = fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin ? static_cast<Out>(where[0]) : static_cast<Out>(best[0]);
+}
+
+}  // namespace
+
+void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer, int64_t r, int64_t inner,
+                 void* out, double correction) {
+  int64_t lines = outer * inner;
+  if (lines == 0) return;
+  visit_compute_dtype(in_dtype, "reduce", [&](auto in_tag) {
+    visit_compute_dtype(out_dtype, "reduce", [&](auto out_tag) {
+      using T = decltype(in_tag);
+      using Out = decltype(out_tag);
+      const T* xs = static_cast<const T*>(x);
+      Out* ys = static_cast<Out*>(out);
+      if (lines >= 4096 || r < 256) {
+        int blocks = static_cast<int>(std::min<int64_t>((lines + kBlock - 1) / kBlock, 1 << 16));
+        reduce_lines<T, Out><<<blocks, kBlock>>>(fn, xs, lines, r, inner, ys, correction);
+      } else {
+        reduce_blocks<T, Out><<<static_cast<unsigned>(lines), kBlock>>>(fn, xs, r, inner, ys, correction);
+      }
+    });
+  });
+  cudaError_t err = cudaGetLastError();
+  FG_CHECK(err == cudaSuccess, Device, "reduce on cuda: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace fg

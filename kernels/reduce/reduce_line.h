@@ -1,0 +1,77 @@
+// One output element of a reduction, written once for the CPU and CUDA kernels: the line
+// x[0], x[stride], ..., x[(r-1)*stride]. Float sums accumulate in double; the first NaN wins
+// Max/Min/Arg* as in NumPy; Var divides by (r - correction).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/fg_hd.h"
+#include "kernels/reduce/reduce.h"
+
+namespace fg::reduce {
+
+using std::exp;
+using std::log;
+
+template <class T>
+using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <class T>
+FG_HD bool nan_of(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  return false;
+}
+
+// One output element: the line x[0], x[stride], ..., x[(r-1)*stride].
+template <class T, class Out>
+FG_HD Out reduce_line(ReduceFn fn, const T* x, int64_t r, int64_t stride, double correction) {
+  switch (fn) {
+    case ReduceFn::Sum:
+    case ReduceFn::Mean: {
+      Acc<T> acc = 0;
+      for (int64_t k = 0; k < r; ++k) acc += static_cast<Acc<T>>(x[k * stride]);
+      if (fn == ReduceFn::Mean) return static_cast<Out>(static_cast<double>(acc) / static_cast<double>(r));
+      return static_cast<Out>(acc);
+    }
+    case ReduceFn::Max:
+    case ReduceFn::Min:
+    case ReduceFn::ArgMax:
+    case ReduceFn::ArgMin: {
+      bool want_max = fn == ReduceFn::Max || fn == ReduceFn::ArgMax;
+      T best = x[0];
+      int64_t at = 0;
+      for (int64_t k = 1; k < r && !nan_of(best); ++k) {  // the first NaN wins, as in NumPy
+        T v = x[k * stride];
+        if (nan_of(v) || (want_max ? v > best : v < best)) {
+          best = v;
+          at = k;
+        }
+      }
+      if (fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin) return static_cast<Out>(at);
+      return static_cast<Out>(best);
+    }
+    case ReduceFn::Var: {
+      double mean = 0;
+      for (int64_t k = 0; k < r; ++k) mean += static_cast<double>(x[k * stride]);
+      mean /= static_cast<double>(r);
+      double ss = 0;
+      for (int64_t k = 0; k < r; ++k) {
+        double d = static_cast<double>(x[k * stride]) - mean;
+        ss += d * d;
+      }
+      return static_cast<Out>(ss / (static_cast<double>(r) - correction));
+    }
+    case ReduceFn::LogSumExp: {
+      double m = -INFINITY;
+      for (int64_t k = 0; k < r; ++k) m = (static_cast<double>(x[k * stride]) > m ? static_cast<double>(x[k * stride]) : m);
+      if (m == INFINITY || m == -INFINITY || m != m) return static_cast<Out>(r == 0 ? -INFINITY : m);
+      double s = 0;
+      for (int64_t k = 0; k < r; ++k) s += exp(static_cast<double>(x[k * stride]) - m);
+      return static_cast<Out>(m + log(s));
+    }
+  }
+  return Out{};
+}
+
+}  // namespace fg::reduce
