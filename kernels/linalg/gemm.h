@@ -10,6 +10,13 @@ namespace fg {
 void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 
+// The same on CUDA device memory through cuBLAS (CUDA builds only): float32 and float64.
+void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
+// TF32 tensor-core math for float32 CUDA GEMMs: off by default (full float32 precision).
+void set_gemm_tf32(bool on);
+bool gemm_tf32();
+
 // The portable cache-blocked kernel used when no BLAS is linked and for integer types.
 template <class T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,

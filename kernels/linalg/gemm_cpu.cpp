@@ -1,6 +1,7 @@
 #include "kernels/linalg/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <vector>
 
@@ -30,6 +31,12 @@ SingleThreadedBlas::SingleThreadedBlas() : previous_(openblas_get_num_threads ? 
 SingleThreadedBlas::~SingleThreadedBlas() {
   if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(previous_);
 }
+
+namespace {
+std::atomic<bool> g_tf32{false};
+}
+void set_gemm_tf32(bool on) { g_tf32 = on; }
+bool gemm_tf32() { return g_tf32; }
 
 const char* blas_name() {
 #if defined(FLOWGRAD_HAVE_BLAS)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import gradcheck, make, non_contiguous
+from conftest import gradcheck, make, non_contiguous, on
 
 CASES = [((45, 65), (65, 33)), ((7,), (7,)), ((7,), (7, 3)), ((4, 7), (7,)), ((2, 3, 4), (4, 5)),
          ((4,), (2, 4, 3)), ((2, 1, 3, 4), (5, 4, 2)), ((0, 3), (3, 4)), ((3, 0), (0, 4)), ((1, 1), (1, 1))]
@@ -11,10 +11,25 @@ CASES = [((45, 65), (65, 33)), ((7,), (7,)), ((7,), (7, 3)), ((4, 7), (7,)), ((2
 
 @pytest.mark.parametrize("sa,sb", CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_matmul_forward(rng, sa, sb, dtype):
+def test_matmul_forward(rng, sa, sb, dtype, device):
     a, b = make(rng, sa, dtype), make(rng, sb, dtype)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    fg.testing.assert_close(fg.tensor(a) @ fg.tensor(b), np.matmul(a, b), rtol=tol, atol=tol)
+    out = on(device, fg.tensor(a)) @ on(device, fg.tensor(b))
+    assert out.device == device
+    fg.testing.assert_close(out, np.matmul(a, b), rtol=tol, atol=tol)
+
+
+def test_matmul_transposed_operands_on_device(rng, device):
+    a, b = make(rng, (33, 17)), make(rng, (17, 29))
+    fg.testing.assert_close(on(device, non_contiguous(a)) @ on(device, non_contiguous(b)), a @ b, rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(on(device, fg.tensor(a)) @ on(device, non_contiguous(b)), a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_tf32_flag_round_trips():
+    assert fg.cuda.allow_tf32() is False  # full float32 precision unless asked
+    fg.cuda.set_allow_tf32(True)
+    assert fg.cuda.allow_tf32() is True
+    fg.cuda.set_allow_tf32(False)
 
 
 def test_matmul_transposed_and_strided_operands(rng):

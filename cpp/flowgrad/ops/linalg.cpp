@@ -42,6 +42,7 @@ bool blas_layout(const Tensor& t, bool* trans, int64_t* ld) {
   return false;
 }
 
+template <decltype(&gemm_cpu) Gemm>
 void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
@@ -70,14 +71,14 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
         if (da >= 0 && a.shape()[da] != 1) off_a += i * a.strides()[da];
         if (db >= 0 && b.shape()[db] != 1) off_b += i * b.strides()[db];
       }
-      gemm_cpu(dt, ta, tb, M, N, K, static_cast<char*>(a.data_ptr()) + off_a * item, lda,
+      Gemm(dt, ta, tb, M, N, K, static_cast<char*>(a.data_ptr()) + off_a * item, lda,
                static_cast<char*>(b.data_ptr()) + off_b * item, ldb,
                static_cast<char*>(c.data_ptr()) + bi * M * N * item, N);
     }
   };
   // Many small products: one BLAS thread per product, products spread over the pool.
   constexpr int64_t kSmallProduct = 128 * 128 * 128;
-  if (batches > 1 && M * N * K <= kSmallProduct) {
+  if (Gemm == &gemm_cpu && batches > 1 && M * N * K <= kSmallProduct) {
     SingleThreadedBlas single;
     parallel_for(batches, 1, run);
   } else {
@@ -92,7 +93,8 @@ Tensors matmul_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_matmul{.name = "matmul", .family = Family::Linalg, .shape_rule = matmul_shape,
-                     .cpu = matmul_kernel, .backward = matmul_backward, .saved = Saved::Inputs};
+                     .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA(matmul_kernel<gemm_cuda>),
+                     .backward = matmul_backward, .saved = Saved::Inputs};
 
 }  // namespace
 

@@ -1,0 +1,109 @@
+// Row-major GEMM on CUDA through cuBLAS. cuBLAS is opened with dlopen on first use, not
+// linked: `import flowgrad` must work on machines that have no CUDA libraries on the loader
+// path, and only a CUDA matmul needs them. The toolkit's library directory found at build time
+// is tried after the loader's own search.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "flowgrad/core/errors.h"
+#include "kernels/linalg/gemm.h"
+
+namespace fg {
+namespace {
+
+#ifndef FLOWGRAD_CUDA_LIBRARY_DIR
+#define FLOWGRAD_CUDA_LIBRARY_DIR ""
+#endif
+
+using CreateFn = cublasStatus_t (*)(cublasHandle_t*);
+using SgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*,
+                                   const float*, int, const float*, int, const float*, float*, int);
+using DgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*,
+                                   const double*, int, const double*, int, const double*, double*, int);
+using MathModeFn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
+
+struct Cublas {
+  CreateFn create = nullptr;
+  SgemmFn sgemm = nullptr;
+  DgemmFn dgemm = nullptr;
+  MathModeFn set_math_mode = nullptr;
+  std::string error;
+};
+
+const Cublas& cublas() {
+  static Cublas lib = [] {
+    Cublas c;
+    const std::string dir = FLOWGRAD_CUDA_LIBRARY_DIR;
+    void* handle = nullptr;
+    for (std::string name : {"libcublas.so", "libcublas.so.13", "libcublas.so.12"}) {
+      handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!handle && !dir.empty()) handle = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle) break;
+    }
+    if (!handle) {
+      c.error = "cuBLAS (libcublas.so) was not found by the dynamic loader; add its directory to LD_LIBRARY_PATH";
+      return c;
+    }
+    c.create = reinterpret_cast<CreateFn>(dlsym(handle, "cublasCreate_v2"));
+    c.sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "cublasSgemm_v2"));
+    c.dgemm = reinterpret_cast<DgemmFn>(dlsym(handle, "cublasDgemm_v2"));
+    c.set_math_mode = reinterpret_cast<MathModeFn>(dlsym(handle, "cublasSetMathMode"));
+    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode) c.error = "libcublas.so lacks the expected symbols";
+    return c;
+  }();
+  return lib;
+}
+
+// One handle per device, created on first use on that device.
+cublasHandle_t handle_for_current_device() {
+  static std::mutex mutex;
+  static cublasHandle_t handles[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  FG_CHECK(device >= 0 && device < 64, Device, "matmul on cuda: device index ", device, " out of range");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!handles[device]) {
+    cublasStatus_t st = cublas().create(&handles[device]);
+    FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasCreate failed with status ", static_cast<int>(st));
+  }
+  cublas().set_math_mode(handles[device], gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  return handles[device];
+}
+
+int as_int(int64_t v, const char* what) {
+  FG_CHECK(v <= INT32_MAX, Value, "matmul on cuda: ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+               const void* B, int64_t ldb, void* C, int64_t ldc) {
+  FG_CHECK(dtype == DType::Float32 || dtype == DType::Float64, DType, "matmul on cuda: ", dtype_name(dtype),
+           " is not supported (cuBLAS multiplies float32 and float64; half types go through float32)");
+  FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
+  if (M == 0 || N == 0) return;
+  cublasHandle_t h = handle_for_current_device();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
+  int la = as_int(lda, "lda"), lb = as_int(ldb, "ldb"), lc = as_int(ldc, "ldc");
+  cublasStatus_t st;
+  if (dtype == DType::Float32) {
+    const float one = 1.0f, zero = 0.0f;
+    st = cublas().sgemm(h, op_b, op_a, m, n, k, &one, static_cast<const float*>(B), lb, static_cast<const float*>(A), la,
+                        &zero, static_cast<float*>(C), lc);
+  } else {
+    const double one = 1.0, zero = 0.0;
+    st = cublas().dgemm(h, op_b, op_a, m, n, k, &one, static_cast<const double*>(B), lb, static_cast<const double*>(A),
+                        la, &zero, static_cast<double*>(C), lc);
+  }
+  FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cuBLAS gemm failed with status ", static_cast<int>(st),
+           " (M=", M, ", N=", N, ", K=", K, ")");
+}
+
+}  // namespace fg
