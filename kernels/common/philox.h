@@ -42,8 +42,8 @@ FG_HD double uniform_double(uint32_t a, uint32_t b) {
 FG_HD double normal_from(const Philox4& r) {
   double u1 = uniform_double(r.v[0], r.v[1]);
   double u2 = uniform_double(r.v[2], r.v[3]);
-  double radius = sqrt(-2.0 * log(1.0 - u1));  // 1 - u1 lies in (0, 1]: no log(0)
-  return radius * cos(6.283185307179586 * u2);
+  double radius = std::sqrt(-2.0 * std::log(1.0 - u1));  // 1 - u1 lies in (0, 1]: no log(0)
+  return radius * std::cos(6.283185307179586 * u2);
 }
 
 }  // namespace fg

@@ -1,8 +1,11 @@
 // Creation kernels: ranges, identity and counter-based random fills of contiguous buffers.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "flowgrad/core/dtype.h"
+#include "kernels/common/half.h"
+#include "kernels/common/philox.h"
 
 namespace fg {
 
@@ -16,7 +19,24 @@ enum class RandomKind : uint8_t { Uniform, Normal, Integer };
 void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                 int64_t low, int64_t high, void* out);
 
+// Element i of a random tensor of T, the same on every device (CPU and CUDA share it).
+template <class T>
+FG_HD T random_element(RandomKind kind, uint64_t seed, uint64_t offset, int64_t i, int64_t low, int64_t high) {
+  Philox4 r = philox4x32_10(offset + static_cast<uint64_t>(i), seed);
+  if (kind == RandomKind::Integer) {
+    uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+    return static_cast<T>(low + static_cast<int64_t>(bits % static_cast<uint64_t>(high - low)));
+  }
+  double v = kind == RandomKind::Normal ? normal_from(r)
+             : sizeof(T) == 8       ? uniform_double(r.v[0], r.v[1])
+                                    : uniform_float(r.v[0]);
+  if constexpr (sizeof(T) == 8 && !std::is_integral_v<T>) return static_cast<T>(v);
+  else return T(static_cast<float>(v));
+}
+
 // CUDA counterparts (creation_cuda.cu); only present in CUDA builds.
 void fill_cuda(DType dtype, void* data, int64_t n, double value);
+void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
+                 int64_t low, int64_t high, void* out);
 
 }  // namespace fg

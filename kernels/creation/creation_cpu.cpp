@@ -40,23 +40,8 @@ void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, in
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    uint64_t range = static_cast<uint64_t>(high - low);
     parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        Philox4 r = philox4x32_10(offset + static_cast<uint64_t>(i), seed);
-        double v;
-        if (kind == RandomKind::Uniform) {
-          v = dtype == DType::Float64 ? uniform_double(r.v[0], r.v[1]) : uniform_float(r.v[0]);
-        } else if (kind == RandomKind::Normal) {
-          v = normal_from(r);
-        } else {
-          uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
-          p[i] = static_cast<T>(low + static_cast<int64_t>(bits % range));
-          continue;
-        }
-        if constexpr (std::is_same_v<T, double>) p[i] = v;
-        else p[i] = T(static_cast<float>(v));
-      }
+      for (int64_t i = b; i < e; ++i) p[i] = random_element<T>(kind, seed, offset, i, low, high);
     });
   });
 }

@@ -96,3 +96,15 @@ def test_full_on_device(dtype, device):
     assert t.device == device and t.dtype == dtype
     np.testing.assert_array_equal(t.cpu().numpy(), fg.full((3, 5), 1.5, dtype=dtype).numpy())
     assert fg.zeros(0, 4, device=device).cpu().shape == (0, 4)
+
+
+@pytest.mark.parametrize("make_random", [
+    lambda d: fg.rand(1001, 3, device=d), lambda d: fg.randn(7, 129, dtype=fg.float64, device=d),
+    lambda d: fg.randint(-5, 9, (513,), device=d), lambda d: fg.rand(64, dtype=fg.float16, device=d)])
+def test_same_seed_same_values_on_every_device(make_random, device):
+    fg.manual_seed(11)
+    here = make_random(device)
+    fg.manual_seed(11)
+    reference = make_random("cpu")
+    assert here.device == device
+    np.testing.assert_array_equal(here.cpu().numpy(), reference.numpy())

@@ -257,3 +257,12 @@ def test_fused_norm_backward_matches_the_composite_rule(rng, rms):
         fg.testing.assert_close(fused, composite, rtol=1e-10, atol=1e-12)
     fn = (lambda v, w_: F.rms_norm(v, 8, w_)) if rms else (lambda v, w_: F.layer_norm(v, 8, w_))
     gradcheck(fn, a, w)
+
+
+def test_dropout_same_mask_on_every_device(device):
+    x = fg.ones(37, 53)
+    fg.manual_seed(5)
+    here = fg.nn.functional.dropout(x.to(device), 0.3, training=True)
+    fg.manual_seed(5)
+    reference = fg.nn.functional.dropout(x, 0.3, training=True)
+    np.testing.assert_array_equal(here.cpu().numpy(), reference.numpy())

@@ -56,22 +56,25 @@ Specs random_shape(TensorList in, const Attrs& attrs) {
   }
   return full_shape(in, attrs);
 }
-template <RandomKind Kind>
+template <RandomKind Kind, decltype(&random_cpu) Run>
 void random_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   bool integer = Kind == RandomKind::Integer;
-  random_cpu(Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
+  Run(Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
              static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,
              integer ? attrs.i("high") : 0, out[0].data_ptr());
 }
 const OpDef k_rand{.name = "rand", .family = Family::Creation, .flags = kRandom,
                    .shape_rule = random_shape<RandomKind::Uniform>,
-                   .cpu = random_kernel<RandomKind::Uniform>, .not_differentiable = "creation op"};
+                   .cpu = random_kernel<RandomKind::Uniform, random_cpu>,
+                   .cuda = FG_CUDA((random_kernel<RandomKind::Uniform, random_cuda>)), .not_differentiable = "creation op"};
 const OpDef k_randn{.name = "randn", .family = Family::Creation, .flags = kRandom,
                     .shape_rule = random_shape<RandomKind::Normal>,
-                    .cpu = random_kernel<RandomKind::Normal>, .not_differentiable = "creation op"};
+                    .cpu = random_kernel<RandomKind::Normal, random_cpu>,
+                   .cuda = FG_CUDA((random_kernel<RandomKind::Normal, random_cuda>)), .not_differentiable = "creation op"};
 const OpDef k_randint{.name = "randint", .family = Family::Creation, .flags = kRandom,
                       .shape_rule = random_shape<RandomKind::Integer>,
-                      .cpu = random_kernel<RandomKind::Integer>, .not_differentiable = "creation op"};
+                      .cpu = random_kernel<RandomKind::Integer, random_cpu>,
+                   .cuda = FG_CUDA((random_kernel<RandomKind::Integer, random_cuda>)), .not_differentiable = "creation op"};
 
 // Reserves numel Philox counters so the next random tensor continues the stream.
 Attrs random_attrs(const Dims& shape, DType dtype, Device device, int64_t low, int64_t high) {
