@@ -230,11 +230,10 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
     // Python floats default to float32, like the rest of the API (NumPy would say float64).
     if (python_data && !dtype && src.dtype() == DType::Float64) dtype = DType::Float32;
   }
-  Tensor out = Tensor::empty(src.shape(), dtype.value_or(src.dtype()), device);
-  FG_CHECK(device.is_cpu() && src.device().is_cpu(), Device, "tensor: copying to ", device.str(),
-           " needs the CUDA backend");
+  // Always a copy: converted where src lives, then moved (fg.tensor(cuda_tensor) copies too).
+  Tensor out = Tensor::empty(src.shape(), dtype.value_or(src.dtype()), src.device());
   copy_into(out, src);
-  return out;
+  return to_device(out, device);
 }
 
 void bind_interop(py::module_& m, py::class_<Tensor>& cls) {

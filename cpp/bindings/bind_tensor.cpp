@@ -83,7 +83,7 @@ IndexItem index_item(const py::handle& obj) {
     item.tensor = as_tensor(obj);
     if (item.tensor.ndim() == 0 && is_integral(item.tensor.dtype())) {  // a 0-d int index acts as an int
       item.kind = IndexItem::Kind::Int;
-      item.index = contiguous_raw(converted(item.tensor, DType::Int64)).data<int64_t>()[0];
+      item.index = static_cast<int64_t>(fg::item(item.tensor));
     }
   } else {
     item.index = obj.cast<int64_t>();
@@ -112,7 +112,7 @@ std::string grad_fn_repr(const Tensor& t) {
 py::object scalar_value(const Tensor& t) {
   FG_CHECK(t.numel() == 1, Value, "item: only one-element tensors can be converted to Python ",
            "scalars, got shape ", to_string(t.shape()));
-  Tensor c = contiguous_raw(t);
+  Tensor c = t.device().is_cpu() ? contiguous_raw(t) : to_device(detach(t), cpu_device());
   return visit_dtype(c.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     T v = *c.data<T>();

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/creation/creation.h"
@@ -101,8 +102,13 @@ Tensor scalar_tensor(double value, DType dtype, Device device) { return full(Dim
 
 double item(const Tensor& x) {
   FG_CHECK(x.numel() == 1, Shape, "item: expected a one-element tensor, got shape ", to_string(x.shape()));
-  FG_CHECK(x.device().is_cpu(), Device, "item: reading a ", x.device().str(), " tensor on the host is not supported yet");
-  return visit_dtype(x.dtype(), [&](auto tag) { return static_cast<double>(*x.data<decltype(tag)>()); });
+  alignas(8) unsigned char host[8];
+  const void* at = x.data_ptr();
+  if (!x.device().is_cpu()) {  // one element back from the device (waits for the queued work)
+    cuda::copy_bytes(host, cpu_device(), at, x.device(), itemsize(x.dtype()));
+    at = host;
+  }
+  return visit_dtype(x.dtype(), [&](auto tag) { return static_cast<double>(*static_cast<const decltype(tag)*>(at)); });
 }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {

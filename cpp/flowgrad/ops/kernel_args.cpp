@@ -1,5 +1,6 @@
 #include "flowgrad/ops/kernel_args.h"
 
+#include "flowgrad/cuda/runtime.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -15,6 +16,15 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
              to_string(b), " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  return out;
+}
+
+Tensor to_host(const Tensor& t) {
+  if (t.device().is_cpu()) return t;
+  Tensor src = contiguous_raw(t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), cpu_device());
+  cuda::copy_bytes(out.data_ptr(), cpu_device(), src.data_ptr(), src.device(),
+                   static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
   return out;
 }
 

@@ -110,6 +110,9 @@ void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
+  // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
+  FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
+           op.cuda_missing, ")");
   Specs specs = op.shape_rule(in, attrs);
   Tensors out;
   if (op.flags & kView) {

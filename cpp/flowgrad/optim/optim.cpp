@@ -9,6 +9,14 @@
 namespace fg::optim {
 namespace {
 
+// The update kernel for p's device (the CUDA one exists in CUDA builds only).
+template <class Fn>
+Fn kernel_for(const Tensor& p, Fn cpu, Fn cuda, const char* op) {
+  if (p.device().is_cpu()) return cpu;
+  FG_CHECK(cuda, Device, op, ": no kernel for ", p.device().str(), " in this build");
+  return cuda;
+}
+
 // The gradient of p as a contiguous tensor of p's dtype, or undefined when p has none.
 Tensor grad_for(const Tensor& p, const char* op) {
   Tensor g = grad_of(p);
@@ -37,8 +45,8 @@ Tensors sgd_step(const Tensors& params, Tensors bufs, const SgdHyper& h) {
       first = true;
     }
     if (bufs[i].defined()) check_state(bufs[i], p, "SGD");
-    sgd_update_cpu(p.dtype(), p.data_ptr(), g.data_ptr(), h.momentum != 0 ? bufs[i].data_ptr() : nullptr,
-                   p.numel(), h, first);
+    auto update = kernel_for(p, &sgd_update_cpu, FG_CUDA(&sgd_update_cuda), "SGD");
+    update(p.dtype(), p.data_ptr(), g.data_ptr(), h.momentum != 0 ? bufs[i].data_ptr() : nullptr, p.numel(), h, first);
   }
   return bufs;
 }
@@ -53,10 +61,11 @@ void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& ex
     if (!g.defined()) continue;
     check_state(exp_avgs[i], p, "Adam");
     check_state(exp_avg_sqs[i], p, "Adam");
-    FG_CHECK(steps[i].dtype() == DType::Int64 && steps[i].numel() == 1, Value, "Adam: step counters must be int64 scalars");
+    FG_CHECK(steps[i].dtype() == DType::Int64 && steps[i].numel() == 1 && steps[i].device().is_cpu(), Value,
+             "Adam: step counters must be int64 scalars on the CPU");
     int64_t step = ++*steps[i].data<int64_t>();
-    adam_update_cpu(p.dtype(), p.data_ptr(), g.data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(),
-                    p.numel(), h, step);
+    auto update = kernel_for(p, &adam_update_cpu, FG_CUDA(&adam_update_cuda), "Adam");
+    update(p.dtype(), p.data_ptr(), g.data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(), p.numel(), h, step);
   }
 }
 
@@ -67,6 +76,10 @@ double clip_grad_norm(const Tensors& params, double max_norm) {
     Tensor g = grad_of(p);
     if (!g.defined()) continue;
     Tensor c = contiguous_raw(g);
+    if (!c.device().is_cpu()) {  // one reduction on the device, one value read back
+      total += item(sum(square(converted(c, DType::Float64)), Dims{}, false));
+      continue;
+    }
     total += is_floating(c.dtype()) && !is_half(c.dtype()) ? sum_squares_cpu(c.dtype(), c.data_ptr(), c.numel())
                                                           : sum_squares_cpu(DType::Float64, converted(c, DType::Float64).data_ptr(), c.numel());
   }

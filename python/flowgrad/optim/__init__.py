@@ -67,7 +67,7 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad = _core.zeros(*p.shape, dtype=p.dtype)
+                    p.grad = _core.zeros(*p.shape, dtype=p.dtype, device=p.device)
 
     def _group_state(self, index):
         """Per-group lists of parameters and state tensors, built once and reused every step."""
@@ -155,8 +155,9 @@ class Adam(Optimizer):
             raise _invalid(f"{type(self).__name__}: betas must be in [0, 1) and eps >= 0, got {group['betas']}, {group['eps']}")
 
     def _init_state(self, p):
-        return {"exp_avg": _core.zeros(*p.shape, dtype=p.dtype), "exp_avg_sq": _core.zeros(*p.shape, dtype=p.dtype),
-                "step": _core.zeros((), dtype=_core.int64)}
+        return {"exp_avg": _core.zeros(*p.shape, dtype=p.dtype, device=p.device),
+                "exp_avg_sq": _core.zeros(*p.shape, dtype=p.dtype, device=p.device),
+                "step": _core.zeros((), dtype=_core.int64)}  # a host counter: bias correction is computed there
 
     def step(self):
         """One update of every parameter that has a gradient."""
