@@ -1,0 +1,157 @@
+"""GPU benchmarks against the PyTorch installed on the same machine, one run.
+
+    python benchmarks/bench_cuda.py [--save] [--quick]
+
+Measures what the CUDA backend runs today (issue 5 targets in brackets):
+  - GEMM float32 (and TF32) at 1024..8192: TFLOP/s vs torch.matmul          [>= 0.95x]
+  - a chain of 100 small elementwise ops, eager: us/op vs PyTorch eager     [<= 1.0x the time]
+  - MLP 784-512-512-10 training step (mse loss, AdamW), batch 64 and 512    [>= 1.0x]
+  - fused AdamW over 124M float32 parameters: GB/s as a fraction of the
+    GPU's peak memory bandwidth                                             [>= 0.8]
+The GPT-2-small-shaped bf16 run waits for the attention, layer-norm, cross-entropy and
+autocast kernels. Without a GPU (or without PyTorch built with CUDA) the script says why and
+exits with status 2.
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import flowgrad as fg
+from flowgrad import nn
+
+from common import machine, save
+
+# Peak memory bandwidth (GB/s) of the GPUs this project is measured on.
+PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0}
+
+
+def cuda_time(fn, sync, repeat=20, warmup=3):
+    """Best seconds per call over `repeat` synchronised calls."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def gemm(torch, sizes, tf32):
+    rows = []
+    fg.cuda.set_allow_tf32(tf32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    for n in sizes:
+        a_np = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+        a, b = fg.tensor(a_np, device="cuda"), fg.tensor(a_np.T.copy(), device="cuda")
+        ta, tb = torch.tensor(a_np, device="cuda"), torch.tensor(a_np.T.copy(), device="cuda")
+        t_fg = cuda_time(lambda: a @ b, fg.cuda.synchronize)
+        t_torch = cuda_time(lambda: ta @ tb, torch.cuda.synchronize)
+        flops = 2.0 * n ** 3
+        rows.append({"n": n, "tf32": tf32, "flowgrad_tflops": flops / t_fg / 1e12,
+                     "torch_tflops": flops / t_torch / 1e12, "ratio": t_torch / t_fg})
+    fg.cuda.set_allow_tf32(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return rows
+
+
+def launch_chain(torch, ops=100):
+    x, tx = fg.ones(1024, device="cuda"), torch.ones(1024, device="cuda")
+
+    def chain(v):
+        for _ in range(ops // 2):
+            v = v * 1.0001
+            v = v + 0.5
+        return v
+    t_fg = cuda_time(lambda: chain(x), fg.cuda.synchronize)
+    t_torch = cuda_time(lambda: chain(tx), torch.cuda.synchronize)
+    return {"ops": ops, "flowgrad_us_per_op": t_fg / ops * 1e6, "torch_us_per_op": t_torch / ops * 1e6,
+            "time_ratio": t_fg / t_torch}
+
+
+def mlp(torch, batch):
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((batch, 784)).astype(np.float32)
+    y_np = rng.standard_normal((batch, 10)).astype(np.float32)
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to("cuda")
+    opt = fg.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = fg.tensor(x_np, device="cuda"), fg.tensor(y_np, device="cuda")
+
+    def step():
+        opt.zero_grad()
+        fg.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    tmodel = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                 torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-3)
+    tx, ty = torch.tensor(x_np, device="cuda"), torch.tensor(y_np, device="cuda")
+
+    def tstep():
+        topt.zero_grad()
+        torch.nn.functional.mse_loss(tmodel(tx), ty).backward()
+        topt.step()
+    t_fg = cuda_time(step, fg.cuda.synchronize)
+    t_torch = cuda_time(tstep, torch.cuda.synchronize)
+    return {"batch": batch, "flowgrad_samples_per_s": batch / t_fg, "torch_samples_per_s": batch / t_torch,
+            "ratio": t_torch / t_fg}
+
+
+def adamw_bandwidth(gpu_name, params=124_000_000, tensors=148):
+    sizes = [params // tensors] * tensors
+    ps = [fg.nn.Parameter(fg.zeros(n, device="cuda")) for n in sizes]
+    for p in ps:
+        p.grad = fg.ones(p.shape[0], device="cuda")
+    opt = fg.optim.AdamW(ps, lr=1e-3)
+    t = cuda_time(opt.step, fg.cuda.synchronize, repeat=10)
+    moved = sum(sizes) * 4 * 7  # read p, g, m, v; write p, m, v
+    peak = next((v for k, v in PEAK_GBPS.items() if k in gpu_name), None)
+    gbps = moved / t / 1e9
+    return {"parameters": sum(sizes), "seconds": t, "gb_per_s": gbps, "peak_gb_per_s": peak,
+            "fraction_of_peak": gbps / peak if peak else None}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--save", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smaller GEMM sizes")
+    args = parser.parse_args()
+    if not fg.cuda.is_available():
+        print(f"bench_cuda: no usable GPU ({fg.cuda.unavailable_reason()})")
+        return 2
+    try:
+        import torch
+    except ImportError:
+        print("bench_cuda: PyTorch is not installed; it is the peer every number is compared with")
+        return 2
+    if not torch.cuda.is_available():
+        print("bench_cuda: this PyTorch cannot use the GPU")
+        return 2
+    gpu = torch.cuda.get_device_name(0)
+    result = {"machine": machine(), "gpu": gpu, "torch_cuda": torch.version.cuda,
+              "command": "python benchmarks/bench_cuda.py --save"}
+    sizes = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
+    result["gemm"] = gemm(torch, sizes, False) + gemm(torch, sizes, True)
+    for r in result["gemm"]:
+        print(f"GEMM n={r['n']}{' tf32' if r['tf32'] else ''}: {r['flowgrad_tflops']:.1f} vs torch "
+              f"{r['torch_tflops']:.1f} TFLOP/s -> {r['ratio']:.2f}x")
+    result["launch_chain"] = c = launch_chain(torch)
+    print(f"100-op chain: {c['flowgrad_us_per_op']:.2f} vs torch {c['torch_us_per_op']:.2f} us/op "
+          f"-> {c['time_ratio']:.2f}x the time")
+    result["mlp"] = [mlp(torch, b) for b in (64, 512)]
+    for r in result["mlp"]:
+        print(f"MLP b{r['batch']}: {r['flowgrad_samples_per_s']:.0f} vs torch {r['torch_samples_per_s']:.0f} "
+              f"samples/s -> {r['ratio']:.2f}x")
+    result["adamw"] = a = adamw_bandwidth(gpu)
+    print(f"AdamW 124M: {a['gb_per_s']:.0f} GB/s" + (f" = {a['fraction_of_peak']:.2f} of peak" if a["peak_gb_per_s"] else ""))
+    if args.save:
+        print("saved", save("bench_cuda", result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
