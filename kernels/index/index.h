@@ -16,6 +16,13 @@ void scatter_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t o
 // out (outer, n, inner)[o, i, :] = x (outer, d, inner)[o, idx[i], :]
 void index_select_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
                       int64_t n, int64_t inner, void* out);
+// The same three on CUDA device memory (CUDA builds only).
+void gather_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+                 int64_t n, int64_t inner, void* out);
+void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t outer,
+                      int64_t d, int64_t n, int64_t inner, void* out);
+void index_select_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+                       int64_t n, int64_t inner, void* out);
 // Sorts each line of x (outer, d, inner) along d into values/indices (outer, k, inner),
 // keeping the first k (k = d for a full sort). Stable; NaN sorts as the largest value.
 void sort_cpu(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,

@@ -11,6 +11,8 @@ namespace fg {
 // query row l % L and its entries j > l % L are masked out (-inf).
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
                  void* y, double scale, int64_t causal_rows);
+void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
+                  void* y, double scale, int64_t causal_rows);  // CUDA builds only
 
 // Normalises each row of x (rows, cols): y = (x - mean) * rstd [* w] [+ b]; writes mean and
 // rstd (rows) for the backward rule. w, b (cols) may be null.

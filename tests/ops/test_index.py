@@ -100,3 +100,21 @@ def test_sort_argsort_topk(rng):
     gradcheck(lambda x: fg.topk(x, 2)[0] * fg.sort(x, dim=0)[0][:, :2], make(rng, (4, 5)))
     with pytest.raises(fg.IndexOutOfRangeError, match="topk: k = 8 is out of range for dim 1 of size 7"):
         fg.topk(f64(a), 8)
+
+
+def test_gather_scatter_add_index_select_on_device(device):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 5, 4))
+    idx = rng.integers(-5, 5, size=(3, 7, 4))
+    t, ti = fg.tensor(x), fg.tensor(idx)
+    here = fg.gather(t.to(device), 1, ti.to(device))
+    np.testing.assert_array_equal(here.cpu().numpy(), fg.gather(t, 1, ti).numpy())
+    src = fg.tensor(rng.normal(size=(3, 7, 4)))
+    summed = fg.scatter_add(fg.zeros(3, 5, 4, dtype=fg.float64).to(device), 1, ti.to(device), src.to(device))
+    np.testing.assert_allclose(summed.cpu().numpy(), fg.scatter_add(fg.zeros(3, 5, 4, dtype=fg.float64), 1, ti, src).numpy(),
+                               rtol=1e-12, atol=1e-12)
+    rows = fg.tensor([4, 0, -1, 2])
+    np.testing.assert_array_equal(fg.index_select(t.to(device), 1, rows.to(device)).cpu().numpy(),
+                                  fg.index_select(t, 1, rows).numpy())
+    with pytest.raises(fg.IndexOutOfRangeError, match="gather: index 5 is out of range for dimension 1 of size 5"):
+        fg.gather(t.to(device), 1, fg.tensor(np.full((3, 1, 4), 5)).to(device))

@@ -266,3 +266,36 @@ def test_dropout_same_mask_on_every_device(device):
     fg.manual_seed(5)
     reference = fg.nn.functional.dropout(x, 0.3, training=True)
     np.testing.assert_array_equal(here.cpu().numpy(), reference.numpy())
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape,dim", [((5, 300), -1), ((3, 7, 4), 1), ((2, 1), -1), ((4, 0), -1)])
+def test_softmax_on_device(rng, log, shape, dim, device):
+    a = make(rng, shape, np.float32, -4, 4)
+    fn = F.log_softmax if log else F.softmax
+    here = fn(fg.tensor(a).to(device), dim)
+    assert here.device == device
+    fg.testing.assert_close(here, fn(fg.tensor(a), dim).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_scaled_softmax_on_device(rng, device):
+    q, k, v = (fg.tensor(make(rng, (2, 3, 9, 8), np.float32)) for _ in range(3))
+    here = F.scaled_dot_product_attention(q.to(device), k.to(device), v.to(device), is_causal=True)
+    fg.testing.assert_close(here, F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_cross_entropy_and_embedding_on_device(rng, device):
+    logits = fg.tensor(make(rng, (6, 5), np.float32), requires_grad=True)
+    target = fg.tensor([0, 4, 2, -100, 1, 3])
+    loss = F.cross_entropy(logits.to(device), target.to(device), ignore_index=-100, label_smoothing=0.1)
+    ref = F.cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.1)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    loss.backward()
+    grad_here = logits.grad.numpy().copy()
+    logits.grad = None
+    ref.backward()
+    np.testing.assert_allclose(grad_here, logits.grad.numpy(), rtol=1e-5, atol=1e-6)
+    emb = fg.nn.Embedding(10, 4)
+    idx = fg.tensor([[1, 9, 1], [0, 3, -1]])
+    here = emb.to(device)(idx.to(device))
+    np.testing.assert_array_equal(here.cpu().numpy(), emb.to("cpu")(idx).numpy())

@@ -24,13 +24,14 @@ Specs gather_shape(TensorList in, const Attrs& attrs) {
   check_index_layout(in[0], in[1], dim, "gather");
   return {{in[1].shape(), in[0].dtype()}};
 }
+template <decltype(&gather_cpu) Run>
 void gather_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather");
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   Tensor idx = checked_index(in[1], d, "gather", dim);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  gather_cpu(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim), d, n,
+  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim), d, n,
              span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors gather_backward(const BackwardCtx& c) {
@@ -39,7 +40,8 @@ Tensors gather_backward(const BackwardCtx& c) {
   return {scatter_add(zero, c.attrs.i("dim"), c.inputs[1], c.grads[0]), Tensor()};
 }
 const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative,
-                     .shape_rule = gather_shape, .cpu = gather_kernel, .backward = gather_backward,
+                     .shape_rule = gather_shape, .cpu = gather_kernel<gather_cpu>,
+                     .cuda = FG_CUDA(gather_kernel<gather_cuda>), .backward = gather_backward,
                      .saved = Saved::Inputs, .nondiff_inputs = 2u};
 
 Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
@@ -50,6 +52,7 @@ Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
            " must have the index's shape ", to_string(index.shape()));
   return {{x.shape(), promote(x.dtype(), src.dtype())}};
 }
+template <decltype(&scatter_add_cpu) Run>
 void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   copy_into(y, in[0]);
@@ -58,7 +61,7 @@ void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor idx = checked_index(in[1], d, "scatter_add", dim);
   Tensor src = contiguous_raw(converted(in[2], y.dtype()));
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  scatter_add_cpu(y.dtype(), src.data_ptr(), idx.data<int64_t>(), span(y.shape(), 0, dim), d, n,
+  Run(y.dtype(), src.data_ptr(), idx.data<int64_t>(), span(y.shape(), 0, dim), d, n,
                   span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
 }
 Tensors scatter_add_backward(const BackwardCtx& c) {
@@ -66,7 +69,8 @@ Tensors scatter_add_backward(const BackwardCtx& c) {
   return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
 const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
-                          .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel,
+                          .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel<scatter_add_cpu>,
+                          .cuda = FG_CUDA(scatter_add_kernel<scatter_add_cuda>),
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
                           .nondiff_inputs = 2u};
 
@@ -82,11 +86,12 @@ Specs index_select_shape(TensorList in, const Attrs& attrs) {
   shape[dim] = index.shape()[0];
   return {{shape, x.dtype()}};
 }
+template <decltype(&index_select_cpu) Run>
 void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
   Tensor idx = checked_index(in[1], x.shape()[dim], "index_select", dim);
-  index_select_cpu(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim),
+  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim),
                    x.shape()[dim], idx.numel(), span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors index_select_backward(const BackwardCtx& c) {
@@ -99,7 +104,8 @@ Tensors index_select_backward(const BackwardCtx& c) {
   return {scatter_add(zero, dim, idx, g), Tensor()};
 }
 const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative,
-                           .shape_rule = index_select_shape, .cpu = index_select_kernel,
+                           .shape_rule = index_select_shape, .cpu = index_select_kernel<index_select_cpu>,
+                           .cuda = FG_CUDA(index_select_kernel<index_select_cuda>),
                            .backward = index_select_backward, .saved = Saved::Inputs,
                            .nondiff_inputs = 2u};
 

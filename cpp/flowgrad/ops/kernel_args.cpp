@@ -62,6 +62,13 @@ Tensor contiguous_raw(const Tensor& t) {
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
   FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
+  if (!index.device().is_cpu()) {  // checked and wrapped on the host (one round trip), then back
+    Tensor host = checked_index(to_host(index), size, op, dim);
+    Tensor back = Tensor::empty(host.shape(), DType::Int64, index.device());
+    cuda::copy_bytes(back.data_ptr(), index.device(), host.data_ptr(), cpu_device(),
+                     static_cast<size_t>(host.numel()) * sizeof(int64_t));
+    return back;
+  }
   Tensor idx = contiguous_raw(converted(index, DType::Int64));
   if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
     Tensor copy = Tensor::empty(idx.shape(), DType::Int64, idx.device());

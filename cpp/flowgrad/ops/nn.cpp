@@ -22,12 +22,13 @@ Specs softmax_shape(TensorList in, const Attrs& attrs) {
            to_string(in[0].shape()));
   return {{in[0].shape(), in[0].dtype()}};
 }
+template <decltype(&softmax_cpu) Run>
 void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax");
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
   int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
-  softmax_cpu(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,
+  Run(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,
               span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr(), attrs.f("scale"), causal_rows);
 }
 // Masked entries have y = 0 (softmax), so they receive no gradient.
@@ -39,7 +40,8 @@ Tensors softmax_backward(const BackwardCtx& c) {
   return {scale == 1.0 ? dx : dx * scale};
 }
 const OpDef k_softmax{.name = "softmax", .family = Family::NN, .shape_rule = softmax_shape,
-                      .cpu = softmax_kernel, .backward = softmax_backward, .saved = Saved::Outputs};
+                      .cpu = softmax_kernel<softmax_cpu>,
+                      .cuda = FG_CUDA(softmax_kernel<softmax_cuda>), .backward = softmax_backward, .saved = Saved::Outputs};
 
 // ---- layer_norm / rms_norm over the trailing `normalized_ndim` dims ----
 // Inputs: x, then weight if has_weight, then bias if has_bias. Outputs: y and per-row
