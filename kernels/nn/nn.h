@@ -30,6 +30,15 @@ void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, cons
                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
                        void* xhat);
 
+// CUDA counterparts (CUDA builds only).
+void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
+                     int64_t cols, double eps, void* y, void* mean, void* rstd);
+void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
+                   double eps, void* y, void* rstd);
+void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w,
+                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
+                        void* xhat);
+
 struct Conv2dGeometry {
   int64_t n, c, h, w;            // input (N, C, H, W)
   int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;

@@ -1,11 +1,13 @@
-// CUDA softmax / log_softmax with the CPU kernel's semantics (scale, causal rows, an all -inf
-// row gives NaN, masked entries 0 or -inf). Rows along the last dim (inner == 1): one block per
-// row, partial max and sum combined in shared memory. Strided lines: one thread per line.
+// CUDA nn kernels with the CPU kernels' semantics. softmax / log_softmax (scale, causal rows,
+// an all -inf row gives NaN, masked entries 0 or -inf): rows along the last dim take one block
+// per row, strided lines one thread per line. layer_norm / rms_norm and their first-order
+// backward: one block per row, statistics in double.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "flowgrad/core/errors.h"
+#include "kernels/common/block_reduce.cuh"
 #include "kernels/common/functors.h"
 #include "kernels/nn/nn.h"
 
@@ -29,24 +31,11 @@ __global__ void softmax_rows(bool log, const T* x, int64_t r, T* y, T scale, int
     T v = x[base + k] * scale;
     m = v > m ? v : m;
   }
-  shared[threadIdx.x] = static_cast<double>(m);
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half && shared[threadIdx.x + half] > shared[threadIdx.x]) shared[threadIdx.x] = shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  m = static_cast<T>(shared[0]);
+  m = static_cast<T>(block_combine(static_cast<double>(m), shared, MaxOp{}));
   if (m == -INFINITY) m = T(0);  // an all -inf row gives NaN like NumPy
-  __syncthreads();
   double s = 0;
   for (int64_t k = threadIdx.x; k < valid; k += blockDim.x) s += fn::exp_any(x[base + k] * scale - m);
-  shared[threadIdx.x] = s;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  double sum = shared[0];
+  double sum = block_combine(s, shared, SumOp{});
   for (int64_t k = threadIdx.x; k < r; k += blockDim.x)
     y[base + k] = k < valid ? write_value(log, x[base + k] * scale, m, sum) : (log ? T(-INFINITY) : T(0));
 }
@@ -88,6 +77,109 @@ void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r
   });
   cudaError_t err = cudaGetLastError();
   FG_CHECK(err == cudaSuccess, Device, "softmax on cuda: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+namespace {
+
+template <class T>
+__global__ void norm_rows(bool rms, const T* x, const T* w, const T* b, int64_t cols, double eps, T* y, T* mean,
+                          T* rstd) {
+  __shared__ double shared[kBlock];
+  const T* row = x + blockIdx.x * cols;
+  double mu = 0;
+  if (!rms) {
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += static_cast<double>(row[j]);
+    mu = block_combine(s, shared, SumOp{}) / static_cast<double>(cols);
+  }
+  double ss = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    double d = static_cast<double>(row[j]) - mu;
+    ss += d * d;
+  }
+  double var = block_combine(ss, shared, SumOp{}) / static_cast<double>(cols);
+  T inv = static_cast<T>(1.0 / sqrt(var + eps)), m = static_cast<T>(mu);
+  T* out = y + blockIdx.x * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    T v = (row[j] - m) * inv;
+    if (w) v *= w[j];
+    if (b) v += b[j];
+    out[j] = v;
+  }
+  if (threadIdx.x == 0) {
+    if (mean) mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = inv;
+  }
+}
+
+template <class T>
+__global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w, const T* mean, const T* rstd,
+                                   int64_t cols, T* dx, T* xhat) {
+  __shared__ double shared[kBlock];
+  int64_t base = blockIdx.x * cols;
+  const T mu = rms ? T(0) : mean[blockIdx.x], inv = rstd[blockIdx.x];
+  double sum_gw = 0, sum_gwx = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    T h = (x[base + j] - mu) * inv;
+    T gw = w ? g[base + j] * w[j] : g[base + j];
+    xhat[base + j] = h;
+    sum_gw += static_cast<double>(gw);
+    sum_gwx += static_cast<double>(gw) * static_cast<double>(h);
+  }
+  const T a = rms ? T(0) : T(block_combine(sum_gw, shared, SumOp{}) / static_cast<double>(cols));
+  const T c = T(block_combine(sum_gwx, shared, SumOp{}) / static_cast<double>(cols));
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    T gw = w ? g[base + j] * w[j] : g[base + j];
+    dx[base + j] = inv * (gw - a - xhat[base + j] * c);
+  }
+}
+
+void launched(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+unsigned row_blocks(int64_t rows, const char* what) {
+  FG_CHECK(rows <= INT32_MAX, Value, what, " on cuda: ", rows, " rows exceed one launch");
+  return static_cast<unsigned>(rows);
+}
+
+}  // namespace
+
+void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, int64_t rows, int64_t cols, double eps,
+                     void* y, void* mean, void* rstd) {
+  if (rows == 0 || cols == 0) return;
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
+    using T = decltype(tag);
+    norm_rows<T><<<row_blocks(rows, "layer_norm"), kBlock>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
+                                                               static_cast<const T*>(b), cols, eps, static_cast<T*>(y),
+                                                               static_cast<T*>(mean), static_cast<T*>(rstd));
+  });
+  launched("layer_norm");
+}
+
+void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols, double eps, void* y,
+                   void* rstd) {
+  if (rows == 0 || cols == 0) return;
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
+    using T = decltype(tag);
+    norm_rows<T><<<row_blocks(rows, "rms_norm"), kBlock>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
+                                                             nullptr, cols, eps, static_cast<T*>(y), nullptr,
+                                                             static_cast<T*>(rstd));
+  });
+  launched("rms_norm");
+}
+
+void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
+                        const void* rstd, int64_t rows, int64_t cols, void* dx, void* xhat) {
+  if (rows == 0 || cols == 0) return;
+  visit_float_dtype(dtype, "norm backward", [&](auto tag) {
+    using T = decltype(tag);
+    norm_backward_rows<T><<<row_blocks(rows, "norm backward"), kBlock>>>(
+        rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(mean),
+        static_cast<const T*>(rstd), cols, static_cast<T*>(dx), static_cast<T*>(xhat));
+  });
+  launched("norm backward");
 }
 
 }  // namespace fg

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "flowgrad/core/errors.h"
+#include "kernels/common/block_reduce.cuh"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {
@@ -30,15 +31,7 @@ template <class T, class F>
 __device__ double block_sum(const T* line, int64_t r, int64_t stride, double* shared, F f) {
   double acc = 0;
   for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc += f(static_cast<double>(line[k * stride]));
-  shared[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  double total = shared[0];
-  __syncthreads();
-  return total;
+  return block_combine(acc, shared, SumOp{});
 }
 
 template <class T>

@@ -299,3 +299,20 @@ def test_cross_entropy_and_embedding_on_device(rng, device):
     idx = fg.tensor([[1, 9, 1], [0, 3, -1]])
     here = emb.to(device)(idx.to(device))
     np.testing.assert_array_equal(here.cpu().numpy(), emb.to("cpu")(idx).numpy())
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_norms_and_their_gradients_on_device(rng, rms, device):
+    x = fg.tensor(make(rng, (5, 3, 300), np.float32), requires_grad=True)
+    w = fg.tensor(make(rng, (300,), np.float32, 0.5, 1.5), requires_grad=True)
+    b = fg.tensor(make(rng, (300,), np.float32), requires_grad=True)
+
+    def run(dev):
+        for t in (x, w, b):
+            t.grad = None
+        y = F.rms_norm(x.to(dev), (300,), w.to(dev)) if rms else F.layer_norm(x.to(dev), (300,), w.to(dev), b.to(dev))
+        (y * y).sum().backward()
+        return y.cpu().numpy(), x.grad.numpy().copy(), w.grad.numpy().copy()
+
+    for got, want in zip(run(device), run("cpu")):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

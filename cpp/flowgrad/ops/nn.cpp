@@ -84,14 +84,16 @@ NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt) {
 }
 const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+template <decltype(&layer_norm_cpu) Run>
 void layer_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
-  layer_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
+  Run(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
                  a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
+template <decltype(&rms_norm_cpu) Run>
 void rms_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
-  rms_norm_cpu(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
+  Run(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
                out[0].data_ptr(), out[1].data_ptr());
 }
 
@@ -135,6 +137,7 @@ Tensors rms_norm_backward(const BackwardCtx& c) { return norm_backward(c, true);
 Specs norm_backward_shape(TensorList in, const Attrs&) {
   return {{in[1].shape(), in[1].dtype()}, {in[1].shape(), in[1].dtype()}};
 }
+template <decltype(&norm_backward_cpu) Run>
 void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
   Tensor g = contiguous_raw(in[0]), x = contiguous_raw(in[1]);
@@ -143,12 +146,13 @@ void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs)
   Tensor mean = rms ? Tensor() : contiguous_raw(in[next++]);
   Tensor rstd = contiguous_raw(in[next]);
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
-  norm_backward_cpu(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+  Run(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
                     mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
                     out[0].data_ptr(), out[1].data_ptr());
 }
 const OpDef k_norm_backward{.name = "norm_backward", .family = Family::NN, .shape_rule = norm_backward_shape,
-                            .cpu = norm_backward_kernel,
+                            .cpu = norm_backward_kernel<norm_backward_cpu>,
+                            .cuda = FG_CUDA(norm_backward_kernel<norm_backward_cuda>),
                             .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
 
 Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
@@ -166,10 +170,12 @@ Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
 }
 
 const OpDef k_layer_norm{.name = "layer_norm", .family = Family::NN, .shape_rule = layer_norm_shape,
-                         .cpu = layer_norm_kernel, .backward = layer_norm_backward,
+                         .cpu = layer_norm_kernel<layer_norm_cpu>, .cuda = FG_CUDA(layer_norm_kernel<layer_norm_cuda>),
+                         .backward = layer_norm_backward,
                          .saved = Saved::InputsAndOutputs};
 const OpDef k_rms_norm{.name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
-                       .cpu = rms_norm_kernel, .backward = rms_norm_backward,
+                       .cpu = rms_norm_kernel<rms_norm_cpu>, .cuda = FG_CUDA(rms_norm_kernel<rms_norm_cuda>),
+                       .backward = rms_norm_backward,
                        .saved = Saved::InputsAndOutputs};
 
 // ---- im2col / col2im ----
