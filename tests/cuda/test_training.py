@@ -37,3 +37,19 @@ def test_training_matches_the_cpu(make_optimizer, device):
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-6)
     for p, r in zip(params, ref_params):
         np.testing.assert_allclose(p, r, rtol=1e-4, atol=1e-5)
+
+
+def test_transformer_block_matches_the_cpu(device):
+    fg.manual_seed(1)
+    block = nn.TransformerBlock(32, 4, causal=True)
+    x = fg.randn(2, 9, 32)
+    want = block(x)
+    want.square().mean().backward()
+    want_grads = [p.grad.numpy().copy() for p in block.parameters()]
+    block.zero_grad()
+    block.to(device)
+    got = block(x.to(device))
+    got.square().mean().backward()
+    fg.testing.assert_close(got, want.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for p, g in zip(block.parameters(), want_grads):
+        np.testing.assert_allclose(p.grad.cpu().numpy(), g, rtol=1e-3, atol=1e-5)
