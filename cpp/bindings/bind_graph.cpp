@@ -173,14 +173,7 @@ void bind_graph_class(py::module_& m) {
       .def_property_readonly("tags", &Graph::tags, "The node tags, in flow order.")
       .def_property_readonly("input_names", &Graph::input_names, "The graph inputs: 'input' then each input(name).")
       .def_property_readonly("levels", [](const Graph& self) {
-        std::vector<std::vector<int>> levels;
-        for (size_t id = 0; id < self.nodes().size(); ++id) {
-          int l = self.nodes()[id].level;
-          if (self.nodes()[id].kind == graph::NodeKind::Input) continue;
-          if (static_cast<int>(levels.size()) < l) levels.resize(l);
-          levels[l - 1].push_back(static_cast<int>(id));
-        }
-        return levels;
+        return std::vector<std::vector<int>>(self.levels().begin() + 1, self.levels().end());
       }, "Node indices per topological level; nodes of one level may run concurrently.")
       .def_property("parallel", &Graph::parallel, &Graph::set_parallel,
                     "Run independent nodes of a level concurrently on the CPU pool (default True).")
@@ -188,6 +181,8 @@ void bind_graph_class(py::module_& m) {
       .def("sub", &Graph::sub, py::arg("tag"), "The module of the tagged node (a nested Graph stays observable).")
       .def("traces", &Graph::traces, py::arg("tag"), "Per-iteration outputs of the tagged loop in the last forward.")
       .def("tag_group", &Graph::group, py::arg("name"), "The tags of a tag group (empty when no such group).")
+      .def("_expand", [](const Graph& self, py::args tags) { return self.expand(strings(tags, "expand")); },
+           "Tags with every tag group replaced by its members.")
       .def("parameters_by_tag", [](const Graph& self, const std::string& tag) {
         py::list out;
         for (const auto& [name, p] : self.parameters_by_tag(tag)) out.append(p);

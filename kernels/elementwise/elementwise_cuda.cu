@@ -1,23 +1,11 @@
 // CUDA elementwise kernels: the same functors and function switch as the CPU file
 // (elementwise_dispatch.h), over strided operands. Contiguous operands take a flat kernel;
 // broadcast or strided ones compute each operand's offset from the linear index.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
+#include "kernels/common/launch.cuh"
 #include "kernels/elementwise/elementwise_dispatch.h"
 
 namespace fg {
 namespace {
-
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16)); }
-
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
-}
 
 // Byte offsets of the element with linear index i (row-major over s.shape) in each operand.
 template <int N>
@@ -40,15 +28,13 @@ bool flat(const Strided<N>& s, const int (&sizes)[N]) {
 
 template <class Out, class In, class F>
 __global__ void map1_flat(Out* y, const In* x, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  FG_GRID_LOOP(i, n)
     y[i] = f(x[i]);
 }
 
 template <class Out, class In, class F>
 __global__ void map1_strided(Strided<2> s, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  FG_GRID_LOOP(i, n) {
     int64_t off[2];
     offsets_of(s, i, off);
     *reinterpret_cast<Out*>(s.data[0] + off[0]) = f(*reinterpret_cast<const In*>(s.data[1] + off[1]));
@@ -57,15 +43,13 @@ __global__ void map1_strided(Strided<2> s, int64_t n, F f) {
 
 template <class Out, class T, class F>
 __global__ void map2_flat(Out* y, const T* a, const T* b, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  FG_GRID_LOOP(i, n)
     y[i] = f(a[i], b[i]);
 }
 
 template <class Out, class T, class F>
 __global__ void map2_strided(Strided<3> s, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  FG_GRID_LOOP(i, n) {
     int64_t off[3];
     offsets_of(s, i, off);
     *reinterpret_cast<Out*>(s.data[0] + off[0]) =
@@ -75,8 +59,7 @@ __global__ void map2_strided(Strided<3> s, int64_t n, F f) {
 
 template <class T>
 __global__ void where_strided(Strided<4> s, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  FG_GRID_LOOP(i, n) {
     int64_t off[4];
     offsets_of(s, i, off);
     bool c = *reinterpret_cast<const bool*>(s.data[1] + off[1]);
@@ -92,10 +75,10 @@ struct CudaMap {
     if (n == 0) return;
     const int sizes[2] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(In))};
     if (flat(s, sizes))
-      map1_flat<Out, In><<<blocks_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
+      map1_flat<Out, In><<<grid_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
                                                         reinterpret_cast<const In*>(s.data[1]), n, f);
     else
-      map1_strided<Out, In><<<blocks_for(n), kThreads>>>(s, n, f);
+      map1_strided<Out, In><<<grid_for(n), kThreads>>>(s, n, f);
     check_launch("elementwise");
   }
   template <class Out, class T, class F>
@@ -105,11 +88,11 @@ struct CudaMap {
     if (n == 0) return;
     const int sizes[3] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(T)), static_cast<int>(sizeof(T))};
     if (flat(s, sizes))
-      map2_flat<Out, T><<<blocks_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
+      map2_flat<Out, T><<<grid_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
                                                        reinterpret_cast<const T*>(s.data[1]),
                                                        reinterpret_cast<const T*>(s.data[2]), n, f);
     else
-      map2_strided<Out, T><<<blocks_for(n), kThreads>>>(s, n, f);
+      map2_strided<Out, T><<<grid_for(n), kThreads>>>(s, n, f);
     check_launch("elementwise");
   }
 };
@@ -129,7 +112,7 @@ void where_cuda(DType dtype, const Strided<4>& s) {
   c.coalesce();
   int64_t n = c.numel();
   if (n == 0) return;
-  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<blocks_for(n), kThreads>>>(c, n); });
+  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<grid_for(n), kThreads>>>(c, n); });
   check_launch("where");
 }
 

@@ -2,23 +2,11 @@
 // CPU kernels' layouts. Indices arrive validated and wrapped to [0, d). scatter_add
 // accumulates with atomics, so with repeated indices float sums may differ from the CPU in the
 // last bits (the order of additions is not fixed).
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
-#include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/index/index.h"
 
 namespace fg {
 namespace {
-
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16)); }
-
-#define FG_GRID_LOOP(p, n)                                                          \
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < (n); \
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // gather (each output element has its own index) and index_select (one index per position
 // along d, shared by the whole slice): out[o, i, j] = x[o, index, j].
@@ -48,18 +36,13 @@ __global__ void scatter_add_kernel(const T* src, const int64_t* idx, int64_t d, 
   }
 }
 
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
-}
-
 void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_t outer, int64_t d, int64_t n,
           int64_t inner, void* out, const char* what) {
   int64_t total = outer * n * inner;
   if (total == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    take_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
+    take_kernel<T><<<grid_for(total), kThreads>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
                                                       static_cast<T*>(out));
   });
   check_launch(what);
@@ -81,7 +64,7 @@ void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t 
     if constexpr (std::is_same_v<T, bool>) {
       fail(ErrorKind::DType, "scatter_add on cuda: bool tensors are not supported");
     } else {
-      scatter_add_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(src), idx, d, n, inner, total,
+      scatter_add_kernel<T><<<grid_for(total), kThreads>>>(static_cast<const T*>(src), idx, d, n, inner, total,
                                                                static_cast<T*>(out));
     }
   });

@@ -2,11 +2,7 @@
 // an all -inf row gives NaN, masked entries 0 or -inf): rows along the last dim take one block
 // per row, strided lines one thread per line. layer_norm / rms_norm and their first-order
 // backward: one block per row, statistics in double.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
-#include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/common/functors.h"
 #include "kernels/nn/nn.h"
@@ -14,7 +10,7 @@
 namespace fg {
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kBlock = kThreads;  // block-per-line kernels: a power of two for block_combine
 
 template <class T>
 __device__ T write_value(bool log, T v, T m, double sum) {
@@ -42,8 +38,7 @@ __global__ void softmax_rows(bool log, const T* x, int64_t r, T* y, T scale, int
 
 template <class T>
 __global__ void softmax_lines(bool log, const T* x, int64_t lines, int64_t r, int64_t inner, T* y, T scale) {
-  for (int64_t line = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; line < lines;
-       line += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  FG_GRID_LOOP(line, lines) {
     int64_t base = (line / inner) * r * inner + line % inner;
     T m = -INFINITY;
     for (int64_t k = 0; k < r; ++k) {
@@ -68,15 +63,12 @@ void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
     if (inner == 1) {
-      FG_CHECK(lines <= INT32_MAX, Value, "softmax on cuda: ", lines, " rows exceed one launch");
-      softmax_rows<T><<<static_cast<unsigned>(lines), kBlock>>>(log, xs, r, ys, T(scale), causal_rows);
+      softmax_rows<T><<<grid_rows(lines, "softmax"), kBlock>>>(log, xs, r, ys, T(scale), causal_rows);
     } else {
-      int blocks = static_cast<int>(std::min<int64_t>((lines + kBlock - 1) / kBlock, 1 << 16));
-      softmax_lines<T><<<blocks, kBlock>>>(log, xs, lines, r, inner, ys, T(scale));
+      softmax_lines<T><<<grid_for(lines), kBlock>>>(log, xs, lines, r, inner, ys, T(scale));
     }
   });
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, "softmax on cuda: kernel launch failed: ", cudaGetErrorString(err));
+  check_launch("softmax");
 }
 
 namespace {
@@ -134,16 +126,6 @@ __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w,
   }
 }
 
-void launched(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
-}
-
-unsigned row_blocks(int64_t rows, const char* what) {
-  FG_CHECK(rows <= INT32_MAX, Value, what, " on cuda: ", rows, " rows exceed one launch");
-  return static_cast<unsigned>(rows);
-}
-
 }  // namespace
 
 void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, int64_t rows, int64_t cols, double eps,
@@ -151,11 +133,11 @@ void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, i
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<row_blocks(rows, "layer_norm"), kBlock>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
                                                                static_cast<const T*>(b), cols, eps, static_cast<T*>(y),
                                                                static_cast<T*>(mean), static_cast<T*>(rstd));
   });
-  launched("layer_norm");
+  check_launch("layer_norm");
 }
 
 void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols, double eps, void* y,
@@ -163,11 +145,11 @@ void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int6
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<row_blocks(rows, "rms_norm"), kBlock>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
                                                              nullptr, cols, eps, static_cast<T*>(y), nullptr,
                                                              static_cast<T*>(rstd));
   });
-  launched("rms_norm");
+  check_launch("rms_norm");
 }
 
 void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
@@ -175,11 +157,11 @@ void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, con
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
-    norm_backward_rows<T><<<row_blocks(rows, "norm backward"), kBlock>>>(
+    norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock>>>(
         rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(mean),
         static_cast<const T*>(rstd), cols, static_cast<T*>(dx), static_cast<T*>(xhat));
   });
-  launched("norm backward");
+  check_launch("norm backward");
 }
 
 }  // namespace fg

@@ -1,36 +1,21 @@
 // CUDA optimizer updates: the CPU file's per-element functions (optim.h), one launch per
 // parameter buffer. Hyper-parameters are passed by value at launch.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
-#include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/optim/optim.h"
 
 namespace fg {
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16)); }
-
 template <class T>
 __global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, SgdCoeffs<T> c) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  FG_GRID_LOOP(i, n)
     sgd_element<T>(p[i], g[i], buf ? buf + i : nullptr, c);
 }
 
 template <class T>
 __global__ void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamCoeffs<T> c) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  FG_GRID_LOOP(i, n)
     adam_element<T>(p[i], g[i], m[i], v[i], c);
-}
-
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -41,7 +26,7 @@ void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     SgdCoeffs<T> c{T(h.lr), T(h.weight_decay), T(h.momentum), T(1 - h.dampening), h.nesterov, first};
-    sgd_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+    sgd_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                                  static_cast<T*>(momentum_buf), n, c);
   });
   check_launch("SGD");
@@ -52,7 +37,7 @@ void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg,
   if (n == 0) return;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    adam_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+    adam_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                                   static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n,
                                                   adam_coeffs<T>(h, step));
   });

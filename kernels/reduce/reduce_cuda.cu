@@ -3,24 +3,19 @@
 // (reads coalesce across `inner`). Few long lines: one block per line, threads striding the
 // line and combining partials in shared memory (sums in double; for Max/Min/Arg* the first
 // NaN, else the extreme with the lowest index, wins, exactly as the sequential loop).
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
-#include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kBlock = kThreads;  // block-per-line kernels: a power of two for block_combine
 
 template <class T, class Out>
 __global__ void reduce_lines(ReduceFn fn, const T* x, int64_t lines, int64_t r, int64_t inner, Out* out,
                              double correction) {
-  for (int64_t line = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; line < lines;
-       line += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  FG_GRID_LOOP(line, lines) {
     int64_t o = line / inner, j = line % inner;
     out[line] = reduce::reduce_line<T, Out>(fn, x + o * r * inner + j, r, inner, correction);
   }
@@ -121,15 +116,13 @@ void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, in
       const T* xs = static_cast<const T*>(x);
       Out* ys = static_cast<Out*>(out);
       if (lines >= 4096 || r < 256) {
-        int blocks = static_cast<int>(std::min<int64_t>((lines + kBlock - 1) / kBlock, 1 << 16));
-        reduce_lines<T, Out><<<blocks, kBlock>>>(fn, xs, lines, r, inner, ys, correction);
+        reduce_lines<T, Out><<<grid_for(lines), kBlock>>>(fn, xs, lines, r, inner, ys, correction);
       } else {
-        reduce_blocks<T, Out><<<static_cast<unsigned>(lines), kBlock>>>(fn, xs, r, inner, ys, correction);
+        reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock>>>(fn, xs, r, inner, ys, correction);
       }
     });
   });
-  cudaError_t err = cudaGetLastError();
-  FG_CHECK(err == cudaSuccess, Device, "reduce on cuda: kernel launch failed: ", cudaGetErrorString(err));
+  check_launch("reduce");
 }
 
 }  // namespace fg

@@ -153,7 +153,7 @@ class LiveChart:
             raise ImportError("LiveChart needs IPython (run it in Jupyter)") from e
         self._html = HTML
         self.graph, self.title = graph, title
-        self.tags = [m for t in tags for m in (graph.tag_group(t) or [t])]
+        self.tags = graph._expand(*tags)
         self._handle = display(HTML(self._render()), display_id=True)
         graph.on_flush(lambda values: self.update())
 

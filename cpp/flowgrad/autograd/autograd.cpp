@@ -5,7 +5,6 @@
 #include <queue>
 #include <unordered_map>
 
-#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
@@ -347,14 +346,8 @@ Tensor detach(const Tensor& t) { return t.alias(); }
 
 namespace {
 Tensor copied_to(const Tensor& x, Device device) {
-  Tensor src = x.device().is_cpu() ? contiguous(detach(x)) : detach(x);
-  FG_CHECK(src.is_contiguous(), Device, "to: copying a non-contiguous ", x.device().str(), " tensor of shape ",
-           to_string(x.shape()), " to ", device.str(), " needs it contiguous first (call .contiguous())");
   try {
-    Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
-    cuda::copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(),
-                     static_cast<size_t>(x.numel()) * itemsize(x.dtype()));
-    return out;
+    return device_copy(x, device);
   } catch (const Error& e) {
     fail(e.kind(), "to: copying from ", x.device().str(), " to ", device.str(), ": ", e.what());
   }

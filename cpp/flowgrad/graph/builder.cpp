@@ -193,28 +193,27 @@ FlowBuilder& FlowBuilder::for_(int64_t count) {
   return *this;
 }
 
-FlowBuilder& FlowBuilder::while_(ModulePtr halt, int64_t max_iter) {
-  if (!finishing(Pending::Loop, "while_")) return *this;
-  if (!halt) fail_later("while_(): expected a halt module, got None");
-  if (max_iter < 0) fail_later("while_(): max_iter must be >= 0, got ", max_iter);
+FlowBuilder& FlowBuilder::halting(LoopMode mode, ModulePtr halt, int64_t max_iter, const char* what) {
+  if (!finishing(Pending::Loop, what)) return *this;
+  // while_ checks before each iteration (it may run zero times); until runs the body first.
+  int64_t least = mode == LoopMode::Until ? 1 : 0;
+  if (!halt) fail_later(what, "(): expected a halt module, got None");
+  if (max_iter < least)
+    fail_later(what, "(): max_iter must be >= ", least, least ? " (the body runs at least once)" : "", ", got ", max_iter);
   Node& n = nodes_[stream_[0]];
-  n.loop_mode = LoopMode::While;
+  n.loop_mode = mode;
   n.modules.push_back(std::move(halt));
   n.count = max_iter;
   pending_ = Pending::None;
   return *this;
 }
 
+FlowBuilder& FlowBuilder::while_(ModulePtr halt, int64_t max_iter) {
+  return halting(LoopMode::While, std::move(halt), max_iter, "while_");
+}
+
 FlowBuilder& FlowBuilder::until(ModulePtr halt, int64_t max_iter) {
-  if (!finishing(Pending::Loop, "until")) return *this;
-  if (!halt) fail_later("until(): expected a halt module, got None");
-  if (max_iter < 1) fail_later("until(): max_iter must be >= 1 (the body runs at least once), got ", max_iter);
-  Node& n = nodes_[stream_[0]];
-  n.loop_mode = LoopMode::Until;
-  n.modules.push_back(std::move(halt));
-  n.count = max_iter;
-  pending_ = Pending::None;
-  return *this;
+  return halting(LoopMode::Until, std::move(halt), max_iter, "until");
 }
 
 FlowBuilder& FlowBuilder::map(ModulePtr body) {

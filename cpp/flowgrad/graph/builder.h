@@ -45,6 +45,7 @@ class FlowBuilder {
   bool ready(const char* what);  // false (with an error) while a split, loop or map is open
   bool finishing(Pending kind, const char* what);
   int add(Node node);
+  FlowBuilder& halting(LoopMode mode, ModulePtr halt, int64_t max_iter, const char* what);
   FlowBuilder& routed(NodeKind kind, ModulePtr chooser, const std::vector<ModulePtr>& branches, const char* what);
   std::string where(int id) const { return nodes_[id].name(id); }
 

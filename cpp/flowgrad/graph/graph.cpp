@@ -119,6 +119,7 @@ double Profile::parallelism() const {
 
 Graph::Graph(std::vector<Node> nodes, std::vector<std::string> input_names, int output)
     : nn::Module("Graph"), nodes_(std::move(nodes)), input_names_(std::move(input_names)), output_(output) {
+  levels_.resize(1);
   for (size_t id = 0; id < nodes_.size(); ++id) {
     Node& n = nodes_[id];
     if (!n.tag.empty()) tags_[n.tag] = static_cast<int>(id);
@@ -134,7 +135,8 @@ Graph::Graph(std::vector<Node> nodes, std::vector<std::string> input_names, int 
     if (static_cast<int>(levels_.size()) <= n.level) levels_.resize(n.level + 1);
     levels_[n.level].push_back(static_cast<int>(id));
     for (const Ref& r : n.refs)
-      if (r.state) state_tags_.push_back(r.tag);
+      if (r.state && std::find(state_tags_.begin(), state_tags_.end(), r.tag) == state_tags_.end())
+        state_tags_.push_back(r.tag);
     // Parameters are reachable by node index: "3.weight"; constructs hold their parts by role.
     if (n.modules.size() == 1 && (n.kind == NodeKind::Module || n.kind == NodeKind::Merge || n.kind == NodeKind::Also)) {
       register_module(std::to_string(id), n.modules[0]);
@@ -185,9 +187,8 @@ std::vector<std::string> Graph::tags() const {
 
 Tensor Graph::tagged(const std::string& tag) const {
   int id = node_of(tag);
-  auto it = last_.find(id);
-  FG_CHECK(it != last_.end(), Graph, "tag '", tag, "' has no value yet: run the graph first");
-  return it->second;
+  FG_CHECK(static_cast<size_t>(id) < last_.size(), Graph, "tag '", tag, "' has no value yet: run the graph first");
+  return last_[id];
 }
 
 const Tensors& Graph::traces(const std::string& tag) const {
@@ -195,8 +196,7 @@ const Tensors& Graph::traces(const std::string& tag) const {
   FG_CHECK(nodes_[id].kind == NodeKind::Loop, Graph, "traces('", tag, "'): ", nodes_[id].name(id),
            " is not a loop; traces are the per-iteration outputs of a loop");
   static const Tensors none;
-  auto it = traces_.find(id);
-  return it == traces_.end() ? none : it->second;
+  return static_cast<size_t>(id) < traces_.size() ? traces_[id] : none;
 }
 
 ModulePtr Graph::sub(const std::string& tag) const {
@@ -460,11 +460,9 @@ Tensors Graph::forward_with_timeout(const Tensors& inputs, std::optional<double>
     run_level(levels_[level], run);
     if (profiling_) profile_.level_seconds[level] = since(level_start);
   }
-  last_.clear();
+  last_.assign(nodes_.size(), Tensor());
   for (const auto& [tag, id] : tags_) last_[id] = detach(run.values[id]);
-  traces_.clear();
-  for (size_t id = 0; id < nodes_.size(); ++id)
-    if (nodes_[id].kind == NodeKind::Loop) traces_[static_cast<int>(id)] = std::move(run.traces[id]);
+  traces_ = std::move(run.traces);
   for (const std::string& tag : state_tags_) state_[tag] = run.values[tags_.at(tag)];
   if (profiling_) {
     profile_.total = since(start);
@@ -480,9 +478,9 @@ void Graph::collect(const std::vector<std::string>& tags) {
   std::vector<std::string> chosen = tags.empty() ? this->tags() : expand(tags);
   for (const std::string& tag : chosen) {
     int id = node_of(tag);
-    auto it = last_.find(id);
-    FG_CHECK(it != last_.end(), Graph, "collect('", tag, "'): the tag has no value yet: run the graph first");
-    observer_.record(tag, it->second);
+    FG_CHECK(static_cast<size_t>(id) < last_.size(), Graph, "collect('", tag,
+             "'): the tag has no value yet: run the graph first");
+    observer_.record(tag, last_[id]);
   }
 }
 

@@ -52,11 +52,6 @@ struct Node {
   std::string name(int id) const;  // "node 3 'hidden' (Linear)" for messages
 };
 
-struct NodeTiming {
-  int node;
-  double seconds;
-};
-
 // One forward's timings: per node, and per level the wall time of the level as a whole.
 struct Profile {
   double total = 0;
@@ -75,7 +70,8 @@ class Graph : public nn::Module {
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
-  int num_levels() const { return num_levels_; }
+  // Node indices per topological level (level 1 first; graph inputs are level 0 and not listed).
+  const std::vector<std::vector<int>>& levels() const { return levels_; }
 
   // Tags: the node a tag names, the members of a tag group, and the values of the last call.
   int node_of(const std::string& tag) const;  // raises GraphError for an unknown tag
@@ -131,15 +127,14 @@ class Graph : public nn::Module {
 
   std::vector<Node> nodes_;
   std::vector<std::string> input_names_;
-  std::vector<std::vector<int>> levels_;
-  int num_levels_ = 0;
+  std::vector<std::vector<int>> levels_;  // levels_[0] stays empty: inputs are not run
   std::map<std::string, int> tags_;
   std::map<std::string, std::vector<std::string>> groups_;
   int output_;  // the node whose value the graph returns
   std::vector<std::string> state_tags_;  // tags read by forward references
 
-  std::map<int, Tensor> last_;       // tagged values of the last call (detached)
-  std::map<int, Tensors> traces_;    // per-iteration loop outputs of the last call (detached)
+  Tensors last_;                  // per node: its value in the last call if tagged (detached)
+  std::vector<Tensors> traces_;   // per node: a loop's per-iteration outputs in the last call
   std::map<std::string, Tensor> state_;  // forward-referenced values, kept across calls
   Tensors frozen_;
   bool parallel_ = true;

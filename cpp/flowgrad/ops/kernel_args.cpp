@@ -19,11 +19,11 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   return out;
 }
 
-Tensor to_host(const Tensor& t) {
-  if (t.device().is_cpu()) return t;
+Tensor device_copy(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
   Tensor src = contiguous_raw(t);
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), cpu_device());
-  cuda::copy_bytes(out.data_ptr(), cpu_device(), src.data_ptr(), src.device(),
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  cuda::copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(),
                    static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
   return out;
 }
@@ -62,13 +62,8 @@ Tensor contiguous_raw(const Tensor& t) {
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
   FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
-  if (!index.device().is_cpu()) {  // checked and wrapped on the host (one round trip), then back
-    Tensor host = checked_index(to_host(index), size, op, dim);
-    Tensor back = Tensor::empty(host.shape(), DType::Int64, index.device());
-    cuda::copy_bytes(back.data_ptr(), index.device(), host.data_ptr(), cpu_device(),
-                     static_cast<size_t>(host.numel()) * sizeof(int64_t));
-    return back;
-  }
+  if (!index.device().is_cpu())  // checked and wrapped on the host (one round trip), then back
+    return device_copy(checked_index(device_copy(index, cpu_device()), size, op, dim), index.device());
   Tensor idx = contiguous_raw(converted(index, DType::Int64));
   if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
     Tensor copy = Tensor::empty(idx.shape(), DType::Int64, idx.device());

@@ -1,0 +1,36 @@
+// Launch helpers shared by the CUDA kernel files: the block size, a grid for n elements
+// (grid-stride loops cover the rest), the grid-stride loop itself, and the launch check that
+// turns a failed launch into a DeviceError naming the op.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "flowgrad/core/errors.h"
+
+namespace fg {
+
+constexpr int kThreads = 256;
+
+inline int grid_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 16));
+}
+
+// One block per row (kernels that combine a row's values in shared memory).
+inline unsigned grid_rows(int64_t rows, const char* what) {
+  FG_CHECK(rows <= INT32_MAX, Value, what, " on cuda: ", rows, " rows exceed one launch");
+  return static_cast<unsigned>(rows);
+}
+
+inline void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  FG_CHECK(err == cudaSuccess, Device, what, " on cuda: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace fg
+
+// for (int64_t i = <this thread's first element>; i < n; i += <threads in the grid>)
+#define FG_GRID_LOOP(i, n)                                                                  \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
