@@ -9,6 +9,8 @@ import flowgrad as fg
 def test_cuda_is_built_when_nvcc_exists():
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH: this machine has no CUDA toolkit to build with")
+    if fg.build_config()["cuda_setting"] == "OFF":
+        pytest.skip("this is the CPU-only build (FLOWGRAD_CUDA=OFF was asked for)")
     assert fg.cuda.built_with_cuda(), "nvcc is on PATH but the build skipped the CUDA sources"
 
 
@@ -22,3 +24,12 @@ def test_import_works_without_a_gpu_and_reports_why():
 
 def test_blas_is_linked():
     assert fg.blas_name() != "none", "no BLAS found at build time: matmul uses the slow fallback"
+
+
+def test_build_config_reports_the_setting():
+    config = fg.build_config()
+    assert config["cuda_setting"] in ("AUTO", "ON", "OFF")
+    assert config["cuda"] == fg.cuda.built_with_cuda()
+    if config["cuda_setting"] == "OFF":
+        assert not config["cuda"]
+    assert config["blas"] == fg.blas_name()

@@ -40,6 +40,13 @@ void bind_runtime(py::module_& m) {
         py::arg("state"), "Restores a state from get_rng_state().");
   m.def("get_num_threads", &num_threads, "Threads used by CPU kernels and BLAS.");
   m.def("set_num_threads", &set_num_threads, py::arg("n"), "Sets the threads used by CPU kernels and BLAS.");
+  m.def("build_config", [] {
+    py::dict d;
+    d["cuda_setting"] = FLOWGRAD_CUDA_SETTING;  // AUTO, ON or OFF, as asked at configure time
+    d["cuda"] = cuda::built_with_cuda();
+    d["blas"] = blas_name();
+    return d;
+  }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS.");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

@@ -12,7 +12,7 @@ from ._core import (
     OutOfMemoryError, IndexOutOfRangeError, InvalidArgumentError,
     tensor, from_numpy, from_dlpack, zeros, ones, empty, full, arange, linspace, eye,
     rand, randn, randint, randperm, manual_seed, get_rng_state, set_rng_state,
-    get_num_threads, set_num_threads, blas_name, cpu_memory_stats, cpu_empty_cache,
+    get_num_threads, set_num_threads, blas_name, build_config, cpu_memory_stats, cpu_empty_cache,
     Trend, TrendGroup, format_duration,
     neg, abs, square, sign, relu, exp, log, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu,
     softplus, gelu, clamp, add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,

@@ -1,5 +1,6 @@
 // Devices: "cpu" and "cuda:N".
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace fg {

@@ -1,6 +1,7 @@
 #include "flowgrad/optim/optim.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/kernel_args.h"
@@ -11,7 +12,7 @@ namespace {
 
 // The update kernel for p's device (the CUDA one exists in CUDA builds only).
 template <class Fn>
-Fn kernel_for(const Tensor& p, Fn cpu, Fn cuda, const char* op) {
+Fn kernel_for(const Tensor& p, Fn cpu, std::type_identity_t<Fn> cuda, const char* op) {
   if (p.device().is_cpu()) return cpu;
   FG_CHECK(cuda, Device, op, ": no kernel for ", p.device().str(), " in this build");
   return cuda;
