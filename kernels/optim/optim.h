@@ -1,5 +1,7 @@
-// Fused optimizer updates over one contiguous parameter buffer, in place. The multi-tensor
-// driver (cpp/flowgrad/optim) calls these for every parameter of a group in one C++ call.
+// Fused optimizer updates over one contiguous parameter buffer, in place. They are the kernels
+// of the registered ops sgd_update / adam_update (cpp/flowgrad/ops/optim_ops.cpp). Hyper-
+// parameters are read from a small float64 buffer on the parameter's device, and Adam's step
+// counter is an int64 there too, so a compiled or captured step sees what a scheduler wrote last.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,24 +11,12 @@
 
 namespace fg {
 
+using std::pow;
 using std::sqrt;
 
-struct SgdHyper {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov;
-};
-// param (n) -= lr * update; momentum_buf (n, may be null when momentum == 0) is updated in
-// place; first: the buffer starts as the gradient (PyTorch's convention).
-void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n,
-                    const SgdHyper& h, bool first);
-
-struct AdamHyper {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool decoupled;  // AdamW: decay the weights directly instead of adding wd * p to the gradient
-};
-// step is the 1-based step count after this update (for bias correction).
-void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-                     int64_t n, const AdamHyper& h, int64_t step);
+// Slots of the hyper-parameter buffers.
+enum SgdSlot : int { kSgdLr, kSgdMomentum, kSgdDampening, kSgdWeightDecay, kSgdNesterov, kSgdFirst, kSgdSlots };
+enum AdamSlot : int { kAdamLr, kAdamBeta1, kAdamBeta2, kAdamEps, kAdamWeightDecay, kAdamDecoupled, kAdamSlots };
 
 // The per-element updates, shared by the CPU loops and the CUDA kernels.
 template <class T>
@@ -34,6 +24,12 @@ struct SgdCoeffs {
   T lr, wd, mu, damp;
   bool nesterov, first;
 };
+template <class T>
+FG_HD SgdCoeffs<T> sgd_coeffs(const double* h) {  // h: (kSgdSlots,)
+  return {T(h[kSgdLr]), T(h[kSgdWeightDecay]), T(h[kSgdMomentum]), T(1 - h[kSgdDampening]),
+          h[kSgdNesterov] != 0, h[kSgdFirst] != 0};
+}
+// first: the momentum buffer starts as the gradient (PyTorch's convention).
 template <class T>
 FG_HD void sgd_element(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
   T d = g + c.wd * p;
@@ -52,8 +48,15 @@ template <class T>
 struct AdamCoeffs {
   T b1, b2, eps, step_size, inv_sqrt_c2, decay, l2;
 };
+// step: the 1-based count after this update (for bias correction).
 template <class T>
-AdamCoeffs<T> adam_coeffs(const AdamHyper& h, int64_t step);
+FG_HD AdamCoeffs<T> adam_coeffs(const double* h, int64_t step) {  // h: (kAdamSlots,)
+  const double c1 = 1 - pow(h[kAdamBeta1], static_cast<double>(step));
+  const double c2 = 1 - pow(h[kAdamBeta2], static_cast<double>(step));
+  const bool decoupled = h[kAdamDecoupled] != 0;
+  return {T(h[kAdamBeta1]), T(h[kAdamBeta2]), T(h[kAdamEps]), T(h[kAdamLr] / c1), T(1 / sqrt(c2)),
+          decoupled ? T(1 - h[kAdamLr] * h[kAdamWeightDecay]) : T(1), decoupled ? T(0) : T(h[kAdamWeightDecay])};
+}
 template <class T>
 FG_HD void adam_element(T& p, T g, T& m, T& v, const AdamCoeffs<T>& c) {
   T w = p * c.decay;
@@ -65,11 +68,16 @@ FG_HD void adam_element(T& p, T g, T& m, T& v, const AdamCoeffs<T>& c) {
   p = w - c.step_size * mi / (sqrt(vi) * c.inv_sqrt_c2 + c.eps);
 }
 
-// The same on CUDA device memory (CUDA builds only).
-void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n,
-                     const SgdHyper& h, bool first);
-void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-                      int64_t n, const AdamHyper& h, int64_t step);
+// param (n) -= lr * update; momentum_buf (n, null when momentum == 0) updated in place.
+// hyper: (kSgdSlots,) float64 on the same device.
+void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
+// Increments *step (int64, same device), then updates param, exp_avg, exp_avg_sq (n) in place.
+void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                     const double* hyper, int64_t* step);
+// The same on CUDA device memory (CUDA builds only); every pointer is device memory.
+void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
+void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                      const double* hyper, int64_t* step);
 
 // Sum of squares of a contiguous buffer, in double.
 double sum_squares_cpu(DType dtype, const void* x, int64_t n);

@@ -5,24 +5,16 @@
 #include "kernels/common/parallel.h"
 
 namespace fg {
-template <class T>
-AdamCoeffs<T> adam_coeffs(const AdamHyper& h, int64_t step) {
-  const double c1 = 1 - std::pow(h.beta1, static_cast<double>(step));
-  const double c2 = 1 - std::pow(h.beta2, static_cast<double>(step));
-  return {T(h.beta1), T(h.beta2), T(h.eps), T(h.lr / c1), T(1 / std::sqrt(c2)),
-          h.decoupled ? T(1 - h.lr * h.weight_decay) : T(1), h.decoupled ? T(0) : T(h.weight_decay)};
-}
-template AdamCoeffs<float> adam_coeffs<float>(const AdamHyper&, int64_t);
-template AdamCoeffs<double> adam_coeffs<double>(const AdamHyper&, int64_t);
+using std::pow;
+using std::sqrt;
 
-void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n,
-                    const SgdHyper& h, bool first) {
+void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param);
     const T* g = static_cast<const T*>(grad);
     T* buf = static_cast<T*>(momentum_buf);
-    const SgdCoeffs<T> c{T(h.lr), T(h.weight_decay), T(h.momentum), T(1 - h.dampening), h.nesterov, first};
+    const SgdCoeffs<T> c = sgd_coeffs<T>(hyper);
     parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
       T* __restrict pp = p;
       const T* __restrict gg = g;
@@ -36,15 +28,16 @@ void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_b
   });
 }
 
-void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-                     int64_t n, const AdamHyper& h, int64_t step) {
+void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                     const double* hyper, int64_t* step) {
+  const int64_t count = ++*step;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param);
     const T* g = static_cast<const T*>(grad);
     T* m = static_cast<T*>(exp_avg);
     T* v = static_cast<T*>(exp_avg_sq);
-    const AdamCoeffs<T> c = adam_coeffs<T>(h, step);
+    const AdamCoeffs<T> c = adam_coeffs<T>(hyper, count);
     parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
       T* __restrict pp = p;
       T* __restrict mm = m;

@@ -1,5 +1,7 @@
 #include "flowgrad/core/storage.h"
 
+#include <atomic>
+
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/errors.h"
 
@@ -12,6 +14,11 @@ DeviceAllocatorHooks& cuda_hooks() {
 }  // namespace
 
 void set_cuda_allocator(DeviceAllocatorHooks hooks) { cuda_hooks() = hooks; }
+
+Storage::Storage(Key) {
+  static std::atomic<uint64_t> next{1};
+  serial_ = next.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>(Key{});

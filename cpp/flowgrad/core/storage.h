@@ -21,7 +21,7 @@ class Storage {
     Key() = default;
     friend class Storage;
   };
-  explicit Storage(Key) {}
+  explicit Storage(Key);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -29,12 +29,16 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Increases with every Storage made in this process: tells buffers made during a compile
+  // trace from those that existed before it.
+  uint64_t serial() const { return serial_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t granted_ = 0;  // size class handed out by the allocator; 0 for wrapped memory
   Device device_;
+  uint64_t serial_;
   std::function<void()> release_;
 };
 

@@ -102,6 +102,7 @@ Tensor scalar_tensor(double value, DType dtype, Device device) { return full(Dim
 
 double item(const Tensor& x) {
   FG_CHECK(x.numel() == 1, Shape, "item: expected a one-element tensor, got shape ", to_string(x.shape()));
+  notify_host_read(x, "item");
   alignas(8) unsigned char host[8];
   const void* at = x.data_ptr();
   if (!x.device().is_cpu()) {  // one element back from the device (waits for the queued work)

@@ -1,5 +1,8 @@
 #include "flowgrad/ops/registry.h"
 
+#include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <sstream>
 
 #include "flowgrad/ops/kernel_args.h"
@@ -8,6 +11,12 @@ namespace fg {
 namespace {
 
 DispatchHook g_hook = nullptr;
+
+// Observers are few and change only around a compile; readers take the lock only when one is
+// installed (the flag), so eager dispatch pays one relaxed load.
+std::mutex g_observers_mutex;
+std::vector<OpObserver*> g_observers;
+std::atomic<bool> g_observed{false};
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
@@ -73,6 +82,12 @@ std::string Attrs::str() const {
   return os.str();
 }
 
+void Attrs::set(const char* name, AttrValue value) {
+  for (auto& [key, v] : items_)
+    if (std::string_view(key) == name) return void(v = std::move(value));
+  fail(ErrorKind::Runtime, "internal error: missing op attribute '", name, "'");
+}
+
 const char* family_name(Family f) {
   switch (f) {
     case Family::Creation: return "creation";
@@ -85,6 +100,7 @@ const char* family_name(Family f) {
     case Family::Copy: return "copy";
     case Family::Index: return "index";
     case Family::NN: return "nn";
+    case Family::Optim: return "optim";
   }
   return "?";
 }
@@ -93,7 +109,7 @@ const std::vector<const OpDef*>& all_ops() {
   static const std::vector<const OpDef*> ops = [] {
     std::vector<const OpDef*> all;
     for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
-                        creation_ops})
+                        creation_ops, optim_ops})
       for (const OpDef* op : family()) all.push_back(op);
     return all;
   }();
@@ -107,6 +123,32 @@ const OpDef& find_op(const std::string& name) {
 }
 
 void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
+
+void push_op_observer(OpObserver* observer) {
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  g_observers.push_back(observer);
+  g_observed = true;
+}
+
+void pop_op_observer(OpObserver* observer) {
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  g_observers.erase(std::remove(g_observers.begin(), g_observers.end(), observer), g_observers.end());
+  g_observed = !g_observers.empty();
+}
+
+void notify_host_read(const Tensor& t, const char* what) {
+  if (!g_observed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_host_read(t, what);
+}
+
+namespace {
+void notify_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
+  if (!g_observed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_op(op, in, out, attrs);
+}
+}  // namespace
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
@@ -124,6 +166,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   } else {
     fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", op.cuda_missing, ")");
   }
+  notify_op(op, in, out, attrs);
   if (g_hook) g_hook(op, in, out, attrs);
   return out;
 }

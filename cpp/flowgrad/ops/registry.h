@@ -31,6 +31,8 @@ class Attrs {
   bool b(const char* name) const { return get<bool>(name); }
   const Dims& dims(const char* name) const { return get<Dims>(name); }
   std::string str() const;
+  // Replaces the value of an existing attribute (a compiled plan moves a random op's counter).
+  void set(const char* name, AttrValue value);
 
  private:
   std::vector<std::pair<const char*, AttrValue>> items_;
@@ -89,7 +91,7 @@ class TensorList {
   size_t size_;
 };
 
-enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN };
+enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN, Optim };
 const char* family_name(Family f);
 
 enum OpFlag : uint32_t {
@@ -98,6 +100,7 @@ enum OpFlag : uint32_t {
   kRandom = 1u << 2,         // draws from the global Philox counter
   kDataDependent = 1u << 3,  // output shape depends on input values: never captured
   kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
+  kMutatesInputs = 1u << 8,  // writes into its inputs (optimizer updates): never dropped or reordered
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -156,6 +159,19 @@ using DispatchHook = void (*)(const OpDef& op, TensorList in, Tensors& out,
                               const Attrs& attrs);
 void set_dispatch_hook(DispatchHook hook);
 
+// Observers beside autograd (the compile tracer): told of every op after it ran, and of every
+// host read of a tensor's values. A stack: the innermost observer sees calls first.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) = 0;
+  virtual void on_host_read(const Tensor& t, const char* what) = 0;
+};
+void push_op_observer(OpObserver* observer);
+void pop_op_observer(OpObserver* observer);
+// Tells the observers that `what` reads t's values on the host (item, numpy, tolist...).
+void notify_host_read(const Tensor& t, const char* what);
+
 // Family registration lists (one per ops/<family>.cpp).
 std::vector<const OpDef*> elementwise_ops();
 std::vector<const OpDef*> reduce_ops();
@@ -164,5 +180,6 @@ std::vector<const OpDef*> shape_ops();
 std::vector<const OpDef*> index_ops();
 std::vector<const OpDef*> nn_ops();
 std::vector<const OpDef*> creation_ops();
+std::vector<const OpDef*> optim_ops();
 
 }  // namespace fg

@@ -1,73 +1,68 @@
 #include "flowgrad/optim/optim.h"
 
 #include <cmath>
-#include <type_traits>
+#include <cstring>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
+#include "flowgrad/ops/optim_ops.h"
+#include "flowgrad/cuda/runtime.h"
+#include "kernels/optim/optim.h"
 
 namespace fg::optim {
 namespace {
 
-// The update kernel for p's device (the CUDA one exists in CUDA builds only).
-template <class Fn>
-Fn kernel_for(const Tensor& p, Fn cpu, std::type_identity_t<Fn> cuda, const char* op) {
-  if (p.device().is_cpu()) return cpu;
-  FG_CHECK(cuda, Device, op, ": no kernel for ", p.device().str(), " in this build");
-  return cuda;
-}
+class NoGradScope {
+ public:
+  NoGradScope() : previous_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradScope() { set_grad_enabled(previous_); }
 
-// The gradient of p as a contiguous tensor of p's dtype, or undefined when p has none.
-Tensor grad_for(const Tensor& p, const char* op) {
+ private:
+  bool previous_;
+};
+
+// The gradient of p with p's dtype and layout (through ops, so a tracer sees any conversion),
+// or undefined when p has none.
+Tensor grad_for(const Tensor& p) {
   Tensor g = grad_of(p);
   if (!g.defined()) return g;
-  FG_CHECK(p.is_contiguous(), Value, op, ": parameters must be contiguous, got ", describe(p));
-  FG_CHECK(g.shape() == p.shape(), Shape, op, ": gradient ", describe(g), " does not match parameter ", describe(p));
-  return contiguous_raw(converted(g, p.dtype()));
-}
-
-void check_state(const Tensor& s, const Tensor& p, const char* op) {
-  FG_CHECK(s.defined() && s.shape() == p.shape() && s.dtype() == p.dtype() && s.is_contiguous(), Value, op,
-           ": optimizer state ", s.defined() ? describe(s) : "undefined", " does not match parameter ", describe(p));
+  FG_CHECK(g.shape() == p.shape(), Shape, "optimizer: gradient ", describe(g), " does not match parameter ",
+           describe(p));
+  return contiguous(cast(g, p.dtype()));
 }
 
 }  // namespace
 
-Tensors sgd_step(const Tensors& params, Tensors bufs, const SgdHyper& h) {
-  bufs.resize(params.size());
+void sgd_step(const Tensors& params, const Tensors& bufs, const Tensor& hyper) {
+  FG_CHECK(bufs.empty() || bufs.size() == params.size(), Value, "SGD: ", bufs.size(),
+           " momentum buffers for ", params.size(), " parameters");
+  NoGradScope no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& p = params[i];
-    Tensor g = grad_for(p, "SGD");
-    if (!g.defined()) continue;
-    bool first = false;
-    if (h.momentum != 0 && !bufs[i].defined()) {
-      bufs[i] = Tensor::empty(p.shape(), p.dtype(), p.device());
-      first = true;
-    }
-    if (bufs[i].defined()) check_state(bufs[i], p, "SGD");
-    auto update = kernel_for(p, &sgd_update_cpu, FG_CUDA(&sgd_update_cuda), "SGD");
-    update(p.dtype(), p.data_ptr(), g.data_ptr(), h.momentum != 0 ? bufs[i].data_ptr() : nullptr, p.numel(), h, first);
+    Tensor g = grad_for(params[i]);
+    if (g.defined()) sgd_update(params[i], g, hyper, bufs.empty() ? Tensor() : bufs[i]);
   }
-  return bufs;
 }
 
 void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
-               const Tensors& steps, const AdamHyper& h) {
+               const Tensors& steps, const Tensor& hyper) {
   FG_CHECK(exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() && steps.size() == params.size(),
            Value, "Adam: state lists must match the parameter list");
+  NoGradScope no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& p = params[i];
-    Tensor g = grad_for(p, "Adam");
-    if (!g.defined()) continue;
-    check_state(exp_avgs[i], p, "Adam");
-    check_state(exp_avg_sqs[i], p, "Adam");
-    FG_CHECK(steps[i].dtype() == DType::Int64 && steps[i].numel() == 1 && steps[i].device().is_cpu(), Value,
-             "Adam: step counters must be int64 scalars on the CPU");
-    int64_t step = ++*steps[i].data<int64_t>();
-    auto update = kernel_for(p, &adam_update_cpu, FG_CUDA(&adam_update_cuda), "Adam");
-    update(p.dtype(), p.data_ptr(), g.data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(), p.numel(), h, step);
+    Tensor g = grad_for(params[i]);
+    if (g.defined()) adam_update(params[i], g, hyper, steps[i], exp_avgs[i], exp_avg_sqs[i]);
   }
+}
+
+void write_hyper(const Tensor& hyper, const std::vector<double>& values) {
+  FG_CHECK(hyper.dtype() == DType::Float64 && hyper.is_contiguous() && hyper.numel() == static_cast<int64_t>(values.size()),
+           Value, "optimizer: hyper-parameter tensor ", describe(hyper), " cannot hold ", values.size(), " values");
+  size_t bytes = values.size() * sizeof(double);
+  if (hyper.device().is_cpu())
+    std::memcpy(hyper.data_ptr(), values.data(), bytes);
+  else
+    cuda::copy_bytes(hyper.data_ptr(), hyper.device(), values.data(), cpu_device(), bytes);
 }
 
 double clip_grad_norm(const Tensors& params, double max_norm) {

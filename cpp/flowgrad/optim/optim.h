@@ -1,17 +1,23 @@
 // Multi-tensor optimizer steps: one call updates every parameter of a group in place (under
-// no_grad), reading each parameter's .grad. State lives in tensors the caller owns, so that a
-// compiled plan can own them later. Parameters without a gradient are skipped.
+// no_grad), reading each parameter's .grad, one sgd_update / adam_update op per parameter so a
+// compile tracer records them. State and hyper-parameters live in tensors the caller owns.
+// Parameters without a gradient are skipped.
 #pragma once
+#include <vector>
+
 #include "flowgrad/ops/registry.h"
-#include "kernels/optim/optim.h"
 
 namespace fg::optim {
 
-// momentum_bufs[i] is undefined until the first step (then created here and returned).
-Tensors sgd_step(const Tensors& params, Tensors momentum_bufs, const SgdHyper& h);
-// steps[i] is a 0-d int64 tensor counting parameter i's updates.
+// momentum_bufs: empty when momentum is 0, else one buffer per parameter.
+// hyper: float64 (kSgdSlots,) on the parameters' device.
+void sgd_step(const Tensors& params, const Tensors& momentum_bufs, const Tensor& hyper);
+// steps[i]: a one-element int64 tensor counting parameter i's updates, on its device.
+// hyper: float64 (kAdamSlots,) on the parameters' device.
 void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
-               const Tensors& steps, const AdamHyper& h);
+               const Tensors& steps, const Tensor& hyper);
+// Writes host values into a hyper-parameter tensor (on any device).
+void write_hyper(const Tensor& hyper, const std::vector<double>& values);
 // Scales the gradients so their global L2 norm is at most max_norm; returns the norm before.
 double clip_grad_norm(const Tensors& params, double max_norm);
 

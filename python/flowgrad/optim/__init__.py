@@ -1,7 +1,9 @@
-"""fg.optim: SGD, Adam and AdamW with param groups; updates run as fused multi-tensor C++ steps.
+"""fg.optim: SGD, Adam and AdamW with param groups; updates run as fused C++ update ops.
 
-Each step makes one C++ call per param group; state (momentum buffers, Adam moments, step
-counters) lives in tensors so that it can be saved, loaded and later owned by compiled plans.
+Each step makes one C++ call per param group. State (momentum buffers, Adam moments, step
+counters) and hyper-parameters live in tensors on the parameters' device: a step first writes
+each group's options into its hyper-parameter tensor, then runs one update op per parameter,
+so compiled steps (fg.compile) replay the same ops and see scheduler changes.
 """
 import copy
 
@@ -25,6 +27,7 @@ class Optimizer:
         self.param_groups = []
         self.state = {}  # parameter -> {name: tensor}
         self._cache = {}
+        self._hyper = {}  # group index -> float64 tensor of the group's options (see _hyper_values)
         groups = list(params) if not isinstance(params, _core.Tensor) else [params]
         if not groups:
             raise _invalid(f"{type(self).__name__}: got an empty parameter list")
@@ -55,6 +58,7 @@ class Optimizer:
         group["params"] = params
         self.param_groups.append(group)
         self._cache.clear()
+        self._hyper.clear()
 
     def _validate(self, group):
         if group["lr"] < 0:
@@ -74,8 +78,8 @@ class Optimizer:
         if index not in self._cache:
             group = self.param_groups[index]
             for p in group["params"]:
-                if p not in self.state:
-                    self.state[p] = self._init_state(p)
+                if p not in self.state or any(k not in self.state[p] for k in self._state_keys):
+                    self.state[p] = {**self._init_state(p, group), **self.state.get(p, {})}
             self._cache[index] = [group["params"]] + [[self.state[p].get(k) for p in group["params"]]
                                                       for k in self._state_keys]
         return self._cache[index]
@@ -106,16 +110,43 @@ class Optimizer:
             for i, p in zip(saved["params"], own["params"]):
                 entry = state_dict["state"].get(i)
                 if entry is not None:
-                    self.state[p] = {k: _core.tensor(v) for k, v in entry.items()}
+                    self.state[p] = {k: _core.tensor(v).to(p.device) for k, v in entry.items()}
         self._cache.clear()
+        self._hyper.clear()
+
+    def _hyper_tensor(self, index):
+        """The group's hyper-parameter tensor on its parameters' device, written from its options."""
+        device = self.param_groups[index]["params"][0].device
+        hyper = self._hyper.get(index)
+        if hyper is None or hyper.device != device:
+            hyper = _core.zeros(len(self._hyper_slots), dtype=_core.float64, device=device)
+            self._hyper[index] = hyper
+        return hyper
+
+    def _write_hypers(self):
+        """Writes every group's current options (a scheduler may have changed them) into its tensor."""
+        for i, group in enumerate(self.param_groups):
+            _core.optim.write_hyper(self._hyper_tensor(i), self._hyper_values(i, group))
+
+    def _after_step(self):
+        """Host bookkeeping after every group was updated (eager or compiled)."""
+
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        self._write_hypers()
+        for i in range(len(self.param_groups)):
+            self._update(i)
+        self._after_step()
 
 
 class SGD(Optimizer):
     """SGD with momentum, dampening, Nesterov momentum and (L2) weight decay."""
 
     _state_keys = ("momentum_buffer",)
+    _hyper_slots = _core.optim.SGD_SLOTS
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+        self._fresh = set()  # ids of groups whose momentum buffers have not been used yet
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
                                       weight_decay=weight_decay))
 
@@ -124,19 +155,30 @@ class SGD(Optimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise _invalid("SGD: nesterov needs momentum > 0 and dampening = 0")
 
-    def _init_state(self, p):
-        return {"momentum_buffer": None}
+    def _init_state(self, p, group):
+        if group["momentum"] == 0:
+            return {"momentum_buffer": None}
+        # The buffer exists from the start (zeros); until the group's first step the 'first' slot
+        # makes the update start it from the gradient, as PyTorch does.
+        self._fresh.add(id(group))
+        return {"momentum_buffer": _core.zeros(*p.shape, dtype=p.dtype, device=p.device)}
 
-    def step(self):
-        """One update of every parameter that has a gradient."""
-        for i, group in enumerate(self.param_groups):
-            params, bufs = self._group_state(i)
-            new_bufs = _core.optim.sgd_step(params, bufs, group["lr"], group["momentum"], group["dampening"],
-                                            group["weight_decay"], group["nesterov"])
-            if group["momentum"] != 0 and any(b is None for b in bufs):
-                for p, b in zip(params, new_bufs):
-                    self.state[p]["momentum_buffer"] = b
-                self._cache.pop(i, None)
+    def _hyper_values(self, index, group):
+        self._group_state(index)  # creates the buffers (and marks the group fresh) on first use
+        return [group["lr"], group["momentum"], group["dampening"], group["weight_decay"],
+                float(group["nesterov"]), float(id(group) in self._fresh)]
+
+    def _update(self, index):
+        params, bufs = self._group_state(index)
+        _core.optim.sgd_step(params, bufs if self.param_groups[index]["momentum"] != 0 else [],
+                             self._hyper_tensor(index))
+
+    def _after_step(self):
+        self._fresh.clear()
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._fresh.clear()  # loaded buffers continue; parameters without one start fresh on first use
 
 
 class Adam(Optimizer):
@@ -154,18 +196,20 @@ class Adam(Optimizer):
         if not (0 <= b1 < 1 and 0 <= b2 < 1) or group["eps"] < 0:
             raise _invalid(f"{type(self).__name__}: betas must be in [0, 1) and eps >= 0, got {group['betas']}, {group['eps']}")
 
-    def _init_state(self, p):
+    _hyper_slots = _core.optim.ADAM_SLOTS
+
+    def _init_state(self, p, group):
         return {"exp_avg": _core.zeros(*p.shape, dtype=p.dtype, device=p.device),
                 "exp_avg_sq": _core.zeros(*p.shape, dtype=p.dtype, device=p.device),
-                "step": _core.zeros((), dtype=_core.int64)}  # a host counter: bias correction is computed there
+                "step": _core.zeros((), dtype=_core.int64, device=p.device)}  # advanced by the update op
 
-    def step(self):
-        """One update of every parameter that has a gradient."""
-        for i, group in enumerate(self.param_groups):
-            params, m1, m2, steps = self._group_state(i)
-            b1, b2 = group["betas"]
-            _core.optim.adam_step(params, m1, m2, steps, group["lr"], b1, b2, group["eps"], group["weight_decay"],
-                                  self._decoupled)
+    def _hyper_values(self, index, group):
+        b1, b2 = group["betas"]
+        return [group["lr"], b1, b2, group["eps"], group["weight_decay"], float(self._decoupled)]
+
+    def _update(self, index):
+        params, m1, m2, steps = self._group_state(index)
+        _core.optim.adam_step(params, m1, m2, steps, self._hyper_tensor(index))
 
 
 class AdamW(Adam):
