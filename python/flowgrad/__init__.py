@@ -26,6 +26,7 @@ from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import autograd, cuda, data, nn, optim, testing, viz
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
+from .compile import compile
 
 __version__ = "0.1.0"
 

@@ -42,4 +42,9 @@ bool cuda_caching() {
   return caching;
 }
 
+bool plan_planner() { return read_int("FLOWGRAD_NO_PLANNER", 0, 0) == 0; }
+bool plan_fusion() { return read_int("FLOWGRAD_NO_FUSION", 0, 0) == 0; }
+bool plan_debug() { return read_int("FLOWGRAD_DEBUG_PLAN", 0, 0) != 0; }
+bool cuda_graphs() { return read_int("FLOWGRAD_NO_CUDA_GRAPH", 0, 0) == 0; }
+
 }  // namespace fg::env

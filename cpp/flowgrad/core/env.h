@@ -8,5 +8,10 @@ int num_threads();           // FLOWGRAD_NUM_THREADS, default: the machine's cor
 int64_t cpu_cache_bytes();   // FLOWGRAD_CPU_CACHE_MB, default 1024; 0 disables caching
 int debug_level();           // FLOWGRAD_DEBUG, default 0
 bool cuda_caching();         // FLOWGRAD_CUDA_NO_CACHING=1 turns the CUDA caching allocator off
+// Compiled plans read these when a plan is built (so tests can flip them between compiles).
+bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own bytes (no reuse)
+bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels
+bool plan_debug();           // FLOWGRAD_DEBUG_PLAN=1: released arena ranges are filled with NaN
+bool cuda_graphs();          // FLOWGRAD_NO_CUDA_GRAPH=1: plans on CUDA are never captured
 
 }  // namespace fg::env

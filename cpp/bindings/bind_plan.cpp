@@ -1,0 +1,104 @@
+// Compiled plans (fg.compile builds on these): the tracer as a context manager, and the plan.
+#include "common.h"
+#include "flowgrad/plan/plan.h"
+
+namespace fg::py_bind {
+namespace {
+
+const char* kind_name(plan::BufferKind k) {
+  switch (k) {
+    case plan::BufferKind::Input: return "input";
+    case plan::BufferKind::External: return "external";
+    case plan::BufferKind::Arena: return "arena";
+  }
+  return "?";
+}
+
+py::list values(const plan::Plan& p, const std::vector<plan::Value>& vs) {
+  py::list out;
+  for (const plan::Value& v : vs) out.append(p.describe(v));
+  return out;
+}
+
+}  // namespace
+
+void bind_plan(py::module_& m) {
+  auto pm = m.def_submodule("plan", "Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).");
+  py::class_<plan::Tracer>(pm, "Tracer", "Records every op call while alive (use as a context manager).")
+      .def(py::init<>())
+      .def("__enter__", [](plan::Tracer& t) -> plan::Tracer& { return t; }, py::return_value_policy::reference)
+      .def("__exit__", [](plan::Tracer& t, py::args) { t.stop(); return false; })
+      .def_property_readonly("calls", [](const plan::Tracer& t) { return t.calls.size(); }, "Number of recorded op calls.");
+
+  py::class_<plan::Plan, std::shared_ptr<plan::Plan>>(pm, "Plan", "A traced step as instructions over planned memory.")
+      .def(py::init([](plan::Tracer& tracer, const Tensors& inputs, const Tensors& outputs,
+                       const std::vector<std::pair<Tensor, Tensor>>& grads,
+                       const std::vector<std::pair<std::string, Tensor>>& names, const Tensors& watch) {
+             py::gil_scoped_release release;
+             return std::make_shared<plan::Plan>(tracer, plan::PlanSpec{inputs, outputs, grads, names, watch});
+           }),
+           py::arg("tracer"), py::arg("inputs"), py::arg("outputs"), py::arg("grads"), py::arg("names"), py::arg("watch"),
+           "Builds a plan from a finished trace: inputs are copied into slots each run, outputs returned, each "
+           "(parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage.")
+      .def("run", [](plan::Plan& p, const Tensors& inputs) {
+             py::gil_scoped_release release;
+             return p.run(inputs);
+           }, py::arg("inputs"), "Runs the plan on new inputs; returns fresh output tensors.")
+      .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
+      .def("check_memory", &plan::Plan::check_memory,
+           "Raises unless no two buffers alive at the same time share arena bytes.")
+      .def("__str__", &plan::Plan::str)
+      .def("dot", &plan::Plan::dot, "The plan as a Graphviz DOT graph.")
+      .def_property_readonly("device", [](const plan::Plan& p) { return p.device().str(); }, "The plan's device.")
+      .def("stats", [](const plan::Plan& p) {
+             const plan::PlanStats& s = p.stats();
+             py::dict d;
+             d["instructions"] = p.instructions().size();
+             int kernels = 0;
+             for (const auto& ins : p.instructions()) kernels += ins.op->cpu != nullptr;
+             d["kernels"] = kernels;
+             d["fused"] = 0;
+             d["traced"] = s.traced;
+             d["views_folded"] = s.views;
+             d["constants_folded"] = s.folded;
+             d["dead_eliminated"] = s.eliminated;
+             d["arena_bytes"] = s.arena_bytes;
+             d["naive_bytes"] = s.naive_bytes;
+             d["cuda_graph"] = s.cuda_graph;
+             return d;
+           }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
+      .def("ir", [](const plan::Plan& p) {
+             py::list out;
+             for (const auto& ins : p.instructions()) {
+               py::dict d;
+               d["op"] = ins.op->name;
+               d["inputs"] = values(p, ins.in);
+               d["outputs"] = values(p, ins.out);
+               d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
+               d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
+               d["attrs"] = ins.attrs.str();
+               d["random"] = ins.rng_delta >= 0;
+               out.append(d);
+             }
+             return out;
+           }, "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).")
+      .def("buffers", [](const plan::Plan& p) {
+             py::list out;
+             for (const auto& b : p.buffers()) {
+               py::dict d;
+               d["name"] = b.name;
+               d["kind"] = kind_name(b.kind);
+               d["bytes"] = b.bytes;
+               d["offset"] = b.offset;
+               d["first"] = b.first;
+               d["last"] = b.last;
+               out.append(d);
+             }
+             return out;
+           }, "Every buffer with its kind, bytes, arena offset and lifetime [first, last] in instructions.");
+
+  pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");
+  pm.def("restore", &plan::restore, py::arg("tensors"), py::arg("copies"), "Writes copies back into the tensors.");
+}
+
+}  // namespace fg::py_bind

@@ -1,0 +1,236 @@
+// From a trace to instructions over buffers, then the passes:
+// - view folding: a view op is no instruction; its output is a layout over its input's buffer;
+// - constant folding: ops whose inputs are all constants (fills, aranges and what is computed
+//   from them only) keep the values computed while tracing;
+// - gradient binding: each parameter's gradient is written straight into its .grad buffer when
+//   the producing op owns the whole buffer, else copied there at the end;
+// - dead-code elimination: instructions whose results nobody reads are dropped.
+#include <algorithm>
+#include <sstream>
+#include <unordered_set>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/core/env.h"
+#include "flowgrad/plan/plan.h"
+
+namespace fg::plan {
+
+struct Builder {
+  Plan& plan;
+  Tracer& trace;
+  std::unordered_map<const Storage*, int> buffer_of;
+  std::unordered_map<const Storage*, std::string> names;
+
+  int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
+    Buffer b{kind, std::move(name)};
+    b.storage = t.storage();
+    b.bytes = t.storage()->bytes();
+    b.device = t.device();
+    b.dtype = t.dtype();
+    plan.buffers_.push_back(std::move(b));
+    int id = static_cast<int>(plan.buffers_.size()) - 1;
+    buffer_of[t.storage().get()] = id;
+    return id;
+  }
+
+  Value value_of(const Tensor& t, int buffer) const {
+    return {buffer, t.offset(), t.shape(), t.strides(), t.dtype()};
+  }
+
+  // A tensor read by an op: a known buffer, or memory that existed before the trace.
+  Value read(const Tensor& t, const OpDef& op, size_t index) {
+    return read(t, [&] { return "input " + std::to_string(index) + " of '" + op.name + "'"; });
+  }
+  template <class What>
+  Value read(const Tensor& t, What what) {
+    auto it = buffer_of.find(t.storage().get());
+    if (it != buffer_of.end()) return value_of(t, it->second);
+    FG_CHECK(t.storage()->serial() < trace.first_serial, Value, "compile: ", what(), " (", fg::describe(t), ") was computed during the step outside the op registry (e.g. fg.tensor(...) "
+             "of a traced value, or a host round trip); a plan cannot replay that. Make constants before "
+             "compiling, or pass the tensor as a step input.");
+    auto named = names.find(t.storage().get());
+    std::string name = named != names.end() ? named->second : "ext" + std::to_string(plan.buffers_.size());
+    return value_of(t, add_buffer(BufferKind::External, t, name));
+  }
+
+  void check_supported(const TracedCall& c) {
+    FG_CHECK(!(c.op->flags & kDataDependent), Value, "compile: '", c.op->name,
+             "' has an output shape that depends on its input values; plans need static shapes");
+    if (c.op->flags & kHalfNative) return;
+    auto half = [](const Tensor& t) { return is_half(t.dtype()); };
+    FG_CHECK(std::none_of(c.in.begin(), c.in.end(), half) && std::none_of(c.out.begin(), c.out.end(), half),
+             DType, "compile: '", c.op->name, "' computes float16/bfloat16 through float32 copies; compiled plans "
+             "do not support that yet (compile in float32)");
+  }
+
+  void record(const TracedCall& c) {
+    check_supported(c);
+    if (c.op->flags & kView) return;  // folded: the output is a layout over input 0's buffer
+    Instruction ins{c.op, c.attrs};
+    for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
+    for (const Tensor& t : c.out) {
+      auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
+      int id = it != buffer_of.end() ? it->second
+                                     : add_buffer(BufferKind::Arena, t, "%" + std::to_string(plan.buffers_.size()));
+      ins.out.push_back(value_of(t, id));
+    }
+    if (c.op->flags & kRandom) ins.rng_delta = random_delta(c);
+    for (const Value& v : ins.out) plan.buffers_[v.buffer].written = true;
+    if (c.op->flags & kMutatesInputs)
+      for (const Value& v : ins.in) plan.buffers_[v.buffer].written = true;
+    plan.code_.push_back(std::move(ins));
+  }
+
+  int64_t random_delta(const TracedCall& c) {
+    auto seed = static_cast<uint64_t>(c.attrs.i("seed"));
+    auto offset = static_cast<uint64_t>(c.attrs.i("offset"));
+    FG_CHECK(seed == trace.rng_start.seed && offset >= trace.rng_start.offset && offset < trace.rng_end.offset,
+             Value, "compile: '", c.op->name, "' draws from a derived random stream (a random op inside a "
+             "multi-branch graph level); compiled plans replay draws from the global generator only");
+    return static_cast<int64_t>(offset - trace.rng_start.offset);
+  }
+
+  // Constants: outputs of non-random ops without side effects whose inputs are all constants,
+  // written by nobody else. Their traced values are kept and the instruction goes.
+  void fold_constants() {
+    std::vector<int> writers(plan.buffers_.size(), 0);
+    for (const Instruction& ins : plan.code_)
+      for (const Value& v : ins.out) ++writers[v.buffer];
+    std::vector<Instruction> kept;
+    for (Instruction& ins : plan.code_) {
+      bool foldable = !(ins.op->flags & (kRandom | kMutatesInputs));
+      for (const Value& v : ins.in) foldable &= plan.buffers_[v.buffer].constant;
+      for (const Value& v : ins.out) foldable &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
+      if (!foldable) {
+        kept.push_back(std::move(ins));
+        continue;
+      }
+      for (const Value& v : ins.out) {
+        Buffer& b = plan.buffers_[v.buffer];
+        b.kind = BufferKind::External;
+        b.constant = true;
+        b.name = "const" + std::to_string(v.buffer);
+      }
+      ++plan.stats_.folded;
+    }
+    plan.code_ = std::move(kept);
+  }
+
+  // Each parameter's gradient lands in a persistent tensor bound to its .grad.
+  void bind_grads(const std::vector<std::pair<Tensor, Tensor>>& grads, std::unordered_set<int>& roots) {
+    std::unordered_set<int> forwarded;
+    for (const auto& [param, grad] : grads) {
+      auto it = buffer_of.find(grad.storage().get());
+      FG_CHECK(it != buffer_of.end(), Value, "compile: the gradient of a parameter ", fg::describe(param),
+               " was not computed by the traced step");
+      int id = it->second;
+      Buffer& b = plan.buffers_[id];
+      Tensor target = Tensor::empty(param.shape(), param.dtype(), param.device());
+      bool whole = grad.is_contiguous() && grad.offset() == 0 &&
+                   static_cast<size_t>(grad.numel()) * itemsize(grad.dtype()) == b.bytes;
+      if (b.kind == BufferKind::Arena && whole && grad.dtype() == param.dtype() && !forwarded.count(id)) {
+        b.kind = BufferKind::External;  // the producing op writes .grad directly
+        b.storage = target.storage();
+        b.name = "grad(" + name_of(param) + ")";
+        forwarded.insert(id);
+        roots.insert(id);
+      } else {  // a view, a shared or converted gradient: one copy at the end
+        int dst = add_buffer(BufferKind::External, target, "grad(" + name_of(param) + ")");
+        plan.buffers_[dst].written = true;
+        const OpDef& copy = find_op("contiguous");
+        Instruction ins{&copy, {}, {value_of(grad, id)}, {value_of(target, dst)}};
+        FG_CHECK(grad.dtype() == param.dtype(), DType, "compile: the gradient of ", name_of(param), " is ",
+                 dtype_name(grad.dtype()), ", the parameter ", dtype_name(param.dtype()));
+        plan.code_.push_back(std::move(ins));
+        roots.insert(dst);
+      }
+      set_grad(param, target);
+    }
+  }
+
+  std::string name_of(const Tensor& t) const {
+    auto it = names.find(t.storage().get());
+    return it != names.end() ? it->second : fg::describe(t);
+  }
+
+  // Keeps an instruction when it writes memory outside the plan or a buffer read later.
+  void eliminate_dead_code(std::unordered_set<int> needed) {
+    std::vector<bool> keep(plan.code_.size(), false);
+    for (size_t i = plan.code_.size(); i-- > 0;) {
+      const Instruction& ins = plan.code_[i];
+      bool side_effect = ins.op->flags & kMutatesInputs;
+      for (const Value& v : ins.out)
+        side_effect |= needed.count(v.buffer) || plan.buffers_[v.buffer].kind != BufferKind::Arena;
+      if (!side_effect) continue;
+      keep[i] = true;
+      for (const Value& v : ins.in) needed.insert(v.buffer);
+    }
+    std::vector<Instruction> kept;
+    for (size_t i = 0; i < plan.code_.size(); ++i)
+      if (keep[i]) kept.push_back(std::move(plan.code_[i]));
+    plan.stats_.eliminated = static_cast<int>(plan.code_.size() - kept.size());
+    plan.code_ = std::move(kept);
+  }
+
+  // A host read of a value the plan computes would freeze a data-dependent decision.
+  void check_host_reads() {
+    for (const auto& [t, what] : trace.host_reads) {
+      auto it = buffer_of.find(t.storage().get());
+      bool computed = it != buffer_of.end() && !plan.buffers_[it->second].constant &&
+                      (plan.buffers_[it->second].written || plan.buffers_[it->second].kind == BufferKind::Input);
+      FG_CHECK(!computed, Value, "compile: the step reads a computed value on the host (", what, " of ",
+               fg::describe(t), "): a plan would replay the decision made while tracing. Data-dependent "
+               "control flow (switch, while_/until, .item() inside the step) cannot be compiled yet");
+    }
+  }
+};
+
+Plan::Plan(Tracer& trace, const PlanSpec& spec) {
+  trace.stop();
+  Builder b{*this, trace};
+  for (const auto& [name, t] : spec.names) b.names.emplace(t.storage().get(), name);
+  FG_CHECK(!spec.outputs.empty() || !spec.grads.empty() || !trace.calls.empty(), Value,
+           "compile: the traced step ran no op");
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const Tensor& x = spec.inputs[i];
+    FG_CHECK(!b.buffer_of.count(x.storage().get()), Value, "compile: input ", i, " shares memory with an earlier input");
+    int id = b.add_buffer(BufferKind::Input, x, "x" + std::to_string(i));
+    buffers_[id].bytes = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
+    inputs_.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
+    input_t_.push_back(x);  // the traced example, for shapes and dtypes until bound
+  }
+  for (const TracedCall& c : trace.calls) {
+    if (!(c.op->flags & kView)) ++stats_.traced;
+    else ++stats_.views, ++stats_.traced;
+    b.record(c);
+  }
+  std::unordered_set<int> roots;
+  for (const Tensor& out : spec.outputs) {
+    Value v = b.read(out, [] { return std::string("an output of the step"); });
+    outputs_.push_back(v);
+    roots.insert(v.buffer);
+  }
+  b.fold_constants();
+  b.bind_grads(spec.grads, roots);
+  b.eliminate_dead_code(roots);
+  b.check_host_reads();
+  device_ = spec.inputs.empty() ? (trace.calls.empty() ? Device{} : trace.calls[0].out.empty() ? Device{}
+                                                                   : trace.calls[0].out[0].device())
+                                : spec.inputs[0].device();
+  for (const Instruction& ins : code_)
+    FG_CHECK(device_.is_cpu() || ins.op->cuda, Device, "compile: '", ins.op->name, "' has no kernel for ",
+             device_.str(), " (", ins.op->cuda_missing, ")");
+  for (const Buffer& buf : buffers_)
+    FG_CHECK(buf.device == device_ || buf.kind == BufferKind::External, Device, "compile: the step mixes ",
+             device_.str(), " and ", buf.device.str(), " (", buf.name, ")");
+  for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());
+  rng_advance_ = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
+  poison_ = env::plan_debug();
+  plan_memory();
+  check_memory();
+  bind();
+  trace.calls.clear();
+  trace.host_reads.clear();
+}
+
+}  // namespace fg::plan

@@ -1,0 +1,175 @@
+// The executor: inputs copied into their slots, then a flat loop of kernel calls over tensors
+// bound once to planned memory (no shape rule, no allocation, no autograd per call). Also the
+// plan's text and DOT forms.
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/plan/plan.h"
+
+namespace fg::plan {
+namespace {
+
+Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage;
+  impl->offset = v.offset;
+  impl->shape = v.shape;
+  impl->strides = v.strides;
+  impl->dtype = v.dtype;
+  return Tensor(impl);
+}
+
+using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
+
+}  // namespace
+
+void Plan::bind() {
+  arena_ = Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_);
+  char* base = static_cast<char*>(arena_->data());
+  for (Buffer& b : buffers_) {
+    if (b.kind == BufferKind::External) continue;
+    b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
+  }
+  auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
+  for (Instruction& ins : code_) {
+    ins.in_t.clear();
+    ins.out_t.clear();
+    for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
+    for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
+  }
+  Tensors examples = std::move(input_t_);
+  input_t_.clear();
+  for (const Value& v : inputs_) input_t_.push_back(tensor(v));
+  for (const Value& v : outputs_) output_t_.push_back(tensor(v));
+  stats_.cuda_graph = device_.is_cpu() ? "not used: a CPU plan"
+                                       : "not captured: CUDA graph capture of plans is not built yet; the plan "
+                                         "runs as a flat loop of launches on one stream";
+}
+
+bool Plan::up_to_date() const {
+  for (const auto& [t, storage] : watched_)
+    if (t.storage() != storage) return false;
+  return true;
+}
+
+Tensors Plan::run(const Tensors& inputs) {
+  FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
+           inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    const Tensor& slot = input_t_[i];
+    FG_CHECK(x.shape() == slot.shape(), Shape, "compiled step: input ", i, " has shape ", to_string(x.shape()),
+             ", the plan was compiled for ", to_string(slot.shape()),
+             " (compile with dynamic=True to keep one plan per input shape)");
+    FG_CHECK(x.dtype() == slot.dtype(), DType, "compiled step: input ", i, " is ", dtype_name(x.dtype()),
+             ", the plan was compiled for ", dtype_name(slot.dtype()));
+    FG_CHECK(x.device() == slot.device(), Device, "compiled step: input ", i, " is on ", x.device().str(),
+             ", the plan runs on ", slot.device().str());
+    copy_into(slot, x);
+  }
+  if (rng_advance_ > 0) {  // fresh draws every run, reproducible from the seed
+    RngState state = rng_state();
+    uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
+    for (Instruction& ins : code_) {
+      if (ins.rng_delta < 0) continue;
+      ins.attrs.set("seed", static_cast<int64_t>(state.seed));
+      ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
+    }
+  }
+  const bool cpu = device_.is_cpu();
+  for (Instruction& ins : code_) {
+    Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
+    kernel(ins.in_t, ins.out_t, ins.attrs);
+    if (!poison_) continue;
+    for (int id : ins.released) {  // FLOWGRAD_DEBUG_PLAN: a later read of these bytes sees NaN
+      const Buffer& b = buffers_[id];
+      if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
+      int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+      fill_raw(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  Tensors out;
+  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    copy_into(copy, t);
+    out.push_back(copy);
+  }
+  return out;
+}
+
+Tensors snapshot(const Tensors& tensors) {
+  Tensors copies;
+  for (const Tensor& t : tensors) {
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    copy_into(copy, t);
+    copies.push_back(copy);
+  }
+  return copies;
+}
+
+void restore(const Tensors& tensors, const Tensors& copies) {
+  FG_CHECK(tensors.size() == copies.size(), Value, "restore: ", copies.size(), " copies for ", tensors.size(), " tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) copy_into(tensors[i], copies[i]);
+}
+
+std::string Plan::describe(const Value& v) const {
+  std::ostringstream os;
+  os << buffers_[v.buffer].name;
+  bool whole = v.offset == 0 && v.strides == contiguous_strides(v.shape) &&
+               static_cast<size_t>(v.shape.numel()) * itemsize(v.dtype) == buffers_[v.buffer].bytes;
+  if (!whole) os << "[view offset " << v.offset << " strides " << to_string(v.strides) << "]";
+  return os.str();
+}
+
+std::string Plan::str() const {
+  std::ostringstream os;
+  os << "Plan on " << device_.str() << ": " << code_.size() << " instructions (traced " << stats_.traced << ", "
+     << stats_.views << " views folded, " << stats_.folded << " constants folded, " << stats_.eliminated
+     << " dead), arena " << stats_.arena_bytes << " bytes (naive " << stats_.naive_bytes << ")\n";
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    os << "  input " << buffers_[inputs_[i].buffer].name << ": " << dtype_name(inputs_[i].dtype) << " "
+       << to_string(inputs_[i].shape) << "\n";
+  for (size_t i = 0; i < code_.size(); ++i) {
+    const Instruction& ins = code_[i];
+    os << "  " << i << ": ";
+    for (size_t k = 0; k < ins.out.size(); ++k) os << (k ? ", " : "") << describe(ins.out[k]);
+    if (!ins.out.empty()) os << " = ";
+    os << ins.op->name << "(";
+    for (size_t k = 0; k < ins.in.size(); ++k) os << (k ? ", " : "") << describe(ins.in[k]);
+    os << ")";
+    std::string attrs = ins.attrs.str();
+    if (!attrs.empty()) os << " {" << attrs << "}";
+    if (!ins.out.empty()) os << "  # " << dtype_name(ins.out[0].dtype) << " " << to_string(ins.out[0].shape);
+    os << "\n";
+  }
+  for (const Value& v : outputs_) os << "  output " << describe(v) << "\n";
+  return os.str();
+}
+
+std::string Plan::dot() const {
+  std::ostringstream os;
+  os << "digraph plan {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
+  std::vector<int> producer(buffers_.size(), -1);
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    os << "  b" << inputs_[i].buffer << " [label=\"" << buffers_[inputs_[i].buffer].name << "\\n"
+       << to_string(inputs_[i].shape) << "\", shape=ellipse];\n";
+  for (size_t i = 0; i < code_.size(); ++i) {
+    const Instruction& ins = code_[i];
+    os << "  i" << i << " [label=\"" << i << ": " << ins.op->name;
+    if (!ins.out.empty()) os << "\\n" << to_string(ins.out[0].shape);
+    os << "\"" << ((ins.op->flags & kMutatesInputs) ? ", style=filled, fillcolor=\"#fde2c8\"" : "") << "];\n";
+    for (const Value& v : ins.in) {
+      if (producer[v.buffer] >= 0)
+        os << "  i" << producer[v.buffer] << " -> i" << i << ";\n";
+      else if (buffers_[v.buffer].kind == BufferKind::Input)
+        os << "  b" << v.buffer << " -> i" << i << ";\n";
+    }
+    for (const Value& v : ins.out) producer[v.buffer] = static_cast<int>(i);
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace fg::plan

@@ -1,0 +1,143 @@
+// Compiled plans: a traced step (forward, loss, backward, optimizer update) as a flat list of
+// kernel calls over buffers whose bytes are planned once in one arena per device.
+//
+// Pipeline (one file each): trace.cpp records every run_op call while a step runs once;
+// build.cpp turns the calls into instructions over buffers and runs the passes (view folding,
+// constant folding, dead-code elimination, gradient binding); memory.cpp plans the arena and
+// proves it safe; plan.cpp executes, and prints the plan.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/ops/registry.h"
+
+namespace fg::plan {
+
+// ---- tracing ----
+
+struct TracedCall {
+  const OpDef* op;
+  Attrs attrs;
+  Tensors in, out;
+};
+
+// While alive, records every op call (from any thread) and every host read of a tensor.
+class Tracer : public OpObserver {
+ public:
+  Tracer();
+  ~Tracer() override;
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+  void stop();  // stops recording (idempotent)
+
+  void on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) override;
+  void on_host_read(const Tensor& t, const char* what) override;
+
+  std::vector<TracedCall> calls;
+  std::vector<std::pair<Tensor, std::string>> host_reads;  // the tensor and what read it
+  uint64_t first_serial;  // storages with a serial >= this were made during the trace
+  RngState rng_start, rng_end;
+
+ private:
+  bool active_ = true;
+};
+
+// ---- the plan ----
+
+enum class BufferKind : uint8_t {
+  Input,     // a step input, copied into its arena slot at the start of every run
+  External,  // memory owned outside the plan, read and written in place: parameters, optimizer
+             // state, gradients bound to .grad, folded constants
+  Arena,     // an intermediate: bytes at a planned offset of the arena
+};
+
+struct Buffer {
+  BufferKind kind;
+  std::string name;          // "x0", "fc.weight", "%12", "const3"
+  std::shared_ptr<Storage> storage;  // External: the owner's; others: bound after planning
+  size_t bytes = 0;
+  Device device;
+  DType dtype = DType::Float32;  // of the tensor that made it (for poisoning and display)
+  int first = -1, last = -1;     // instructions that first and last touch it (-1: before the plan)
+  int64_t offset = 0;            // Arena / Input: bytes from the arena's start
+  bool written = false;          // some instruction writes it
+  bool constant = false;         // folded: its values were computed once while tracing
+};
+
+// A tensor as a layout over a buffer.
+struct Value {
+  int buffer;
+  int64_t offset;  // elements from the buffer's start
+  Dims shape, strides;
+  DType dtype;
+};
+
+struct Instruction {
+  const OpDef* op;
+  Attrs attrs;
+  std::vector<Value> in, out;
+  int64_t rng_delta = -1;  // random ops: counters from the step's first draw
+  Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
+  std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
+};
+
+struct PlanStats {
+  int traced = 0, views = 0, folded = 0, eliminated = 0;
+  size_t arena_bytes = 0, naive_bytes = 0;
+  std::string cuda_graph;
+};
+
+// What the caller declares about a traced step.
+struct PlanSpec {
+  Tensors inputs;   // copied into input slots on every run
+  Tensors outputs;  // returned (as fresh tensors) by every run
+  std::vector<std::pair<Tensor, Tensor>> grads;  // (parameter, traced gradient): bound to .grad
+  std::vector<std::pair<std::string, Tensor>> names;  // labels for external tensors (parameters)
+  Tensors watch;  // tensors whose storage must not change (else the plan is stale)
+};
+
+class Plan {
+ public:
+  Plan(Tracer& tracer, const PlanSpec& spec);
+
+  // Runs the plan on new inputs (same shapes and dtypes as traced); returns the outputs.
+  Tensors run(const Tensors& inputs);
+  // False once a watched tensor's storage changed (Module.to, parameter reassignment).
+  bool up_to_date() const;
+  // Throws unless no two arena buffers with overlapping lifetimes share bytes.
+  void check_memory() const;
+
+  const std::vector<Instruction>& instructions() const { return code_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const PlanStats& stats() const { return stats_; }
+  Device device() const { return device_; }
+  std::string str() const;
+  std::string dot() const;
+  std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
+
+ private:
+  friend struct Builder;
+  void plan_memory();
+  void bind();
+
+  Device device_;
+  std::vector<Buffer> buffers_;
+  std::vector<Instruction> code_;
+  std::vector<Value> inputs_, outputs_;
+  Tensors input_t_, output_t_;
+  std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> watched_;
+  std::shared_ptr<Storage> arena_;
+  int64_t rng_advance_ = 0;
+  bool poison_ = false;
+  PlanStats stats_;
+};
+
+// Copies of tensors' values, and writing them back (compile traces one real step, then restores
+// the parameters and optimizer state it touched).
+Tensors snapshot(const Tensors& tensors);
+void restore(const Tensors& tensors, const Tensors& copies);
+
+}  // namespace fg::plan

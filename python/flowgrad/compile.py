@@ -1,0 +1,242 @@
+"""fg.compile: a whole training step (forward, loss, backward, optimizer update) as one plan.
+
+The step is traced once: every op it runs, forward and backward and the optimizer's update ops,
+is recorded by the C++ tracer and becomes an instruction over planned memory (flowgrad._core.plan).
+Calling the step then runs that flat list of kernels: no Python, no op dispatch, no allocation
+and no autograd bookkeeping per op. Python only composes here; the plan is built and run in C++.
+
+What tracing means for you:
+- The step is traced as the path it took: Python-side control flow in a model's forward is
+  frozen at compile time. A host read of a computed value inside the step (``.item()``, a
+  FlowBuilder ``switch`` or ``while_``/``until``) raises at compile time instead of freezing it.
+- Parameters, gradients and optimizer state stay the model's and optimizer's own tensors,
+  updated in place: eager use, ``state_dict`` and checkpoints see the trained values at once.
+  Each parameter's ``.grad`` is bound to a tensor the step overwrites every call (no
+  ``zero_grad`` needed: gradients are not accumulated across calls).
+- Optimizer options (``lr`` from a scheduler, betas, weight decay) are read at every call.
+- Random ops (dropout) draw fresh values every call, reproducible from ``fg.manual_seed``.
+- The model is traced in the mode it is in (``train()``/``eval()``) at compile time.
+"""
+from . import _core
+from .autograd import grad as _grad
+
+__all__ = ["compile", "CompiledStep", "ForwardPlan"]
+
+
+def _signature(inputs):
+    return tuple((tuple(t.shape), str(t.dtype), str(t.device)) for t in inputs)
+
+
+def _as_tensors(inputs, what):
+    out = []
+    for i, x in enumerate(inputs):
+        if not isinstance(x, _core.Tensor):
+            raise TypeError(f"{what}: input {i} must be a flowgrad Tensor, got {type(x).__name__}")
+        out.append(x)
+    return out
+
+
+def _outputs(result, what):
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    for i, t in enumerate(items):
+        if not isinstance(t, _core.Tensor):
+            raise TypeError(f"{what}: output {i} is a {type(t).__name__}, not a Tensor")
+    return items
+
+
+class _Traced:
+    """Runs `fn` once under the tracer with parameters, state and the RNG restored afterwards."""
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def __call__(self, fn):
+        copies = _core.plan.snapshot(self.keep)
+        rng = _core.get_rng_state()
+        tracer = _core.plan.Tracer()
+        try:
+            with tracer:
+                result = fn()
+        finally:
+            _core.plan.restore(self.keep, copies)
+            _core.set_rng_state(rng)
+        return tracer, result
+
+
+class CompiledStep:
+    """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`."""
+
+    def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic):
+        self.model, self.loss_fn, self.optimizer, self.dynamic = model, loss_fn, optimizer, dynamic
+        if optimizer is not None:
+            self._params = [p for g in optimizer.param_groups for p in g["params"]]
+        else:
+            self._params = [p for p in model.parameters() if p.requires_grad]
+        self._plans = {}
+        self._plan = self._build(_as_tensors(example_inputs, "compile"))
+
+    def _state(self):
+        if self.optimizer is None:
+            return []
+        state = []
+        for i in range(len(self.optimizer.param_groups)):
+            for tensors in self.optimizer._group_state(i)[1:]:  # creates missing state before tracing
+                state += [t for t in tensors if t is not None]
+        return state
+
+    def _state_names(self):
+        """Labels for the optimizer's tensors in the plan's text: 'exp_avg[3]' (parameter 3), 'hyper0'."""
+        if self.optimizer is None:
+            return []
+        names, index = [], 0
+        for i, group in enumerate(self.optimizer.param_groups):
+            names.append((f"hyper{i}", self.optimizer._hyper_tensor(i)))
+            _, *lists = self.optimizer._group_state(i)
+            for key, tensors in zip(self.optimizer._state_keys, lists):
+                names += [(f"{key}[{index + k}]", t) for k, t in enumerate(tensors) if t is not None]
+            index += len(group["params"])
+        return names
+
+    def _build(self, inputs):
+        model_inputs, targets = (inputs[:-1], inputs[-1:]) if self.loss_fn is not None else (inputs, [])
+        opt = self.optimizer
+        state = self._state()
+        if opt is not None:
+            opt._write_hypers()  # hyper-parameter tensors exist (and are read in place) before the trace
+        buffers = [b for _, b in self.model.named_buffers()] if hasattr(self.model, "named_buffers") else []
+
+        def step():
+            out = self.model(*model_inputs)
+            loss = self.loss_fn(out, *targets) if self.loss_fn is not None else out
+            if not isinstance(loss, _core.Tensor) or loss.numel() != 1:
+                raise _core.InvalidArgumentError(
+                    "compile: the step must produce a one-element loss tensor "
+                    f"(got {type(loss).__name__}{'' if not isinstance(loss, _core.Tensor) else ' of shape ' + str(loss.shape)})")
+            # Contiguous gradients: the optimizer reads them as they are and .grad is bound to them.
+            grads = [g if g is None else g.contiguous() for g in _grad([loss], self._params, allow_unused=True)]
+            if opt is not None:
+                saved = [p.grad for p in self._params]
+                try:
+                    for p, g in zip(self._params, grads):
+                        p.grad = g
+                    for i in range(len(opt.param_groups)):
+                        opt._update(i)
+                finally:
+                    for p, g in zip(self._params, saved):
+                        p.grad = g
+            return loss, grads
+
+        tracer, (loss, grads) = _Traced(self._params + state + buffers)(step)
+        pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
+        names = list(self.model.named_parameters()) + self._state_names()
+        plan = _core.plan.Plan(tracer, inputs, [loss], pairs, names, self._params + state + buffers)
+        self._plans[_signature(inputs)] = plan
+        return plan
+
+    def _plan_for(self, inputs):
+        plan = self._plans.get(_signature(inputs)) if self.dynamic else self._plan
+        if plan is None:
+            plan = self._build(inputs)
+        elif not plan.up_to_date():  # Module.to or a reassigned parameter: trace again
+            self._plans.clear()
+            plan = self._build(inputs)
+            if not self.dynamic:
+                self._plan = plan
+        return plan
+
+    def __call__(self, *inputs):
+        """Runs one whole training step; returns the loss (a 0-d tensor on the plan's device)."""
+        inputs = _as_tensors(inputs, "compiled step")
+        plan = self._plan_for(inputs)
+        if self.optimizer is not None:
+            self.optimizer._write_hypers()
+        (loss,) = plan.run(inputs)
+        if self.optimizer is not None:
+            self.optimizer._after_step()
+        return loss
+
+    def forward_plan(self, *example_inputs):
+        """A forward-only plan (e.g. batch 1 for inference) reading the same parameter buffers."""
+        return ForwardPlan(self.model, example_inputs)
+
+    @property
+    def plan(self):
+        """The plan for the example inputs (flowgrad._core.plan.Plan)."""
+        return self._plan
+
+    @property
+    def stats(self):
+        """instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph (and pass counts)."""
+        return self._plan.stats()
+
+    def ir(self):
+        """The plan's instructions as a list of records (op, inputs, outputs, shape, dtype, attrs)."""
+        return self._plan.ir()
+
+    def dot(self):
+        """The plan as a Graphviz DOT graph (instructions as nodes, data flow as edges)."""
+        return self._plan.dot()
+
+    def __str__(self):
+        return str(self._plan)
+
+    def __repr__(self):
+        s = self.stats
+        return (f"<CompiledStep {s['instructions']} instructions on {self._plan.device}, "
+                f"arena {s['arena_bytes']} bytes (naive {s['naive_bytes']})>")
+
+
+class ForwardPlan:
+    """A compiled forward pass (no gradients): ``outputs = plan(*inputs)``, sharing parameters."""
+
+    def __init__(self, model, example_inputs):
+        self.model = model
+        inputs = _as_tensors(example_inputs, "forward_plan")
+        params = list(model.parameters())
+        buffers = [b for _, b in model.named_buffers()] if hasattr(model, "named_buffers") else []
+
+        def forward():
+            with _no_grad():
+                return _outputs(model(*inputs), "forward_plan")
+
+        tracer, outputs = _Traced(params + buffers)(forward)
+        self._single = len(outputs) == 1
+        names = [(n, p) for n, p in model.named_parameters()]
+        self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)
+
+    def __call__(self, *inputs):
+        """The model's outputs for these inputs (same shapes as the example inputs)."""
+        out = self._plan.run(_as_tensors(inputs, "forward plan"))
+        return out[0] if self._single else tuple(out)
+
+    @property
+    def stats(self):
+        return self._plan.stats()
+
+    def ir(self):
+        return self._plan.ir()
+
+    def dot(self):
+        return self._plan.dot()
+
+    def __str__(self):
+        return str(self._plan)
+
+
+def _no_grad():
+    from ._grad_mode import no_grad
+    return no_grad()
+
+
+def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=False):
+    """Compiles a training step of `model` into one plan.
+
+    With `loss_fn`, the last example input is the target: ``loss = loss_fn(model(*inputs[:-1]),
+    inputs[-1])``; without it, ``model(*inputs)`` must return the loss. With `optimizer`, each
+    call also updates the parameters (its param groups decide which); without it, each call
+    writes the gradients into ``.grad`` only. With ``dynamic=True`` one plan is kept per input
+    signature (shapes, dtypes, devices); otherwise other shapes raise ``fg.ShapeError``.
+    """
+    if not example_inputs:
+        raise _core.InvalidArgumentError("compile: example_inputs must hold the step's inputs (e.g. (xb, yb))")
+    return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic)
