@@ -211,6 +211,7 @@ Tensor from_numpy(const py::array& array) {
 
 py::array to_numpy(const Tensor& t) {
   require_cpu(t, "numpy");
+  notify_host_read(t, "numpy");
   auto [shape, strides] = byte_layout(t);
   auto* keep = new std::shared_ptr<Storage>(t.storage());
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });

@@ -112,6 +112,7 @@ std::string grad_fn_repr(const Tensor& t) {
 py::object scalar_value(const Tensor& t) {
   FG_CHECK(t.numel() == 1, Value, "item: only one-element tensors can be converted to Python ",
            "scalars, got shape ", to_string(t.shape()));
+  notify_host_read(t, "item");
   Tensor c = t.device().is_cpu() ? contiguous_raw(t) : to_device(detach(t), cpu_device());
   return visit_dtype(c.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);

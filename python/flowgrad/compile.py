@@ -131,13 +131,19 @@ class CompiledStep:
         names = list(self.model.named_parameters()) + self._state_names()
         plan = _core.plan.Plan(tracer, inputs, [loss], pairs, names, self._params + state + buffers)
         self._plans[_signature(inputs)] = plan
+        self._traced_identity = self._identity()
         return plan
+
+    def _identity(self):
+        """Which tensors are the model's parameters now (hash is the tensor's identity)."""
+        return tuple(map(hash, self.model.parameters()))
 
     def _plan_for(self, inputs):
         plan = self._plans.get(_signature(inputs)) if self.dynamic else self._plan
         if plan is None:
             plan = self._build(inputs)
-        elif not plan.up_to_date():  # Module.to or a reassigned parameter: trace again
+        elif not plan.up_to_date() or self._identity() != self._traced_identity:
+            # Module.to moved a parameter, or one was reassigned: trace again
             self._plans.clear()
             plan = self._build(inputs)
             if not self.dynamic:

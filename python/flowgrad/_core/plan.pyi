@@ -1,0 +1,67 @@
+"""
+Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).
+"""
+from __future__ import annotations
+import collections.abc
+import flowgrad._core
+__all__: list[str] = ['Plan', 'Tracer', 'restore', 'snapshot']
+class Plan:
+    """
+    A traced step as instructions over planned memory.
+    """
+    def __init__(self, tracer: Tracer, inputs: collections.abc.Sequence[flowgrad._core.Tensor], outputs: collections.abc.Sequence[flowgrad._core.Tensor], grads: collections.abc.Sequence[tuple[flowgrad._core.Tensor, flowgrad._core.Tensor]], names: collections.abc.Sequence[tuple[str, flowgrad._core.Tensor]], watch: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
+        """
+        Builds a plan from a finished trace: inputs are copied into slots each run, outputs returned, each (parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage.
+        """
+    def buffers(self) -> list:
+        """
+        Every buffer with its kind, bytes, arena offset and lifetime [first, last] in instructions.
+        """
+    def check_memory(self) -> None:
+        """
+        Raises unless no two buffers alive at the same time share arena bytes.
+        """
+    def dot(self) -> str:
+        """
+        The plan as a Graphviz DOT graph.
+        """
+    def ir(self) -> list:
+        """
+        The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).
+        """
+    def run(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
+        """
+        Runs the plan on new inputs; returns fresh output tensors.
+        """
+    def stats(self) -> dict:
+        """
+        Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...
+        """
+    def up_to_date(self) -> bool:
+        """
+        False once a watched tensor's storage was replaced.
+        """
+    @property
+    def device(self) -> str:
+        """
+        The plan's device.
+        """
+class Tracer:
+    """
+    Records every op call while alive (use as a context manager).
+    """
+    def __enter__(self) -> Tracer: ...
+    def __exit__(self, *args) -> bool: ...
+    @property
+    def calls(self) -> int:
+        """
+        Number of recorded op calls.
+        """
+def restore(tensors: collections.abc.Sequence[flowgrad._core.Tensor], copies: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
+    """
+    Writes copies back into the tensors.
+    """
+def snapshot(tensors: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
+    """
+    Copies of the tensors' values.
+    """

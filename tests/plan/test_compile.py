@@ -1,0 +1,335 @@
+"""fg.compile: compiled steps agree with eager training on every test model, the memory plan is
+proven safe, random draws are fresh and reproducible, and misuse raises clear errors."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from flowgrad import nn
+
+STEPS = 30
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3),
+                         nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(6, 5))
+
+
+class CharTransformer(nn.Module):
+    """The example's model: embedding + positions, causal pre-norm blocks with dropout, a head."""
+
+    def __init__(self, vocab=11, dim=16, heads=2, layers=2, context=8, dropout=0.1):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Parameter(fg.randn(context, dim) * 0.02)
+        self.blocks = nn.ModuleList([nn.TransformerBlock(dim, heads, causal=True) for _ in range(layers)])
+        self.drop = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        x = self.drop(self.tokens(idx) + self.positions[:idx.shape[-1]])
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)).reshape(-1, 11)
+
+
+def graph():
+    """A FlowBuilder graph with also, split/merge, gate, map and a for_ loop."""
+    return (fg.FlowBuilder(nn.Linear(20, 16)).tag("in")
+            .also(nn.Sequential(nn.Linear(16, 16), nn.Tanh()))
+            .split(nn.Linear(16, 16), nn.Sequential(nn.Linear(16, 16), nn.ReLU())).merge(fg.flow.Add())
+            .gate(fg.flow.SoftmaxRouter(16, 2), nn.Linear(16, 16), nn.Linear(16, 16)).using("in")
+            .loop(nn.Sequential(nn.Linear(16, 16), nn.Tanh())).for_(2)
+            .map(nn.Linear(4, 4)).slices(4)
+            .through(nn.Linear(16, 5)).tag("logits")
+            .build())
+
+
+def data(kind, rng, batches):
+    if kind == "cnn":
+        xs = [rng.standard_normal((4, 1, 8, 8)).astype(np.float32) for _ in range(batches)]
+        ys = [rng.integers(0, 5, 4) for _ in range(batches)]
+    elif kind == "transformer":
+        xs = [rng.integers(0, 11, (3, 8)) for _ in range(batches)]
+        ys = [rng.integers(0, 11, 24) for _ in range(batches)]
+    else:
+        xs = [rng.standard_normal((16, 20)).astype(np.float32) for _ in range(batches)]
+        ys = [rng.integers(0, 5, 16) for _ in range(batches)]
+    return xs, ys
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": CharTransformer, "graph": graph}
+OPTIMIZERS = {
+    "sgd": lambda ps: fg.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4),
+    "adam": lambda ps: fg.optim.Adam(ps, lr=3e-3),
+    "adamw": lambda ps: fg.optim.AdamW(ps, lr=3e-3, weight_decay=0.1),
+}
+
+
+def build(kind, make_opt, device, seed=0):
+    fg.manual_seed(seed)
+    model = MODELS[kind]().to(device)
+    opt = make_opt(model.parameters())
+    sched = fg.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5)
+    return model, opt, sched
+
+
+def tensors(xs, ys, device):
+    return [fg.tensor(x).to(device) for x in xs], [fg.tensor(y).to(device) for y in ys]
+
+
+def train_eager(kind, make_opt, device, xs, ys):
+    model, opt, sched = build(kind, make_opt, device)
+    fg.manual_seed(1)
+    losses = []
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+def train_compiled(kind, make_opt, device, xs, ys):
+    model, opt, sched = build(kind, make_opt, device)
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    step.plan.check_memory()
+    fg.manual_seed(1)
+    losses = []
+    for x, y in zip(xs, ys):
+        losses.append(step(x, y).item())
+        sched.step()
+    return model, losses, step
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
+def test_compiled_matches_eager(kind, opt_name, device):
+    xs, ys = tensors(*data(kind, np.random.default_rng(3), STEPS), device)
+    eager_model, eager = train_eager(kind, OPTIMIZERS[opt_name], device, xs, ys)
+    model, compiled, step = train_compiled(kind, OPTIMIZERS[opt_name], device, xs, ys)
+    np.testing.assert_allclose(compiled, eager, rtol=2e-5, atol=1e-6)
+    assert compiled[-1] != compiled[0]
+    for (name, p), (_, q) in zip(model.named_parameters(), eager_model.named_parameters()):
+        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        assert p.grad is not None and p.grad.shape == p.shape, name
+    stats = step.stats
+    assert stats["arena_bytes"] <= stats["naive_bytes"]
+    assert stats["instructions"] == len(step.ir()) > 0
+
+
+def test_plan_text_dot_and_ir_name_the_parts():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    model, opt, _ = build("mlp", OPTIMIZERS["adam"], "cpu")
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    text = str(step)
+    assert "input x0: float32 (16, 20)" in text and "adam_update(0.weight, grad(0.weight), hyper0" in text
+    assert step.dot().startswith("digraph plan {") and "matmul" in step.dot()
+    ops = [r["op"] for r in step.ir()]
+    assert ops.count("adam_update") == 6 and "matmul" in ops and "view" not in ops
+    first = step.ir()[0]
+    assert first["op"] == "matmul" and first["shape"] == [16, 32] and first["dtype"] == "float32"
+
+
+def overlapping_buffers(buffers):
+    """Pairs of arena buffers alive at the same time whose bytes overlap (an independent check)."""
+    bad = []
+    live = [b for b in buffers if b["kind"] != "external" and b["last"] >= max(b["first"], 0)]
+    for i, a in enumerate(live):
+        for b in live[i + 1:]:
+            in_time = a["first"] <= b["last"] and b["first"] <= a["last"]
+            in_bytes = a["offset"] < b["offset"] + b["bytes"] and b["offset"] < a["offset"] + a["bytes"]
+            if in_time and in_bytes and a["bytes"] and b["bytes"]:
+                bad.append((a["name"], b["name"]))
+    return bad
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_memory_plan_is_safe_and_reuses_bytes(kind):
+    xs, ys = tensors(*data(kind, np.random.default_rng(0), 1), "cpu")
+    model, opt, _ = build(kind, OPTIMIZERS["adamw"], "cpu")
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    assert overlapping_buffers(step.plan.buffers()) == []
+    stats = step.stats
+    assert stats["arena_bytes"] <= 0.75 * stats["naive_bytes"], stats
+
+
+@pytest.mark.parametrize("switches", [{}, {"FLOWGRAD_NO_PLANNER": "1"}, {"FLOWGRAD_DEBUG_PLAN": "1"},
+                                      {"FLOWGRAD_NO_FUSION": "1"},
+                                      {"FLOWGRAD_NO_PLANNER": "1", "FLOWGRAD_DEBUG_PLAN": "1", "FLOWGRAD_NO_FUSION": "1"}])
+def test_kill_switches_give_the_same_numbers(switches, monkeypatch, device):
+    xs, ys = tensors(*data("transformer", np.random.default_rng(5), 6), device)
+    _, reference, _ = train_compiled("transformer", OPTIMIZERS["adamw"], device, xs, ys)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    _, losses, step = train_compiled("transformer", OPTIMIZERS["adamw"], device, xs, ys)
+    assert losses == reference
+    if "FLOWGRAD_NO_PLANNER" in switches:
+        assert step.stats["arena_bytes"] == step.stats["naive_bytes"]
+
+
+def test_debug_poisoning_is_visible_to_a_read_after_release():
+    # The poison fills released bytes with NaN: a released buffer's bytes read NaN after a run.
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    import os
+    os.environ["FLOWGRAD_DEBUG_PLAN"] = "1"
+    try:
+        model, opt, _ = build("mlp", OPTIMIZERS["sgd"], "cpu")
+        step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    finally:
+        del os.environ["FLOWGRAD_DEBUG_PLAN"]
+    loss = step(xs[0], ys[0])
+    assert np.isfinite(loss.item())
+
+
+def test_dropout_masks_are_fresh_per_call_and_reproducible_from_the_seed(device):
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.Dropout(0.5), nn.Linear(64, 1)).to(device)
+    x = fg.randn(4, 8).to(device)
+    plan = fg.compile(nn.Sequential(model, _Sum()), example_inputs=(x,))
+    fg.manual_seed(7)
+    first = [plan(x).item() for _ in range(3)]
+    fg.manual_seed(7)
+    again = [plan(x).item() for _ in range(3)]
+    assert first == again
+    assert len(set(first)) == 3
+
+
+class _Sum(nn.Module):
+    def forward(self, x):
+        return x.sum()
+
+
+def test_forward_plan_shares_parameters_and_sees_training(device):
+    xs, ys = tensors(*data("mlp", np.random.default_rng(1), 3), device)
+    model, opt, _ = build("mlp", OPTIMIZERS["sgd"], device)
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    one = xs[1][:1].contiguous()
+    infer = step.forward_plan(one)
+    before = infer(one).cpu().numpy()
+    np.testing.assert_allclose(before, model(one).detach().cpu().numpy(), rtol=1e-6, atol=1e-6)
+    step(xs[0], ys[0])
+    after = infer(one).cpu().numpy()
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, model(one).detach().cpu().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_shape_mismatch_names_the_input_and_dynamic_keeps_one_plan_per_shape():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    model, opt, _ = build("mlp", OPTIMIZERS["sgd"], "cpu")
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    with pytest.raises(fg.ShapeError, match=r"input 0 has shape \(8, 20\), the plan was compiled for \(16, 20\)"):
+        step(xs[0][:8], ys[0][:8])
+    with pytest.raises(fg.DTypeError, match="input 0 is float64, the plan was compiled for float32"):
+        step(xs[0].double(), ys[0])
+    dyn = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]), dynamic=True)
+    small = dyn(xs[0][:8].contiguous(), ys[0][:8].contiguous())
+    assert small.shape == () and len(dyn._plans) == 2
+
+
+def test_scheduler_and_load_state_dict_are_seen_by_the_next_call():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 2), "cpu")
+    model, opt, _ = build("mlp", OPTIMIZERS["sgd"], "cpu")
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    saved = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    opt.param_groups[0]["lr"] = 0.0
+    step(xs[0], ys[0])
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), saved[k])  # lr 0: nothing moves
+    opt.param_groups[0]["lr"] = 0.05
+    step(xs[0], ys[0])
+    assert any(not np.array_equal(v.numpy(), saved[k]) for k, v in model.state_dict().items())
+    model.load_state_dict({k: fg.tensor(v) for k, v in saved.items()})
+    loss_a = step(xs[1], ys[1]).item()
+    model.load_state_dict({k: fg.tensor(v) for k, v in saved.items()})
+    expected = F.cross_entropy(model(xs[1]), ys[1]).item()
+    assert loss_a == pytest.approx(expected, rel=1e-6)
+
+
+def test_reassigned_parameter_makes_the_step_trace_again():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    model, _, _ = build("mlp", OPTIMIZERS["sgd"], "cpu")
+    step = fg.compile(model, F.cross_entropy, example_inputs=(xs[0], ys[0]))
+    old = step.plan
+    model[0].weight = nn.Parameter(fg.zeros(32, 20))
+    loss = step(xs[0], ys[0]).item()
+    assert step.plan is not old
+    assert loss == pytest.approx(F.cross_entropy(model(xs[0]), ys[0]).item(), rel=1e-6)
+
+
+def test_without_optimizer_gradients_land_in_grad():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    model, _, _ = build("mlp", OPTIMIZERS["sgd"], "cpu")
+    step = fg.compile(model, F.cross_entropy, example_inputs=(xs[0], ys[0]))
+    step(xs[0], ys[0])
+    compiled = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = None
+    F.cross_entropy(model(xs[0]), ys[0]).backward()
+    for n, p in model.named_parameters():
+        np.testing.assert_allclose(compiled[n], p.grad.numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
+
+
+def test_host_reads_and_data_dependent_control_flow_raise_at_compile_time():
+    class ItemInside(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, x):
+            y = self.fc(x).sum()
+            return y * 2 if y.item() > 0 else y
+
+    x = fg.randn(3, 4)
+    with pytest.raises(fg.InvalidArgumentError, match=r"reads a computed value on the host \(item"):
+        fg.compile(ItemInside(), example_inputs=(x,))
+    g = (fg.FlowBuilder(nn.Linear(4, 4)).switch(fg.flow.ArgmaxSelector(4, 2), nn.Linear(4, 4), nn.Linear(4, 4))
+         .through(_Sum()).build())
+    with pytest.raises(fg.InvalidArgumentError, match="switch, while_/until"):
+        fg.compile(g, example_inputs=(x,))
+
+
+def test_values_made_outside_the_registry_during_the_step_raise():
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, x):
+            return (self.fc(x) * fg.tensor(x.numpy())).sum()
+
+    with pytest.raises(fg.InvalidArgumentError, match="computed during the step outside the op registry|reads a computed"):
+        fg.compile(Hidden(), example_inputs=(fg.randn(3, 4),))
+
+
+def test_loss_must_be_one_element_and_inputs_tensors():
+    with pytest.raises(fg.InvalidArgumentError, match="one-element loss"):
+        fg.compile(nn.Linear(4, 2), example_inputs=(fg.randn(3, 4),))
+    with pytest.raises(fg.InvalidArgumentError, match="example_inputs"):
+        fg.compile(nn.Linear(4, 2))
+    with pytest.raises(TypeError, match="input 0 must be a flowgrad Tensor"):
+        fg.compile(nn.Linear(4, 2), example_inputs=(np.zeros((3, 4)),))
+
+
+def test_compile_does_not_train_and_many_calls_do_not_grow_memory():
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
+    model, opt, _ = build("mlp", OPTIMIZERS["adam"], "cpu")
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    assert int(opt.state_dict()["state"][0]["step"].item()) == 0
+    for _ in range(50):
+        step(xs[0], ys[0])
+    held = fg.cpu_memory_stats()["allocated"]
+    for _ in range(2000):
+        step(xs[0], ys[0])
+    assert fg.cpu_memory_stats()["allocated"] <= held
+    assert int(opt.state_dict()["state"][0]["step"].item()) == 2050
