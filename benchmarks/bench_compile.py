@@ -1,0 +1,220 @@
+"""Compiled training steps (fg.compile) against our eager steps and PyTorch, one run, same data and
+threads. Also the same GEMMs run alone (the physical floor of an MLP step) and the memory plan.
+
+    python benchmarks/bench_compile.py [--save] [--device cpu|cuda]
+
+Targets (issue 10), CPU: MLP 784-512-512-10 compiled >= 1.1x PyTorch eager with SGD at batch 64,
+>= 1.05x at 512, >= 1.8x / >= 1.3x with AdamW, and within 15% of its GEMMs run alone; char
+transformer (4 layers, d=128, T=64, B=16) compiled >= 1.3x PyTorch eager; arena/naive <= 0.5.
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from flowgrad import nn
+from common import best_time, machine, save
+
+VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
+
+
+def flowgrad_model(case):
+    fg.manual_seed(0)
+    if case == "mlp":
+        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    return CharTransformer()
+
+
+class CharTransformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, D)
+        self.positions = nn.Parameter(fg.randn(T, D) * 0.02)
+        self.blocks = nn.ModuleList([nn.TransformerBlock(D, HEADS, causal=True) for _ in range(LAYERS)])
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, VOCAB)
+
+    def forward(self, idx):
+        x = self.tokens(idx) + self.positions
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)).reshape(-1, VOCAB)
+
+
+def torch_model(case):
+    import torch
+    torch.manual_seed(0)
+    if case == "mlp":
+        return torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                   torch.nn.ReLU(), torch.nn.Linear(512, 10))
+
+    class Block(torch.nn.Module):  # the same pre-norm block as flowgrad's TransformerBlock
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(D), torch.nn.LayerNorm(D)
+            self.qkv, self.proj = torch.nn.Linear(D, 3 * D), torch.nn.Linear(D, D)
+            self.fc1, self.fc2 = torch.nn.Linear(D, 4 * D), torch.nn.Linear(4 * D, D)
+
+        def forward(self, x):
+            B, L, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(D, -1)
+            split = lambda t: t.view(B, L, HEADS, D // HEADS).transpose(1, 2)
+            a = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(B, L, D))
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.positions = torch.nn.Embedding(VOCAB, D), torch.nn.Parameter(torch.randn(T, D) * 0.02)
+            self.blocks = torch.nn.Sequential(*[Block() for _ in range(LAYERS)])
+            self.norm, self.head = torch.nn.LayerNorm(D), torch.nn.Linear(D, VOCAB)
+
+        def forward(self, idx):
+            return self.head(self.norm(self.blocks(self.tokens(idx) + self.positions))).reshape(-1, VOCAB)
+    return Model()
+
+
+def batch_data(case, batch):
+    rng = np.random.default_rng(0)
+    if case == "mlp":
+        return rng.standard_normal((batch, 784)).astype(np.float32), rng.integers(0, 10, batch)
+    return rng.integers(0, VOCAB, (batch, T)), rng.integers(0, VOCAB, batch * T)
+
+
+def optimizer(lib, name, params):
+    if lib == "torch":
+        import torch
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9) if name == "sgd" else torch.optim.AdamW(params, lr=1e-3)
+    return fg.optim.SGD(params, lr=0.01, momentum=0.9) if name == "sgd" else fg.optim.AdamW(params, lr=1e-3)
+
+
+def flowgrad_steps(case, batch, opt_name, device):
+    x, y = batch_data(case, batch)
+    x, y = fg.tensor(x).to(device), fg.tensor(y).to(device)
+    sync = fg.cuda.synchronize if device != "cpu" else (lambda: None)
+    model = flowgrad_model(case).to(device)
+    opt = optimizer("flowgrad", opt_name, model.parameters())
+
+    def eager():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        sync()
+    cmodel = flowgrad_model(case).to(device)
+    copt = optimizer("flowgrad", opt_name, cmodel.parameters())
+    step = fg.compile(cmodel, F.cross_entropy, copt, example_inputs=(x, y))
+
+    def compiled():
+        step(x, y)
+        sync()
+    return eager, compiled, step
+
+
+def torch_steps(case, batch, opt_name, device):
+    import torch
+    x, y = batch_data(case, batch)
+    x, y = torch.tensor(x).to(device), torch.tensor(y).to(device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    model = torch_model(case).to(device)
+    opt = optimizer("torch", opt_name, model.parameters())
+
+    def eager():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sync()
+
+    compiled = None
+    try:  # torch.compile where it works on this machine (it needs a C++ compiler for the CPU)
+        cmodel = torch.compile(torch_model(case).to(device))
+        copt = optimizer("torch", opt_name, cmodel.parameters())
+
+        def compiled():
+            copt.zero_grad()
+            torch.nn.functional.cross_entropy(cmodel(x), y).backward()
+            copt.step()
+            sync()
+        compiled()
+    except Exception as e:  # noqa: BLE001  (reported, not hidden)
+        print(f"  torch.compile unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        compiled = None
+    return eager, compiled
+
+
+def mlp_gemms(batch, device):
+    """The MLP step's 8 GEMMs alone (3 forward, 2 input-gradient, 3 weight-gradient): time and FLOPs."""
+    shapes = [(batch, 784, 512), (batch, 512, 512), (batch, 512, 10),   # forward: (M, K) @ (K, N)
+              (batch, 10, 512), (batch, 512, 512),                      # input gradients
+              (512, batch, 784), (512, batch, 512), (10, batch, 512)]   # weight gradients
+    pairs = [(fg.randn(m, k).to(device), fg.randn(k, n).to(device)) for m, k, n in shapes]
+    sync = fg.cuda.synchronize if device != "cpu" else (lambda: None)
+
+    def run():
+        for a, b in pairs:
+            fg.matmul(a, b)
+        sync()
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    return best_time(run), flops
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--save", action="store_true")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    try:
+        import torch
+        torch.set_num_threads(fg.get_num_threads())
+    except ImportError:
+        torch = None
+    info = machine()
+    print(f"machine: {info}")
+    results = []
+    for case, batch in (("mlp", 64), ("mlp", 512), ("transformer", 16)):
+        unit_items = batch if case == "mlp" else batch * T
+        for opt_name in ("sgd", "adamw"):
+            eager, compiled, step = flowgrad_steps(case, batch, opt_name, args.device)
+            row = {"case": case, "batch": batch, "optimizer": opt_name,
+                   "unit": "samples/s" if case == "mlp" else "tokens/s"}
+            row["flowgrad_compiled_ms"] = best_time(compiled) * 1e3
+            row["flowgrad_eager_ms"] = best_time(eager) * 1e3
+            stats = step.stats
+            row["arena_bytes"], row["naive_bytes"] = stats["arena_bytes"], stats["naive_bytes"]
+            row["arena_ratio"] = stats["arena_bytes"] / stats["naive_bytes"]
+            row["instructions"] = stats["instructions"]
+            if torch is not None:
+                t_eager, t_compiled = torch_steps(case, batch, opt_name, args.device)
+                row["torch_eager_ms"] = best_time(t_eager) * 1e3
+                row["torch_compile_ms"] = best_time(t_compiled) * 1e3 if t_compiled else None
+                row["compiled_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_compiled_ms"]
+                row["eager_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_eager_ms"]
+            if case == "mlp":
+                seconds, flops = mlp_gemms(batch, args.device)
+                row["gemms_alone_ms"] = seconds * 1e3
+                row["gemm_gflops"] = flops / seconds / 1e9
+                row["step_gflops"] = flops / (row["flowgrad_compiled_ms"] / 1e3) / 1e9
+                row["compiled_vs_gemms"] = row["flowgrad_compiled_ms"] / row["gemms_alone_ms"]
+            results.append(row)
+            line = (f"{case:11s} b{batch:<4d} {opt_name:5s}: compiled {row['flowgrad_compiled_ms']:7.3f} ms  "
+                    f"eager {row['flowgrad_eager_ms']:7.3f} ms")
+            if torch is not None:
+                line += f"  torch {row['torch_eager_ms']:7.3f} ms -> compiled {row['compiled_vs_torch_eager']:.2f}x torch"
+                if row["torch_compile_ms"]:
+                    line += f" (torch.compile {row['torch_compile_ms']:.3f} ms)"
+            if case == "mlp":
+                line += (f"  | GEMMs alone {row['gemms_alone_ms']:.3f} ms ({row['gemm_gflops']:.0f} GFLOP/s), "
+                         f"step/GEMMs {row['compiled_vs_gemms']:.2f}")
+            line += f"  | arena/naive {row['arena_ratio']:.2f}"
+            print(line, flush=True)
+    if args.save:
+        payload = {"machine": info, "device": args.device, "command": "python " + " ".join(sys.argv),
+                   "results": results}
+        print(f"saved {save('bench_compile', payload)}")
+
+
+if __name__ == "__main__":
+    main()
