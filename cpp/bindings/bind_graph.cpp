@@ -178,6 +178,8 @@ void bind_graph_class(py::module_& m) {
       .def_property("parallel", &Graph::parallel, &Graph::set_parallel,
                     "Run independent nodes of a level concurrently on the CPU pool (default True).")
       .def("tagged", &Graph::tagged, py::arg("tag"), "The tagged value of the last forward (detached).")
+      .def("_set_tagged", &Graph::set_tagged, py::arg("tag"), py::arg("value"),
+           "Replaces a tagged value of the last forward (compiled steps deliver theirs this way).")
       .def("sub", &Graph::sub, py::arg("tag"), "The module of the tagged node (a nested Graph stays observable).")
       .def("traces", &Graph::traces, py::arg("tag"), "Per-iteration outputs of the tagged loop in the last forward.")
       .def("tag_group", &Graph::group, py::arg("name"), "The tags of a tag group (empty when no such group).")

@@ -129,7 +129,9 @@ class CompiledStep:
         tracer, (loss, grads) = _Traced(self._params + state + buffers)(step)
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
         names = list(self.model.named_parameters()) + self._state_names()
-        plan = _core.plan.Plan(tracer, inputs, [loss], pairs, names, self._params + state + buffers)
+        self._tagged = _tagged_values(self.model)
+        outputs = [loss] + [value for _, _, value in self._tagged]
+        plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers)
         self._plans[_signature(inputs)] = plan
         self._traced_identity = self._identity()
         return plan
@@ -156,9 +158,11 @@ class CompiledStep:
         plan = self._plan_for(inputs)
         if self.optimizer is not None:
             self.optimizer._write_hypers()
-        (loss,) = plan.run(inputs)
+        loss, *tagged = plan.run(inputs)
         if self.optimizer is not None:
             self.optimizer._after_step()
+        for (graph, tag, _), value in zip(self._tagged, tagged):
+            graph._set_tagged(tag, value)  # g.collect / g.tagged see this call's values
         return loss
 
     def forward_plan(self, *example_inputs):
@@ -227,6 +231,15 @@ class ForwardPlan:
 
     def __str__(self):
         return str(self._plan)
+
+
+def _tagged_values(model):
+    """(graph, tag, traced value) for every tag of every FlowBuilder graph in the model."""
+    out = []
+    for module in [model] + list(model.modules()):
+        if isinstance(module, _core.Graph) and all(module is not g for g, _, _ in out):
+            out += [(module, tag, module.tagged(tag)) for tag in module.tags]
+    return out
 
 
 def _no_grad():

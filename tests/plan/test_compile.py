@@ -360,3 +360,19 @@ def test_gradient_checkpointing_recomputes_inside_the_plan(device):
     np.testing.assert_allclose(compiled, eager, rtol=1e-5)
     # The recomputed forward shows up a second time in the plan: two GELUs.
     assert [r["op"] for r in step.ir()].count("gelu") == 2
+
+
+def test_compiled_graph_delivers_tagged_values_to_observation(device):
+    xs, ys = tensors(*data("mlp", np.random.default_rng(4), 3), device)
+    fg.manual_seed(0)
+    g = graph().to(device)
+    opt = fg.optim.SGD(g.parameters(), lr=0.1)
+    step = fg.compile(g, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    for x, y in zip(xs, ys):
+        with fg.no_grad():
+            expected = g(x).cpu().numpy()  # the forward the step will run, before its update
+        step(x, y)
+        np.testing.assert_allclose(g.tagged("logits").cpu().numpy(), expected, rtol=1e-5, atol=1e-6)
+        g.collect("logits")
+    g.flush("logits")
+    assert len(g.trend("logits")) == 1

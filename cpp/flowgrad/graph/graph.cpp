@@ -191,6 +191,12 @@ Tensor Graph::tagged(const std::string& tag) const {
   return last_[id];
 }
 
+void Graph::set_tagged(const std::string& tag, const Tensor& value) {
+  int id = node_of(tag);
+  FG_CHECK(static_cast<size_t>(id) < last_.size(), Graph, "tag '", tag, "' has no value yet: run the graph first");
+  last_[id] = value;
+}
+
 const Tensors& Graph::traces(const std::string& tag) const {
   int id = node_of(tag);
   FG_CHECK(nodes_[id].kind == NodeKind::Loop, Graph, "traces('", tag, "'): ", nodes_[id].name(id),

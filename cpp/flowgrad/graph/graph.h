@@ -79,6 +79,8 @@ class Graph : public nn::Module {
   std::vector<std::string> group(const std::string& name) const;  // empty when not a group
   std::vector<std::string> expand(const std::vector<std::string>& tags_or_groups) const;
   Tensor tagged(const std::string& tag) const;
+  // Replaces the tagged value of the last forward (a compiled step delivers its tagged outputs).
+  void set_tagged(const std::string& tag, const Tensor& value);
   const Tensors& traces(const std::string& tag) const;
   ModulePtr sub(const std::string& tag) const;
   nn::Named<Tensor> parameters_by_tag(const std::string& tag) const;
