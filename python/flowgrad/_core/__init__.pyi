@@ -564,7 +564,7 @@ class Tensor:
         """
     def sort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> typing.Any:
         """
-        (values, indices) sorted along dim (stable; NaN last).
+        Named tuple (values, indices) sorted along dim (stable; NaN last).
         """
     def split(self, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
         """
@@ -616,7 +616,7 @@ class Tensor:
         """
     def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
         """
-        (values, indices) of the k largest (or smallest) entries along dim, sorted.
+        Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
         """
     def transpose(self, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
@@ -1122,7 +1122,7 @@ class Graph(Module):
         """
     def elapsed(self) -> float:
         """
-        Seconds since the first collect/record/flush.
+        Seconds since the first forward, collect, record or flush.
         """
     def enable_profiling(self) -> None:
         """
@@ -1162,7 +1162,7 @@ class Graph(Module):
         """
     def log(self, *args, total_epochs: typing.SupportsInt | typing.SupportsIndex = 0, every: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values.
+        After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values; every=N also gives a progress line every N steps (collect/record calls) with the running means.
         """
     def on_flush(self, fn: collections.abc.Callable[[dict], None]) -> None:
         """
@@ -1789,7 +1789,7 @@ def softplus(input: Tensor) -> Tensor:
     """
 def sort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> typing.Any:
     """
-    (values, indices) sorted along dim (stable; NaN last).
+    Named tuple (values, indices) sorted along dim (stable; NaN last).
     """
 def split(input: Tensor, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
     """
@@ -1837,7 +1837,7 @@ def tensor(data: typing.Any, dtype: typing.Any = None, device: typing.Any = None
     """
 def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
     """
-    (values, indices) of the k largest (or smallest) entries along dim, sorted.
+    Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
     """
 def transpose(input: Tensor, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
     """
