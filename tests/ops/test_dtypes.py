@@ -66,6 +66,23 @@ def test_small_integer_kernels_match_numpy(rng, device, dt, npdt, shape):
     np.testing.assert_array_equal(ta.double().cpu().numpy(), a.astype(np.float64))
 
 
+@pytest.mark.parametrize("npdt", [np.uint8, np.int8, np.int16])
+def test_small_integer_indexing_ops(rng, device, npdt):
+    x = make(rng, (4, 6), npdt, 0, 100)
+    idx = make(rng, (9, 6), np.int64, 0, 4)
+    src = make(rng, (9, 6), npdt, 0, 100)
+    expected = x.copy()
+    np.add.at(expected, (idx, np.arange(6)), src)  # repeated indices accumulate (and wrap)
+    out = fg.scatter_add(on(device, fg.tensor(x)), 0, on(device, fg.tensor(idx)), on(device, fg.tensor(src)))
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
+    np.testing.assert_array_equal(fg.gather(on(device, fg.tensor(x)), 0, on(device, fg.tensor(idx))).cpu().numpy(),
+                                  np.take_along_axis(x, idx, 0))
+    np.testing.assert_array_equal(fg.where(on(device, fg.tensor(x > 50)), on(device, fg.tensor(x)), 0).cpu().numpy(),
+                                  np.where(x > 50, x, 0))
+    v, i = on(device, fg.tensor(x)).max(dim=1)
+    np.testing.assert_array_equal(v.cpu().numpy(), x.max(1))
+
+
 def test_conversions_saturate_and_wrap_like_the_rest():
     f = fg.tensor([-300.0, -1.5, 0.0, 254.6, 1000.0, np.nan])
     assert f.to(fg.uint8).tolist() == [0, 0, 0, 254, 255, 0]  # saturating, NaN -> 0
@@ -77,7 +94,7 @@ def test_conversions_saturate_and_wrap_like_the_rest():
 
 @pytest.mark.parametrize("da,db", [(np.uint8, np.int8), (np.uint8, np.int16), (np.int8, np.int16),
                                    (np.uint8, np.int32), (np.int8, np.int64), (np.uint8, np.float32),
-                                   (np.int16, np.float32), (np.int16, np.float16),
+                                   (np.int16, np.float32), (np.int16, np.float16), (np.int8, np.float16),
                                    (np.bool_, np.uint8), (np.uint8, np.float64), (np.int32, np.float32)])
 def test_promotion_of_small_integers_matches_numpy(da, db):
     a, b = np.ones(3, dtype=da), np.ones(3, dtype=db)
