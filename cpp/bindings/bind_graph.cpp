@@ -78,7 +78,14 @@ observe::TrendGroup trend_group(const Observer& obs, const std::vector<std::stri
 observe::Trend single_trend(const Graph& g, const Observer& obs, const std::string& tag, const char* what) {
   FG_CHECK(g.group(tag).empty(), Graph, what, "('", tag, "'): '", tag, "' is a tag group; use ", what,
            "s('", tag, "') for its trends");
+  g.observed({tag}, obs, what);
   return obs.trend(tag);
+}
+
+// A log line from a collect or record, printed unless on_log callbacks take it.
+void print_progress(Graph& g) {
+  std::string line = g.progress();
+  if (!line.empty() && !g.has_log_callbacks()) py::print(line);
 }
 
 py::dict observation_state(const Observer& obs) {
@@ -183,6 +190,10 @@ void bind_graph_class(py::module_& m) {
       .def("sub", &Graph::sub, py::arg("tag"), "The module of the tagged node (a nested Graph stays observable).")
       .def("traces", &Graph::traces, py::arg("tag"), "Per-iteration outputs of the tagged loop in the last forward.")
       .def("tag_group", &Graph::group, py::arg("name"), "The tags of a tag group (empty when no such group).")
+      .def("_observed", [](Graph& self, const std::string& what, py::args tags) {
+        return self.observed(strings(tags, what.c_str()), what == "plot_timings_html" ? self.timings() : self.observer(),
+                             what.c_str());
+      }, "Tags (groups expanded) checked to be graph tags or recorded; GraphError naming `what` otherwise.")
       .def("_expand", [](const Graph& self, py::args tags) { return self.expand(strings(tags, "expand")); },
            "Tags with every tag group replaced by its members.")
       .def("parameters_by_tag", [](const Graph& self, const std::string& tag) {
@@ -199,12 +210,16 @@ void bind_graph_class(py::module_& m) {
            "Cuts the recurrent state from the autograd graph of earlier calls (truncated BPTT).")
       .def("reset_state", &Graph::reset_state, "Clears recurrent state: the next call starts from zeros.")
       // observation
-      .def("log", [](Graph& self, py::args tags, int64_t total_epochs) {
-        self.log(strings(tags, "log"), total_epochs);
-      }, py::kw_only(), py::arg("total_epochs") = 0,
-         "After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values.")
+      .def("log", [](Graph& self, py::args tags, int64_t total_epochs, int64_t every) {
+        self.log(strings(tags, "log"), total_epochs, every);
+      }, py::kw_only(), py::arg("total_epochs") = 0, py::arg("every") = 0,
+         "After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values; "
+         "every=N also gives a progress line every N steps (collect/record calls) with the running means.")
       .def("on_log", &Graph::on_log, py::arg("fn"), "fn(line) receives each log line instead of print.")
-      .def("collect", [](Graph& self, py::args tags) { self.collect(strings(tags, "collect")); },
+      .def("collect", [](Graph& self, py::args tags) {
+        self.collect(strings(tags, "collect"));
+        print_progress(self);
+      },
            "Adds the last forward's tagged values (their means) to the batch buffers; stays in C++.")
       .def("record", [](Graph& self, const std::string& tag, py::args values) {
         FG_CHECK(!values.empty(), Value, "record('", tag, "'): expected at least one value");
@@ -213,8 +228,12 @@ void bind_graph_class(py::module_& m) {
           else if (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)) self.observer().record(tag, v.cast<double>());
           else self.observer().record(tag, as_tensor(v));
         }
+        print_progress(self);
       }, py::arg("tag"), "Adds values (numbers or tensors, by their mean) to a tag's batch buffer.")
-      .def("collected", [](Graph& self, const std::string& tag) { return self.observer().collected(tag); },
+      .def("collected", [](Graph& self, const std::string& tag) {
+        self.observed({tag}, self.observer(), "collected");
+        return self.observer().collected(tag);
+      },
            py::arg("tag"), "The values collected for tag since the last flush.")
       .def("flush", [](Graph& self, py::args tags) {
         std::string line;
@@ -231,24 +250,24 @@ void bind_graph_class(py::module_& m) {
       .def("trend", [](Graph& self, const std::string& tag) { return single_trend(self, self.observer(), tag, "trend"); },
            py::arg("tag"), "The tag's per-epoch history as a Trend.")
       .def("trends", [](Graph& self, py::args tags) {
-        return trend_group(self.observer(), self.expand(strings(tags, "trends")));
+        return trend_group(self.observer(), self.observed(strings(tags, "trends"), self.observer(), "trends"));
       }, "Trends of several tags (tag groups expand; none: every observed tag).")
       .def("reset_trend", [](Graph& self, py::args tags) {
-        self.observer().reset(self.expand(strings(tags, "reset_trend")));
+        self.observer().reset(self.observed(strings(tags, "reset_trend"), self.observer(), "reset_trend"));
       }, "Forgets the history of tags (none: everything, flush count and clock included).")
       .def_property_readonly("flush_count", [](Graph& self) { return self.observer().flush_count(); },
                              "How many times flush ran.")
       .def("elapsed", [](Graph& self) { return self.observer().elapsed(); },
-           "Seconds since the first collect/record/flush.")
+           "Seconds since the first forward, collect, record or flush.")
       .def("eta", [](Graph& self, int64_t total) { return self.observer().eta(total); }, py::arg("total_epochs"),
            "Estimated seconds left: mean epoch time times the epochs still to run.")
       .def("last_flush_duration", [](Graph& self) { return self.observer().last_flush_duration(); },
            "Seconds the last epoch took (between the last two flushes).")
       .def("export_trends", [](Graph& self, const py::object& path, py::args tags) {
-        write_text(path, self.observer().csv(self.expand(strings(tags, "export_trends"))));
+        write_text(path, self.observer().csv(self.observed(strings(tags, "export_trends"), self.observer(), "export_trends")));
       }, py::arg("path"), "Writes the histories as CSV: epoch, then one column per tag.")
       .def("write_log", [](Graph& self, const py::object& path, int64_t total, py::args tags) {
-        write_text(path, self.observer().log_text(total, self.expand(strings(tags, "write_log"))));
+        write_text(path, self.observer().log_text(total, self.observed(strings(tags, "write_log"), self.observer(), "write_log")));
       }, py::arg("path"), py::arg("total_epochs") = 0, "Writes one line per epoch with values, duration and ETA.")
       .def("_recurrent_state", [](const Graph& self) { return self.state(); })
       .def("_set_recurrent_state", &Graph::set_state)
@@ -272,16 +291,16 @@ void bind_graph_class(py::module_& m) {
       .def("collect_timings", [](Graph& self, py::args tags) { self.collect_timings(strings(tags, "collect_timings")); },
            "Adds the tagged nodes' last timings to the timing batch buffers (none: every tag).")
       .def("flush_timings", [](Graph& self, py::args tags) {
-        return flushed_dict(self.timings().flush(self.expand(strings(tags, "flush_timings"))));
+        return flushed_dict(self.timings().flush(self.observed(strings(tags, "flush_timings"), self.timings(), "flush_timings")));
       }, "Ends an epoch of timings; returns {tag: mean seconds}.")
       .def("timing_trend", [](Graph& self, const std::string& tag) {
         return single_trend(self, self.timings(), tag, "timing_trend");
       }, py::arg("tag"), "The tag's per-epoch timing history.")
       .def("timing_trends", [](Graph& self, py::args tags) {
-        return trend_group(self.timings(), self.expand(strings(tags, "timing_trends")));
+        return trend_group(self.timings(), self.observed(strings(tags, "timing_trends"), self.timings(), "timing_trends"));
       }, "Timing trends of several tags (none: all).")
       .def("export_timing_trends", [](Graph& self, const py::object& path, py::args tags) {
-        write_text(path, self.timings().csv(self.expand(strings(tags, "export_timing_trends"))));
+        write_text(path, self.timings().csv(self.observed(strings(tags, "export_timing_trends"), self.timings(), "export_timing_trends")));
       }, py::arg("path"), "Writes the timing histories as CSV.")
       .def("_timing_state", [](Graph& self) { return observation_state(self.timings()); })
       .def("_restore_timings", [](Graph& self, const py::dict& s) { restore_observation(self.timings(), s); })

@@ -10,18 +10,24 @@ DType dtype_of_numpy(const py::dtype& dt) {
   char kind = dt.kind();
   size_t size = dt.itemsize();
   if (kind == 'b' && size == 1) return DType::Bool;
+  if (kind == 'u' && size == 1) return DType::UInt8;
+  if (kind == 'i' && size == 1) return DType::Int8;
+  if (kind == 'i' && size == 2) return DType::Int16;
   if (kind == 'i' && size == 4) return DType::Int32;
   if (kind == 'i' && size == 8) return DType::Int64;
   if (kind == 'f' && size == 2) return DType::Float16;
   if (kind == 'f' && size == 4) return DType::Float32;
   if (kind == 'f' && size == 8) return DType::Float64;
   fail(ErrorKind::DType, "unsupported NumPy dtype ", py::str(dt).cast<std::string>(),
-       " (flowgrad holds bool, int32, int64, float16, float32, float64)");
+       " (flowgrad holds bool, uint8, int8, int16, int32, int64, float16, float32, float64)");
 }
 
 py::dtype numpy_dtype(DType dt) {
   switch (dt) {
     case DType::Bool: return py::dtype("bool");
+    case DType::UInt8: return py::dtype("uint8");
+    case DType::Int8: return py::dtype("int8");
+    case DType::Int16: return py::dtype("int16");
     case DType::Int32: return py::dtype("int32");
     case DType::Int64: return py::dtype("int64");
     case DType::Float16: return py::dtype("float16");
@@ -35,6 +41,9 @@ py::dtype numpy_dtype(DType dt) {
 const char* buffer_format(DType dt) {
   switch (dt) {
     case DType::Bool: return "?";
+    case DType::UInt8: return "B";
+    case DType::Int8: return "b";
+    case DType::Int16: return "h";
     case DType::Int32: return "i";
     case DType::Int64: return "q";
     case DType::Float16: return "e";
@@ -70,6 +79,9 @@ struct ExportContext {  // keeps the tensor alive while a consumer holds the cap
 dlpack::DataType dl_dtype(DType dt) {
   switch (dt) {
     case DType::Bool: return {dlpack::kBool, 8, 1};
+    case DType::UInt8: return {dlpack::kUInt, 8, 1};
+    case DType::Int8: return {dlpack::kInt, 8, 1};
+    case DType::Int16: return {dlpack::kInt, 16, 1};
     case DType::Int32: return {dlpack::kInt, 32, 1};
     case DType::Int64: return {dlpack::kInt, 64, 1};
     case DType::Float16: return {dlpack::kFloat, 16, 1};
@@ -83,6 +95,9 @@ dlpack::DataType dl_dtype(DType dt) {
 DType from_dl_dtype(dlpack::DataType t) {
   FG_CHECK(t.lanes == 1, DType, "from_dlpack: vector dtypes (lanes = ", t.lanes, ") are not supported");
   if (t.code == dlpack::kBool && t.bits == 8) return DType::Bool;
+  if (t.code == dlpack::kUInt && t.bits == 8) return DType::UInt8;
+  if (t.code == dlpack::kInt && t.bits == 8) return DType::Int8;
+  if (t.code == dlpack::kInt && t.bits == 16) return DType::Int16;
   if (t.code == dlpack::kInt && t.bits == 32) return DType::Int32;
   if (t.code == dlpack::kInt && t.bits == 64) return DType::Int64;
   if (t.code == dlpack::kFloat && t.bits == 16) return DType::Float16;
@@ -228,8 +243,8 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
     FG_CHECK(array, Value, "tensor: cannot convert ", py::repr(py::type::of(data)).cast<std::string>(),
              " to a tensor");
     src = from_numpy(array);
-    // Python floats default to float32, like the rest of the API (NumPy would say float64).
-    if (python_data && !dtype && src.dtype() == DType::Float64) dtype = DType::Float32;
+    // Python floats give the default float dtype, float32 unless set (NumPy would say float64).
+    if (python_data && !dtype && src.dtype() == DType::Float64) dtype = default_float_dtype();
   }
   // Always a copy: converted where src lives, then moved (fg.tensor(cuda_tensor) copies too).
   Tensor out = Tensor::empty(src.shape(), dtype.value_or(src.dtype()), src.device());
@@ -281,7 +296,8 @@ void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
     return t;
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
      py::arg("requires_grad") = false,
-     "A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give float32.");
+     "A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give the default "
+     "float dtype (float32 unless fg.set_default_dtype).");
 }
 
 }  // namespace fg::py_bind

@@ -1,4 +1,7 @@
 // Op functions, bound both as fg.<name>(...) and as Tensor methods where PyTorch has one.
+#include <functional>
+#include <tuple>
+
 #include "common.h"
 #include "flowgrad/core/runtime.h"
 
@@ -13,7 +16,19 @@ void both(py::module_& m, Cls& cls, const char* name, Fn&& fn, const Extra&... e
   cls.def(name, std::forward<Fn>(fn), extra...);
 }
 
-py::tuple pair(const std::pair<Tensor, Tensor>& p) { return py::make_tuple(p.first, p.second); }
+// fg.return_types.<op>: named tuples (values, indices), like torch.return_types.
+using ValuesIndices = std::function<py::object(const std::pair<Tensor, Tensor>&)>;
+ValuesIndices values_indices(py::module_& m, const char* op) {
+  py::module_ types = py::hasattr(m, "return_types")
+      ? py::reinterpret_borrow<py::module_>(m.attr("return_types"))
+      : m.def_submodule("return_types", "Named tuples (values, indices) that max/min with a dim, "
+                                        "sort, topk and kthvalue return, like torch.return_types.");
+  py::object type = py::module_::import("collections").attr("namedtuple")(
+      op, py::make_tuple("values", "indices"), py::arg("module") = "flowgrad.return_types");
+  type.attr("__doc__") = std::string("(values, indices) returned by ") + op + ".";
+  types.attr(op) = type;
+  return [type](const std::pair<Tensor, Tensor>& p) { return type(p.first, p.second); };
+}
 
 Tensor creation(Tensor t, bool requires_grad) {
   if (requires_grad) set_requires_grad(t, true);
@@ -23,7 +38,7 @@ Tensor creation(Tensor t, bool requires_grad) {
 DType scalar_dtype(const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return DType::Bool;
   if (py::isinstance<py::int_>(v)) return DType::Int64;
-  return DType::Float32;
+  return default_float_dtype();
 }
 
 void bind_elementwise(py::module_& m, Cls& cls) {
@@ -32,7 +47,7 @@ void bind_elementwise(py::module_& m, Cls& cls) {
       {"neg", neg}, {"abs", abs}, {"square", square}, {"sign", sign}, {"relu", relu},
       {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"sin", sin},
       {"cos", cos}, {"tanh", tanh}, {"erf", erf}, {"sigmoid", sigmoid}, {"silu", silu},
-      {"softplus", softplus}};
+      {"softplus", softplus}, {"bitwise_not", bitwise_not}, {"logical_not", logical_not}};
   for (const auto& [name, fn] : unary) {
     std::string doc = std::string("Elementwise ") + name + "(x).";
     both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc.c_str());
@@ -41,16 +56,14 @@ void bind_elementwise(py::module_& m, Cls& cls) {
   const std::pair<const char*, Binary> binary[] = {
       {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"pow", pow},
       {"maximum", maximum}, {"minimum", minimum}, {"eq", eq}, {"ne", ne}, {"lt", lt},
-      {"le", le}, {"gt", gt}, {"ge", ge}};
+      {"le", le}, {"gt", gt}, {"ge", ge}, {"bitwise_and", bitwise_and}, {"bitwise_or", bitwise_or},
+      {"bitwise_xor", bitwise_xor}, {"logical_and", logical_and}, {"logical_or", logical_or},
+      {"logical_xor", logical_xor}};
   for (const auto& [name, fn] : binary) {
     std::string doc = std::string("Elementwise ") + name + "(input, other) with NumPy broadcasting.";
     auto call = [fn = fn](const py::object& a, const py::object& b) {
-      if (py::isinstance<Tensor>(a)) {
-        Tensor ta = a.cast<Tensor>();
-        return fn(ta, as_tensor(b, &ta));
-      }
-      Tensor tb = as_tensor(b);
-      return fn(as_tensor(a, &tb), tb);
+      auto [ta, tb] = binary_operands(a, b);
+      return fn(ta, tb);
     };
     m.def(name, call, py::arg("input"), py::arg("other"), doc.c_str());
     cls.def(name, call, py::arg("other"), doc.c_str());
@@ -74,14 +87,28 @@ void bind_elementwise(py::module_& m, Cls& cls) {
 }
 
 void bind_reductions(py::module_& m, Cls& cls) {
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
   using Reduce = Tensor (*)(const Tensor&, const Dims&, bool);
   const std::pair<const char*, Reduce> reductions[] = {
-      {"sum", sum}, {"mean", mean}, {"max", amax}, {"min", amin}, {"logsumexp", logsumexp},
-      {"amax", amax}, {"amin", amin}};
+      {"sum", sum}, {"mean", mean}, {"logsumexp", logsumexp}, {"amax", amax}, {"amin", amin}};
   for (const auto& [name, fn] : reductions) {
     std::string doc = std::string(name) + " over dim (None: every dim); keepdim keeps reduced dims as 1.";
     both(m, cls, name, [fn = fn](const Tensor& x, const py::object& dim, bool keepdim) {
       return fn(x, dims_arg(dim), keepdim);
+    }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
+  }
+  using ByDim = std::pair<Tensor, Tensor> (*)(const Tensor&, int64_t, bool);
+  const std::tuple<const char*, Reduce, ByDim, Binary> extremes[] = {
+      {"max", amax, max_dim, maximum}, {"min", amin, min_dim, minimum}};
+  for (const auto& [name, reduce, by_dim, elementwise] : extremes) {
+    std::string doc = std::string(name) + " over dim. An int dim gives a named tuple (values, indices) "
+                      "(fg.return_types." + name + "); None or a tuple of dims gives the values; "
+                      "a tensor gives the elementwise " + (name[1] == 'a' ? "maximum" : "minimum") + ".";
+    both(m, cls, name, [reduce = reduce, by_dim = by_dim, elementwise = elementwise,
+                        result = values_indices(m, name)](const Tensor& x, const py::object& dim, bool keepdim) {
+      if (py::isinstance<Tensor>(dim)) return py::cast(elementwise(x, dim.cast<Tensor>()));
+      if (py::isinstance<py::int_>(dim)) return result(by_dim(x, dim.cast<int64_t>(), keepdim));
+      return py::cast(reduce(x, dims_arg(dim), keepdim));
     }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
   }
   both(m, cls, "var", [](const Tensor& x, const py::object& dim, bool keepdim, double correction) {
@@ -159,13 +186,19 @@ void bind_indexing(py::module_& m, Cls& cls) {
   m.def("one_hot", &one_hot, py::arg("index"), py::arg("num_classes"),
         "int64 one-hot encoding with a new last dim of num_classes.");
   both(m, cls, "nonzero", &nonzero, "Coordinates of the True elements, (count, ndim).");
-  both(m, cls, "topk", [](const Tensor& x, int64_t k, int64_t dim, bool largest) {
-    return pair(topk(x, k, dim, largest));
+  both(m, cls, "topk", [result = values_indices(m, "topk")](const Tensor& x, int64_t k, int64_t dim, bool largest) {
+    return result(topk(x, k, dim, largest));
   }, py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true,
-     "(values, indices) of the k largest (or smallest) entries along dim, sorted.");
-  both(m, cls, "sort", [](const Tensor& x, int64_t dim, bool descending) { return pair(sort(x, dim, descending)); },
-       py::arg("dim") = -1, py::arg("descending") = false,
-       "(values, indices) sorted along dim (stable; NaN last).");
+     "Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.");
+  both(m, cls, "sort", [result = values_indices(m, "sort")](const Tensor& x, int64_t dim, bool descending) {
+    return result(sort(x, dim, descending));
+  }, py::arg("dim") = -1, py::arg("descending") = false,
+     "Named tuple (values, indices) sorted along dim (stable; NaN last).");
+  both(m, cls, "kthvalue", [result = values_indices(m, "kthvalue")](const Tensor& x, int64_t k, int64_t dim,
+                                                                    bool keepdim) {
+    return result(kthvalue(x, k, dim, keepdim));
+  }, py::arg("k"), py::arg("dim") = -1, py::arg("keepdim") = false,
+     "Named tuple (values, indices) of the k-th smallest entry along dim (k counts from 1).");
   both(m, cls, "argsort", [](const Tensor& x, int64_t dim, bool descending) { return sort(x, dim, descending).second; },
        py::arg("dim") = -1, py::arg("descending") = false, "Indices that sort along dim.");
 }
@@ -191,7 +224,8 @@ void bind_conversion(Cls& cls) {
           "A copy on the current CUDA device.");
   const std::pair<const char*, DType> casts[] = {
       {"float", DType::Float32}, {"double", DType::Float64}, {"long", DType::Int64},
-      {"int", DType::Int32}, {"bool", DType::Bool}, {"half", DType::Float16}, {"bfloat16", DType::BFloat16}};
+      {"int", DType::Int32}, {"bool", DType::Bool}, {"half", DType::Float16}, {"bfloat16", DType::BFloat16},
+      {"short", DType::Int16}, {"char", DType::Int8}, {"byte", DType::UInt8}};
   for (const auto& [name, dt] : casts) {
     std::string doc = std::string("Cast to ") + dtype_name(dt) + ".";
     cls.def(name, [dt = dt](const Tensor& t) { return cast(t, dt); }, doc.c_str());
@@ -201,7 +235,7 @@ void bind_conversion(Cls& cls) {
 void bind_creation(py::module_& m) {
   auto filled = [](double v) {
     return [v](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
-      return creation(full(shape_args(shape), v, dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+      return creation(full(shape_args(shape), v, dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
     };
   };
   m.def("zeros", filled(0.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
@@ -209,7 +243,7 @@ void bind_creation(py::module_& m) {
   m.def("ones", filled(1.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
         py::arg("requires_grad") = false, "A tensor of ones.");
   m.def("empty", [](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
-    return creation(Tensor::empty(shape_args(shape), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+    return creation(Tensor::empty(shape_args(shape), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
      "A tensor with uninitialised values.");
   m.def("full", [](const py::object& shape, const py::object& value, const py::object& dtype,
@@ -221,28 +255,28 @@ void bind_creation(py::module_& m) {
      "A tensor filled with a value; the dtype follows the value (float32, int64, bool) by default.");
   m.def("arange", [](const py::object& start, const py::object& end, const py::object& step,
                      const py::object& dtype, const py::object& device, bool rg) {
-    bool ints = scalar_dtype(start) != DType::Float32 && (end.is_none() || scalar_dtype(end) != DType::Float32) &&
-                scalar_dtype(step) != DType::Float32;
+    auto is_float = [](const py::object& v) { return py::isinstance<py::float_>(v); };
+    bool ints = !is_float(start) && (end.is_none() || !is_float(end)) && !is_float(step);
     double lo = end.is_none() ? 0.0 : start.cast<double>();
     double hi = end.is_none() ? start.cast<double>() : end.cast<double>();
-    DType dt = dtype_arg(dtype).value_or(ints ? DType::Int64 : DType::Float32);
+    DType dt = dtype_arg(dtype).value_or(ints ? DType::Int64 : default_float_dtype());
     return creation(arange(lo, hi, step.cast<double>(), dt, device_arg(device)), rg);
   }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(),
      py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
      "Values start, start+step, ... below end (int64 for integer arguments, else float32).");
   m.def("linspace", [](double a, double b, int64_t n, const py::object& dtype, const py::object& device, bool rg) {
-    return creation(linspace(a, b, n, dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+    return creation(linspace(a, b, n, dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),
      py::arg("device") = py::none(), py::arg("requires_grad") = false, "`steps` evenly spaced values from start to end.");
   m.def("eye", [](int64_t n, std::optional<int64_t> cols, const py::object& dtype, const py::object& device, bool rg) {
-    return creation(eye(n, cols.value_or(n), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+    return creation(eye(n, cols.value_or(n), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
      py::arg("device") = py::none(), py::arg("requires_grad") = false, "The identity matrix (n x m).");
   using Random = Tensor (*)(const Dims&, DType, Device);
   const std::pair<const char*, Random> randoms[] = {{"rand", rand}, {"randn", randn}};
   for (const auto& [name, fn] : randoms) {
     m.def(name, [fn = fn](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
-      return creation(fn(shape_args(shape), dtype_arg(dtype).value_or(DType::Float32), device_arg(device)), rg);
+      return creation(fn(shape_args(shape), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
     }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
        name[4] == 'n' ? "Standard normal samples (Philox; fixed by fg.manual_seed)."
                       : "Uniform samples in [0, 1) (Philox; fixed by fg.manual_seed).");

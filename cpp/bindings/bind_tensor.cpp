@@ -52,12 +52,22 @@ Tensor as_tensor(const py::handle& obj, const Tensor* like) {
     DType dt = like && like->dtype() != DType::Bool ? like->dtype() : DType::Int64;
     return scalar_tensor(static_cast<double>(obj.cast<int64_t>()), dt, device);
   }
-  if (py::isinstance<py::float_>(obj)) {  // weak: a float tensor's dtype, else float64
-    DType dt = like && is_floating(like->dtype()) ? like->dtype() : DType::Float64;
+  if (py::isinstance<py::float_>(obj)) {  // weak: a float tensor's dtype, else the default float
+    DType dt = like && is_floating(like->dtype()) ? like->dtype() : default_float_dtype();
     return scalar_tensor(obj.cast<double>(), dt, device);
   }
   if (py::isinstance<py::array>(obj)) return from_numpy(obj.cast<py::array>());
   return tensor_from_data(obj, std::nullopt, device);
+}
+
+std::pair<Tensor, Tensor> binary_operands(const py::handle& a, const py::handle& b) {
+  if (!py::isinstance<Tensor>(a) && py::isinstance<Tensor>(b)) {
+    auto [tb, ta] = binary_operands(b, a);
+    return {ta, tb};
+  }
+  Tensor ta = as_tensor(a);
+  if (py::isinstance<py::float_>(b) && !is_floating(ta.dtype())) ta = cast(ta, default_float_dtype());
+  return {ta, as_tensor(b, &ta)};
 }
 
 namespace {
@@ -126,13 +136,14 @@ py::object scalar_value(const Tensor& t) {
 using Binary = Tensor (*)(const Tensor&, const Tensor&);
 
 template <Binary Fn>
-Tensor forward_op(const Tensor& self, const py::object& other) {
-  return Fn(self, as_tensor(other, &self));
+Tensor forward_op(const py::object& self, const py::object& other) {
+  auto [a, b] = binary_operands(self, other);
+  return Fn(a, b);
 }
 template <Binary Fn>
-Tensor reflected_op(const Tensor& self, const py::object& other) {
-  Tensor a = as_tensor(other, &self);
-  return Fn(a, self);
+Tensor reflected_op(const py::object& self, const py::object& other) {
+  auto [a, b] = binary_operands(other, self);
+  return Fn(a, b);
 }
 
 }  // namespace
@@ -216,7 +227,11 @@ void bind_tensor(py::module_& m) {
       .def("__gt__", &forward_op<gt>).def("__ge__", &forward_op<ge>)
       .def("__neg__", [](const Tensor& t) { return neg(t); })
       .def("__abs__", [](const Tensor& t) { return abs(t); })
-      .def("__pos__", [](const Tensor& t) { return t; });
+      .def("__pos__", [](const Tensor& t) { return t; })
+      .def("__and__", &forward_op<bitwise_and>).def("__rand__", &reflected_op<bitwise_and>)
+      .def("__or__", &forward_op<bitwise_or>).def("__ror__", &reflected_op<bitwise_or>)
+      .def("__xor__", &forward_op<bitwise_xor>).def("__rxor__", &reflected_op<bitwise_xor>)
+      .def("__invert__", [](const Tensor& t) { return bitwise_not(t); });
   cls.def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
   bind_interop(m, cls);
 }

@@ -24,6 +24,9 @@ std::vector<int64_t> int_list(const py::handle& obj);
 // Any operand (Tensor, Python scalar, NumPy array, list) as a tensor. A Python scalar takes
 // `like`'s dtype where NumPy's weak-scalar rules say so.
 Tensor as_tensor(const py::handle& obj, const Tensor* like = nullptr);
+// Both operands of a binary op. A Python float with a bool or integer tensor makes both the
+// default float dtype (PyTorch's rule: int_tensor * 0.5 is float32, not NumPy's float64).
+std::pair<Tensor, Tensor> binary_operands(const py::handle& a, const py::handle& b);
 // fg.tensor(data, dtype, device): always a copy.
 Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Device device);
 Tensor from_numpy(const py::array& array);

@@ -52,8 +52,7 @@ void bind_errors(py::module_& m) {
 
 void bind_dtypes(py::module_& m) {
   py::enum_<DType> dtype(m, "dtype", "A tensor element type (fg.float32, fg.int64, ...).");
-  for (DType dt : {DType::Bool, DType::Int32, DType::Int64, DType::Float16, DType::BFloat16,
-                   DType::Float32, DType::Float64}) {
+  for (DType dt : kAllDTypes) {
     dtype.value(dtype_name(dt), dt);
     m.attr(dtype_name(dt)) = dt;
   }
@@ -62,6 +61,10 @@ void bind_dtypes(py::module_& m) {
                              "True for float16, bfloat16, float32 and float64.");
   m.def("promote_types", &promote, py::arg("a"), py::arg("b"),
         "The dtype NumPy's promotion rules give for an op on a and b.");
+  m.def("set_default_dtype", &set_default_float_dtype, py::arg("dtype"),
+        "Sets the float dtype (float32 or float64) of Python floats, float creation functions and "
+        "integer true division, mean, exp, ... (PyTorch's default dtype).");
+  m.def("get_default_dtype", &default_float_dtype, "The default float dtype (float32 unless set).");
 
   py::class_<Device>(m, "device", "A device: fg.device('cpu'), fg.device('cuda:0').")
       .def(py::init([](const py::object& spec) { return device_arg(spec); }), py::arg("spec"))

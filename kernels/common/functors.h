@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "fg_hd.h"
@@ -74,10 +75,18 @@ template <class T> FG_HD T erf_any(T x) {
 }
 
 struct Neg { template <class T> FG_HD T operator()(T x) const { return -x; } };
-struct Abs { template <class T> FG_HD T operator()(T x) const { return x < T(0) ? -x : x; } };
+struct Abs {
+  template <class T> FG_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? -x : x;
+  }
+};
 struct Square { template <class T> FG_HD T operator()(T x) const { return x * x; } };
 struct Sign {
-  template <class T> FG_HD T operator()(T x) const { return T((x > T(0)) - (x < T(0))); }
+  template <class T> FG_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
+    else return T((x > T(0)) - (x < T(0)));
+  }
 };
 struct Relu {
   template <class T> FG_HD T operator()(T x) const { return x > T(0) || is_nan(x) ? x : T(0); }
@@ -132,6 +141,14 @@ struct GeluTanhGrad {
 struct Clamp {
   double lo, hi;  // NaN bound = no bound
   template <class T> FG_HD T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) {  // in double: a bound outside T's range must not wrap
+      double v = static_cast<double>(x);
+      if (!is_nan(lo) && v < lo) v = lo;
+      if (!is_nan(hi) && v > hi) v = hi;
+      using L = std::numeric_limits<T>;
+      if (v <= static_cast<double>(L::lowest())) return L::lowest();
+      return v >= static_cast<double>(L::max()) ? L::max() : static_cast<T>(v);
+    }
     if (!is_nan(lo) && x < T(lo)) x = T(lo);
     if (!is_nan(hi) && x > T(hi)) x = T(hi);
     return x;
@@ -147,7 +164,8 @@ struct Pow {
     if constexpr (std::is_floating_point_v<T>) {
       return std::pow(a, b);
     } else {  // integer power by squaring; negative exponents give 0 except for bases +-1
-      if (b < 0) return a == 1 ? T(1) : a == -1 ? (b % 2 ? T(-1) : T(1)) : T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (b < 0) return a == 1 ? T(1) : a == -1 ? (b % 2 ? T(-1) : T(1)) : T(0);
       T result = 1;
       while (b) {
         if (b & 1) result *= a;
@@ -166,6 +184,16 @@ struct Maximum {  // propagates NaN, like numpy.maximum
 struct Minimum {
   template <class T> FG_HD T operator()(T a, T b) const {
     return is_nan(a) ? a : (is_nan(b) ? b : (a < b ? a : b));
+  }
+};
+// Bitwise ops for bool and integer types (bool stays 0/1: ~ on bool is logical not).
+struct BitwiseAnd { template <class T> FG_HD T operator()(T a, T b) const { return T(a & b); } };
+struct BitwiseOr { template <class T> FG_HD T operator()(T a, T b) const { return T(a | b); } };
+struct BitwiseXor { template <class T> FG_HD T operator()(T a, T b) const { return T(a ^ b); } };
+struct BitwiseNot {
+  template <class T> FG_HD T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>) return !x;
+    else return T(~x);
   }
 };
 struct Eq { template <class T> FG_HD bool operator()(T a, T b) const { return a == b; } };

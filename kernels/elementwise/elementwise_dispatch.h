@@ -23,6 +23,9 @@ void unary_typed(UnaryFn fn, const Strided<2>& s, double lo, double hi) {
     case UnaryFn::Clamp: return Map::template map1<T, T>(s, fn::Clamp{lo, hi});
     default: break;
   }
+  if constexpr (std::is_integral_v<T>) {  // bool included
+    if (fn == UnaryFn::BitwiseNot) return Map::template map1<T, T>(s, fn::BitwiseNot{});
+  }
   if constexpr (std::is_floating_point_v<T>) {
     switch (fn) {
       case UnaryFn::Exp: return Map::template map1<T, T>(s, fn::Exp{});
@@ -64,6 +67,14 @@ void binary_typed(BinaryFn fn, const Strided<3>& s) {
       case BinaryFn::Mul: return Map::template map2<T, T>(s, fn::Mul{});
       case BinaryFn::Div: return Map::template map2<T, T>(s, fn::Div{});
       case BinaryFn::Pow: return Map::template map2<T, T>(s, fn::Pow{});
+      default: break;
+    }
+  }
+  if constexpr (std::is_integral_v<T>) {  // bool included
+    switch (fn) {
+      case BinaryFn::BitwiseAnd: return Map::template map2<T, T>(s, fn::BitwiseAnd{});
+      case BinaryFn::BitwiseOr: return Map::template map2<T, T>(s, fn::BitwiseOr{});
+      case BinaryFn::BitwiseXor: return Map::template map2<T, T>(s, fn::BitwiseXor{});
       default: break;
     }
   }

@@ -2,6 +2,8 @@
 // CPU kernels' layouts. Indices arrive validated and wrapped to [0, d). scatter_add
 // accumulates with atomics, so with repeated indices float sums may differ from the CPU in the
 // last bits (the order of additions is not fixed).
+#include <type_traits>
+
 #include "kernels/common/launch.cuh"
 #include "kernels/index/index.h"
 
@@ -26,6 +28,27 @@ __device__ void atomic_add(int32_t* dst, int32_t v) { atomicAdd(dst, v); }
 __device__ void atomic_add(int64_t* dst, int64_t v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(dst), static_cast<unsigned long long>(v));  // two's complement
 }
+// 8- and 16-bit integers have no atomicAdd: compare-and-swap on the aligned 32-bit word that
+// holds them, changing only their bytes (the sum wraps like the CPU's).
+template <class T>
+__device__ void atomic_add_narrow(T* dst, T v) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "narrow integers only");
+  using Bits = std::make_unsigned_t<T>;
+  uintptr_t addr = reinterpret_cast<uintptr_t>(dst);
+  unsigned int* word = reinterpret_cast<unsigned int*>(addr & ~uintptr_t{3});
+  unsigned int shift = static_cast<unsigned int>(addr & 3) * 8;
+  unsigned int mask = ((1u << (sizeof(T) * 8)) - 1u) << shift;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    T current = static_cast<T>(static_cast<Bits>((assumed & mask) >> shift));
+    unsigned int sum = static_cast<Bits>(static_cast<T>(current + v));
+    old = atomicCAS(word, assumed, (assumed & ~mask) | (sum << shift));
+  } while (assumed != old);
+}
+__device__ void atomic_add(uint8_t* dst, uint8_t v) { atomic_add_narrow(dst, v); }
+__device__ void atomic_add(int8_t* dst, int8_t v) { atomic_add_narrow(dst, v); }
+__device__ void atomic_add(int16_t* dst, int16_t v) { atomic_add_narrow(dst, v); }
 
 template <class T>
 __global__ void scatter_add_kernel(const T* src, const int64_t* idx, int64_t d, int64_t n, int64_t inner,

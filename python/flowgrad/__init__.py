@@ -6,8 +6,8 @@
 """
 from . import _core
 from ._core import (
-    Tensor, dtype, device, promote_types,
-    bool, int32, int64, float16, bfloat16, float32, float64,
+    Tensor, dtype, device, promote_types, set_default_dtype, get_default_dtype,
+    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
     FlowgradError, ShapeError, DTypeError, DeviceError, GraphError, CheckpointError,
     OutOfMemoryError, IndexOutOfRangeError, InvalidArgumentError,
     tensor, from_numpy, from_dlpack, zeros, ones, empty, full, arange, linspace, eye,
@@ -16,11 +16,14 @@ from ._core import (
     Trend, TrendGroup, format_duration,
     neg, abs, square, sign, relu, exp, log, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu,
     softplus, gelu, clamp, add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
-    where, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
+    where, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, logical_and, logical_or, logical_xor,
+    logical_not, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
     reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
     flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select,
-    scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort,
+    scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types,
 )
+import sys as _sys
+_sys.modules[__name__ + ".return_types"] = return_types  # so (values, indices) tuples pickle
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import autograd, cuda, data, nn, optim, testing, viz

@@ -68,14 +68,14 @@ def svg_with_profile(self, path=None):
 def plot_html(self, path, *tags):
     """Writes one self-contained HTML chart of the tags' histories (all observed tags when
     none are given): axes, legend, log-scale toggle, no network needed."""
-    series = viz.series_of(self._observation_state(), self._expand(*tags))
+    series = viz.series_of(self._observation_state(), self._observed("plot_html", *tags))
     with open(path, "w", encoding="utf-8") as f:
         f.write(viz.html_page(series, "flowgrad trends"))
 
 
 def plot_timings_html(self, path, *tags):
     """Writes an HTML chart of the per-epoch timing histories (seconds)."""
-    series = viz.series_of(self._timing_state(), self._expand(*tags))
+    series = viz.series_of(self._timing_state(), self._observed("plot_timings_html", *tags))
     with open(path, "w", encoding="utf-8") as f:
         f.write(viz.html_page(series, "flowgrad node timings", y_label="seconds"))
 

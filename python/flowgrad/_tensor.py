@@ -25,7 +25,18 @@ def _repr(t):
     return "tensor(" + ", ".join([_values(t)] + extras) + ")"
 
 
+def _format(t, spec):
+    """f"{loss:.4f}": a one-element tensor formats as its Python number; others only with ""."""
+    if t.numel() == 1:
+        return format(t.item(), spec)
+    if spec:
+        raise TypeError(f"unsupported format string {spec!r} for a tensor of shape {tuple(t.shape)}: "
+                        "only one-element tensors take a format spec (format t.item() or t.tolist())")
+    return _repr(t)
+
+
 _core.Tensor.__repr__ = _repr
+_core.Tensor.__format__ = _format
 _core.Tensor.__str__ = _repr
 _core.Tensor.T = property(lambda t: t.permute(*reversed(range(t.ndim))), doc="All dims reversed.")
 _core.dtype.__repr__ = lambda d: f"flowgrad.{d.name}"

@@ -63,7 +63,7 @@ CORRUPT = {
     "not json": (lambda p: write_raw(p, b"{nope"), "invalid JSON header"),
     "not an object": (lambda p: write_raw(p, b"[1, 2]"), "header must start with '{'"),
     "duplicate key": (lambda p: write_raw(p, b'{"a": {}, "a": {}}'), "duplicate key"),
-    "unknown dtype": (lambda p: write_raw(p, {"a": entry("U8", [1], 0, 1)}, b"\x00"), "dtype 'U8'"),
+    "unknown dtype": (lambda p: write_raw(p, {"a": entry("U16", [1], 0, 2)}, b"\x00\x00"), "dtype 'U16'"),
     "negative dim": (lambda p: write_raw(p, {"a": entry("F32", [-1], 0, 4)}, b"\0" * 4), "non-negative integers"),
     "float dim": (lambda p: write_raw(p, {"a": entry("F32", [1.5], 0, 4)}, b"\0" * 4), "non-negative integers"),
     "bad offsets": (lambda p: write_raw(p, {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, b"\0" * 4), "data_offsets must be"),

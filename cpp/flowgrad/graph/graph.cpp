@@ -156,11 +156,11 @@ Graph::Graph(std::vector<Node> nodes, std::vector<std::string> input_names, int 
 int Graph::node_of(const std::string& tag) const {
   auto it = tags_.find(tag);
   if (it != tags_.end()) return it->second;
-  std::vector<std::string> known;
-  for (const auto& [name, id] : tags_) known.push_back(name);
   if (groups_.count(tag))
     fail(ErrorKind::Graph, "'", tag, "' is a tag group, not a tag; its tags are ", joined(groups_.at(tag)));
-  fail(ErrorKind::Graph, "unknown tag '", tag, "' (the graph's tags: ", known.empty() ? "none" : joined(known), ")");
+  std::vector<std::string> known = observe::closest_first(tag, tags());
+  fail(ErrorKind::Graph, "unknown tag '", tag, "' (the graph's tags: ",
+       known.empty() ? "none" : joined(known), ")");
 }
 
 std::vector<std::string> Graph::group(const std::string& name) const {
@@ -174,6 +174,22 @@ std::vector<std::string> Graph::expand(const std::vector<std::string>& tags_or_g
     std::vector<std::string> members = group(t);
     if (members.empty()) out.push_back(t);
     else out.insert(out.end(), members.begin(), members.end());
+  }
+  return out;
+}
+
+std::vector<std::string> Graph::observed(const std::vector<std::string>& tags_or_groups,
+                                         const observe::Observer& obs, const char* what) const {
+  std::vector<std::string> out = expand(tags_or_groups), recorded = obs.tags();
+  auto is_recorded = [&](const std::string& t) { return std::find(recorded.begin(), recorded.end(), t) != recorded.end(); };
+  for (const std::string& t : out) {
+    if (tags_.count(t) || is_recorded(t)) continue;
+    std::vector<std::string> known = tags();
+    for (const std::string& r : recorded)
+      if (!tags_.count(r)) known.push_back(r);
+    for (const auto& [name, members] : groups_) known.push_back(name);
+    fail(ErrorKind::Graph, what, ": unknown tag '", t, "'; it is not a tag of the graph and was never recorded ",
+         "(known tags, closest first: ", known.empty() ? "none" : joined(observe::closest_first(t, known)), ")");
   }
   return out;
 }
@@ -446,6 +462,8 @@ Tensors Graph::forward_with_timeout(const Tensors& inputs, std::optional<double>
     FG_CHECK(inputs[i].defined(), Graph, "Graph: input '", input_names_[i], "' is None");
   FG_CHECK(!seconds || *seconds > 0, Value, "Graph.forward: timeout must be > 0 seconds, got ", *seconds);
   auto start = Clock::now();
+  observer_.start_clock();  // the first epoch is timed from the first forward
+  timings_.start_clock();
   Run run;
   run.values.resize(nodes_.size());
   run.traces.resize(nodes_.size());
@@ -491,7 +509,10 @@ void Graph::collect(const std::vector<std::string>& tags) {
 }
 
 std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line) {
-  auto flushed = observer_.flush(expand(tags));
+  std::vector<std::string> chosen = observed(tags, observer_, "flush");
+  if (logging_) observed(log_tags_, observer_, "log");  // log() may name tags recorded later: checked now
+  auto flushed = observer_.flush(chosen);
+  last_progress_step_ = 0;
   if (logging_) {
     *line = observer_.log_line(observer_.flush_count(), log_total_, log_tags_);
     for (auto& fn : log_callbacks_) fn(*line);
@@ -499,11 +520,23 @@ std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::
   return flushed;
 }
 
-void Graph::log(const std::vector<std::string>& tags, int64_t total_epochs) {
+void Graph::log(const std::vector<std::string>& tags, int64_t total_epochs, int64_t every) {
   FG_CHECK(total_epochs >= 0, Value, "log: total_epochs must be >= 0, got ", total_epochs);
+  FG_CHECK(every >= 0, Value, "log: every must be >= 0 steps (0: no progress lines), got ", every);
   logging_ = true;
   log_tags_ = expand(tags);
   log_total_ = total_epochs;
+  log_every_ = every;
+}
+
+std::string Graph::progress() {
+  if (!logging_ || log_every_ == 0) return "";
+  int64_t step = observer_.pending_steps(log_tags_);
+  if (step == last_progress_step_ || step % log_every_ != 0) return "";
+  last_progress_step_ = step;
+  std::string line = observer_.progress_line(step, log_total_, log_tags_);
+  for (auto& fn : log_callbacks_) fn(line);
+  return line;
 }
 
 double Graph::timing(const std::string& tag) const {

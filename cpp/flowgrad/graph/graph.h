@@ -99,10 +99,19 @@ class Graph : public nn::Module {
   // Observation: values collected from tags or recorded, flushed to per-epoch histories.
   observe::Observer& observer() { return observer_; }
   void collect(const std::vector<std::string>& tags);  // none: every tag
+  // `tags_or_groups` expanded, each checked to be a graph tag or a tag recorded in `obs`:
+  // GraphError naming `what`, the unknown tag and the known ones, closest first.
+  std::vector<std::string> observed(const std::vector<std::string>& tags_or_groups,
+                                    const observe::Observer& obs, const char* what) const;
   // Flushes the observer (tag groups expand). With logging on, the epoch's line goes to the
   // on_log callbacks and into *line.
   std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line);
-  void log(const std::vector<std::string>& tags, int64_t total_epochs);  // none: every flushed tag
+  // none: every flushed tag. every > 0 also logs a progress line every `every` steps (values
+  // in the open batch) within an epoch; see progress().
+  void log(const std::vector<std::string>& tags, int64_t total_epochs, int64_t every = 0);
+  // After a collect or record: the progress line when a multiple of log(every=N) steps is
+  // reached (also sent to the on_log callbacks), else "".
+  std::string progress();
   void on_log(std::function<void(const std::string&)> fn) { log_callbacks_.push_back(std::move(fn)); }
   bool has_log_callbacks() const { return !log_callbacks_.empty(); }
 
@@ -145,6 +154,7 @@ class Graph : public nn::Module {
   bool logging_ = false;
   std::vector<std::string> log_tags_;
   int64_t log_total_ = 0;
+  int64_t log_every_ = 0, last_progress_step_ = 0;
   std::vector<std::function<void(const std::string&)>> log_callbacks_;
   bool profiling_ = false;
   Profile profile_;

@@ -21,6 +21,9 @@ constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors project's cap
 const char* st_name(DType dt) {
   switch (dt) {
     case DType::Bool: return "BOOL";
+    case DType::UInt8: return "U8";
+    case DType::Int8: return "I8";
+    case DType::Int16: return "I16";
     case DType::Int32: return "I32";
     case DType::Int64: return "I64";
     case DType::Float16: return "F16";
@@ -32,10 +35,10 @@ const char* st_name(DType dt) {
 }
 
 DType st_dtype(const std::string& name, const std::string& source, const std::string& tensor) {
-  for (DType dt : {DType::Bool, DType::Int32, DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+  for (DType dt : kAllDTypes)
     if (name == st_name(dt)) return dt;
   fail(ErrorKind::Checkpoint, source, ": tensor '", tensor, "' has dtype '", name,
-       "', which flowgrad does not support (BOOL, I32, I64, F16, BF16, F32, F64)");
+       "', which flowgrad does not support (BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)");
 }
 
 struct Entry {

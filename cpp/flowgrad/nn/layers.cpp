@@ -22,6 +22,18 @@ Tensor param(const Module& m, const char* name) {
   return p ? *p : Tensor();
 }
 
+// Input i, which must have the dtype of the layer's `weight`. PyTorch raises here too: a silent
+// cast would hide float64 data that doubles memory and time (or drops precision the other way),
+// so the message names both dtypes and the fix instead.
+const Tensor& typed_input(const Tensors& in, size_t i, const std::string& layer, const Tensor& weight) {
+  const Tensor& x = input(in, i, layer);
+  if (!weight.defined() || x.dtype() == weight.dtype()) return x;
+  std::string target = std::string("fg.") + dtype_name(weight.dtype());
+  std::string fix = weight.dtype() == DType::Float32 ? "x.float() or x.to(fg.float32)" : "x.to(" + target + ")";
+  fail(ErrorKind::DType, layer, ": the input is ", dtype_name(x.dtype()), " but the layer's parameters are ",
+       dtype_name(weight.dtype()), "; convert the input with ", fix);
+}
+
 Tensor uniform_tensor(const Dims& shape, double bound) {
   Tensor t = Tensor::empty(shape, DType::Float32, cpu_device());
   init::uniform_(t, -bound, bound);
@@ -44,7 +56,8 @@ Linear::Linear(int64_t in, int64_t out, bool bias) : Module("Linear"), in_featur
   register_parameter("bias", bias ? uniform_tensor({out}, bound) : Tensor());
 }
 Tensors Linear::forward(const Tensors& in) {
-  return {linear(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"))};
+  Tensor w = param(*this, "weight");
+  return {linear(typed_input(in, 0, type_name_, w), w, param(*this, "bias"))};
 }
 std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features, ", bias=", parameter("bias") && parameter("bias")->defined() ? "True" : "False");
@@ -63,7 +76,7 @@ LayerNorm::LayerNorm(Dims s, double e, bool r) : Module(r ? "RMSNorm" : "LayerNo
   if (!rms) register_parameter("bias", zeros(shape, DType::Float32, cpu_device()));
 }
 Tensors LayerNorm::forward(const Tensors& in) {
-  const Tensor& x = input(in, 0, type_name_);
+  const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight"));
   if (rms) return {rms_norm(x, shape, param(*this, "weight"), eps)};
   return {layer_norm(x, shape, param(*this, "weight"), param(*this, "bias"), eps)};
 }
@@ -84,7 +97,8 @@ Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t s, int64_t pad, boo
   register_parameter("bias", bias ? uniform_tensor({cout}, bound) : Tensor());
 }
 Tensors Conv2d::forward(const Tensors& in) {
-  return {conv2d(input(in, 0, type_name_), param(*this, "weight"), param(*this, "bias"), stride, padding)};
+  Tensor w = param(*this, "weight");
+  return {conv2d(typed_input(in, 0, type_name_, w), w, param(*this, "bias"), stride, padding)};
 }
 std::string Conv2d::extra_repr() const {
   return str(in_channels, ", ", out_channels, ", kernel_size=", kernel, ", stride=", stride, ", padding=", padding);
@@ -107,10 +121,10 @@ MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, bool c, double p)
   register_module("proj", std::make_shared<Linear>(d, d, true));
 }
 Tensors MultiheadAttention::forward(const Tensors& in) {
-  const Tensor& x = input(in, 0, type_name_);
+  auto* qkv = static_cast<Linear*>(child("qkv").get());
+  const Tensor& x = typed_input(in, 0, type_name_, param(*qkv, "weight"));
   FG_CHECK(x.ndim() >= 2 && x.shape().back() == dim, Shape, "MultiheadAttention: input ",
            to_string(x.shape()), " must be (..., T, ", dim, ")");
-  auto* qkv = static_cast<Linear*>(child("qkv").get());
   Tensor w = param(*qkv, "weight"), b = param(*qkv, "bias");
   bool self_attention = in.size() < 3 || !in[1].defined();
   Tensor q, k, v;
@@ -190,7 +204,7 @@ GRUCell::GRUCell(int64_t in, int64_t hidden) : Module("GRUCell"), input_size(in)
   recurrent_params(*this, 3, in, hidden);
 }
 Tensors GRUCell::forward(const Tensors& in) {
-  const Tensor& x = input(in, 0, type_name_);
+  const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size);
   Tensors gi = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")), 3, -1);
   Tensors gh = chunk(linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 3, -1);
@@ -204,7 +218,7 @@ LSTMCell::LSTMCell(int64_t in, int64_t hidden) : Module("LSTMCell"), input_size(
   recurrent_params(*this, 4, in, hidden);
 }
 Tensors LSTMCell::forward(const Tensors& in) {
-  const Tensor& x = input(in, 0, type_name_);
+  const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size), c = state_or_zeros(in, 2, x, hidden_size);
   Tensors g = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")) +
                         linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 4, -1);

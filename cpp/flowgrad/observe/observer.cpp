@@ -1,7 +1,9 @@
 #include "flowgrad/observe/observer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
@@ -20,7 +22,44 @@ std::string number(double v) {
   return buf;
 }
 
+// The shortest decimal that reads back as exactly v (what Python's repr writes).
+std::string exact_number(double v) {
+  char buf[32];
+  auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
+// An RFC 4180 field: quoted (with quotes doubled) when it holds a comma, quote or line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t{0});
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = diagonal + (a[i - 1] != b[j - 1]);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+std::vector<std::string> closest_first(const std::string& name, std::vector<std::string> names) {
+  std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    return edit_distance(name, a) < edit_distance(name, b);
+  });
+  return names;
+}
 
 Observer::Series& Observer::series_of(const std::string& tag) {
   FG_CHECK(!tag.empty(), Value, "observe: tag names must be non-empty");
@@ -169,7 +208,7 @@ std::string Observer::csv(const std::vector<std::string>& tags) const {
   std::vector<std::string> cols = tags.empty() ? order_ : tags;
   std::ostringstream os;
   os << "epoch";
-  for (const std::string& tag : cols) os << ',' << tag;
+  for (const std::string& tag : cols) os << ',' << csv_field(tag);
   os << '\n';
   std::vector<size_t> next(cols.size(), 0);
   for (int64_t epoch = 1; epoch <= flush_count(); ++epoch) {
@@ -179,7 +218,7 @@ std::string Observer::csv(const std::vector<std::string>& tags) const {
       auto it = series_.find(cols[c]);
       if (it == series_.end()) continue;
       const Series& s = it->second;
-      if (next[c] < s.epochs.size() && s.epochs[next[c]] == epoch) os << number(s.values[next[c]++]);
+      if (next[c] < s.epochs.size() && s.epochs[next[c]] == epoch) os << exact_number(s.values[next[c]++]);
     }
     os << '\n';
   }
@@ -208,6 +247,31 @@ std::string Observer::log_line(int64_t epoch, int64_t total_epochs, const std::v
     }
     os << ')';
   }
+  return os.str();
+}
+
+int64_t Observer::pending_steps(const std::vector<std::string>& tags) const {
+  size_t most = 0;
+  for (const std::string& tag : tags.empty() ? order_ : tags) {
+    auto it = series_.find(tag);
+    if (it != series_.end()) most = std::max(most, it->second.pending.size() + it->second.pending_device.size());
+  }
+  return static_cast<int64_t>(most);
+}
+
+std::string Observer::progress_line(int64_t step, int64_t total_epochs, const std::vector<std::string>& tags) const {
+  std::ostringstream os;
+  os << "epoch " << flush_count() + 1;
+  if (total_epochs > 0) os << '/' << total_epochs;
+  os << "  step " << step;
+  for (const std::string& tag : tags.empty() ? order_ : tags) {
+    std::vector<double> batch = collected(tag);
+    if (batch.empty()) continue;
+    double sum = std::accumulate(batch.begin(), batch.end(), 0.0);
+    os << "  " << tag << ' ' << number(sum / static_cast<double>(batch.size()));
+  }
+  auto since = flush_times_.empty() ? start_ : flush_times_.back();
+  os << "  (" << format_duration(started_ ? seconds_between(since, Clock::now()) : 0.0) << ')';
   return os.str();
 }
 

@@ -14,6 +14,10 @@
 
 namespace fg::observe {
 
+// `names` sorted by edit distance to `name`, closest first (ties keep their order): the
+// suggestions of an unknown-tag error.
+std::vector<std::string> closest_first(const std::string& name, std::vector<std::string> names);
+
 class Observer {
  public:
   using Clock = std::chrono::steady_clock;
@@ -34,17 +38,27 @@ class Observer {
   std::vector<std::string> tags() const { return order_; }  // first-seen order
   int64_t flush_count() const { return static_cast<int64_t>(flush_times_.size()); }
 
-  // Seconds since the first record or flush, the mean epoch time times the epochs left, and
+  // Starts the epoch clock unless it runs (a graph starts it at its first forward, so the
+  // first epoch is timed from there and not from its first collect).
+  void start_clock();
+
+  // Seconds since the clock started, the mean epoch time times the epochs left, and
   // the time between the last two flushes (or start and the first flush).
   double elapsed() const;
   double eta(int64_t total_epochs) const;
   double last_flush_duration() const;
 
   // One row per flush: "epoch,<tag>..."; a tag not flushed in an epoch leaves its cell empty.
+  // Names are quoted as RFC 4180 says; values are the shortest text that reads back exactly.
   std::string csv(const std::vector<std::string>& tags) const;
   // One line per flush: "epoch 3/10  loss 0.4120  acc 0.8810  (1.2s, eta 8.4s)".
   std::string log_text(int64_t total_epochs, const std::vector<std::string>& tags) const;
   std::string log_line(int64_t epoch, int64_t total_epochs, const std::vector<std::string>& tags) const;
+  // Within the open epoch: "epoch 4/10  step 200  loss 0.4120  (3.1s)", the running means of
+  // the open batches (reads device values: a host sync) and the time since the last flush.
+  std::string progress_line(int64_t step, int64_t total_epochs, const std::vector<std::string>& tags) const;
+  // The most values any of `tags` (none: every tag) holds in its open batch.
+  int64_t pending_steps(const std::vector<std::string>& tags) const;
 
   // Histories as (tag, epochs, values) for checkpoints and restoring them.
   struct Series {
@@ -60,7 +74,6 @@ class Observer {
 
  private:
   Series& series_of(const std::string& tag);
-  void start_clock();
   std::vector<std::string> chosen(const std::vector<std::string>& tags) const;
 
   std::map<std::string, Series> series_;

@@ -12,16 +12,19 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-bool float_only(UnaryFn fn) { return fn >= UnaryFn::Exp && fn != UnaryFn::Clamp; }
-
 const char* unary_name(UnaryFn fn);
 
 template <UnaryFn Fn>
 Specs unary_shape(TensorList in, const Attrs&) {
   DType dt = in[0].dtype();
+  if constexpr (Fn == UnaryFn::BitwiseNot) {
+    FG_CHECK(!is_floating(dt), DType, "bitwise_not: expected a bool or integer tensor, got ",
+             describe(in[0]), "; compare first (x > 0) or cast with .int()");
+    return {{in[0].shape(), dt}};
+  }
   FG_CHECK(dt != DType::Bool, DType, unary_name(Fn), ": not defined for bool tensors (got ",
            describe(in[0]), "); cast with .int() or .float() first");
-  return {{in[0].shape(), float_only(Fn) ? float_result(dt) : dt}};
+  return {{in[0].shape(), is_float_only(Fn) ? float_result(dt) : dt}};
 }
 
 // One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
@@ -125,11 +128,16 @@ FG_UNARY(gelu, Gelu, Inputs)
 FG_UNARY(gelu_tanh, GeluTanh, Inputs)
 FG_UNARY(clamp, Clamp, Inputs)
 #undef FG_UNARY
+const OpDef k_bitwise_not{.name = "bitwise_not", .family = Family::Unary, .flags = kFusable,
+                          .shape_rule = unary_shape<UnaryFn::BitwiseNot>,
+                          .cpu = unary_kernel<UnaryFn::BitwiseNot, unary_cpu>,
+                          .cuda = FG_CUDA((unary_kernel<UnaryFn::BitwiseNot, unary_cuda>)),
+                          .not_differentiable = "bitwise ops act on bool and integer tensors"};
 
 const char* unary_name(UnaryFn fn) {
   static const char* names[] = {"neg", "abs", "square", "sign", "relu", "exp", "log",
                                 "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
-                                "silu", "softplus", "gelu", "gelu_tanh", "clamp"};
+                                "silu", "softplus", "gelu", "gelu_tanh", "clamp", "bitwise_not"};
   return names[static_cast<int>(fn)];
 }
 
@@ -137,12 +145,16 @@ const char* unary_name(UnaryFn fn) {
 
 const char* binary_name(BinaryFn fn) {
   static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                                "gelu_backward", "gelu_tanh_backward", "eq", "ne", "lt", "le", "gt", "ge"};
+                                "gelu_backward", "gelu_tanh_backward", "bitwise_and", "bitwise_or",
+                                "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"};
   return names[static_cast<int>(fn)];
 }
 
 DType compute_dtype(BinaryFn fn, const Tensor& a, const Tensor& b) {
   DType dt = promote(a.dtype(), b.dtype());
+  FG_CHECK(!(is_bitwise(fn) && is_floating(dt)), DType, binary_name(fn),
+           ": expected bool or integer tensors, got ", describe(a), " and ", describe(b),
+           "; compare first (x > 0) or cast with .int()");
   bool arithmetic = fn <= BinaryFn::Pow;
   FG_CHECK(!(arithmetic && dt == DType::Bool), DType, binary_name(fn),
            ": arithmetic on two bool tensors is not defined (got ", describe(a), " and ",
@@ -224,6 +236,10 @@ FG_BINARY(minimum, Minimum, Inputs)
 constexpr const char* kFirstOrderOnly = "used for first-order gradients only; second order uses the composite rule";
 FG_NONDIFF_BINARY(gelu_backward, GeluGrad, kFirstOrderOnly)
 FG_NONDIFF_BINARY(gelu_tanh_backward, GeluTanhGrad, kFirstOrderOnly)
+constexpr const char* kBitwise = "bitwise ops act on bool and integer tensors";
+FG_NONDIFF_BINARY(bitwise_and, BitwiseAnd, kBitwise)
+FG_NONDIFF_BINARY(bitwise_or, BitwiseOr, kBitwise)
+FG_NONDIFF_BINARY(bitwise_xor, BitwiseXor, kBitwise)
 FG_NONDIFF_BINARY(eq, Eq, "comparisons return bool")
 FG_NONDIFF_BINARY(ne, Ne, "comparisons return bool")
 FG_NONDIFF_BINARY(lt, Lt, "comparisons return bool")
@@ -272,8 +288,9 @@ const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | 
 std::vector<const OpDef*> elementwise_ops() {
   return {&k_neg, &k_abs, &k_square, &k_sign, &k_relu, &k_exp, &k_log, &k_sqrt, &k_rsqrt,
           &k_sin, &k_cos, &k_tanh, &k_erf, &k_sigmoid, &k_silu, &k_softplus, &k_gelu,
-          &k_gelu_tanh, &k_clamp, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
-          &k_minimum, &k_gelu_backward, &k_gelu_tanh_backward, &k_eq, &k_ne, &k_lt, &k_le, &k_gt,
+          &k_gelu_tanh, &k_clamp, &k_bitwise_not, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
+          &k_minimum, &k_gelu_backward, &k_gelu_tanh_backward, &k_bitwise_and, &k_bitwise_or,
+          &k_bitwise_xor, &k_eq, &k_ne, &k_lt, &k_le, &k_gt,
           &k_ge, &k_where, &k_cast};
 }
 
@@ -317,6 +334,20 @@ Tensor lt(const Tensor& a, const Tensor& b) { return run_op1(k_lt, {a, b}); }
 Tensor le(const Tensor& a, const Tensor& b) { return run_op1(k_le, {a, b}); }
 Tensor gt(const Tensor& a, const Tensor& b) { return run_op1(k_gt, {a, b}); }
 Tensor ge(const Tensor& a, const Tensor& b) { return run_op1(k_ge, {a, b}); }
+Tensor bitwise_and(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_and, {a, b}); }
+Tensor bitwise_or(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_or, {a, b}); }
+Tensor bitwise_xor(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_xor, {a, b}); }
+Tensor bitwise_not(const Tensor& x) { return run_op1(k_bitwise_not, {x}); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return bitwise_and(cast(a, DType::Bool), cast(b, DType::Bool));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return bitwise_or(cast(a, DType::Bool), cast(b, DType::Bool));
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  return bitwise_xor(cast(a, DType::Bool), cast(b, DType::Bool));
+}
+Tensor logical_not(const Tensor& x) { return bitwise_not(cast(x, DType::Bool)); }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return run_op1(k_where, {cond, a, b});
 }

@@ -207,4 +207,17 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   return {out[0], out[1]};
 }
 
+std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  int64_t size = x.ndim() ? x.shape()[wrap_dim(dim, x.ndim(), "kthvalue")] : 1;
+  FG_CHECK(k >= 1 && k <= size, Index, "kthvalue: k = ", k, " is out of range for dim ", dim,
+           " of size ", size, " (k counts from 1)");
+  if (x.ndim() == 0) return {x, zeros(Dims{}, DType::Int64, x.device())};
+  auto [values, indices] = topk(x, k, dim, false);  // the k smallest, ascending
+  int w = wrap_dim(dim, x.ndim(), "kthvalue");
+  values = narrow(values, w, k - 1, 1);
+  indices = narrow(indices, w, k - 1, 1);
+  if (keepdim) return {values, indices};
+  return {squeeze(values, w), squeeze(indices, w)};
+}
+
 }  // namespace fg

@@ -57,6 +57,16 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor cast(const Tensor& x, DType dtype);
+// bool and integer tensors only (DTypeError naming the op otherwise)
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_not(const Tensor& x);
+// any dtype, nonzero = true; bool results
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
 
 // Tensor-with-scalar forms: the scalar takes x's dtype (NumPy's weak Python scalars).
 Tensor scalar_like(const Tensor& x, double value);
@@ -81,6 +91,10 @@ Tensor std_dev(const Tensor& x, const Dims& dims, bool keepdim, double correctio
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim);
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
+// (values, indices) along one dim, the index of the first extreme (PyTorch's max(x, dim));
+// the gradient goes to that index.
+std::pair<Tensor, Tensor> max_dim(const Tensor& x, int64_t dim, bool keepdim);
+std::pair<Tensor, Tensor> min_dim(const Tensor& x, int64_t dim, bool keepdim);
 // Sums a broadcast gradient back to `shape`.
 Tensor sum_to(const Tensor& g, const Dims& shape);
 
@@ -121,6 +135,8 @@ Tensor one_hot(const Tensor& index, int64_t num_classes);
 Tensor nonzero(const Tensor& mask);
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending);
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest);
+// (values, indices) of the k-th smallest entry (1-based) along dim.
+std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim);
 
 // NumPy-style indexing: ints, slices, None, Ellipsis, one integer index tensor or bool mask.
 struct IndexItem {

@@ -225,6 +225,28 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_reduce(k_argmin, x, dim, keepdim);
 }
 
+namespace {
+// The values are gathered at the arg-index, so the gradient goes to that one entry (PyTorch's
+// rule for max(x, dim)); amax/amin without indices split it among ties instead.
+std::pair<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  if (x.ndim() == 0) {  // PyTorch allows dim 0 or -1 of a 0-d tensor
+    wrap_dim(dim, 1, is_max ? "max" : "min");
+    return {x, zeros(Dims{}, DType::Int64, x.device())};
+  }
+  Tensor index = is_max ? argmax(x, dim, true) : argmin(x, dim, true);
+  Tensor values = gather(x, dim, index);
+  if (keepdim) return {values, index};
+  return {squeeze(values, dim), squeeze(index, dim)};
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, true);
+}
+std::pair<Tensor, Tensor> min_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, false);
+}
+
 Tensor sum_to(const Tensor& g, const Dims& shape) {
   if (g.shape() == shape) return g;
   int lead = g.ndim() - shape.size();

@@ -20,7 +20,8 @@ from . import init
 from . import optim
 from . import flow
 from . import plan
-__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRUCell', 'Graph', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'build_config', 'broadcast_to', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+from . import return_types
+__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRUCell', 'Graph', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -28,6 +29,12 @@ class dtype:
     Members:
     
       bool
+    
+      uint8
+    
+      int8
+    
+      int16
     
       int32
     
@@ -47,8 +54,11 @@ class dtype:
     float16: typing.ClassVar[dtype]
     float32: typing.ClassVar[dtype]
     float64: typing.ClassVar[dtype]
+    int16: typing.ClassVar[dtype]
     int32: typing.ClassVar[dtype]
     int64: typing.ClassVar[dtype]
+    int8: typing.ClassVar[dtype]
+    uint8: typing.ClassVar[dtype]
     @staticmethod
     def __repr__(d):
         ...
@@ -126,6 +136,22 @@ class Tensor:
     def __str__(t):
         ...
     def __abs__(self) -> Tensor:
+        ...
+    def __and__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rand__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __or__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __ror__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __xor__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __rxor__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __invert__(self) -> Tensor:
+        ...
+    def __format__(self, spec: str) -> str:
         ...
     def __add__(self, arg0: typing.Any) -> Tensor:
         ...
@@ -232,6 +258,54 @@ class Tensor:
     def bool(self) -> Tensor:
         """
         Cast to bool.
+        """
+    def bitwise_and(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise bitwise_and(input, other) with NumPy broadcasting.
+        """
+    def bitwise_or(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise bitwise_or(input, other) with NumPy broadcasting.
+        """
+    def bitwise_xor(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise bitwise_xor(input, other) with NumPy broadcasting.
+        """
+    def logical_and(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise logical_and(input, other) with NumPy broadcasting.
+        """
+    def logical_or(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise logical_or(input, other) with NumPy broadcasting.
+        """
+    def logical_xor(self, other: typing.Any) -> Tensor:
+        """
+        Elementwise logical_xor(input, other) with NumPy broadcasting.
+        """
+    def bitwise_not(self) -> Tensor:
+        """
+        Elementwise bitwise_not(x).
+        """
+    def logical_not(self) -> Tensor:
+        """
+        Elementwise logical_not(x).
+        """
+    def byte(self) -> Tensor:
+        """
+        Cast to uint8.
+        """
+    def char(self) -> Tensor:
+        """
+        Cast to int8.
+        """
+    def short(self) -> Tensor:
+        """
+        Cast to int16.
+        """
+    def kthvalue(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, keepdim: bool = False) -> typing.Any:
+        """
+        Named tuple (values, indices) of the k-th smallest entry along dim (k counts from 1).
         """
     def broadcast_to(self, shape: typing.Any) -> Tensor:
         """
@@ -381,9 +455,9 @@ class Tensor:
         """
         Matrix product with NumPy's matmul semantics.
         """
-    def max(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    def max(self, dim: typing.Any = None, keepdim: bool = False) -> typing.Any:
         """
-        max over dim (None: every dim); keepdim keeps reduced dims as 1.
+        max over dim. An int dim gives a named tuple (values, indices) (fg.return_types.max); None or a tuple of dims gives the values; a tensor gives the elementwise maximum.
         """
     def maximum(self, other: typing.Any) -> Tensor:
         """
@@ -393,9 +467,9 @@ class Tensor:
         """
         mean over dim (None: every dim); keepdim keeps reduced dims as 1.
         """
-    def min(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+    def min(self, dim: typing.Any = None, keepdim: bool = False) -> typing.Any:
         """
-        min over dim (None: every dim); keepdim keeps reduced dims as 1.
+        min over dim. An int dim gives a named tuple (values, indices) (fg.return_types.min); None or a tuple of dims gives the values; a tensor gives the elementwise minimum.
         """
     def minimum(self, other: typing.Any) -> Tensor:
         """
@@ -489,9 +563,9 @@ class Tensor:
         """
         Elementwise softplus(x).
         """
-    def sort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> tuple:
+    def sort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> typing.Any:
         """
-        (values, indices) sorted along dim (stable; NaN last).
+        Named tuple (values, indices) sorted along dim (stable; NaN last).
         """
     def split(self, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
         """
@@ -541,9 +615,9 @@ class Tensor:
         """
         Nested Python lists of the values.
         """
-    def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
+    def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
         """
-        (values, indices) of the k largest (or smallest) entries along dim, sorted.
+        Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
         """
     def transpose(self, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
@@ -1049,7 +1123,7 @@ class Graph(Module):
         """
     def elapsed(self) -> float:
         """
-        Seconds since the first collect/record/flush.
+        Seconds since the first forward, collect, record or flush.
         """
     def enable_profiling(self) -> None:
         """
@@ -1087,9 +1161,9 @@ class Graph(Module):
         """
         Seconds the last epoch took (between the last two flushes).
         """
-    def log(self, *args, total_epochs: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def log(self, *args, total_epochs: typing.SupportsInt | typing.SupportsIndex = 0, every: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values.
+        After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values; every=N also gives a progress line every N steps (collect/record calls) with the running means.
         """
     def on_flush(self, fn: collections.abc.Callable[[dict], None]) -> None:
         """
@@ -1378,6 +1452,38 @@ def blas_name() -> str:
     """
     The BLAS library matmul calls ('none': the built-in blocked kernel).
     """
+def bitwise_and(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise bitwise_and(input, other) with NumPy broadcasting.
+    """
+def bitwise_or(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise bitwise_or(input, other) with NumPy broadcasting.
+    """
+def bitwise_xor(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise bitwise_xor(input, other) with NumPy broadcasting.
+    """
+def logical_and(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise logical_and(input, other) with NumPy broadcasting.
+    """
+def logical_or(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise logical_or(input, other) with NumPy broadcasting.
+    """
+def logical_xor(input: typing.Any, other: typing.Any) -> Tensor:
+    """
+    Elementwise logical_xor(input, other) with NumPy broadcasting.
+    """
+def bitwise_not(input: Tensor) -> Tensor:
+    """
+    Elementwise bitwise_not(x).
+    """
+def logical_not(input: Tensor) -> Tensor:
+    """
+    Elementwise logical_not(x).
+    """
 def broadcast_to(input: Tensor, shape: typing.Any) -> Tensor:
     """
     A broadcast view with the given shape.
@@ -1474,6 +1580,14 @@ def gelu(input: Tensor, approximate: str = 'none') -> Tensor:
     """
     GELU, exact (erf) or tanh-approximated.
     """
+def get_default_dtype() -> dtype:
+    """
+    The default float dtype (float32 unless set).
+    """
+def kthvalue(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, keepdim: bool = False) -> typing.Any:
+    """
+    Named tuple (values, indices) of the k-th smallest entry along dim (k counts from 1).
+    """
 def get_num_threads() -> int:
     """
     Threads used by CPU kernels and BLAS.
@@ -1534,9 +1648,9 @@ def matmul(input: Tensor, other: typing.Any) -> Tensor:
     """
     Matrix product with NumPy's matmul semantics.
     """
-def max(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+def max(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> typing.Any:
     """
-    max over dim (None: every dim); keepdim keeps reduced dims as 1.
+    max over dim. An int dim gives a named tuple (values, indices) (fg.return_types.max); None or a tuple of dims gives the values; a tensor gives the elementwise maximum.
     """
 def maximum(input: typing.Any, other: typing.Any) -> Tensor:
     """
@@ -1546,9 +1660,9 @@ def mean(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor
     """
     mean over dim (None: every dim); keepdim keeps reduced dims as 1.
     """
-def min(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
+def min(input: Tensor, dim: typing.Any = None, keepdim: bool = False) -> typing.Any:
     """
-    min over dim (None: every dim); keepdim keeps reduced dims as 1.
+    min over dim. An int dim gives a named tuple (values, indices) (fg.return_types.min); None or a tuple of dims gives the values; a tensor gives the elementwise minimum.
     """
 def minimum(input: typing.Any, other: typing.Any) -> Tensor:
     """
@@ -1634,6 +1748,10 @@ def scatter_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, i
     """
     A copy of input with src added at index along dim.
     """
+def set_default_dtype(dtype: dtype) -> None:
+    """
+    Sets the float dtype (float32 or float64) of Python floats, float creation functions and integer true division, mean, exp, ... (PyTorch's default dtype).
+    """
 def set_anomaly_enabled(enabled: bool) -> None:
     """
     Checks every op output and gradient for NaN/Inf and names the first op that makes one.
@@ -1670,9 +1788,9 @@ def softplus(input: Tensor) -> Tensor:
     """
     Elementwise softplus(x).
     """
-def sort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> tuple:
+def sort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: bool = False) -> typing.Any:
     """
-    (values, indices) sorted along dim (stable; NaN last).
+    Named tuple (values, indices) sorted along dim (stable; NaN last).
     """
 def split(input: Tensor, split_size_or_sections: typing.Any, dim: typing.SupportsInt | typing.SupportsIndex = 0) -> list[Tensor]:
     """
@@ -1716,11 +1834,11 @@ def tanh(input: Tensor) -> Tensor:
     """
 def tensor(data: typing.Any, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
     """
-    A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give float32.
+    A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give the default float dtype (float32 unless fg.set_default_dtype).
     """
-def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
+def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
     """
-    (values, indices) of the k largest (or smallest) entries along dim, sorted.
+    Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
     """
 def transpose(input: Tensor, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
     """
@@ -1747,5 +1865,8 @@ bool: dtype
 float16: dtype
 float32: dtype
 float64: dtype
+int16: dtype
 int32: dtype
 int64: dtype
+int8: dtype
+uint8: dtype
