@@ -106,7 +106,7 @@ class Optimizer:
             for i, p in zip(saved["params"], own["params"]):
                 entry = state_dict["state"].get(i)
                 if entry is not None:
-                    self.state[p] = {k: _core.tensor(v) for k, v in entry.items()}
+                    self.state[p] = {k: _core.tensor(v, device=v.device) for k, v in entry.items()}  # copies where given
         self._cache.clear()
 
 
