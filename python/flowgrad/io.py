@@ -95,13 +95,13 @@ def _device_of(module):
 def _read_model(model, tensors, meta):
     state = _prefixed(tensors, "model.")
     own = model.state_dict()
-    problems = [f"missing keys {sorted(own.keys() - state.keys())}" if own.keys() - state.keys() else "",
-                f"unexpected keys {sorted(state.keys() - own.keys())}" if state.keys() - own.keys() else "",
-                "; ".join(f"{k}: checkpoint {state[k].shape} vs model {t.shape}"
-                          for k, t in own.items() if k in state and state[k].shape != t.shape)]
-    if any(problems):
-        raise _core.CheckpointError(f"the model state does not match {type(model).__name__}: "
-                                    + "; ".join(p for p in problems if p))
+    missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    problems = ([f"missing keys {missing}"] if missing else []) + \
+               ([f"unexpected keys {unexpected}"] if unexpected else []) + \
+               [f"{k}: checkpoint {state[k].shape} vs model {t.shape}" for k, t in own.items()
+                if k in state and state[k].shape != t.shape]
+    if problems:
+        raise _core.CheckpointError(f"the model state does not match {type(model).__name__}: {'; '.join(problems)}")
     state = {k: v.to(own[k].device) for k, v in state.items()}  # onto the model's device
     return lambda: model.load_state_dict(state)
 

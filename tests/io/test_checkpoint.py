@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -238,10 +239,12 @@ def dead_pid():
 def test_next_save_removes_temp_files_of_dead_processes_only(tmp_path):
     path = tmp_path / "m.safetensors"
     dead = dead_pid()
-    stale = [f"m.safetensors.tmp.{dead}", f"m.safetensors.tmp.{dead}.7"]
-    kept = [f"m.safetensors.tmp.{os.getpid()}.999",  # a save of a live process may be in flight
-            f"other.safetensors.tmp.{dead}",  # another path's
-            f"m.safetensors.tmp.{dead}x", "m.safetensors.tmp.notapid"]  # not written by save
+    host = socket.gethostname()
+    stale = [f"m.safetensors.tmp.{dead}", f"m.safetensors.tmp.{dead}.7.{host}"]
+    kept = [f"m.safetensors.tmp.{os.getpid()}.999.{host}",  # a save of a live process may be in flight
+            f"m.safetensors.tmp.{dead}.7.{host}x",  # another host's: its pids mean nothing here
+            f"other.safetensors.tmp.{dead}.0.{host}",  # another path's
+            f"m.safetensors.tmp.{dead}x", f"m.safetensors.tmp.{dead}.{host}", "m.safetensors.tmp.notapid"]  # not ours
     for name in stale + kept:
         (tmp_path / name).write_bytes(b"partial")
     fg.save({"a": fg.ones(1)}, path)

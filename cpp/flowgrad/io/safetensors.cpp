@@ -104,28 +104,49 @@ void check_path(const std::string& path, const char* op) {
            "\\0...' contains a NUL byte");
 }
 
-// Temporary files are "<path>.tmp.<pid>.<n>": unique per process (pid) and per save within it
-// (n), so that concurrent saves to one path never share a file.
-std::string temp_name(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+// Temporary files are "<path>.tmp.<pid>.<n>.<host>": unique per process (pid) and per save
+// within it (n), so that concurrent saves to one path never share a file; the host tells which
+// files' pids can be checked here (a directory may be shared over the network).
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 && buf[0] ? buf : "localhost";
 }
 
-// Removes "<path>.tmp.<pid>[.<n>]" files left by processes that died mid-save (kill -9, power
-// loss). A live owner (this process included) may still be writing, so its files stay.
+std::string temp_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." + host_name();
+}
+
+// The pid in a temporary file's suffix "<pid>.<n>.<host>" (or "<pid>", as older versions wrote
+// it), or 0 when the suffix is no such name or names another host.
+pid_t temp_owner(std::string_view suffix, const std::string& host) {
+  auto take_number = [&suffix] {  // the leading digits, removed from suffix
+    std::string_view digits = suffix.substr(0, std::min(suffix.find_first_not_of("0123456789"), suffix.size()));
+    suffix.remove_prefix(digits.size());
+    return digits;
+  };
+  std::string_view pid = take_number();
+  if (pid.empty() || pid.size() > 9) return 0;
+  if (!suffix.empty()) {
+    if (suffix[0] != '.') return 0;
+    suffix.remove_prefix(1);
+    if (take_number().empty() || suffix != "." + host) return 0;
+  }
+  return static_cast<pid_t>(std::stol(std::string(pid)));
+}
+
+// Removes this path's temporary files left by processes of this host that died mid-save (kill -9,
+// power loss). A live owner (this process included) may still be writing, so its files stay.
 void remove_stale_temps(const std::string& dir, const std::string& path) {
   size_t slash = path.find_last_of('/');
   std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  std::string host = host_name();
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;  // the save itself reports an unusable directory
   while (const dirent* e = ::readdir(d)) {
     std::string_view name(e->d_name);
     if (name.substr(0, prefix.size()) != prefix) continue;
-    std::string_view rest = name.substr(prefix.size());
-    size_t digits = 0;
-    while (digits < rest.size() && digits < 10 && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-    if (digits == 0 || (digits < rest.size() && rest[digits] != '.')) continue;
-    pid_t pid = static_cast<pid_t>(std::stoll(std::string(rest.substr(0, digits))));
+    pid_t pid = temp_owner(name.substr(prefix.size()), host);
     if (pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
       ::unlink((dir + "/" + std::string(name)).c_str());
   }
