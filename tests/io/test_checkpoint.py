@@ -474,3 +474,30 @@ def test_all_state_checkpoint_loads_every_part(tmp_path):
     with pytest.raises(fg.CheckpointError, match="save_checkpoint: the scheduler state is not JSON data"):
         sched.gamma = object()
         fg.save_checkpoint(tmp_path / "x.safetensors", g, scheduler=sched)
+
+
+@pytest.mark.parametrize("make", [
+    lambda opt: fg.optim.lr_scheduler.StepLR(opt, 2, 0.5),
+    lambda opt: fg.optim.lr_scheduler.LambdaLR(opt, lambda e: 1 / (e + 1)),
+    lambda opt: fg.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5),
+], ids=["StepLR", "LambdaLR", "ReduceLROnPlateau"])
+def test_every_scheduler_goes_through_a_checkpoint(tmp_path, make):
+    model = Net()
+    opt = fg.optim.SGD(model.parameters(), lr=1.0)
+    sched = make(opt)
+    for value in (3.0, 4.0, 5.0):
+        sched.step(value) if isinstance(sched, fg.optim.lr_scheduler.ReduceLROnPlateau) else sched.step()
+    fg.save_checkpoint(tmp_path / "s.safetensors", model, opt, scheduler=sched)
+    fresh_opt = fg.optim.SGD(model.parameters(), lr=1.0)
+    fresh = make(fresh_opt)
+    fg.load_checkpoint(tmp_path / "s.safetensors", model, fresh_opt, scheduler=fresh)
+    assert fresh.state_dict() == sched.state_dict() and fresh.get_last_lr() == sched.get_last_lr() != [1.0]
+
+
+def test_a_plateau_scheduler_before_its_first_value_round_trips(tmp_path):
+    model = Net()
+    opt = fg.optim.SGD(model.parameters(), lr=1.0)
+    fg.save_checkpoint(tmp_path / "p.safetensors", model, scheduler=fg.optim.lr_scheduler.ReduceLROnPlateau(opt))
+    loaded = fg.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max")
+    fg.load_checkpoint(tmp_path / "p.safetensors", model, scheduler=loaded)
+    assert loaded.mode == "min" and loaded.best == float("inf")  # JSON's Infinity

@@ -19,7 +19,7 @@ import flowgrad as fg
 CHILD = pathlib.Path(__file__).with_name("checkpoint_stress_child.py")
 
 
-def valid_checkpoint():
+def valid_checkpoint(path):
     """Bytes of a checkpoint with model, optimizer, scheduler and loader state (the child's objects)."""
     fg.manual_seed(0)
     model = fg.nn.Linear(8, 4)
@@ -33,12 +33,8 @@ def valid_checkpoint():
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     for index, entries in opt.state_dict()["state"].items():
         tensors.update({f"optimizer.{index}.{k}": v for k, v in entries.items()})
-    path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"fg-stress-{os.getpid()}.safetensors"
-    try:
-        fg.save_checkpoint(path, model, opt, step=1, scheduler=sched, loader=loader)
-        return path.read_bytes()
-    finally:
-        path.unlink(missing_ok=True)
+    fg.save_checkpoint(path, model, opt, step=1, scheduler=sched, loader=loader)
+    return path.read_bytes()
 
 
 def split(raw):
@@ -205,12 +201,14 @@ def run_loads(folder):
 
 
 def test_every_corrupt_family_raises_checkpoint_error(tmp_path):
-    raw = valid_checkpoint()
+    raw = valid_checkpoint(tmp_path / "source.safetensors")
+    files = tmp_path / "files"
+    files.mkdir()
     must_fail = {**byte_families(raw), **entry_families(raw), **metadata_families(raw), **tensor_set_families(raw)}
     may_load = random_header_mutations(raw)
     for name, data in {**must_fail, **may_load, "valid": raw}.items():
-        (tmp_path / name.replace("/", "_")).write_bytes(data)
-    outcome = run_loads(tmp_path)
+        (files / name.replace("/", "_")).write_bytes(data)
+    outcome = run_loads(files)
     assert outcome.pop("valid") == "loaded"
     wrong = {k: outcome[k] for k in must_fail if outcome[k] != "CheckpointError"}
     assert not wrong, wrong
@@ -219,35 +217,45 @@ def test_every_corrupt_family_raises_checkpoint_error(tmp_path):
     assert len(must_fail) > 100 and sum(v == "CheckpointError" for v in outcome.values()) > len(must_fail)
 
 
+def kill_during_saves(child, folder, delay):
+    """Kills a saving child `delay` seconds after its first save, checks the file and that the
+    next save removes what the child left; returns the number of orphaned temporary files."""
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "1"  # the first save is complete
+    try:
+        child.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        pass
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    done = [1] + [int(line) for line in child.stdout.read().split()]
+    path = folder / "ckpt.safetensors"
+    model = fg.nn.Linear(1024, 512)
+    step = fg.load_checkpoint(path, model)["step"]
+    assert step in (done[-1], done[-1] + 1)  # the old file, or the new one renamed just before the kill
+    assert np.all(model.weight.numpy() == step) and np.all(model.bias.numpy() == step)
+    orphans = sum(".tmp." in p.name for p in folder.iterdir())
+    fg.save_checkpoint(path, model, step=step)  # the next save removes the dead child's temporary file
+    assert [p.name for p in folder.iterdir()] == ["ckpt.safetensors"]
+    return orphans
+
+
 def test_kill_9_during_saves_leaves_a_complete_checkpoint_and_no_orphan(tmp_path):
     rnd = random.Random(2026)
     trials = 10
     folders = [tmp_path / f"trial{i}" for i in range(trials)]
     children = []
-    for folder in folders:  # started together so that their imports overlap
-        folder.mkdir()
-        children.append(subprocess.Popen([sys.executable, str(CHILD), "save", str(folder)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True))
-    orphans_seen = 0
-    for child, folder in zip(children, folders):
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "1"  # the first save is complete
-        try:
-            child.wait(timeout=rnd.uniform(0.0, 0.4))
-        except subprocess.TimeoutExpired:
-            pass
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-        done = [1] + [int(line) for line in child.stdout.read().split()]
-        path = folder / "ckpt.safetensors"
-        model = fg.nn.Linear(1024, 512)
-        step = fg.load_checkpoint(path, model)["step"]
-        assert step in (done[-1], done[-1] + 1)  # the old file, or the new one renamed just before the kill
-        assert np.all(model.weight.numpy() == step) and np.all(model.bias.numpy() == step)
-        orphans_seen += sum(".tmp." in p.name for p in folder.iterdir())
-        fg.save_checkpoint(path, model, step=step)  # the next save removes the dead child's temporary file
-        assert [p.name for p in folder.iterdir()] == ["ckpt.safetensors"]
-        child.stdin.close()
-        child.stdout.close()
-    print(f"{orphans_seen} orphaned temporary files in {trials} kills, all removed by the next save")
+    try:
+        for folder in folders:  # started together so that their imports overlap
+            folder.mkdir()
+            children.append(subprocess.Popen([sys.executable, str(CHILD), "save", str(folder)], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, text=True))
+        orphans = [kill_during_saves(child, folder, rnd.uniform(0.0, 0.4)) for child, folder in zip(children, folders)]
+    finally:
+        for child in children:  # children not started yet see their stdin close and exit
+            child.kill()
+            child.wait()
+            child.stdin.close()
+            child.stdout.close()
+    print(f"{sum(orphans)} orphaned temporary files in {trials} kills, all removed by the next save")
