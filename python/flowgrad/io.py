@@ -12,6 +12,7 @@ import json
 import os
 
 from . import _core
+from .optim.lr_scheduler import _same_kind
 
 __all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
 
@@ -126,6 +127,9 @@ def _read_optimizer(optimizer, tensors, meta):
         unknown = set(g) - set(optimizer.defaults) - {"params"}
         if unknown:
             raise _core.CheckpointError(f"unknown {kind} options {sorted(unknown)}")
+        mistyped = {k: v for k, v in g.items() if k != "params" and not _same_kind(v, optimizer.defaults[k])}
+        if mistyped:
+            raise _core.CheckpointError(f"{kind} options of the wrong kind: {mistyped!r:.200}")
         params.update((int(i), p) for i, p in zip(g["params"], o["params"]))
         opts = {k: tuple(v) if k == "betas" else v for k, v in g.items() if k != "params"}
         optimizer._validate({**o, **opts})

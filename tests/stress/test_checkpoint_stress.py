@@ -118,6 +118,7 @@ def metadata_families(raw):
                         "param index string": lambda o: o["param_groups"][0].update(params=["a", "b"]),
                         "betas scalar": lambda o: o["param_groups"][0].update(betas=0.9),
                         "negative lr": lambda o: o["param_groups"][0].update(lr=-1),
+                        "string weight decay": lambda o: o["param_groups"][0].update(weight_decay="0"),
                         "unknown option": lambda o: o["param_groups"][0].update(magic=1),
                         "extra group": lambda o: o["param_groups"].append(o["param_groups"][0])}.items():
         edit(optimizer := json.loads(meta["optimizer"]))
