@@ -45,3 +45,60 @@ def test_randperm():
     assert sorted(p.tolist()) == list(range(50)) and p.dtype == fg.int64
     np.testing.assert_array_equal(p.numpy(), fg.randperm(50, seed=3).numpy())
     assert fg.randperm(0).shape == (0,)
+
+
+@pytest.mark.parametrize("shuffle,seed", [(False, None), (True, None), (True, 4)], ids=["ordered", "global", "seeded"])
+def test_state_dict_resumes_an_interrupted_epoch(shuffle, seed):
+    x = np.arange(22, dtype=np.float32)
+
+    def batches(loader, count):  # `count` batches across epochs, as a training loop takes them
+        out, it = [], iter(loader)
+        while len(out) < count:
+            try:
+                out.append(next(it)[0].numpy().tolist())
+            except StopIteration:
+                it = iter(loader)
+        return out
+
+    fg.manual_seed(1)
+    straight = batches(fg.data.DataLoader(x, batch_size=5, shuffle=shuffle, seed=seed), 13)  # 5 an epoch
+    fg.manual_seed(1)
+    loader = fg.data.DataLoader(x, batch_size=5, shuffle=shuffle, seed=seed)
+    first = batches(loader, 7)
+    state, rng = loader.state_dict(), fg.get_rng_state()  # what save_checkpoint keeps
+    assert (state["epoch"], state["position"]) == (2, 2)
+    fg.manual_seed(1000)
+    resumed = fg.data.DataLoader(x, batch_size=5, shuffle=shuffle, seed=seed)
+    resumed.load_state_dict(state)
+    fg.set_rng_state(rng)
+    rest = batches(resumed, 3)  # the rest of epoch 2 leaves the global generator alone
+    assert fg.get_rng_state() == rng
+    rest += batches(resumed, 3)
+    assert first + rest == straight
+    assert (fg.get_rng_state() != rng) == (shuffle and seed is None)  # epoch 3 drew from it
+    broken = fg.data.DataLoader(x, batch_size=5, shuffle=shuffle, seed=seed)
+    next(iter(broken))  # an epoch left early (a break) is not resumed: the next loop starts a new epoch
+    next(iter(broken))
+    assert (broken.epoch, broken.position) == (2, 1)
+
+
+def test_load_state_dict_errors():
+    loader = fg.data.DataLoader(np.zeros(10), batch_size=3, shuffle=True)
+    good = loader.state_dict()
+    for state, message in [({**good, "batch_size": 4}, "the state is for a loader with"),
+                           ({**good, "n": 9}, "the state is for a loader with"),
+                           ({k: v for k, v in good.items() if k != "seed"}, "expected the keys"),
+                           ("state", "expected the keys"),
+                           ({**good, "position": 5}, "out of range"),
+                           ({**good, "epoch": -1}, "out of range"),
+                           ({**good, "epoch_rng": [1]}, "out of range"),
+                           ({**good, "epoch": 1, "position": 2}, "an unseeded shuffled epoch in progress needs its epoch_rng")]:
+        with pytest.raises(fg.InvalidArgumentError, match=message):
+            loader.load_state_dict(state)
+    assert loader.state_dict() == good
+
+
+def test_big_endian_arrays_are_converted():
+    x = np.arange(6, dtype=">f8").reshape(3, 2)
+    (batch,) = next(iter(fg.data.DataLoader(x, batch_size=3)))
+    np.testing.assert_array_equal(batch.numpy(), np.arange(6.0).reshape(3, 2))

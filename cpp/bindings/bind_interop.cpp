@@ -166,10 +166,25 @@ Tensor wrap_dl_tensor(const dlpack::DLTensor& dl, std::function<void()> release)
   return Tensor(std::move(impl));
 }
 
+// Byte order: from_numpy and from_dlpack share memory, and flowgrad's kernels read native-order
+// values, so a non-native array cannot be shared; a silent copy would break the sharing they
+// promise (writes would no longer reach the array). They raise, as torch.from_numpy does, and
+// name fg.tensor, which copies and converts.
+bool native_byte_order(const py::object& dtype) {
+  return !py::hasattr(dtype, "isnative") || dtype.attr("isnative").cast<bool>();
+}
+
+void require_native(const py::object& dtype, const char* op) {
+  FG_CHECK(native_byte_order(dtype), DType, op, ": dtype ", py::repr(dtype).cast<std::string>(),
+           " is not in the machine's byte order and memory cannot be shared byte-swapped; use fg.tensor(array) "
+           "(a converted copy) or array.astype(array.dtype.newbyteorder('='))");
+}
+
 Tensor import_dlpack(const py::object& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   FG_CHECK(py::hasattr(obj, "__dlpack__"), Value, "from_dlpack: ", py::repr(py::type::of(obj)).cast<std::string>(),
            " has no __dlpack__ method");
+  if (py::hasattr(obj, "dtype")) require_native(obj.attr("dtype"), "from_dlpack");  // NumPy refuses with BufferError
   py::object cap;
   try {
     cap = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
@@ -198,6 +213,7 @@ Tensor import_dlpack(const py::object& obj) {
 
 Tensor from_numpy(const py::array& array) {
   DType dt = dtype_of_numpy(array.dtype());
+  require_native(array.dtype(), "from_numpy");
   int64_t item = static_cast<int64_t>(itemsize(dt));
   Dims shape, strides;
   for (py::ssize_t d = 0; d < array.ndim(); ++d) {
@@ -242,6 +258,7 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
     py::array array = py::array::ensure(data);
     FG_CHECK(array, Value, "tensor: cannot convert ", py::repr(py::type::of(data)).cast<std::string>(),
              " to a tensor");
+    if (!native_byte_order(array.dtype())) array = array.attr("astype")(array.dtype().attr("newbyteorder")("="));
     src = from_numpy(array);
     // Python floats give the default float dtype, float32 unless set (NumPy would say float64).
     if (python_data && !dtype && src.dtype() == DType::Float64) dtype = default_float_dtype();

@@ -17,6 +17,8 @@ io::NamedTensors named_tensors(const py::dict& tensors) {
 io::Metadata metadata_of(const py::object& metadata) {
   io::Metadata out;
   if (metadata.is_none()) return out;
+  FG_CHECK(py::isinstance<py::dict>(metadata), Checkpoint, "save: metadata must be a dict of strings, got ",
+           py::repr(py::type::of(metadata)).cast<std::string>());
   for (auto [k, v] : metadata.cast<py::dict>()) {
     FG_CHECK(py::isinstance<py::str>(k) && py::isinstance<py::str>(v), Checkpoint,
              "save: metadata must map strings to strings, got ", py::repr(k).cast<std::string>(), ": ",

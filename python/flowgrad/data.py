@@ -8,11 +8,20 @@ from . import _core
 __all__ = ["DataLoader"]
 
 
+def _native(array):
+    """A C-contiguous array in the machine's byte order (from_numpy shares memory, so it cannot
+    byte-swap; this copies only arrays that need it)."""
+    array = np.asarray(array)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+
+
 class DataLoader:
     """Iterates tuples of batches (tensors) over arrays of equal length along dim 0.
 
     shuffle=True draws a fresh permutation every epoch; with a seed the sequence of
-    permutations is reproducible and independent of the global generator.
+    permutations is reproducible and independent of the global generator. state_dict() holds
+    the epoch and the position in it, so a loader restored with load_state_dict() continues an
+    interrupted epoch with the same order and the same remaining batches.
     """
 
     def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None):
@@ -20,30 +29,80 @@ class DataLoader:
             raise _core.InvalidArgumentError("DataLoader: expected at least one array")
         if batch_size <= 0:
             raise _core.InvalidArgumentError(f"DataLoader: batch_size must be positive, got {batch_size}")
-        self.tensors = [a if isinstance(a, _core.Tensor) else _core.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+        self.tensors = [a if isinstance(a, _core.Tensor) else _core.from_numpy(_native(a)) for a in arrays]
         lengths = [t.shape[0] if t.ndim else None for t in self.tensors]
         if None in lengths or len(set(lengths)) != 1:
             raise _core.ShapeError(f"DataLoader: arrays must share their first dimension, got lengths {lengths}")
         self.n = lengths[0]
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed = seed
-        self.epoch = 0
+        self.epoch = 0  # epochs started
+        self.position = 0  # batches handed out in the current epoch
+        self._epoch_rng = None  # unseeded shuffle: the global generator's (seed, offset) at the epoch's start
+        self._resume = False  # set by load_state_dict in the middle of an epoch
 
     def __len__(self):
         return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
 
+    def _order(self):
+        if self.seed is not None:
+            return _core.randperm(self.n, seed=self.seed, offset=(self.epoch - 1) * self.n)
+        if self._resume:  # the permutation the interrupted epoch drew from the global generator
+            seed, offset = self._epoch_rng
+            return _core.randperm(self.n, seed=seed, offset=offset)
+        self._epoch_rng = _core.get_rng_state()
+        return _core.randperm(self.n)
+
     def __iter__(self):
-        if self.shuffle:
-            if self.seed is None:
-                order = _core.randperm(self.n)
-            else:
-                order = _core.randperm(self.n, seed=self.seed, offset=self.epoch * self.n)
-        self.epoch += 1
-        for b in range(len(self)):
+        if not self._resume:
+            self.epoch, self.position = self.epoch + 1, 0
+        order = self._order() if self.shuffle else None
+        self._resume = False
+        for b in range(self.position, len(self)):
             start = b * self.batch_size
             size = min(self.batch_size, self.n - start)
+            self.position = b + 1
             if self.shuffle:
                 idx = order.narrow(0, start, size)
                 yield tuple(_core.index_select(t, 0, idx) for t in self.tensors)
             else:
                 yield tuple(t.narrow(0, start, size) for t in self.tensors)
+
+    def _layout(self):
+        return {"n": self.n, "batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last}
+
+    def state_dict(self):
+        """Epoch, batches consumed in it and the shuffle seeds, plus the layout they refer to."""
+        rng = None if self._epoch_rng is None else [int(v) for v in self._epoch_rng]
+        return {**self._layout(), "epoch": self.epoch, "position": self.position, "seed": self.seed, "epoch_rng": rng}
+
+    def _checked_state(self, state):
+        """`state` when it is a state_dict of a loader with this layout, else InvalidArgumentError."""
+        def bad(what):
+            return _core.InvalidArgumentError(f"DataLoader.load_state_dict: {what}")
+
+        if not isinstance(state, dict) or set(state) != set(self.state_dict()):
+            raise bad(f"expected the keys {sorted(self.state_dict())}, got {state!r:.200}")
+        layout = {k: state[k] for k in self._layout()}
+        if layout != self._layout():
+            raise bad(f"the state is for a loader with {layout}, this one has {self._layout()}")
+
+        def count(v):
+            return type(v) is int and 0 <= v < 2**64
+
+        rng = state["epoch_rng"]
+        if not (count(state["epoch"]) and count(state["position"]) and state["position"] <= len(self)
+                and (state["seed"] is None or count(state["seed"]))
+                and (rng is None or (isinstance(rng, (list, tuple)) and len(rng) == 2 and all(map(count, rng))))):
+            raise bad(f"epoch {state['epoch']!r}, position {state['position']!r} (of {len(self)} batches), "
+                      f"seed {state['seed']!r} or epoch_rng {rng!r} out of range")
+        if self.shuffle and state["seed"] is None and 0 < state["position"] < len(self) and rng is None:
+            raise bad("an unseeded shuffled epoch in progress needs its epoch_rng")
+        return state
+
+    def load_state_dict(self, state):
+        """Restores state_dict(): the next iteration continues an interrupted epoch where it stopped."""
+        state = self._checked_state(state)
+        self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
+        self._epoch_rng = None if state["epoch_rng"] is None else tuple(state["epoch_rng"])
+        self._resume = 0 < self.position < len(self)

@@ -2,13 +2,17 @@
 
 fg.save / fg.load exchange plain tensor dicts with any safetensors tool. save_checkpoint keeps
 a whole training state in one file: model tensors under "model.", optimizer state under
-"optimizer.<param index>.<name>", and in the metadata the step, the RNG state and the
-optimizer's param_groups, so that training resumes exactly.
+"optimizer.<param index>.<name>", and in the metadata the step, the RNG state, the optimizer's
+param_groups, the scheduler's and the data loader's state, so that training resumes exactly.
+
+Loading is all-or-nothing: load_checkpoint reads and checks every part first and assigns only
+when all of them are sound; any fault in the file raises fg.CheckpointError.
 """
 import json
 import os
 
 from . import _core
+from .optim.lr_scheduler import _same_kind
 
 __all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
 
@@ -16,7 +20,8 @@ FORMAT = "flowgrad.checkpoint/1"
 
 
 def save(tensors, path, metadata=None):
-    """Writes a {name: tensor} dict (and {str: str} metadata) to `path` atomically."""
+    """Writes a {name: tensor} dict (and {str: str} metadata) to `path` atomically; tensors on a
+    device are copied to the host."""
     _core._save(dict(tensors), os.fspath(path), metadata)
 
 
@@ -33,9 +38,18 @@ def _check_graph(graph, what):
         raise _core.InvalidArgumentError(f"{what}: graph= takes an fg.Graph, got {type(graph).__name__}")
 
 
-def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata=None):
+def _json(value, what):
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise _core.CheckpointError(f"save_checkpoint: the {what} state is not JSON data: {e}") from e
+
+
+def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata=None, *, scheduler=None,
+                    loader=None):
     """Saves model tensors, optimizer state, the step counter and the RNG state to `path`;
-    with graph=, also its trend histories, timing histories and recurrent state."""
+    with graph=, also its trend histories, timing histories and recurrent state; with
+    scheduler= and loader=, the schedule's position and the loader's epoch and position."""
     _check_graph(graph, "save_checkpoint")
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     meta = {"format": FORMAT, "rng": json.dumps(list(_core.get_rng_state()))}
@@ -46,11 +60,15 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
         for index, entries in sd["state"].items():
             for name, t in entries.items():
                 tensors[f"optimizer.{index}.{name}"] = t
-        meta["optimizer"] = json.dumps({"type": type(optimizer).__name__, "param_groups": sd["param_groups"]})
+        meta["optimizer"] = _json({"type": type(optimizer).__name__, "param_groups": sd["param_groups"]}, "optimizer")
     if graph is not None:
         meta["graph"] = json.dumps({"trends": graph._observation_state(), "timings": graph._timing_state()})
         for tag, t in graph._recurrent_state().items():
             tensors[f"graph.state.{tag}"] = t.detach()
+    if scheduler is not None:
+        meta["scheduler"] = _json({"type": type(scheduler).__name__, "state": scheduler.state_dict()}, "scheduler")
+    if loader is not None:
+        meta["loader"] = _json(loader.state_dict(), "loader")
     for key, value in (metadata or {}).items():
         if key in meta:
             raise _core.CheckpointError(f"save_checkpoint: metadata key '{key}' is reserved")
@@ -58,41 +76,172 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
     save(tensors, path, meta)
 
 
-def load_checkpoint(path, model, optimizer=None, graph=None):
-    """Restores what save_checkpoint wrote (model, optimizer, RNG) and returns the metadata,
-    with 'step' as an int when it was saved. With graph=, trends continue where they were."""
+# ---- loading: each _read_* checks one part without assigning anything and returns the
+# function that assigns it; load_checkpoint calls those only after every part was read.
+
+def _section(meta, name):
+    if name not in meta:
+        raise _core.CheckpointError(f"the file holds no {name} state")
+    return json.loads(meta[name])
+
+
+def _prefixed(tensors, prefix):
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _device_of(module):
+    return next((p.device for p in module.parameters()), None)
+
+
+def _read_model(model, tensors, meta):
+    state = _prefixed(tensors, "model.")
+    own = model.state_dict()
+    missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    problems = ([f"missing keys {missing}"] if missing else []) + \
+               ([f"unexpected keys {unexpected}"] if unexpected else []) + \
+               [f"{k}: checkpoint {state[k].shape} vs model {t.shape}" for k, t in own.items()
+                if k in state and state[k].shape != t.shape]
+    if problems:
+        raise _core.CheckpointError(f"the model state does not match {type(model).__name__}: {'; '.join(problems)}")
+    state = {k: v.to(own[k].device) for k, v in state.items()}  # onto the model's device
+    return lambda: model.load_state_dict(state)
+
+
+def _state_layout(p, name):
+    """(shape, dtype, device) of an optimizer state entry: Adam's step counter is an int64 scalar on
+    the parameter's device (the update op advances it there); every other entry (moments, momentum
+    buffers) is shaped like its parameter."""
+    return ((), _core.int64, p.device) if name == "step" else (p.shape, p.dtype, p.device)
+
+
+def _read_optimizer(optimizer, tensors, meta):
+    saved = _section(meta, "optimizer")
+    kind = type(optimizer).__name__
+    if saved["type"] != kind:
+        raise _core.CheckpointError(f"saved optimizer is {saved['type']}, not {kind}")
+    groups, own = saved["param_groups"], optimizer.param_groups
+    if len(groups) != len(own) or any(len(g["params"]) != len(o["params"]) for g, o in zip(groups, own)):
+        raise _core.CheckpointError(f"the saved param groups ({[len(g['params']) for g in groups]} params) do not match "
+                                    f"this {kind}'s ({[len(o['params']) for o in own]})")
+    params, options = {}, []
+    for g, o in zip(groups, own):
+        unknown = set(g) - set(optimizer.defaults) - {"params"}
+        if unknown:
+            raise _core.CheckpointError(f"unknown {kind} options {sorted(unknown)}")
+        mistyped = {k: v for k, v in g.items() if k != "params" and not _same_kind(v, optimizer.defaults[k])}
+        if mistyped:
+            raise _core.CheckpointError(f"{kind} options of the wrong kind: {mistyped!r:.200}")
+        params.update((int(i), p) for i, p in zip(g["params"], o["params"]))
+        opts = {k: tuple(v) if k == "betas" else v for k, v in g.items() if k != "params"}
+        optimizer._validate({**o, **opts})
+        options.append({**opts, "params": g["params"]})
+    state = {}
+    for key, t in _prefixed(tensors, "optimizer.").items():
+        index, name = key.split(".", 1)
+        p = params[int(index)]
+        if name not in optimizer._state_keys:
+            raise _core.CheckpointError(f"'optimizer.{key}' is no {kind} state (expected {optimizer._state_keys})")
+        shape, dtype, device = _state_layout(p, name)
+        if t.shape != shape or t.dtype != dtype:
+            raise _core.CheckpointError(f"'optimizer.{key}' is {t.dtype} {t.shape}, expected {dtype} {shape}")
+        state.setdefault(int(index), {})[name] = t.to(device)
+    return lambda: optimizer.load_state_dict({"state": state, "param_groups": options})
+
+
+def _checked_observation(state):
+    """An observation history (trends or timings) whose every field the Graph can take."""
+    def ints(v):
+        return isinstance(v, list) and all(type(x) is int and -2**63 <= x < 2**63 for x in v)
+
+    def numbers(v):
+        return isinstance(v, list) and all(type(x) in (int, float) for x in v)
+
+    series = state["series"]
+    if not (isinstance(series, dict) and numbers(state["flush_seconds"]) and all(
+            ints(s["epochs"]) and numbers(s["values"]) and len(s["epochs"]) == len(s["values"])
+            for s in series.values())):
+        raise _core.CheckpointError("a graph history is malformed (expected epochs and values of equal length)")
+    return state
+
+
+def _read_graph(graph, tensors, meta, device):
+    saved = _section(meta, "graph")
+    trends, timings = _checked_observation(saved["trends"]), _checked_observation(saved["timings"])
+    recurrent = {tag: t.to(device) if device else t for tag, t in _prefixed(tensors, "graph.state.").items()}
+    # Which tags are recurrent state is known only to the Graph: try them, then put back what was there.
+    before = graph._recurrent_state()
+    try:
+        for tag, t in recurrent.items():
+            graph._set_recurrent_state(tag, t)
+    finally:
+        graph.reset_state()
+        for tag, t in before.items():
+            graph._set_recurrent_state(tag, t)
+
+    def assign():
+        graph._restore_observation(trends)
+        graph._restore_timings(timings)
+        graph.reset_state()
+        for tag, t in recurrent.items():
+            graph._set_recurrent_state(tag, t)
+    return assign
+
+
+def _read_scheduler(scheduler, tensors, meta):
+    saved = _section(meta, "scheduler")
+    kind = type(scheduler).__name__
+    if saved["type"] != kind:
+        raise _core.CheckpointError(f"saved scheduler is {saved['type']}, not {kind}")
+    state = scheduler._checked_state(saved["state"]) if hasattr(scheduler, "_checked_state") else saved["state"]
+    return lambda: scheduler.load_state_dict(state)
+
+
+def _read_loader(loader, tensors, meta):
+    state = loader._checked_state(_section(meta, "loader"))
+    return lambda: loader.load_state_dict(state)
+
+
+def _read_rng(meta):
+    rng = json.loads(meta["rng"])
+    if not (isinstance(rng, list) and len(rng) == 2 and all(type(v) is int and 0 <= v < 2**64 for v in rng)):
+        raise _core.CheckpointError(f"the RNG state {rng!r:.100} is not two 64-bit counters")
+    return lambda: _core.set_rng_state(tuple(rng))
+
+
+# Faults a corrupt file can raise while a part is read (json.JSONDecodeError is a ValueError).
+_CORRUPT = (ArithmeticError, AttributeError, LookupError, TypeError, ValueError, _core.FlowgradError)
+
+
+def load_checkpoint(path, model, optimizer=None, graph=None, scheduler=None, loader=None):
+    """Restores what save_checkpoint wrote (model, optimizer, graph, scheduler, loader, RNG) onto
+    the model's device and returns the metadata, with 'step' as an int when it was saved.
+    All-or-nothing: every part is read and checked before any is assigned, and a fault raises
+    fg.CheckpointError with the objects untouched."""
     _check_graph(graph, "load_checkpoint")
     tensors, meta = _core._load(os.fspath(path))
     if meta.get("format") != FORMAT:
         raise _core.CheckpointError(f"load_checkpoint: '{path}' is not a flowgrad checkpoint (format {meta.get('format')!r})")
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-    if optimizer is not None:
-        if "optimizer" not in meta:
-            raise _core.CheckpointError(f"load_checkpoint: '{path}' holds no optimizer state")
-        saved = json.loads(meta["optimizer"])
-        if saved["type"] != type(optimizer).__name__:
-            raise _core.CheckpointError(f"load_checkpoint: saved optimizer is {saved['type']}, not {type(optimizer).__name__}")
-        state = {}
-        for key, t in tensors.items():
-            if key.startswith("optimizer."):
-                _, index, name = key.split(".", 2)
-                state.setdefault(int(index), {})[name] = t
-        for group in saved["param_groups"]:
-            if "betas" in group:
-                group["betas"] = tuple(group["betas"])
-        optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
-    if graph is not None:
-        if "graph" not in meta:
-            raise _core.CheckpointError(f"load_checkpoint: '{path}' holds no graph observation state")
-        saved = json.loads(meta["graph"])
-        graph._restore_observation(saved["trends"])
-        graph._restore_timings(saved["timings"])
-        graph.reset_state()
-        for key, t in tensors.items():
-            if key.startswith("graph.state."):
-                graph._set_recurrent_state(key[len("graph.state."):], t)
-    _core.set_rng_state(tuple(json.loads(meta["rng"])))
-    result = dict(meta)
-    if "step" in result:
-        result["step"] = int(result["step"])
-    return result
+    device = _device_of(model)
+    readers = [("model", model, lambda: _read_model(model, tensors, meta)),
+               ("optimizer", optimizer, lambda: _read_optimizer(optimizer, tensors, meta)),
+               ("graph", graph, lambda: _read_graph(graph, tensors, meta, device)),
+               ("scheduler", scheduler, lambda: _read_scheduler(scheduler, tensors, meta)),
+               ("loader", loader, lambda: _read_loader(loader, tensors, meta)),
+               ("RNG", meta, lambda: _read_rng(meta)),
+               ("step", meta, lambda: int(meta["step"]) if "step" in meta else None)]
+    results = {}
+    for part, target, read in readers:
+        if target is None:
+            continue
+        try:
+            results[part] = read()
+        except _CORRUPT as e:
+            detail = str(e) if isinstance(e, _core.CheckpointError) else f"corrupt data ({type(e).__name__}: {e})"
+            raise _core.CheckpointError(f"load_checkpoint: '{path}': {part}: {detail}") from e
+    step = results.pop("step")
+    for assign in results.values():
+        assign()
+    out = dict(meta)
+    if step is not None:
+        out["step"] = step
+    return out

@@ -1,5 +1,6 @@
 """Optimizers against reference formulas written here, param groups, state_dict, schedulers,
 gradient clipping."""
+import json
 import math
 
 import numpy as np
@@ -174,3 +175,60 @@ def test_schedulers():
     assert abs(opt.param_groups[0]["lr"] - 0.1) < 1e-12
     with pytest.raises(fg.InvalidArgumentError, match="CosineAnnealingLR: need T_max > 0"):
         fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=5, warmup=5)
+
+
+SCHEDULERS = {
+    "StepLR": lambda opt: fg.optim.lr_scheduler.StepLR(opt, 3, 0.5),
+    "CosineAnnealingLR": lambda opt: fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.01, warmup=3),
+    "LambdaLR": lambda opt: fg.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9 ** e),
+    "ReduceLROnPlateau": lambda opt: fg.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1, factor=0.5),
+}
+PLATEAU_VALUES = [5, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEDULERS))
+def test_scheduler_state_dict_resumes_the_schedule(kind):
+    def fresh(lr):
+        opt = fg.optim.SGD([fg.ones(2, requires_grad=True)], lr=lr)
+        return opt, SCHEDULERS[kind](opt)
+
+    def steps(scheduler, values):
+        out = []
+        for v in values:
+            scheduler.step(v) if kind == "ReduceLROnPlateau" else scheduler.step()
+            out.append(scheduler.get_last_lr()[0])
+        return out
+
+    opt, sched = fresh(1.0)
+    straight = steps(sched, PLATEAU_VALUES)
+    opt, sched = fresh(1.0)
+    first = steps(sched, PLATEAU_VALUES[:6])
+    saved = json.loads(json.dumps({"opt": opt.state_dict()["param_groups"], "sched": sched.state_dict()}))
+    opt, sched = fresh(0.3)
+    opt.load_state_dict({"state": {}, "param_groups": saved["opt"]})  # the lr a plateau scheduler has set
+    sched.load_state_dict(saved["sched"])
+    assert sched.get_last_lr() == [first[-1]]
+    assert first + steps(sched, PLATEAU_VALUES[6:]) == straight
+    assert len(set(straight)) > 2  # the schedule did move
+
+
+def test_scheduler_load_state_dict_checks_before_taking():
+    opt = fg.optim.SGD([fg.ones(1, requires_grad=True)], lr=1.0)
+    cos = fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, warmup=2)
+    cos.step()
+    good = cos.state_dict()
+    for state, message in [({**good, "extra": 1}, "CosineAnnealingLR.load_state_dict: expected the keys"),
+                           ({k: v for k, v in good.items() if k != "T_max"}, "expected the keys"),
+                           ([1, 2], "expected the keys"),
+                           ({**good, "base_lrs": [1.0, 2.0]}, "values of the wrong kind or length"),
+                           ({**good, "last_epoch": "3"}, "values of the wrong kind or length"),
+                           ({**good, "T_max": 2, "warmup": 2}, "need T_max > 0 and 0 <= warmup < T_max")]:
+        with pytest.raises(fg.InvalidArgumentError, match=message):
+            cos.load_state_dict(state)
+        assert cos.state_dict() == good and opt.param_groups[0]["lr"] == cos.lr_at(1.0, 1)
+    plateau = fg.optim.lr_scheduler.ReduceLROnPlateau(opt)
+    with pytest.raises(fg.InvalidArgumentError, match="mode must be 'min' or 'max', got 'up'"):
+        plateau.load_state_dict({**plateau.state_dict(), "mode": "up"})
+    with pytest.raises(fg.InvalidArgumentError, match="StepLR: step_size must be positive"):
+        fg.optim.lr_scheduler.StepLR(opt, 3).load_state_dict({**fg.optim.lr_scheduler.StepLR(opt, 3).state_dict(),
+                                                              "step_size": 0})

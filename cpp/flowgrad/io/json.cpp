@@ -1,6 +1,8 @@
 #include "flowgrad/io/json.h"
 
+#include <cstdio>
 #include <limits>
+#include <unordered_set>
 
 #include "flowgrad/core/errors.h"
 
@@ -8,6 +10,21 @@ namespace fg::io {
 namespace {
 
 constexpr int kMaxDepth = 16;
+
+// Bytes in the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong forms,
+// no surrogates, nothing past U+10FFFF), or 0.
+size_t utf8_length(std::string_view s) {
+  auto byte = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+  unsigned lead = byte(0);
+  size_t n = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+  if (n == 0) return 0;
+  unsigned low = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;  // the second byte's range
+  unsigned high = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+  if (byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < n; ++i)
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  return n;
+}
 
 class Parser {
  public:
@@ -50,11 +67,11 @@ class Parser {
       j.kind = Json::Kind::Object;
       ++pos_;
       if (peek() == '}') return ++pos_, j;
+      std::unordered_set<std::string> keys;  // linear in the key count: headers may hold 100k names
       while (true) {
         if (peek() != '"') error("expected a string key");
         std::string key = string();
-        for (const auto& [k, v] : j.members)
-          if (k == key) error("duplicate key \"" + key + "\"");
+        if (!keys.insert(key).second) error("duplicate key \"" + key + "\"");
         expect(':');
         j.members.emplace_back(std::move(key), value(depth + 1));
         if (peek() == ',') { ++pos_; continue; }
@@ -82,7 +99,7 @@ class Parser {
     if (literal("false")) { j.kind = Json::Kind::Bool; return j; }
     if (literal("null")) return j;
     if (c == '-' || (c >= '0' && c <= '9')) return number();
-    error(std::string("unexpected character '") + c + "'");
+    error("unexpected character '" + printable_utf8(std::string_view(&c, 1)) + "'");
   }
 
   Json number() {
@@ -128,6 +145,16 @@ class Parser {
       unsigned char c = static_cast<unsigned char>(s_[pos_++]);
       if (c == '"') return out;
       if (c < 0x20) error("control character in string");
+      if (c >= 0x80) {  // names reach Python as str: only well-formed UTF-8 gets through
+        size_t n = utf8_length(s_.substr(pos_ - 1));
+        if (n == 0) {
+          --pos_;
+          error("invalid UTF-8 in string");
+        }
+        out.append(s_.substr(pos_ - 1, n));
+        pos_ += n - 1;
+        continue;
+      }
       if (c != '\\') { out += static_cast<char>(c); continue; }
       if (pos_ >= s_.size()) error("unterminated escape");
       char e = s_[pos_++];
@@ -141,7 +168,7 @@ class Parser {
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
         case 'u': append_utf8(out, code_point()); break;
-        default: error(std::string("invalid escape '\\") + e + "'");
+        default: error("invalid escape '\\" + printable_utf8(std::string_view(&e, 1)) + "'");
       }
     }
   }
@@ -197,6 +224,24 @@ class Parser {
 }  // namespace
 
 Json Json::parse(std::string_view text, const std::string& source) { return Parser(text, source).document(); }
+
+std::string printable_utf8(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : utf8_length(s.substr(i));
+    if (n > 0 && c >= 0x20 && c != 0x7F) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+    ++i;
+  }
+  return out;
+}
 
 std::string json_quote(const std::string& s) {
   std::string out = "\"";

@@ -1,5 +1,6 @@
 // A strict JSON reader for safetensors headers: objects, arrays, strings, integers, and the
-// literals. Duplicate keys, trailing garbage and deep nesting are errors (CheckpointError).
+// literals. Duplicate keys (found in linear time), strings that are not well-formed UTF-8, trailing
+// garbage and deep nesting are errors (CheckpointError).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,5 +24,8 @@ struct Json {
 };
 
 std::string json_quote(const std::string& s);
+// `s` for an error message: bytes that are not well-formed UTF-8, and control characters, are
+// written as \xNN, so that the message reaches Python as a str.
+std::string printable_utf8(std::string_view s);
 
 }  // namespace fg::io

@@ -1,11 +1,14 @@
 #include "flowgrad/io/safetensors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -95,7 +98,62 @@ Entry entry_of(const std::string& name, const Json& j, const std::string& source
 }
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  fail(ErrorKind::Checkpoint, what, " '", path, "': ", std::strerror(errno));
+  fail(ErrorKind::Checkpoint, what, " '", printable_utf8(path), "': ", std::strerror(errno));
+}
+
+// Paths reach open() as C strings: an embedded NUL would silently name another file.
+void check_path(const std::string& path, const char* op) {
+  FG_CHECK(path.find('\0') == std::string::npos, Checkpoint, op, ": the path '", printable_utf8(path.substr(0, path.find('\0'))),
+           "\\0...' contains a NUL byte");
+}
+
+// Temporary files are "<path>.tmp.<pid>.<n>.<host>": unique per process (pid) and per save
+// within it (n), so that concurrent saves to one path never share a file; the host tells which
+// files' pids can be checked here (a directory may be shared over the network).
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 && buf[0] ? buf : "localhost";
+}
+
+std::string temp_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." + host_name();
+}
+
+// The pid in a temporary file's suffix "<pid>.<n>.<host>" (or "<pid>", as older versions wrote
+// it), or 0 when the suffix is no such name or names another host.
+pid_t temp_owner(std::string_view suffix, const std::string& host) {
+  auto take_number = [&suffix] {  // the leading digits, removed from suffix
+    std::string_view digits = suffix.substr(0, std::min(suffix.find_first_not_of("0123456789"), suffix.size()));
+    suffix.remove_prefix(digits.size());
+    return digits;
+  };
+  std::string_view pid = take_number();
+  if (pid.empty() || pid.size() > 9) return 0;
+  if (!suffix.empty()) {
+    if (suffix[0] != '.') return 0;
+    suffix.remove_prefix(1);
+    if (take_number().empty() || suffix != "." + host) return 0;
+  }
+  return static_cast<pid_t>(std::stol(std::string(pid)));
+}
+
+// Removes this path's temporary files left by processes of this host that died mid-save (kill -9,
+// power loss). A live owner (this process included) may still be writing, so its files stay.
+void remove_stale_temps(const std::string& dir, const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  std::string host = host_name();
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;  // the save itself reports an unusable directory
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    pid_t pid = temp_owner(name.substr(prefix.size()), host);
+    if (pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
+      ::unlink((dir + "/" + std::string(name)).c_str());
+  }
+  ::closedir(d);
 }
 
 void write_all(int fd, const char* data, size_t n, const std::string& path) {
@@ -118,9 +176,8 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   std::vector<Tensor> data;
   for (const auto& [name, t] : tensors) {
     FG_CHECK(t.defined(), Checkpoint, "save: tensor '", name, "' is undefined");
-    FG_CHECK(t.device().is_cpu(), Device, "save: tensor '", name, "' is on ", t.device().str(), "; call .cpu() first");
     FG_CHECK(name != "__metadata__", Checkpoint, "save: '__metadata__' is reserved for metadata");
-    Tensor c = contiguous_raw(t);
+    Tensor c = contiguous_raw(device_copy(t, cpu_device()));  // device tensors are copied to the host
     uint64_t bytes = static_cast<uint64_t>(c.numel()) * itemsize(c.dtype());
     header += (header.size() > 1 ? "," : "") + json_quote(name) + ":{\"dtype\":\"" + st_name(c.dtype()) + "\",\"shape\":[";
     for (int d = 0; d < c.ndim(); ++d) header += (d ? "," : "") + std::to_string(c.shape()[d]);
@@ -197,6 +254,7 @@ TensorFile parse_safetensors(std::string_view bytes, const std::string& source) 
 }
 
 TensorFile load_safetensors(const std::string& path) {
+  check_path(path, "load");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) io_error("cannot open", path);
   struct stat st {};
@@ -207,13 +265,13 @@ TensorFile load_safetensors(const std::string& path) {
   size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
-    return parse_safetensors(std::string_view(), path);
+    return parse_safetensors(std::string_view(), printable_utf8(path));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) io_error("cannot map", path);
   try {
-    TensorFile file = parse_safetensors(std::string_view(static_cast<const char*>(map), size), path);
+    TensorFile file = parse_safetensors(std::string_view(static_cast<const char*>(map), size), printable_utf8(path));
     ::munmap(map, size);
     return file;
   } catch (...) {
@@ -223,11 +281,13 @@ TensorFile load_safetensors(const std::string& path) {
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+  check_path(path, "save");
   std::string bytes = serialize_safetensors(tensors, metadata);
   std::string dir = ".";
   size_t slash = path.find_last_of('/');
   if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temps(dir, path);
+  std::string tmp = temp_name(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_error("cannot create", tmp);
   try {

@@ -1,7 +1,9 @@
 // The safetensors format: 8-byte little-endian header length, a JSON header mapping names to
 // {dtype, shape, data_offsets} (plus optional "__metadata__": {str: str}), then the raw data.
 // The reader validates every field and raises CheckpointError; it never allocates more than
-// the file holds. Writes are atomic (temporary file in the same directory, fsync, rename).
+// the file holds. Writes are atomic (a temporary file unique to the process and the call in the
+// same directory, fsync, rename); device tensors are copied to the host; temporary files of
+// processes that died mid-save are removed by the next save to the same path.
 #pragma once
 #include <string>
 #include <string_view>

@@ -1,4 +1,8 @@
-"""Learning-rate schedulers: they set param_groups[i]['lr'] once per step() (usually per epoch)."""
+"""Learning-rate schedulers: they set param_groups[i]['lr'] once per step() (usually per epoch).
+
+state_dict() is plain JSON-able data (counters, base rates, options); load_state_dict() checks it
+against the scheduler's own fields before taking it, so a checkpoint resumes the schedule."""
+import copy
 import math
 
 from .. import _core
@@ -6,14 +10,47 @@ from .. import _core
 __all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LambdaLR", "ReduceLROnPlateau"]
 
 
+def _same_kind(saved, own):
+    """Whether a saved state value can stand in for `own` (JSON makes tuples lists)."""
+    def number(v):
+        return type(v) in (int, float)
+
+    if number(own):
+        return number(saved)
+    if isinstance(own, (list, tuple)):
+        return isinstance(saved, (list, tuple)) and len(saved) == len(own) and all(map(_same_kind, saved, own))
+    return type(saved) is type(own)
+
+
+def _checked_state(scheduler, state):
+    """`state` when it is a state_dict of this scheduler with values it accepts, else InvalidArgumentError."""
+    name = type(scheduler).__name__
+    own = scheduler.state_dict()
+    if not isinstance(state, dict) or set(state) != set(own):
+        raise _core.InvalidArgumentError(f"{name}.load_state_dict: expected the keys {sorted(own)}, got {state!r:.200}")
+    bad = {k: state[k] for k in own if not _same_kind(state[k], own[k])}
+    if bad:
+        raise _core.InvalidArgumentError(f"{name}.load_state_dict: values of the wrong kind or length: {bad!r:.200}")
+    probe = copy.copy(scheduler)  # checks the options as the constructor does, without touching `scheduler`
+    probe.__dict__.update(copy.deepcopy(state))
+    probe._check()
+    return copy.deepcopy(state)
+
+
 class LRScheduler:
     """Base class: base_lrs from the groups at construction, last_epoch counts step() calls."""
+
+    _checked_state = _checked_state  # a method: load_checkpoint checks every part before assigning any
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.last_epoch = 0
+        self._check()
         self._apply()
+
+    def _check(self):
+        """Raises InvalidArgumentError on options this scheduler cannot run with."""
 
     def lr_at(self, base_lr, epoch):
         raise NotImplementedError
@@ -32,10 +69,12 @@ class LRScheduler:
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def state_dict(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "fn")}
+        """Counters, base rates and options (LambdaLR's function is code, not state)."""
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("optimizer", "fn")})
 
     def load_state_dict(self, state):
-        self.__dict__.update(state)
+        """Restores state_dict() and sets the learning rates it implies."""
+        self.__dict__.update(self._checked_state(state))
         self._apply()
 
 
@@ -43,10 +82,12 @@ class StepLR(LRScheduler):
     """lr = base_lr * gamma ** (epoch // step_size)."""
 
     def __init__(self, optimizer, step_size, gamma=0.1):
-        if step_size <= 0:
-            raise _core.InvalidArgumentError(f"StepLR: step_size must be positive, got {step_size}")
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
+
+    def _check(self):
+        if self.step_size <= 0:
+            raise _core.InvalidArgumentError(f"StepLR: step_size must be positive, got {self.step_size}")
 
     def lr_at(self, base_lr, epoch):
         return base_lr * self.gamma ** (epoch // self.step_size)
@@ -56,11 +97,13 @@ class CosineAnnealingLR(LRScheduler):
     """Linear warm-up over `warmup` epochs, then cosine from base_lr down to eta_min at T_max."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, warmup=0):
-        if T_max <= 0 or not 0 <= warmup < T_max:
-            raise _core.InvalidArgumentError(f"CosineAnnealingLR: need T_max > 0 and 0 <= warmup < T_max, "
-                                             f"got T_max={T_max}, warmup={warmup}")
         self.T_max, self.eta_min, self.warmup = T_max, eta_min, warmup
         super().__init__(optimizer)
+
+    def _check(self):
+        if self.T_max <= 0 or not 0 <= self.warmup < self.T_max:
+            raise _core.InvalidArgumentError(f"CosineAnnealingLR: need T_max > 0 and 0 <= warmup < T_max, "
+                                             f"got T_max={self.T_max}, warmup={self.warmup}")
 
     def lr_at(self, base_lr, epoch):
         if epoch < self.warmup:
@@ -87,15 +130,20 @@ class ReduceLROnPlateau:
     (anything with latest(), e.g. a fg.Trend, or a function returning one, such as
     `lambda: graph.trend("val_loss")`), step() reads its latest value."""
 
+    _checked_state = _checked_state
+
     def __init__(self, optimizer, trend=None, patience=10, factor=0.1, threshold=1e-4, mode="min", min_lr=0.0):
-        if not 0 < factor < 1:
-            raise _core.InvalidArgumentError(f"ReduceLROnPlateau: factor must be in (0, 1), got {factor}")
-        if mode not in ("min", "max"):
-            raise _core.InvalidArgumentError(f"ReduceLROnPlateau: mode must be 'min' or 'max', got {mode!r}")
         self.optimizer, self.trend = optimizer, trend
         self.patience, self.factor, self.threshold, self.mode, self.min_lr = patience, factor, threshold, mode, min_lr
+        self._check()
         self.best = math.inf if mode == "min" else -math.inf
         self.bad_steps = 0
+
+    def _check(self):
+        if not 0 < self.factor < 1:
+            raise _core.InvalidArgumentError(f"ReduceLROnPlateau: factor must be in (0, 1), got {self.factor}")
+        if self.mode not in ("min", "max"):
+            raise _core.InvalidArgumentError(f"ReduceLROnPlateau: mode must be 'min' or 'max', got {self.mode!r}")
 
     def _improved(self, value):
         if self.mode == "min":
@@ -123,7 +171,9 @@ class ReduceLROnPlateau:
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def state_dict(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "trend")}
+        """Best value, bad-step counter and options (the lr itself is in the optimizer's state)."""
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("optimizer", "trend")})
 
     def load_state_dict(self, state):
-        self.__dict__.update(state)
+        """Restores state_dict()."""
+        self.__dict__.update(self._checked_state(state))
