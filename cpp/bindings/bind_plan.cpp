@@ -28,6 +28,8 @@ void bind_plan(py::module_& m) {
       .def(py::init<>())
       .def("__enter__", [](plan::Tracer& t) -> plan::Tracer& { return t; }, py::return_value_policy::reference)
       .def("__exit__", [](plan::Tracer& t, py::args) { t.stop(); return false; })
+      .def("mark_backward", [](plan::Tracer& t) { t.backward_start = t.calls.size(); },
+           "Marks where the backward pass starts (common-subexpression elimination keeps recomputation there).")
       .def_property_readonly("calls", [](const plan::Tracer& t) { return t.calls.size(); }, "Number of recorded op calls.");
 
   py::class_<plan::Plan, std::shared_ptr<plan::Plan>>(pm, "Plan", "A traced step as instructions over planned memory.")
@@ -62,6 +64,7 @@ void bind_plan(py::module_& m) {
              d["views_folded"] = s.views;
              d["constants_folded"] = s.folded;
              d["dead_eliminated"] = s.eliminated;
+             d["common_eliminated"] = s.common;
              d["arena_bytes"] = s.arena_bytes;
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;

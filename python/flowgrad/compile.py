@@ -45,7 +45,7 @@ def _outputs(result, what):
 
 
 class _Traced:
-    """Runs `fn` once under the tracer with parameters, state and the RNG restored afterwards."""
+    """Runs `fn(tracer)` once under the tracer with parameters, state and the RNG restored afterwards."""
 
     def __init__(self, keep):
         self.keep = keep
@@ -56,7 +56,7 @@ class _Traced:
         tracer = _core.plan.Tracer()
         try:
             with tracer:
-                result = fn()
+                result = fn(tracer)
         finally:
             _core.plan.restore(self.keep, copies)
             _core.set_rng_state(rng)
@@ -105,13 +105,14 @@ class CompiledStep:
             opt._write_hypers()  # hyper-parameter tensors exist (and are read in place) before the trace
         buffers = [b for _, b in self.model.named_buffers()] if hasattr(self.model, "named_buffers") else []
 
-        def step():
+        def step(tracer):
             out = self.model(*model_inputs)
             loss = self.loss_fn(out, *targets) if self.loss_fn is not None else out
             if not isinstance(loss, _core.Tensor) or loss.numel() != 1:
                 raise _core.InvalidArgumentError(
                     "compile: the step must produce a one-element loss tensor "
                     f"(got {type(loss).__name__}{'' if not isinstance(loss, _core.Tensor) else ' of shape ' + str(loss.shape)})")
+            tracer.mark_backward()
             # Contiguous gradients: the optimizer reads them as they are and .grad is bound to them.
             grads = [g if g is None else g.contiguous() for g in _grad([loss], self._params, allow_unused=True)]
             if opt is not None:
@@ -205,7 +206,7 @@ class ForwardPlan:
         params = list(model.parameters())
         buffers = [b for _, b in model.named_buffers()] if hasattr(model, "named_buffers") else []
 
-        def forward():
+        def forward(tracer):
             with _no_grad():
                 return _outputs(model(*inputs), "forward_plan")
 

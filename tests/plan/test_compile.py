@@ -376,3 +376,25 @@ def test_compiled_graph_delivers_tagged_values_to_observation(device):
         g.collect("logits")
     g.flush("logits")
     assert len(g.trend("logits")) == 1
+
+
+def test_common_subexpressions_are_computed_once():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(fg.randn(6, 4))
+
+        def forward(self, x):
+            return ((x @ self.w).tanh() + (x @ self.w).tanh()).sum()
+
+    fg.manual_seed(0)
+    model, x = Twice(), fg.randn(5, 6)
+    step = fg.compile(model, example_inputs=(x,))
+    forward = [r["op"] for r in step.ir()]
+    assert forward.count("tanh") == 1 and step.stats["common_eliminated"] >= 2
+    loss = step(x)
+    assert loss.item() == pytest.approx(model(x).item(), rel=1e-6)
+    reference = fg.randn(5, 6)
+    (g,) = fg.autograd.grad([model(reference)], [model.w])
+    step(reference)
+    np.testing.assert_allclose(model.w.grad.numpy(), g.numpy(), rtol=1e-6)

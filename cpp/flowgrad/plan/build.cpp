@@ -1,5 +1,8 @@
 // From a trace to instructions over buffers, then the passes:
 // - view folding: a view op is no instruction; its output is a layout over its input's buffer;
+// - common subexpressions: an op without side effects applied again to the same values with the
+//   same attributes reuses the first result, except that backward never reuses a forward result
+//   that is dead by then (recomputation that gradient checkpointing asked for is kept);
 // - constant folding: ops whose inputs are all constants (fills, aranges and what is computed
 //   from them only) keep the values computed while tracing;
 // - gradient binding: each parameter's gradient is written straight into its .grad buffer when
@@ -63,10 +66,11 @@ struct Builder {
              "do not support that yet (compile in float32)");
   }
 
-  void record(const TracedCall& c) {
+  void record(const TracedCall& c, bool backward) {
     check_supported(c);
     if (c.op->flags & kView) return;  // folded: the output is a layout over input 0's buffer
     Instruction ins{c.op, c.attrs};
+    ins.backward = backward;
     for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
     for (const Tensor& t : c.out) {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
@@ -88,6 +92,54 @@ struct Builder {
              Value, "compile: '", c.op->name, "' draws from a derived random stream (a random op inside a "
              "multi-branch graph level); compiled plans replay draws from the global generator only");
     return static_cast<int64_t>(offset - trace.rng_start.offset);
+  }
+
+  void eliminate_common_subexpressions(std::vector<Value>& outputs) {
+    std::vector<int> rename(plan.buffers_.size());
+    for (size_t i = 0; i < rename.size(); ++i) rename[i] = static_cast<int>(i);
+    std::vector<int> version(plan.buffers_.size(), 0), writers(plan.buffers_.size(), 0);
+    for (const Instruction& ins : plan.code_)
+      for (const Value& v : ins.out) ++writers[v.buffer];
+    std::vector<size_t> last_use(plan.buffers_.size(), 0);
+    for (size_t i = 0; i < plan.code_.size(); ++i)
+      for (const auto* values : {&plan.code_[i].in, &plan.code_[i].out})
+        for (const Value& v : *values) last_use[v.buffer] = i;
+    for (const Value& v : outputs) last_use[v.buffer] = plan.code_.size();
+    std::unordered_map<std::string, size_t> seen;  // key -> index in kept
+    std::vector<Instruction> kept;
+    for (size_t i = 0; i < plan.code_.size(); ++i) {
+      Instruction& ins = plan.code_[i];
+      for (Value& v : ins.in) v.buffer = rename[v.buffer];
+      bool pure = !(ins.op->flags & (kRandom | kMutatesInputs));
+      for (const Value& v : ins.out) pure &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
+      std::ostringstream key;
+      key << ins.op << '|' << ins.attrs.str();
+      for (const Value& v : ins.in)
+        key << '|' << v.buffer << '@' << version[v.buffer] << ':' << v.offset << to_string(v.shape)
+            << to_string(v.strides) << static_cast<int>(v.dtype);
+      auto found = pure ? seen.find(key.str()) : seen.end();
+      bool alive = found != seen.end();
+      bool across = alive && ins.backward && !kept[found->second].backward;
+      for (size_t k = 0; across && alive && k < ins.out.size(); ++k)
+        alive = last_use[kept[found->second].out[k].buffer] >= i;
+      if (alive) {
+        const Instruction& first = kept[found->second];
+        for (size_t k = 0; k < ins.out.size(); ++k) {
+          rename[ins.out[k].buffer] = first.out[k].buffer;
+          last_use[first.out[k].buffer] = std::max(last_use[first.out[k].buffer], last_use[ins.out[k].buffer]);
+        }
+        ++plan.stats_.common;
+        continue;
+      }
+      for (const Value& v : ins.out) ++version[v.buffer];
+      if (ins.op->flags & kMutatesInputs)
+        for (const Value& v : ins.in) ++version[v.buffer];
+      kept.push_back(std::move(ins));
+      if (pure) seen[key.str()] = kept.size() - 1;
+    }
+    plan.code_ = std::move(kept);
+    for (Value& v : outputs) v.buffer = rename[v.buffer];
+    for (auto& [storage, id] : buffer_of) id = rename[id];
   }
 
   // Constants: outputs of non-random ops without side effects whose inputs are all constants,
@@ -199,10 +251,11 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     inputs_.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
     input_t_.push_back(x);  // the traced example, for shapes and dtypes until bound
   }
-  for (const TracedCall& c : trace.calls) {
-    if (!(c.op->flags & kView)) ++stats_.traced;
-    else ++stats_.views, ++stats_.traced;
-    b.record(c);
+  for (size_t i = 0; i < trace.calls.size(); ++i) {
+    const TracedCall& c = trace.calls[i];
+    ++stats_.traced;
+    if (c.op->flags & kView) ++stats_.views;
+    b.record(c, i >= trace.backward_start);
   }
   std::unordered_set<int> roots;
   for (const Tensor& out : spec.outputs) {
@@ -210,6 +263,9 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     outputs_.push_back(v);
     roots.insert(v.buffer);
   }
+  b.eliminate_common_subexpressions(outputs_);
+  roots.clear();
+  for (const Value& v : outputs_) roots.insert(v.buffer);
   b.fold_constants();
   b.bind_grads(spec.grads, roots);
   b.eliminate_dead_code(roots);

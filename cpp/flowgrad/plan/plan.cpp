@@ -126,8 +126,8 @@ std::string Plan::describe(const Value& v) const {
 std::string Plan::str() const {
   std::ostringstream os;
   os << "Plan on " << device_.str() << ": " << code_.size() << " instructions (traced " << stats_.traced << ", "
-     << stats_.views << " views folded, " << stats_.folded << " constants folded, " << stats_.eliminated
-     << " dead), arena " << stats_.arena_bytes << " bytes (naive " << stats_.naive_bytes << ")\n";
+     << stats_.views << " views folded, " << stats_.common << " common subexpressions, " << stats_.folded
+     << " constants folded, " << stats_.eliminated << " dead), arena " << stats_.arena_bytes << " bytes (naive " << stats_.naive_bytes << ")\n";
   for (size_t i = 0; i < inputs_.size(); ++i)
     os << "  input " << buffers_[inputs_[i].buffer].name << ": " << dtype_name(inputs_[i].dtype) << " "
        << to_string(inputs_[i].shape) << "\n";

@@ -6,6 +6,7 @@
 // constant folding, dead-code elimination, gradient binding); memory.cpp plans the arena and
 // proves it safe; plan.cpp executes, and prints the plan.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -39,6 +40,7 @@ class Tracer : public OpObserver {
   std::vector<TracedCall> calls;
   std::vector<std::pair<Tensor, std::string>> host_reads;  // the tensor and what read it
   uint64_t first_serial;  // storages with a serial >= this were made during the trace
+  size_t backward_start = SIZE_MAX;  // calls from here on belong to the backward pass
   RngState rng_start, rng_end;
 
  private:
@@ -80,12 +82,13 @@ struct Instruction {
   Attrs attrs;
   std::vector<Value> in, out;
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
+  bool backward = false;   // traced during the backward pass
   Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
   std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
 };
 
 struct PlanStats {
-  int traced = 0, views = 0, folded = 0, eliminated = 0;
+  int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0;
   size_t arena_bytes = 0, naive_bytes = 0;
   std::string cuda_graph;
 };

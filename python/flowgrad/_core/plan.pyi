@@ -52,6 +52,10 @@ class Tracer:
     """
     def __enter__(self) -> Tracer: ...
     def __exit__(self, *args) -> bool: ...
+    def mark_backward(self) -> None:
+        """
+        Marks where the backward pass starts (common-subexpression elimination keeps recomputation there).
+        """
     @property
     def calls(self) -> int:
         """
