@@ -1,4 +1,6 @@
 // Compiled plans (fg.compile builds on these): the tracer as a context manager, and the plan.
+#include <algorithm>
+
 #include "common.h"
 #include "flowgrad/plan/plan.h"
 
@@ -56,10 +58,14 @@ void bind_plan(py::module_& m) {
              const plan::PlanStats& s = p.stats();
              py::dict d;
              d["instructions"] = p.instructions().size();
-             int kernels = 0;
-             for (const auto& ins : p.instructions()) kernels += ins.op->cpu != nullptr;
-             d["kernels"] = kernels;
-             d["fused"] = 0;
+             int kernels = 0, runs = 0;  // a fused run is one kernel per tile pass
+             for (const auto& ins : p.instructions()) {
+               kernels += ins.run < 0;
+               runs = std::max(runs, ins.run + 1);
+             }
+             d["kernels"] = kernels + runs;
+             d["fused_runs"] = runs;
+             d["fused"] = s.fused;
              d["traced"] = s.traced;
              d["views_folded"] = s.views;
              d["constants_folded"] = s.folded;
@@ -91,6 +97,7 @@ void bind_plan(py::module_& m) {
                py::dict d;
                d["name"] = b.name;
                d["kind"] = kind_name(b.kind);
+               d["local"] = b.local;  // kept in a fused run's tile scratch, not in the arena
                d["bytes"] = b.bytes;
                d["offset"] = b.offset;
                d["first"] = b.first;
@@ -98,7 +105,7 @@ void bind_plan(py::module_& m) {
                out.append(d);
              }
              return out;
-           }, "Every buffer with its kind, bytes, arena offset and lifetime [first, last] in instructions.");
+           }, "Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.");
 
   pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");
   pm.def("restore", &plan::restore, py::arg("tensors"), py::arg("copies"), "Writes copies back into the tensors.");

@@ -282,6 +282,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());
   rng_advance_ = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
   poison_ = env::plan_debug();
+  fuse();
   plan_memory();
   check_memory();
   bind();

@@ -14,7 +14,9 @@ constexpr int64_t kAlign = 64;
 
 int64_t aligned(size_t bytes) { return (static_cast<int64_t>(bytes) + kAlign - 1) / kAlign * kAlign; }
 
-bool in_arena(const Buffer& b) { return b.kind != BufferKind::External && b.last >= b.first && b.last >= 0; }
+bool in_arena(const Buffer& b) {
+  return b.kind != BufferKind::External && !b.local && b.last >= b.first && b.last >= 0;
+}
 
 bool overlap_in_time(const Buffer& a, const Buffer& b) { return a.first <= b.last && b.first <= a.last; }
 

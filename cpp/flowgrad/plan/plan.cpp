@@ -9,8 +9,6 @@
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
-namespace {
-
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = storage;
@@ -20,6 +18,8 @@ Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v) {
   impl->dtype = v.dtype;
   return Tensor(impl);
 }
+
+namespace {
 
 using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
 
@@ -43,6 +43,7 @@ void Plan::bind() {
   input_t_.clear();
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
+  bind_runs();
   stats_.cuda_graph = device_.is_cpu() ? "not used: a CPU plan"
                                        : "not captured: CUDA graph capture of plans is not built yet; the plan "
                                          "runs as a flat loop of launches on one stream";
@@ -79,16 +80,18 @@ Tensors Plan::run(const Tensors& inputs) {
     }
   }
   const bool cpu = device_.is_cpu();
-  for (Instruction& ins : code_) {
-    Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
-    kernel(ins.in_t, ins.out_t, ins.attrs);
-    if (!poison_) continue;
-    for (int id : ins.released) {  // FLOWGRAD_DEBUG_PLAN: a later read of these bytes sees NaN
-      const Buffer& b = buffers_[id];
-      if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
-      int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
-      fill_raw(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < code_.size(); ++i) {
+    Instruction& ins = code_[i];
+    if (ins.run < 0) {
+      Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
+      kernel(ins.in_t, ins.out_t, ins.attrs);
+    } else if (static_cast<int>(i) == runs_[ins.run].first) {
+      execute_run(runs_[ins.run]);
     }
+    // A fused run's buffers are released once its last instruction has run.
+    if (poison_ && (ins.run < 0 || static_cast<int>(i) == runs_[ins.run].last))
+      for (int k = ins.run < 0 ? static_cast<int>(i) : runs_[ins.run].first; k <= static_cast<int>(i); ++k)
+        poison(code_[k].released);
   }
   Tensors out;
   for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
@@ -112,6 +115,17 @@ Tensors snapshot(const Tensors& tensors) {
 void restore(const Tensors& tensors, const Tensors& copies) {
   FG_CHECK(tensors.size() == copies.size(), Value, "restore: ", copies.size(), " copies for ", tensors.size(), " tensors");
   for (size_t i = 0; i < tensors.size(); ++i) copy_into(tensors[i], copies[i]);
+}
+
+// FLOWGRAD_DEBUG_PLAN: buffers whose last use has run are filled with NaN, so a read after reuse
+// shows up at once.
+void Plan::poison(const std::vector<int>& released) {
+  for (int id : released) {
+    const Buffer& b = buffers_[id];
+    if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
+    int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+    fill_raw(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
+  }
 }
 
 std::string Plan::describe(const Value& v) const {

@@ -66,6 +66,7 @@ struct Buffer {
   int first = -1, last = -1;     // instructions that first and last touch it (-1: before the plan)
   int64_t offset = 0;            // Arena / Input: bytes from the arena's start
   bool written = false;          // some instruction writes it
+  bool local = false;            // lives only inside a fused run: per-tile scratch, no arena bytes
   bool constant = false;         // folded: its values were computed once while tracing
 };
 
@@ -83,12 +84,28 @@ struct Instruction {
   std::vector<Value> in, out;
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
   bool backward = false;   // traced during the backward pass
+  int run = -1;            // the fused run it belongs to (fusion.cpp)
   Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
   std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
 };
 
+// A run of elementwise instructions executed tile by tile (fusion.cpp).
+struct TileCall {
+  Tensors in, out;
+};
+struct FusedRun {
+  int first, last;  // instructions [first, last]
+  int64_t numel;    // elements of every operand (scalars aside)
+  std::vector<int> local;  // buffers kept in per-worker tile scratch
+  int workers = 1;
+  std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
+};
+
+// A tensor with the layout `v` over `storage` (no autograd identity).
+Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
+
 struct PlanStats {
-  int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0;
+  int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0, fused = 0;
   size_t arena_bytes = 0, naive_bytes = 0;
   std::string cuda_graph;
 };
@@ -125,10 +142,16 @@ class Plan {
   friend struct Builder;
   void plan_memory();
   void bind();
+  int64_t fusable_length(const Instruction& ins) const;
+  void fuse();
+  void bind_runs();
+  void execute_run(FusedRun& run);
+  void poison(const std::vector<int>& released);
 
   Device device_;
   std::vector<Buffer> buffers_;
   std::vector<Instruction> code_;
+  std::vector<FusedRun> runs_;
   std::vector<Value> inputs_, outputs_;
   Tensors input_t_, output_t_;
   std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> watched_;

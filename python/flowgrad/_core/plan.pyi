@@ -15,7 +15,7 @@ class Plan:
         """
     def buffers(self) -> list:
         """
-        Every buffer with its kind, bytes, arena offset and lifetime [first, last] in instructions.
+        Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
         """
     def check_memory(self) -> None:
         """
