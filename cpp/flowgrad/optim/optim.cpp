@@ -18,10 +18,12 @@ Fn kernel_for(const Tensor& p, Fn cpu, std::type_identity_t<Fn> cuda, const char
   return cuda;
 }
 
-// The gradient of p as a contiguous tensor of p's dtype, or undefined when p has none.
+// The gradient of p as a contiguous tensor of p's dtype, or undefined when p has none (then p
+// is left alone). A parameter that will be updated must be writable.
 Tensor grad_for(const Tensor& p, const char* op) {
   Tensor g = grad_of(p);
   if (!g.defined()) return g;
+  check_writable(p, op);
   FG_CHECK(p.is_contiguous(), Value, op, ": parameters must be contiguous, got ", describe(p));
   FG_CHECK(g.shape() == p.shape(), Shape, op, ": gradient ", describe(g), " does not match parameter ", describe(p));
   return contiguous_raw(converted(g, p.dtype()));
@@ -30,6 +32,7 @@ Tensor grad_for(const Tensor& p, const char* op) {
 void check_state(const Tensor& s, const Tensor& p, const char* op) {
   FG_CHECK(s.defined() && s.shape() == p.shape() && s.dtype() == p.dtype() && s.is_contiguous(), Value, op,
            ": optimizer state ", s.defined() ? describe(s) : "undefined", " does not match parameter ", describe(p));
+  check_writable(s, op);
 }
 
 }  // namespace
@@ -48,6 +51,8 @@ Tensors sgd_step(const Tensors& params, Tensors bufs, const SgdHyper& h) {
     if (bufs[i].defined()) check_state(bufs[i], p, "SGD");
     auto update = kernel_for(p, &sgd_update_cpu, FG_CUDA(&sgd_update_cuda), "SGD");
     update(p.dtype(), p.data_ptr(), g.data_ptr(), h.momentum != 0 ? bufs[i].data_ptr() : nullptr, p.numel(), h, first);
+    bump_version(p);
+    if (bufs[i].defined()) bump_version(bufs[i]);
   }
   return bufs;
 }
@@ -67,6 +72,7 @@ void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& ex
     int64_t step = ++*steps[i].data<int64_t>();
     auto update = kernel_for(p, &adam_update_cpu, FG_CUDA(&adam_update_cuda), "Adam");
     update(p.dtype(), p.data_ptr(), g.data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(), p.numel(), h, step);
+    for (const Tensor& written : {p, exp_avgs[i], exp_avg_sqs[i], steps[i]}) bump_version(written);
   }
 }
 
