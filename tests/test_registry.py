@@ -38,6 +38,10 @@ def test_registry_names_are_unique_and_flags_consistent():
             assert op["family"] == "movement", op["name"]
         if op["fusable"]:
             assert op["family"] in ("unary", "binary", "ternary"), op["name"]
+        # PyTorch's naming: exactly the in-place ops end in "_" (and only they may keep input 0's old values)
+        assert op["in_place"] == op["name"].endswith("_"), op["name"]
+        assert not op["saves_original"] or op["in_place"], op["name"]
+        assert not (op["in_place"] and (op["view"] or op["fusable"])), op["name"]
 
 
 def test_cuda_builds_have_elementwise_kernels():

@@ -31,11 +31,14 @@ Tensors fill_backward(const BackwardCtx& c) { return {overwritten(c)}; }
 const OpDef k_fill_{.name = "fill_", .family = Family::Creation, .flags = kInPlace | kHalfNative,
                     .shape_rule = same_as_target, .cpu = fill_kernel, .cuda = FG_CUDA(fill_kernel),
                     .backward = fill_backward};
-const OpDef k_zero_ = [] {  // fill_ with 0, under its own name for errors and traces
-  OpDef op = k_fill_;
-  op.name = "zero_";
+
+// The same op under another name, for errors and traces: zero_ is fill_ with 0, uniform_ and
+// normal_ copy_ fresh random values in.
+OpDef renamed(OpDef op, const char* name) {
+  op.name = name;
   return op;
-}();
+}
+const OpDef k_zero_ = renamed(k_fill_, "zero_");
 
 // ---- copy_: src broadcast to the target's shape, cast to its dtype ----
 Specs copy_shape(TensorList in, const Attrs&) {
@@ -51,6 +54,8 @@ Tensors copy_backward(const BackwardCtx& c) {
 const OpDef k_copy_{.name = "copy_", .family = Family::Copy, .flags = kInPlace | kHalfNative,
                     .shape_rule = copy_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
                     .backward = copy_backward};
+const OpDef k_uniform_ = renamed(k_copy_, "uniform_");
+const OpDef k_normal_ = renamed(k_copy_, "normal_");
 
 // ---- masked_fill_: value where the (broadcast) bool mask is true ----
 Specs masked_fill_shape(TensorList in, const Attrs&) {
@@ -112,7 +117,7 @@ const OpDef k_index_put_{.name = "index_put_", .family = Family::Index, .flags =
 
 }  // namespace
 
-std::vector<const OpDef*> in_place_ops() { return {&k_fill_, &k_zero_, &k_copy_, &k_masked_fill_, &k_index_put_}; }
+std::vector<const OpDef*> in_place_ops() { return {&k_fill_, &k_zero_, &k_copy_, &k_uniform_, &k_normal_, &k_masked_fill_, &k_index_put_}; }
 
 Tensor fill_(const Tensor& x, double value) { return run_op1(k_fill_, {x}, {{"value", value}}); }
 Tensor zero_(const Tensor& x) { return run_op1(k_zero_, {x}, {{"value", 0.0}}); }
@@ -126,11 +131,11 @@ Tensor index_put_(const Tensor& x, const Tensor& positions, const Tensor& value)
 
 Tensor uniform_(const Tensor& x, double low, double high) {
   FG_CHECK(is_floating(x.dtype()), DType, "uniform_: expected a floating tensor, got ", describe(x));
-  return copy_(x, rand(x.shape(), x.dtype(), x.device()) * (high - low) + low);
+  return run_op1(k_uniform_, {x, rand(x.shape(), x.dtype(), x.device()) * (high - low) + low});
 }
 Tensor normal_(const Tensor& x, double mean, double std) {
   FG_CHECK(is_floating(x.dtype()), DType, "normal_: expected a floating tensor, got ", describe(x));
-  return copy_(x, randn(x.shape(), x.dtype(), x.device()) * std + mean);
+  return run_op1(k_normal_, {x, randn(x.shape(), x.dtype(), x.device()) * std + mean});
 }
 
 }  // namespace fg
