@@ -86,14 +86,20 @@ Tensor index(const Tensor& x, const std::vector<IndexItem>& items) {
 namespace {
 
 // The row-major numbers of the elements of a tensor of `shape` that index(x, items) reads, as an
-// int64 tensor of the indexed shape, computed on the host. The number is the sum over dims of
-// coordinate * stride, each term indexed from a broadcast arange: only the indexed elements
-// are materialised, so t[0] = v costs the size of t[0], not of t.
+// int64 tensor of the indexed shape, computed on the host. An index tensor or mask reads the
+// numbers from one arange; basic indexing sums coordinate * stride over dims, each term indexed
+// from a broadcast arange, so only the indexed elements are materialised (t[0] = v costs the
+// size of t[0], not of t).
 Tensor index_positions(const Dims& shape, std::vector<IndexItem> items) {
   Device host = cpu_device();
-  for (IndexItem& item : items)
-    if (item.kind == Kind::Tensor) item.tensor = device_copy(item.tensor, host);
-  if (shape.size() == 0) return index(scalar_tensor(0, DType::Int64, host), items);
+  bool basic = true;
+  for (IndexItem& item : items) {
+    if (item.kind != Kind::Tensor) continue;
+    item.tensor = device_copy(item.tensor, host);
+    basic = false;
+  }
+  if (!basic || shape.size() == 0)
+    return index(reshape(arange(0, static_cast<double>(shape.numel()), 1, DType::Int64, host), shape.vec()), items);
   Dims strides = contiguous_strides(shape);
   Tensor positions;
   for (int d = 0; d < shape.size(); ++d) {
