@@ -49,7 +49,8 @@ def test_cuda_builds_have_elementwise_kernels():
     ops = {op["name"]: op for op in fg._core._op_registry()}
     expected = ["add", "mul", "div", "exp", "tanh", "gelu", "eq", "where", "cast", "full", "rand", "randn", "sum",
                 "mean", "argmax", "logsumexp", "contiguous", "cat", "pad", "matmul", "softmax", "gather",
-                "scatter_add", "index_select", "layer_norm", "rms_norm", "norm_backward"]
+                "scatter_add", "index_select", "layer_norm", "rms_norm", "norm_backward", "add_", "fill_", "copy_",
+                "masked_fill_", "index_put_"]
     for name in expected:
         assert ops[name]["cuda"] == fg.cuda.built_with_cuda(), name
         assert (ops[name]["cuda_missing"] is None) == fg.cuda.built_with_cuda(), name

@@ -214,6 +214,17 @@ def test_setitem_repeated_index_keeps_the_last_value_on_cpu():
     assert t.tolist() == [0.0, 4.0, 3.0]
 
 
+def test_numpy_array_index_reads_and_writes(rng):
+    a = make(rng, (5, 3))
+    idx = np.array([4, 0, 4])
+    fg.testing.assert_close(f64(a)[idx], a[idx])
+    t = f64(a)
+    t[np.array([1, 3])] = np.array([9.0, 8.0, 7.0])
+    expected = a.copy()
+    expected[[1, 3]] = [9.0, 8.0, 7.0]
+    fg.testing.assert_close(t, expected)
+
+
 def test_setitem_with_masks(rng, device):
     a = make(rng, (4, 5))
     mask = a > 0.3

@@ -1516,11 +1516,11 @@ def format_duration(seconds: typing.SupportsFloat | typing.SupportsIndex) -> str
     """
 def from_dlpack(obj: typing.Any) -> Tensor:
     """
-    A tensor sharing the memory of any object that implements __dlpack__.
+    A tensor sharing the memory of any object that implements __dlpack__. A capsule marked read-only gives a read-only tensor, as from_numpy does.
     """
 def from_numpy(array: numpy.ndarray) -> Tensor:
     """
-    A tensor sharing the NumPy array's memory (no copy; keeps the array alive).
+    A tensor sharing the NumPy array's memory (no copy; keeps the array alive). A read-only array (np.frombuffer of bytes, a read-only mmap, writeable=False) gives a read-only tensor: reading it and out-of-place ops work, in-place writes raise InvalidArgumentError; fg.tensor(a) copies into a writable tensor.
     """
 def full(shape: typing.Any, fill_value: typing.Any, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
     """
