@@ -83,9 +83,11 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
     copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
   bump_version(target);
   Tensors out{target};
-  args[0] = original;
-  for (size_t i = 1; i < args.size(); ++i) args[i] = in[i];
-  if (g_hook) g_hook(op, args, out, attrs);
+  if (g_hook) {
+    Tensors seen = in.vec();  // input 0 as it was before the write (see DispatchHook)
+    seen[0] = original;
+    g_hook(op, seen, out, attrs);
+  }
   return out;
 }
 
