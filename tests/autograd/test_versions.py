@@ -105,6 +105,17 @@ def test_in_place_rules_under_autograd():
     assert leaf.is_leaf and leaf.requires_grad
 
 
+def test_second_order_through_an_in_place_op():
+    x = fg.tensor([1.0, -2.0, 3.0], dtype=fg.float64, requires_grad=True)
+    y = fg.tensor([0.5, 2.0, -1.0], dtype=fg.float64, requires_grad=True)
+    z = x * x
+    z.mul_(y)  # z = x^2 y: its backward reads z's value from before the write, x^2
+    (gy,) = fg.autograd.grad(z.sum(), [y], create_graph=True)
+    np.testing.assert_allclose(gy.numpy(), [1.0, 4.0, 9.0])
+    (gx,) = fg.autograd.grad(gy.sum(), [x])
+    np.testing.assert_allclose(gx.numpy(), [2.0, -4.0, 6.0])
+
+
 def test_concurrent_backward_accumulates_every_gradient():
     """backward() releases the GIL: threads sharing a parameter must not lose updates."""
     w = fg.zeros(256, 256, dtype=fg.float64, requires_grad=True)

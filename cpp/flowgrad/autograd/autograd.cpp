@@ -133,7 +133,8 @@ Tensor prepare_in_place(const OpDef& op, TensorList in) {
       FG_CHECK(in[i].storage() != target.storage(), Value, op.name, ": input ", i, " shares memory with the "
                "tensor written in place, and its gradient needs the values from before the write; use the "
                "out-of-place op");
-  return (op.flags & kSavesOriginal) ? clone_raw(target) : Tensor();
+  // A recorded copy: create_graph differentiates the rule through it back to the target's history.
+  return (op.flags & kSavesOriginal) ? clone(target) : Tensor();
 }
 
 void check_versions(const Node& node) {
