@@ -38,6 +38,10 @@ def test_registry_names_are_unique_and_flags_consistent():
             assert op["family"] == "movement", op["name"]
         if op["fusable"]:
             assert op["family"] in ("unary", "binary", "ternary"), op["name"]
+        # PyTorch's naming: exactly the in-place ops end in "_" (and only they may keep input 0's old values)
+        assert op["in_place"] == op["name"].endswith("_"), op["name"]
+        assert not op["saves_original"] or op["in_place"], op["name"]
+        assert not (op["in_place"] and (op["view"] or op["fusable"])), op["name"]
 
 
 def test_cuda_builds_have_elementwise_kernels():
@@ -45,7 +49,8 @@ def test_cuda_builds_have_elementwise_kernels():
     ops = {op["name"]: op for op in fg._core._op_registry()}
     expected = ["add", "mul", "div", "exp", "tanh", "gelu", "eq", "where", "cast", "full", "rand", "randn", "sum",
                 "mean", "argmax", "logsumexp", "contiguous", "cat", "pad", "matmul", "softmax", "gather",
-                "scatter_add", "index_select", "layer_norm", "rms_norm", "norm_backward"]
+                "scatter_add", "index_select", "layer_norm", "rms_norm", "norm_backward", "add_", "fill_", "copy_",
+                "masked_fill_", "index_put_"]
     for name in expected:
         assert ops[name]["cuda"] == fg.cuda.built_with_cuda(), name
         assert (ops[name]["cuda_missing"] is None) == fg.cuda.built_with_cuda(), name

@@ -127,7 +127,13 @@ template <class Managed>
 py::capsule make_capsule(const Tensor& t, const char* name) {
   auto* managed = new Managed{};
   auto* ctx = new ExportContext{detach(t), {}, {}};
-  if constexpr (std::is_same_v<Managed, dlpack::ManagedTensorVersioned>) managed->version = {1, 0};
+  if constexpr (std::is_same_v<Managed, dlpack::ManagedTensorVersioned>) {
+    managed->version = {1, 0};
+    managed->flags = t.storage()->read_only() ? dlpack::kFlagReadOnly : 0;
+  } else {  // a legacy capsule cannot say read-only, and its consumer may write (NumPy refuses too)
+    FG_CHECK(!t.storage()->read_only(), Value, "__dlpack__: a read-only tensor can only be exported as a "
+             "versioned DLPack capsule (max_version >= (1, 0)); copy it with fg.tensor(t) first");
+  }
   managed->manager_ctx = ctx;
   managed->deleter = [](Managed* self) {
     delete static_cast<ExportContext*>(self->manager_ctx);
@@ -148,7 +154,7 @@ py::capsule export_dlpack(const Tensor& t, bool versioned) {
                    : make_capsule<dlpack::ManagedTensor>(t, "dltensor");
 }
 
-Tensor wrap_dl_tensor(const dlpack::DLTensor& dl, std::function<void()> release) {
+Tensor wrap_dl_tensor(const dlpack::DLTensor& dl, bool read_only, std::function<void()> release) {
   Device device;
   if (dl.device.device_type == dlpack::kCUDA) device = Device{DeviceType::CUDA, dl.device.device_id};
   else FG_CHECK(dl.device.device_type == dlpack::kCPU || dl.device.device_type == dlpack::kCUDAHost,
@@ -160,6 +166,7 @@ Tensor wrap_dl_tensor(const dlpack::DLTensor& dl, std::function<void()> release)
   char* base = static_cast<char*>(dl.data) + dl.byte_offset;
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = Storage::wrap(base, 0, device, std::move(release));
+  if (read_only) impl->storage->mark_read_only();
   impl->shape = shape;
   impl->strides = strides;
   impl->dtype = dt;
@@ -197,14 +204,14 @@ Tensor import_dlpack(const py::object& obj) {
     auto* m = static_cast<dlpack::ManagedTensorVersioned*>(PyCapsule_GetPointer(p, "dltensor_versioned"));
     FG_CHECK(m->version.major == 1, Value, "from_dlpack: DLPack version ", m->version.major, ".",
              m->version.minor, " is not supported (expected 1.x)");
-    Tensor t = wrap_dl_tensor(m->dl_tensor, [m] { if (m->deleter) m->deleter(m); });
+    Tensor t = wrap_dl_tensor(m->dl_tensor, m->flags & dlpack::kFlagReadOnly, [m] { if (m->deleter) m->deleter(m); });
     PyCapsule_SetName(p, "used_dltensor_versioned");
     return t;
   }
   FG_CHECK(PyCapsule_IsValid(p, "dltensor"), Value,
            "from_dlpack: __dlpack__ returned no unused DLPack capsule");
   auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(p, "dltensor"));
-  Tensor t = wrap_dl_tensor(m->dl_tensor, [m] { if (m->deleter) m->deleter(m); });
+  Tensor t = wrap_dl_tensor(m->dl_tensor, false, [m] { if (m->deleter) m->deleter(m); });
   PyCapsule_SetName(p, "used_dltensor");
   return t;
 }
@@ -233,6 +240,7 @@ Tensor from_numpy(const py::array& array) {
     py::gil_scoped_acquire gil;
     keep = py::object();
   });
+  if (!array.writeable()) impl->storage->mark_read_only();
   impl->offset = -low;
   impl->shape = shape;
   impl->strides = strides;
@@ -246,7 +254,9 @@ py::array to_numpy(const Tensor& t) {
   auto [shape, strides] = byte_layout(t);
   auto* keep = new std::shared_ptr<Storage>(t.storage());
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
-  return py::array(numpy_dtype(t.dtype()), shape, strides, t.data_ptr(), owner);
+  py::array array(numpy_dtype(t.dtype()), shape, strides, t.data_ptr(), owner);
+  if (t.storage()->read_only()) array.attr("setflags")(py::arg("write") = false);
+  return array;
 }
 
 Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Device device) {
@@ -274,7 +284,7 @@ void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
     require_cpu(t, "buffer protocol");
     auto [shape, strides] = byte_layout(t);
     return py::buffer_info(t.data_ptr(), static_cast<py::ssize_t>(itemsize(t.dtype())),
-                           buffer_format(t.dtype()), t.ndim(), shape, strides);
+                           buffer_format(t.dtype()), t.ndim(), shape, strides, t.storage()->read_only());
   });
   cls.def("numpy", &to_numpy, "A NumPy array sharing this CPU tensor's memory (no copy).")
       .def("__array__", [](const Tensor& t, const py::object& dtype, const py::object& copy) {
@@ -304,9 +314,13 @@ void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
       }, "(device_type, device_id) in DLPack's codes.");
 
   m.def("from_numpy", &from_numpy, py::arg("array"),
-        "A tensor sharing the NumPy array's memory (no copy; keeps the array alive).");
+        "A tensor sharing the NumPy array's memory (no copy; keeps the array alive). A read-only array "
+        "(np.frombuffer of bytes, a read-only mmap, writeable=False) gives a read-only tensor: reading it "
+        "and out-of-place ops work, in-place writes raise InvalidArgumentError; fg.tensor(a) copies "
+        "into a writable tensor.");
   m.def("from_dlpack", &import_dlpack, py::arg("obj"),
-        "A tensor sharing the memory of any object that implements __dlpack__.");
+        "A tensor sharing the memory of any object that implements __dlpack__. A capsule marked "
+        "read-only gives a read-only tensor, as from_numpy does.");
   m.def("tensor", [](const py::object& data, const py::object& dtype, const py::object& device, bool rg) {
     Tensor t = tensor_from_data(data, dtype_arg(dtype), device_arg(device));
     if (rg) set_requires_grad(t, true);

@@ -76,6 +76,8 @@ void bind_runtime(py::module_& m) {
       d["view"] = (op->flags & kView) != 0;
       d["random"] = (op->flags & kRandom) != 0;
       d["data_dependent"] = (op->flags & kDataDependent) != 0;
+      d["in_place"] = (op->flags & kInPlace) != 0;
+      d["saves_original"] = (op->flags & kSavesOriginal) != 0;
       ops.append(d);
     }
     return ops;

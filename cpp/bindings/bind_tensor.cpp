@@ -87,7 +87,7 @@ IndexItem index_item(const py::handle& obj) {
     item.start = optional_int(obj.attr("start"));
     item.stop = optional_int(obj.attr("stop"));
     item.step = optional_int(obj.attr("step"));
-  } else if (py::isinstance<Tensor>(obj) || py::isinstance<py::bool_>(obj) ||
+  } else if (py::isinstance<Tensor>(obj) || py::isinstance<py::bool_>(obj) || py::isinstance<py::array>(obj) ||
              !(py::isinstance<py::int_>(obj) || PyIndex_Check(obj.ptr()))) {
     item.kind = IndexItem::Kind::Tensor;
     item.tensor = as_tensor(obj);
@@ -101,15 +101,6 @@ IndexItem index_item(const py::handle& obj) {
   return item;
 }
 
-std::vector<IndexItem> index_items(const py::handle& key) {
-  std::vector<IndexItem> items;
-  if (py::isinstance<py::tuple>(key)) {
-    for (py::handle k : key) items.push_back(index_item(k));
-  } else {
-    items.push_back(index_item(key));
-  }
-  return items;
-}
 
 std::string grad_fn_repr(const Tensor& t) {
   auto fn = grad_fn(t);
@@ -147,6 +138,16 @@ Tensor reflected_op(const py::object& self, const py::object& other) {
 }
 
 }  // namespace
+
+std::vector<IndexItem> index_items(const py::handle& key) {
+  std::vector<IndexItem> items;
+  if (py::isinstance<py::tuple>(key)) {
+    for (py::handle k : key) items.push_back(index_item(k));
+  } else {
+    items.push_back(index_item(key));
+  }
+  return items;
+}
 
 void bind_tensor(py::module_& m) {
   py::class_<Tensor> cls(m, "Tensor", py::buffer_protocol(),
@@ -204,15 +205,6 @@ void bind_tensor(py::module_& m) {
       }, py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
          py::arg("create_graph") = false, "Accumulates d(self)/d(leaf) into every leaf's .grad.")
       .def("detach", &detach, "A view of the same data without autograd history.")
-      .def("zero_", [](const Tensor& t) { check_inplace(t, "zero_"); fill_(t, 0.0); return t; },
-           "Fills with zeros in place.")
-      .def("fill_", [](const Tensor& t, double v) { check_inplace(t, "fill_"); fill_(t, v); return t; },
-           py::arg("value"), "Fills with a value in place.")
-      .def("copy_", [](const Tensor& t, const py::object& src) {
-        check_inplace(t, "copy_");
-        copy_(t, as_tensor(src, &t));
-        return t;
-      }, py::arg("src"), "Copies src (broadcast, cast) into self in place.")
       .def("__getitem__", [](const Tensor& t, const py::object& key) { return index(t, index_items(key)); })
       .def("_grad_fn_repr", &grad_fn_repr);
 
@@ -233,6 +225,7 @@ void bind_tensor(py::module_& m) {
       .def("__xor__", &forward_op<bitwise_xor>).def("__rxor__", &reflected_op<bitwise_xor>)
       .def("__invert__", [](const Tensor& t) { return bitwise_not(t); });
   cls.def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
+  bind_in_place(cls);
   bind_interop(m, cls);
 }
 

@@ -30,6 +30,8 @@ std::pair<Tensor, Tensor> binary_operands(const py::handle& a, const py::handle&
 // fg.tensor(data, dtype, device): always a copy.
 Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Device device);
 Tensor from_numpy(const py::array& array);
+// A Python index (int, slice, None, ..., tensor, list, NumPy array, or a tuple of them).
+std::vector<IndexItem> index_items(const py::handle& key);
 py::array to_numpy(const Tensor& t);
 
 // Module call plumbing: Python call arguments as a tensor list (tuples flattened, None kept),
@@ -40,6 +42,7 @@ void sync_type_names(nn::Module& root);
 
 void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m, py::class_<Tensor>& cls);
+void bind_in_place(py::class_<Tensor>& cls);
 void bind_ops(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_nn(py::module_& m);

@@ -23,6 +23,10 @@ void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t 
                       int64_t d, int64_t n, int64_t inner, void* out);
 void index_select_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
                        int64_t n, int64_t inner, void* out);
+// out (n)[idx[i]] = src (k)[i]: on the CPU in order (a repeated index keeps the last value), on
+// CUDA in parallel (a repeated index keeps one of its values). Copies bytes: any dtype.
+void index_put_cpu(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out);
+void index_put_cuda(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out);
 // Sorts each line of x (outer, d, inner) along d into values/indices (outer, k, inner),
 // keeping the first k (k = d for a full sort). Stable; NaN sorts as the largest value.
 void sort_cpu(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,

@@ -46,6 +46,13 @@ void scatter_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t o
   });
 }
 
+void index_put_cpu(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
+  size_t item = itemsize(dtype);
+  const char* ss = static_cast<const char*>(src);
+  char* ys = static_cast<char*>(out);
+  for (int64_t i = 0; i < k; ++i) std::memcpy(ys + idx[i] * item, ss + i * item, item);
+}
+
 void index_select_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
                       int64_t n, int64_t inner, void* out) {
   size_t row = itemsize(dtype) * static_cast<size_t>(inner);

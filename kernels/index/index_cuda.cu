@@ -1,4 +1,4 @@
-// CUDA gather, scatter_add and index_select over contiguous (outer, d, inner) blocks, with the
+// CUDA gather, scatter_add, index_select and index_put over contiguous (outer, d, inner) blocks, with the
 // CPU kernels' layouts. Indices arrive validated and wrapped to [0, d). scatter_add
 // accumulates with atomics, so with repeated indices float sums may differ from the CPU in the
 // last bits (the order of additions is not fixed).
@@ -59,6 +59,17 @@ __global__ void scatter_add_kernel(const T* src, const int64_t* idx, int64_t d, 
   }
 }
 
+// out[idx[i]] = src[i] for elements of one width (W: an unsigned integer of the item size).
+template <class W>
+__global__ void put_kernel(const W* src, const int64_t* idx, int64_t k, W* out) {
+  FG_GRID_LOOP(i, k) { out[idx[i]] = src[i]; }
+}
+
+template <class W>
+void put(const void* src, const int64_t* idx, int64_t k, void* out) {
+  put_kernel<W><<<grid_for(k), kThreads>>>(static_cast<const W*>(src), idx, k, static_cast<W*>(out));
+}
+
 void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_t outer, int64_t d, int64_t n,
           int64_t inner, void* out, const char* what) {
   int64_t total = outer * n * inner;
@@ -92,6 +103,17 @@ void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t 
     }
   });
   check_launch("scatter_add");
+}
+
+void index_put_cuda(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
+  if (k == 0) return;
+  switch (itemsize(dtype)) {
+    case 1: put<uint8_t>(src, idx, k, out); break;
+    case 2: put<uint16_t>(src, idx, k, out); break;
+    case 4: put<uint32_t>(src, idx, k, out); break;
+    default: put<uint64_t>(src, idx, k, out); break;
+  }
+  check_launch("index_put_");
 }
 
 void index_select_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d, int64_t n,

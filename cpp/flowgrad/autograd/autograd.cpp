@@ -66,29 +66,88 @@ void attach_outputs(const std::shared_ptr<Node>& node, const Tensors& outputs) {
   }
 }
 
-// The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it.
+bool differentiable_input(const OpDef& op, size_t i) { return !((op.nondiff_inputs >> i) & 1u); }
+
+// Whether record() will make a node for this call (the op's inputs as they are before it runs).
+bool records(const OpDef& op, TensorList in) {
+  if (!t_grad_enabled || !op.backward) return false;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (differentiable_input(op, i) && requires_grad(in[i])) return true;
+  return false;
+}
+
+void watch_version(Node& node, const Tensor& t, bool output, int index) {
+  if (t.defined()) node.versions.push_back({t.storage(), t.storage()->version(), output, index});
+}
+
+// The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it. An
+// in-place op's input 0 is out[0] (its autograd identity, not yet moved to this node); `in[0]`
+// holds its values from before the write, or nothing (see run_op).
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   if (g_anomaly.load())
     for (size_t i = 0; i < out.size(); ++i)
       check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
-  if (!t_grad_enabled || !op.backward) return;
-  bool needed = false;
-  for (size_t i = 0; i < in.size(); ++i)
-    needed |= !((op.nondiff_inputs >> i) & 1u) && requires_grad(in[i]);
-  if (!needed) return;
+  Tensors in_place_inputs;
+  TensorList inputs = in;
+  if (op.flags & kInPlace) {
+    in_place_inputs = in.vec();
+    in_place_inputs[0] = out[0];
+    inputs = in_place_inputs;
+  }
+  if (!records(op, inputs)) return;
   auto node = std::make_shared<Node>();
   node->op = &op;
   node->attrs = attrs;
   node->sequence = g_sequence.fetch_add(1);
   node->device = out[0].device();
-  node->input_specs = specs_of(in);
+  node->input_specs = specs_of(inputs);
   node->output_specs = specs_of(out);
-  for (size_t i = 0; i < in.size(); ++i)
-    node->next.push_back((op.nondiff_inputs >> i) & 1u ? Edge{} : edge_to(in[i]));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    node->next.push_back(differentiable_input(op, i) ? edge_to(inputs[i]) : Edge{});
   if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs) node->saved_inputs = in.vec();
   if (op.saved == Saved::Outputs || op.saved == Saved::InputsAndOutputs)
     for (const Tensor& t : out) node->saved_outputs.push_back(t.alias());
+  for (size_t i = 0; i < node->saved_inputs.size(); ++i) watch_version(*node, node->saved_inputs[i], false, i);
+  for (size_t i = 0; i < node->saved_outputs.size(); ++i) watch_version(*node, node->saved_outputs[i], true, i);
+  if (op.flags & kView) watch_version(*node, in[0], false, 0);  // the view reads its base's memory
   attach_outputs(node, out);
+}
+
+// The in-place hook (before the write): PyTorch's rules for in-place ops under autograd.
+Tensor prepare_in_place(const OpDef& op, TensorList in) {
+  const Tensor& target = in[0];
+  if (!t_grad_enabled) return Tensor();
+  if (requires_grad(target)) {
+    FG_CHECK(!is_leaf(target), Value, op.name, ": a leaf tensor that requires grad cannot be modified in place; "
+             "wrap the update in fg.no_grad()");
+    const OpDef* producer = grad_fn(target)->op;
+    FG_CHECK(!(producer && (producer->flags & kView)), Value, op.name, ": cannot modify in place a view ('",
+             producer->name, "') of a tensor that requires grad: the viewed tensor's gradient would miss the "
+             "change; write into the base tensor (base[index] = value) or use out-of-place ops");
+    FG_CHECK(op.backward, Value, op.name, ": is not differentiable (", op.not_differentiable,
+             ") and cannot modify a tensor that requires grad; wrap it in fg.no_grad()");
+  }
+  if (!records(op, in)) return Tensor();
+  if (op.saved == Saved::Inputs || op.saved == Saved::InputsAndOutputs)
+    for (size_t i = 1; i < in.size(); ++i)
+      FG_CHECK(in[i].storage() != target.storage(), Value, op.name, ": input ", i, " shares memory with the "
+               "tensor written in place, and its gradient needs the values from before the write; use the "
+               "out-of-place op");
+  // A recorded copy: create_graph differentiates the rule through it back to the target's history.
+  return (op.flags & kSavesOriginal) ? clone(target) : Tensor();
+}
+
+void check_versions(const Node& node) {
+  for (const SavedVersion& saved : node.versions) {
+    std::shared_ptr<Storage> storage = saved.storage.lock();
+    if (!storage || storage->version() == saved.version) continue;
+    const TensorSpec& spec = saved.output ? node.output_specs[saved.index] : node.input_specs[saved.index];
+    fail(ErrorKind::Runtime, "one of the variables needed for gradient computation has been modified by an "
+         "inplace operation: ", node.name(), saved.output ? " output " : " input ", saved.index, " of shape ",
+         to_string(spec.shape), " is at version ", storage->version(), "; expected version ", saved.version,
+         ". An in-place op or an optimizer step changed it between the forward pass and backward(); "
+         "modify a copy (.clone()) or call backward() first");
+  }
 }
 
 struct Target {  // a tensor whose gradient autograd.grad returns
@@ -174,29 +233,27 @@ class Engine {
       return;
     }
     AutogradMeta& m = *leaf->autograd;
-    if (create_) {
-      m.grad = add_grads(m.grad, grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype));
-      return;
-    }
-    if (m.grad.defined() || grad.dtype() != leaf->dtype) {  // a fresh tensor either way
-      m.grad = detach(add_grads(m.grad, grad.dtype() == leaf->dtype ? grad : cast(grad, leaf->dtype)));
-      return;
-    }
+    Tensor previous;  // released after the lock: freeing NumPy-owned memory takes the GIL
+    std::lock_guard<std::mutex> lock(m.grad_mutex);
+    previous = m.grad;
+    m.grad = accumulated(m.grad, grad, leaf->dtype);
+  }
+
+  Tensor accumulated(const Tensor& sum, const Tensor& grad, DType dtype) {
+    if (create_) return add_grads(sum, grad.dtype() == dtype ? grad : cast(grad, dtype));
+    if (sum.defined() || grad.dtype() != dtype)  // a fresh tensor either way
+      return detach(add_grads(sum, grad.dtype() == dtype ? grad : cast(grad, dtype)));
     // The first gradient is kept as is only when nothing else refers to its memory (an add's
     // backward hands one tensor to both inputs): .grad tensors never alias each other.
     bool unique = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1;
-    if (unique) {
-      m.grad = detach(grad);
-    } else {
-      m.grad = Tensor::empty(grad.shape(), grad.dtype(), grad.device());
-      copy_into(m.grad, grad);
-    }
+    return unique ? detach(grad) : clone_raw(grad);
   }
 
   void execute(Node* node) {
     FG_CHECK(!node->released, Runtime, "backward: trying to backward through the graph of '",
              node->name(), "' a second time (its saved tensors were freed); pass "
              "retain_graph=True to the first backward call");
+    check_versions(*node);
     Tensors grads = std::move(buffers_[node]);
     grads.resize(node->output_specs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -284,7 +341,10 @@ Tensor Node::attached_output(int i) {
   return t;
 }
 
-void install_autograd() { set_dispatch_hook(record); }
+void install_autograd() {
+  set_dispatch_hook(record);
+  set_in_place_hook(prepare_in_place);
+}
 
 Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
                       CustomBackward backward) {
@@ -325,14 +385,20 @@ void set_requires_grad(const Tensor& t, bool value) {
 
 Tensor grad_of(const Tensor& t) {
   const auto& m = t.impl()->autograd;
-  return m ? m->grad : Tensor();
+  if (!m) return Tensor();
+  std::lock_guard<std::mutex> lock(m->grad_mutex);
+  return m->grad;
 }
 
 void set_grad(const Tensor& t, const Tensor& grad) {
   if (grad.defined())
     FG_CHECK(grad.shape() == t.shape() && grad.dtype() == t.dtype(), Shape,
              "grad: assigned gradient ", describe(grad), " does not match tensor ", describe(t));
-  meta(t).grad = grad;
+  AutogradMeta& m = meta(t);
+  Tensor previous;  // released after the lock (see accumulate_leaf)
+  std::lock_guard<std::mutex> lock(m.grad_mutex);
+  previous = m.grad;
+  m.grad = grad;
 }
 
 std::shared_ptr<Node> grad_fn(const Tensor& t) {
@@ -367,6 +433,7 @@ void move_to_device(const Tensor& t, Device device) {
   Tensor moved = copied_to(t, device);
   Tensor grad = grad_of(t);
   TensorImpl* impl = t.impl();
+  moved.storage()->set_version(t.storage()->version());  // tensors saved for backward still match
   impl->storage = moved.storage();
   impl->offset = 0;
   impl->strides = moved.strides();
@@ -383,15 +450,6 @@ Tensor make_parameter(const Tensor& t, bool requires_gradient) {
 bool is_parameter(const Tensor& t) {
   const auto& m = t.impl()->autograd;
   return m && m->is_parameter;
-}
-
-void check_inplace(const Tensor& t, const char* op) {
-  FG_CHECK(!(t_grad_enabled && requires_grad(t) && is_leaf(t)), Value, op,
-           ": a leaf tensor that requires grad cannot be modified in place; wrap the update in "
-           "fg.no_grad()");
-  FG_CHECK(!(t_grad_enabled && requires_grad(t)) || is_leaf(t), Value, op,
-           ": in-place modification of a tensor produced by '", grad_fn(t)->name(),
-           "' would corrupt its gradient; use the out-of-place op");
 }
 
 void backward(const Tensors& roots, const Tensors& root_grads, bool retain_graph, bool create_graph) {

@@ -2,6 +2,7 @@
 // backward engine (iterative, deterministic: nodes run in reverse creation order).
 #pragma once
 #include <memory>
+#include <mutex>
 #include <functional>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@ class Node;
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
+  std::mutex grad_mutex;  // backward() on several threads accumulates into one leaf's grad
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   bool is_parameter = false;  // made by fg.nn.Parameter: modules register it on assignment
@@ -32,6 +34,15 @@ struct Edge {
 // gradients of the outputs, returns the gradients of the inputs.
 using CustomBackward = std::function<Tensors(const Tensors& output_grads)>;
 
+// The version of a buffer a node depends on (a saved tensor, or the base of a view) when the
+// node was recorded; backward raises if an in-place write changed it since.
+struct SavedVersion {
+  std::weak_ptr<Storage> storage;
+  uint32_t version = 0;
+  bool output = false;  // which of the node's tensors: output or input `index`
+  int index = 0;
+};
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   const OpDef* op = nullptr;
@@ -40,6 +51,7 @@ class Node : public std::enable_shared_from_this<Node> {
   Attrs attrs;
   Tensors saved_inputs;
   Tensors saved_outputs;  // aliases without autograd identity (no reference cycle)
+  std::vector<SavedVersion> versions;
   SpecList input_specs, output_specs;
   std::vector<Edge> next;  // one per input
   Device device;
@@ -79,8 +91,6 @@ void move_to_device(const Tensor& t, Device device);
 // A leaf sharing t's data, marked as a parameter (fg.nn.Parameter).
 Tensor make_parameter(const Tensor& t, bool requires_grad);
 bool is_parameter(const Tensor& t);
-// Raises when an in-place op would overwrite a leaf that autograd tracks.
-void check_inplace(const Tensor& t, const char* op);
 
 // t.backward(gradient): accumulates into the .grad of the leaves.
 void backward(const Tensors& roots, const Tensors& root_grads, bool retain_graph, bool create_graph);

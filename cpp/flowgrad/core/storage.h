@@ -1,6 +1,8 @@
 // Storage: a ref-counted buffer on one device. Tensors share it through std::shared_ptr.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -33,6 +35,16 @@ class Storage {
   // trace from those that existed before it.
   uint64_t serial() const { return serial_; }
 
+  // Counts the in-place writes to this buffer. Views share it (they share the storage), so
+  // autograd can tell that a tensor it saved for backward was modified after it was saved.
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  void set_version(uint32_t v) { version_.store(v, std::memory_order_relaxed); }
+  // Memory that must not be written (a read-only NumPy array, an immutable buffer, a DLPack
+  // export marked read-only): every in-place write raises instead.
+  bool read_only() const { return read_only_; }
+  void mark_read_only() { read_only_ = true; }
+
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
@@ -40,6 +52,8 @@ class Storage {
   Device device_;
   uint64_t serial_;
   std::function<void()> release_;
+  std::atomic<uint32_t> version_{0};
+  bool read_only_ = false;
 };
 
 // Device allocators other than the CPU register here (the CUDA backend does so at start-up).

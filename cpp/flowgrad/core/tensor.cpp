@@ -40,4 +40,13 @@ std::string describe(const Tensor& t) {
          t.device().str();
 }
 
+void check_writable(const Tensor& t, const char* op) {
+  FG_CHECK(!t.storage()->read_only(), Value, op, ": cannot write into a read-only tensor (", describe(t),
+           " shares memory with a read-only NumPy array or buffer); make a writable copy with fg.tensor(t)");
+  for (int d = 0; d < t.ndim(); ++d)
+    FG_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, Value, op, ": cannot write in place into ", describe(t),
+             ": several of its elements share one memory location (dim ", d, " is expanded); write into a "
+             "copy made with .contiguous() instead");
+}
+
 }  // namespace fg

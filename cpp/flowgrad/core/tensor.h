@@ -61,4 +61,10 @@ class Tensor {
 
 std::string describe(const Tensor& t);  // "float32 (2, 3) on cpu", for error messages
 
+// Raises, naming `op`, unless t may be written in place: its memory is not read-only and no
+// two of its elements share memory (an expanded view). Every in-place write calls it first.
+void check_writable(const Tensor& t, const char* op);
+// Marks an in-place write into t's storage; autograd compares versions in backward.
+inline void bump_version(const Tensor& t) { t.storage()->bump_version(); }
+
 }  // namespace fg

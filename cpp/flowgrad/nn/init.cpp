@@ -17,22 +17,16 @@ class NoGrad {
   bool previous_;
 };
 
-void check_float(const Tensor& t, const char* op) {
-  FG_CHECK(is_floating(t.dtype()), DType, op, ": expected a floating tensor, got ", describe(t));
-}
-
 }  // namespace
 
 void uniform_(const Tensor& t, double low, double high) {
-  check_float(t, "uniform_");
   NoGrad guard;
-  copy_(t, rand(t.shape(), t.dtype(), t.device()) * (high - low) + low);
+  fg::uniform_(t, low, high);
 }
 
 void normal_(const Tensor& t, double mean, double std) {
-  check_float(t, "normal_");
   NoGrad guard;
-  copy_(t, randn(t.shape(), t.dtype(), t.device()) * std + mean);
+  fg::normal_(t, mean, std);
 }
 
 void constant_(const Tensor& t, double value) {
@@ -60,12 +54,12 @@ double gain(const std::string& nonlinearity, double param) {
 void xavier_uniform_(const Tensor& t, double g) {
   auto [fan_in, fan_out] = fans(t);
   double bound = g * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-  uniform_(t, -bound, bound);
+  init::uniform_(t, -bound, bound);
 }
 
 void xavier_normal_(const Tensor& t, double g) {
   auto [fan_in, fan_out] = fans(t);
-  normal_(t, 0.0, g * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out)));
+  init::normal_(t, 0.0, g * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out)));
 }
 
 namespace {
@@ -79,11 +73,11 @@ double kaiming_std(const Tensor& t, double a, const std::string& mode, const std
 
 void kaiming_uniform_(const Tensor& t, double a, const std::string& mode, const std::string& nonlinearity) {
   double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, nonlinearity);
-  uniform_(t, -bound, bound);
+  init::uniform_(t, -bound, bound);
 }
 
 void kaiming_normal_(const Tensor& t, double a, const std::string& mode, const std::string& nonlinearity) {
-  normal_(t, 0.0, kaiming_std(t, a, mode, nonlinearity));
+  init::normal_(t, 0.0, kaiming_std(t, a, mode, nonlinearity));
 }
 
 }  // namespace fg::nn::init

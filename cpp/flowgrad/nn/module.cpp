@@ -184,7 +184,7 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
   set_grad_enabled(false);
   for (const auto& [name, t] : own) {
     auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
-    if (it != state.end()) copy_(t, it->second);
+    if (it != state.end()) copy_(t, to_device(it->second, t.device()));
   }
   set_grad_enabled(grad_mode);
 }

@@ -283,6 +283,22 @@ const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | 
                    .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),
                    .backward = cast_backward};
 
+// ---- in-place twins: the same rule, kernels and backward, writing into input 0 (see run_op) ----
+
+OpDef in_place(OpDef op, const char* name, uint32_t flags) {
+  op.name = name;
+  op.flags = kInPlace | flags | (op.flags & kHalfNative);
+  return op;
+}
+const OpDef k_add_ = in_place(k_add, "add_", 0);
+const OpDef k_sub_ = in_place(k_sub, "sub_", 0);
+const OpDef k_mul_ = in_place(k_mul, "mul_", kSavesOriginal);
+const OpDef k_div_ = in_place(k_div, "div_", kSavesOriginal);
+const OpDef k_pow_ = in_place(k_pow, "pow_", kSavesOriginal);
+const OpDef k_neg_ = in_place(k_neg, "neg_", 0);
+const OpDef k_relu_ = in_place(k_relu, "relu_", kSavesOriginal);
+const OpDef k_clamp_ = in_place(k_clamp, "clamp_", kSavesOriginal);
+
 }  // namespace
 
 std::vector<const OpDef*> elementwise_ops() {
@@ -291,7 +307,8 @@ std::vector<const OpDef*> elementwise_ops() {
           &k_gelu_tanh, &k_clamp, &k_bitwise_not, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
           &k_minimum, &k_gelu_backward, &k_gelu_tanh_backward, &k_bitwise_and, &k_bitwise_or,
           &k_bitwise_xor, &k_eq, &k_ne, &k_lt, &k_le, &k_gt,
-          &k_ge, &k_where, &k_cast};
+          &k_ge, &k_where, &k_cast, &k_add_, &k_sub_, &k_mul_, &k_div_, &k_pow_, &k_neg_, &k_relu_,
+          &k_clamp_};
 }
 
 Tensor neg(const Tensor& x) { return run_op1(k_neg, {x}); }
@@ -354,6 +371,16 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   return run_op1(k_cast, {x}, {{"dtype", dtype}});
+}
+Tensor add_(const Tensor& x, const Tensor& other) { return run_op1(k_add_, {x, other}); }
+Tensor sub_(const Tensor& x, const Tensor& other) { return run_op1(k_sub_, {x, other}); }
+Tensor mul_(const Tensor& x, const Tensor& other) { return run_op1(k_mul_, {x, other}); }
+Tensor div_(const Tensor& x, const Tensor& other) { return run_op1(k_div_, {x, other}); }
+Tensor pow_(const Tensor& x, const Tensor& other) { return run_op1(k_pow_, {x, other}); }
+Tensor neg_(const Tensor& x) { return run_op1(k_neg_, {x}); }
+Tensor relu_(const Tensor& x) { return run_op1(k_relu_, {x}); }
+Tensor clamp_(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  return run_op1(k_clamp_, {x}, {{"min", lo.value_or(kNaN)}, {"max", hi.value_or(kNaN)}});
 }
 Tensor scalar_like(const Tensor& x, double value) {
   return full(Dims{}, value, x.dtype(), x.device());

@@ -210,17 +210,4 @@ Tensor bce_with_logits(const Tensor& x, const Tensor& y, Reduction reduction) {
   return reduce_loss(relu(x) - x * y + softplus(-abs(x)), reduction);
 }
 
-void fill_(const Tensor& x, double value) {
-  FG_CHECK(x.device().is_cpu(), Device, "fill_: no kernel for ", x.device().str());
-  copy_into(x, full(Dims{}, value, x.dtype(), x.device()));
-}
-
-void copy_(const Tensor& dst, const Tensor& src) {
-  FG_CHECK(dst.device() == src.device(), Device, "copy_: source on ", src.device().str(),
-           " and destination on ", dst.device().str(), "; use .to(device) first");
-  FG_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), Shape, "copy_: source ",
-           to_string(src.shape()), " cannot be broadcast to destination ", to_string(dst.shape()));
-  copy_into(dst, src);
-}
-
 }  // namespace fg

@@ -1,5 +1,7 @@
 // x[items]: basic indexing becomes views (select, slice, unsqueeze); an integer index tensor
-// becomes index_select and a bool mask becomes nonzero + index_select.
+// becomes index_select and a bool mask becomes nonzero + index_select. x[items] = value writes
+// the elements that x[items] reads, found by indexing their positions the same way.
+#include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
@@ -79,6 +81,42 @@ Tensor index(const Tensor& x, const std::vector<IndexItem>& items) {
     }
   }
   return out;
+}
+
+namespace {
+
+// The row-major numbers of the elements of a tensor of `shape` that index(x, items) reads, as an
+// int64 tensor of the indexed shape, computed on the host. An index tensor or mask reads the
+// numbers from one arange; basic indexing sums coordinate * stride over dims, each term indexed
+// from a broadcast arange, so only the indexed elements are materialised (t[0] = v costs the
+// size of t[0], not of t).
+Tensor index_positions(const Dims& shape, std::vector<IndexItem> items) {
+  Device host = cpu_device();
+  bool basic = true;
+  for (IndexItem& item : items) {
+    if (item.kind != Kind::Tensor) continue;
+    item.tensor = device_copy(item.tensor, host);
+    basic = false;
+  }
+  if (!basic || shape.size() == 0)
+    return index(reshape(arange(0, static_cast<double>(shape.numel()), 1, DType::Int64, host), shape.vec()), items);
+  Dims strides = contiguous_strides(shape);
+  Tensor positions;
+  for (int d = 0; d < shape.size(); ++d) {
+    std::vector<int64_t> along(shape.size(), 1);
+    along[d] = shape[d];
+    Tensor coordinate = reshape(arange(0, shape[d], 1, DType::Int64, host) * static_cast<double>(strides[d]), along);
+    Tensor term = index(expand(coordinate, shape.vec()), items);
+    positions = positions.defined() ? positions + term : contiguous(term);
+  }
+  return positions;
+}
+
+}  // namespace
+
+Tensor assign_index(const Tensor& x, const std::vector<IndexItem>& items, const Tensor& value) {
+  Tensor positions = device_copy(index_positions(x.shape(), items), x.device());
+  return index_put_(x, positions, value);
 }
 
 }  // namespace fg

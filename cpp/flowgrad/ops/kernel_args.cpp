@@ -52,6 +52,12 @@ Tensor converted(const Tensor& t, DType dtype) {
   return out;
 }
 
+Tensor clone_raw(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy_into(out, t);
+  return out;
+}
+
 Tensor contiguous_raw(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());

@@ -35,6 +35,8 @@ Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& t
 Tensor converted(const Tensor& t, DType dtype);
 // t when contiguous, else a contiguous copy. No autograd.
 Tensor contiguous_raw(const Tensor& t);
+// A new contiguous copy of t that shares no memory with it. No autograd.
+Tensor clone_raw(const Tensor& t);
 // t's values on `device` as a contiguous tensor (t itself when it is already there). No autograd.
 Tensor device_copy(const Tensor& t, Device device);
 // Sets every element of a contiguous tensor (on its device). No autograd.

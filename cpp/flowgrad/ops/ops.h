@@ -114,6 +114,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t stop, int64_t 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);  // a contiguous copy that never shares x's memory
 Tensor cat(const Tensors& ts, int64_t dim);
 Tensor stack(const Tensors& ts, int64_t dim);
 Tensors split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
@@ -178,8 +179,25 @@ Tensor l1_loss(const Tensor& x, const Tensor& y, Reduction reduction);
 Tensor huber_loss(const Tensor& x, const Tensor& y, double delta, Reduction reduction);
 Tensor bce_with_logits(const Tensor& x, const Tensor& y, Reduction reduction);
 
-// in place (for no_grad blocks and initialisation)
-void fill_(const Tensor& x, double value);
-void copy_(const Tensor& dst, const Tensor& src);
+// in place: each writes into x (same tensor, same storage), bumps its version and returns x.
+// Other operands broadcast to x's shape; the result must cast to x's dtype (same kind).
+Tensor add_(const Tensor& x, const Tensor& other);
+Tensor sub_(const Tensor& x, const Tensor& other);
+Tensor mul_(const Tensor& x, const Tensor& other);
+Tensor div_(const Tensor& x, const Tensor& other);
+Tensor pow_(const Tensor& x, const Tensor& other);
+Tensor neg_(const Tensor& x);
+Tensor relu_(const Tensor& x);
+Tensor clamp_(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+Tensor fill_(const Tensor& x, double value);
+Tensor zero_(const Tensor& x);
+Tensor copy_(const Tensor& dst, const Tensor& src);  // any dtype, one device
+Tensor masked_fill_(const Tensor& x, const Tensor& mask, double value);
+Tensor uniform_(const Tensor& x, double low, double high);
+Tensor normal_(const Tensor& x, double mean, double std);
+// x.reshape(-1)[positions] = value (broadcast to positions' shape): the op behind x[idx] = value.
+Tensor index_put_(const Tensor& x, const Tensor& positions, const Tensor& value);
+// x[items] = value for every indexing form that index(x, items) reads.
+Tensor assign_index(const Tensor& x, const std::vector<IndexItem>& items, const Tensor& value);
 
 }  // namespace fg

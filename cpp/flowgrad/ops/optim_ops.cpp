@@ -59,12 +59,14 @@ void adam_kernel(TensorList in, const Tensors&, const Attrs&) {
 
 // kHalfNative: the kernels reject half parameters themselves; widening copies would be updated
 // instead of the parameters.
-const OpDef k_sgd_update{.name = "sgd_update", .family = Family::Optim, .flags = kMutatesInputs | kHalfNative,
+const OpDef k_sgd_update{.name = "sgd_update", .family = Family::Optim, .flags = kHalfNative,
                          .shape_rule = sgd_update_shape, .cpu = sgd_kernel<sgd_update_cpu>,
-                         .cuda = FG_CUDA(sgd_kernel<sgd_update_cuda>), .not_differentiable = "optimizer update"};
-const OpDef k_adam_update{.name = "adam_update", .family = Family::Optim, .flags = kMutatesInputs | kHalfNative,
+                         .cuda = FG_CUDA(sgd_kernel<sgd_update_cuda>), .not_differentiable = "optimizer update",
+                         .mutated_inputs = 0b1001};  // param, momentum buffer
+const OpDef k_adam_update{.name = "adam_update", .family = Family::Optim, .flags = kHalfNative,
                           .shape_rule = adam_update_shape, .cpu = adam_kernel<adam_update_cpu>,
-                          .cuda = FG_CUDA(adam_kernel<adam_update_cuda>), .not_differentiable = "optimizer update"};
+                          .cuda = FG_CUDA(adam_kernel<adam_update_cuda>), .not_differentiable = "optimizer update",
+                          .mutated_inputs = 0b111001};  // param, step, exp_avg, exp_avg_sq
 
 }  // namespace
 

@@ -11,6 +11,7 @@ namespace fg {
 namespace {
 
 DispatchHook g_hook = nullptr;
+InPlaceHook g_in_place_hook = nullptr;
 
 // Observers are few and change only around a compile; readers take the lock only when one is
 // installed (the flag), so eager dispatch pays one relaxed load.
@@ -65,6 +66,49 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in,
   return out;
 }
 
+// NumPy's same_kind casting: bool -> integer -> floating, never back.
+int kind_rank(DType dt) { return dt == DType::Bool ? 0 : is_integral(dt) ? 1 : 2; }
+
+// Tells the op observers (the compile tracer) about a call that ran.
+void notify_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
+  if (!g_observed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_op(op, in, out, attrs);
+}
+
+// Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
+// result dtype, else into a temporary that is copied back (cast). Inputs sharing the target's
+// memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
+
+Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs& specs,
+                     const Attrs& attrs) {
+  const Tensor& target = in[0];
+  check_writable(target, op.name);
+  FG_CHECK(specs[0].shape == target.shape(), Shape, op.name, ": the result has shape ",
+           to_string(specs[0].shape), " but the tensor written in place has shape ", to_string(target.shape()));
+  FG_CHECK(kind_rank(specs[0].dtype) <= kind_rank(target.dtype()), DType, op.name, ": the result type ",
+           dtype_name(specs[0].dtype), " cannot be written in place into ", describe(target));
+  Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
+  Tensors args = in.vec();
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
+  bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
+                ((op.flags & kHalfNative) || !any_half(in, specs));
+  if (direct)
+    kernel(args, Tensors{target}, attrs);
+  else
+    copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+  bump_version(target);
+  Tensors out{target};
+  notify_op(op, in, out, attrs);
+  if (g_hook) {
+    Tensors seen = in.vec();  // input 0 as it was before the write (see DispatchHook)
+    seen[0] = original;
+    g_hook(op, seen, out, attrs);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Attrs::str() const {
@@ -109,7 +153,7 @@ const std::vector<const OpDef*>& all_ops() {
   static const std::vector<const OpDef*> ops = [] {
     std::vector<const OpDef*> all;
     for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
-                        creation_ops, optim_ops})
+                        creation_ops, optim_ops, in_place_ops})
       for (const OpDef* op : family()) all.push_back(op);
     return all;
   }();
@@ -123,6 +167,7 @@ const OpDef& find_op(const std::string& name) {
 }
 
 void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
+void set_in_place_hook(InPlaceHook hook) { g_in_place_hook = hook; }
 
 void push_op_observer(OpObserver* observer) {
   std::lock_guard<std::mutex> lock(g_observers_mutex);
@@ -142,13 +187,6 @@ void notify_host_read(const Tensor& t, const char* what) {
   for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_host_read(t, what);
 }
 
-namespace {
-void notify_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
-  if (!g_observed.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(g_observers_mutex);
-  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_op(op, in, out, attrs);
-}
-}  // namespace
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
@@ -156,6 +194,9 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
            op.cuda_missing, ")");
   Specs specs = op.shape_rule(in, attrs);
+  if (op.flags & kInPlace) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
+  for (size_t i = 0; i < in.size(); ++i)
+    if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
   Tensors out;
   if (op.flags & kView) {
     out.push_back(op.view(in[0], specs[0], attrs));
@@ -166,6 +207,8 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   } else {
     fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", op.cuda_missing, ")");
   }
+  for (size_t i = 0; i < in.size(); ++i)
+    if (op.mutated_inputs >> i & 1) bump_version(in[i]);
   notify_op(op, in, out, attrs);
   if (g_hook) g_hook(op, in, out, attrs);
   return out;

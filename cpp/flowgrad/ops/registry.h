@@ -100,7 +100,8 @@ enum OpFlag : uint32_t {
   kRandom = 1u << 2,         // draws from the global Philox counter
   kDataDependent = 1u << 3,  // output shape depends on input values: never captured
   kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
-  kMutatesInputs = 1u << 8,  // writes into its inputs (optimizer updates): never dropped or reordered
+  kInPlace = 1u << 5,        // output 0 is input 0: run_op writes into input 0 instead of allocating
+  kSavesOriginal = 1u << 6,  // in place: the backward rule reads input 0 as it was before the write
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -136,7 +137,12 @@ struct OpDef {
   const char* not_differentiable = nullptr;  // reason, when backward is null
   Saved saved = Saved::Nothing;
   uint32_t nondiff_inputs = 0;  // bit i: input i never receives a gradient (indices, masks)
+  // bit i: the kernel writes input i (optimizer updates): run_op checks it is writable and bumps
+  // its version; compiled plans never drop or reorder such an op.
+  uint32_t mutated_inputs = 0;
 };
+
+inline bool mutates_inputs(const OpDef& op) { return op.mutated_inputs != 0; }
 
 // A CUDA kernel in CUDA builds, nothing otherwise: `.cuda = FG_CUDA(kernel)`.
 #if defined(FLOWGRAD_HAVE_CUDA)
@@ -154,10 +160,17 @@ inline Tensor run_op1(const OpDef& op, TensorList in, const Attrs& attrs = {}) {
   return run_op(op, in, attrs)[0];
 }
 
-// Called after every op with its inputs and outputs; installed by the autograd layer.
+// Called after every op with its inputs and outputs; installed by the autograd layer. For an
+// in-place op, out[0] is the written tensor and in[0] stands for its values before the write:
+// the copy the in-place hook returned, or an undefined tensor.
 using DispatchHook = void (*)(const OpDef& op, TensorList in, Tensors& out,
                               const Attrs& attrs);
 void set_dispatch_hook(DispatchHook hook);
+// Called before an in-place op writes; installed by the autograd layer. Raises when autograd
+// forbids the write; returns a copy of input 0 when the backward rule will read its old values
+// (kSavesOriginal and the op is being recorded), else an undefined tensor.
+using InPlaceHook = Tensor (*)(const OpDef& op, TensorList in);
+void set_in_place_hook(InPlaceHook hook);
 
 // Observers beside autograd (the compile tracer): told of every op after it ran, and of every
 // host read of a tensor's values. A stack: the innermost observer sees calls first.
@@ -181,5 +194,6 @@ std::vector<const OpDef*> index_ops();
 std::vector<const OpDef*> nn_ops();
 std::vector<const OpDef*> creation_ops();
 std::vector<const OpDef*> optim_ops();
+std::vector<const OpDef*> in_place_ops();
 
 }  // namespace fg

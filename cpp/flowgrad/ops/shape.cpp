@@ -382,6 +382,7 @@ Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   return run_op1(k_contiguous, {x});
 }
+Tensor clone(const Tensor& x) { return run_op1(k_contiguous, {x}); }
 Tensor cat(const Tensors& ts, int64_t dim) { return run_op1(k_cat, ts, {{"dim", dim}}); }
 Tensor stack(const Tensors& ts, int64_t dim) {
   FG_CHECK(!ts.empty(), Value, "stack: expected a non-empty list of tensors");

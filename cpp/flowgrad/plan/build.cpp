@@ -66,8 +66,23 @@ struct Builder {
              "do not support that yet (compile in float32)");
   }
 
+  // A plan calls an in-place op's kernel on its target directly: that is what eager code does
+  // only when the target is contiguous and of the result dtype and no other input aliases it.
+  void check_in_place(const TracedCall& c) {
+    const Tensor& target = c.in[0];
+    Specs specs = c.op->shape_rule(c.in, c.attrs);
+    bool aliased = false;
+    for (size_t i = 1; i < c.in.size(); ++i)
+      aliased |= c.in[i].storage() == target.storage() &&
+                 (c.in[i].offset() != target.offset() || c.in[i].strides() != target.strides());
+    FG_CHECK(target.is_contiguous() && specs[0].dtype == target.dtype() && !aliased, Value, "compile: '", c.op->name,
+             "' writes ", fg::describe(target), " through a cast, a strided target or an overlapping input; "
+             "compiled plans support in-place ops on contiguous targets of the result dtype only");
+  }
+
   void record(const TracedCall& c, bool backward) {
     check_supported(c);
+    if (c.op->flags & kInPlace) check_in_place(c);
     if (c.op->flags & kView) return;  // folded: the output is a layout over input 0's buffer
     Instruction ins{c.op, c.attrs};
     ins.backward = backward;
@@ -80,7 +95,7 @@ struct Builder {
     }
     if (c.op->flags & kRandom) ins.rng_delta = random_delta(c);
     for (const Value& v : ins.out) plan.buffers_[v.buffer].written = true;
-    if (c.op->flags & kMutatesInputs)
+    if (mutates_inputs(*c.op))
       for (const Value& v : ins.in) plan.buffers_[v.buffer].written = true;
     plan.code_.push_back(std::move(ins));
   }
@@ -110,7 +125,7 @@ struct Builder {
     for (size_t i = 0; i < plan.code_.size(); ++i) {
       Instruction& ins = plan.code_[i];
       for (Value& v : ins.in) v.buffer = rename[v.buffer];
-      bool pure = !(ins.op->flags & (kRandom | kMutatesInputs));
+      bool pure = !((ins.op->flags & kRandom) || mutates_inputs(*ins.op));
       for (const Value& v : ins.out) pure &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
       std::ostringstream key;
       key << ins.op << '|' << ins.attrs.str();
@@ -132,7 +147,7 @@ struct Builder {
         continue;
       }
       for (const Value& v : ins.out) ++version[v.buffer];
-      if (ins.op->flags & kMutatesInputs)
+      if (mutates_inputs(*ins.op))
         for (const Value& v : ins.in) ++version[v.buffer];
       kept.push_back(std::move(ins));
       if (pure) seen[key.str()] = kept.size() - 1;
@@ -150,7 +165,7 @@ struct Builder {
       for (const Value& v : ins.out) ++writers[v.buffer];
     std::vector<Instruction> kept;
     for (Instruction& ins : plan.code_) {
-      bool foldable = !(ins.op->flags & (kRandom | kMutatesInputs));
+      bool foldable = !((ins.op->flags & kRandom) || mutates_inputs(*ins.op));
       for (const Value& v : ins.in) foldable &= plan.buffers_[v.buffer].constant;
       for (const Value& v : ins.out) foldable &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
       if (!foldable) {
@@ -210,7 +225,7 @@ struct Builder {
     std::vector<bool> keep(plan.code_.size(), false);
     for (size_t i = plan.code_.size(); i-- > 0;) {
       const Instruction& ins = plan.code_[i];
-      bool side_effect = ins.op->flags & kMutatesInputs;
+      bool side_effect = mutates_inputs(*ins.op);
       for (const Value& v : ins.out)
         side_effect |= needed.count(v.buffer) || plan.buffers_[v.buffer].kind != BufferKind::Arena;
       if (!side_effect) continue;

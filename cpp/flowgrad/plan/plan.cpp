@@ -173,7 +173,7 @@ std::string Plan::dot() const {
     const Instruction& ins = code_[i];
     os << "  i" << i << " [label=\"" << i << ": " << ins.op->name;
     if (!ins.out.empty()) os << "\\n" << to_string(ins.out[0].shape);
-    os << "\"" << ((ins.op->flags & kMutatesInputs) ? ", style=filled, fillcolor=\"#fde2c8\"" : "") << "];\n";
+    os << "\"" << ((mutates_inputs(*ins.op)) ? ", style=filled, fillcolor=\"#fde2c8\"" : "") << "];\n";
     for (const Value& v : ins.in) {
       if (producer[v.buffer] >= 0)
         os << "  i" << producer[v.buffer] << " -> i" << i << ";\n";

@@ -179,9 +179,19 @@ class Tensor:
         ...
     def __hash__(self) -> int:
         ...
+    def __iadd__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __imul__(self, arg0: typing.Any) -> Tensor:
+        ...
     def __index__(self) -> int:
         ...
     def __int__(self) -> int:
+        ...
+    def __ipow__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __isub__(self, arg0: typing.Any) -> Tensor:
+        ...
+    def __itruediv__(self, arg0: typing.Any) -> Tensor:
         ...
     def __le__(self, arg0: typing.Any) -> Tensor:
         ...
@@ -213,6 +223,8 @@ class Tensor:
         ...
     def __rtruediv__(self, arg0: typing.Any) -> Tensor:
         ...
+    def __setitem__(self, arg0: typing.Any, arg1: typing.Any) -> None:
+        ...
     def __sub__(self, arg0: typing.Any) -> Tensor:
         ...
     def __truediv__(self, arg0: typing.Any) -> Tensor:
@@ -226,6 +238,10 @@ class Tensor:
     def add(self, other: typing.Any) -> Tensor:
         """
         Elementwise add(input, other) with NumPy broadcasting.
+        """
+    def add_(self, other: typing.Any, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        self += alpha * other in place (broadcast to self's shape); returns self.
         """
     def amax(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
         """
@@ -319,13 +335,21 @@ class Tensor:
         """
         Limits values to [min, max]; either bound may be None.
         """
+    def clamp_(self, min: typing.SupportsFloat | typing.SupportsIndex | None = None, max: typing.SupportsFloat | typing.SupportsIndex | None = None) -> Tensor:
+        """
+        Limits values to [min, max] in place (either bound may be None); returns self.
+        """
+    def clone(self) -> Tensor:
+        """
+        A copy that shares no memory with self (gradients flow back to self).
+        """
     def contiguous(self) -> Tensor:
         """
         A row-major copy, or self when already so.
         """
     def copy_(self, src: typing.Any) -> Tensor:
         """
-        Copies src (broadcast, cast) into self in place.
+        Copies src (broadcast, cast, moved to self's device) into self in place; returns self.
         """
     def cos(self) -> Tensor:
         """
@@ -355,6 +379,10 @@ class Tensor:
         """
         Elementwise div(input, other) with NumPy broadcasting.
         """
+    def div_(self, other: typing.Any) -> Tensor:
+        """
+        self /= other in place (a float tensor: an integer one cannot hold the quotient); returns self.
+        """
     def double(self) -> Tensor:
         """
         Cast to float64.
@@ -377,7 +405,7 @@ class Tensor:
         """
     def fill_(self, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
         """
-        Fills with a value in place.
+        Fills with a value in place; returns self.
         """
     def flatten(self, start_dim: typing.SupportsInt | typing.SupportsIndex = 0, end_dim: typing.SupportsInt | typing.SupportsIndex = -1) -> Tensor:
         """
@@ -451,6 +479,10 @@ class Tensor:
         """
         A copy of input with value where mask is True.
         """
+    def masked_fill_(self, mask: Tensor, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
+        """
+        Writes value where the (broadcast) bool mask is True; returns self.
+        """
     def matmul(self, other: typing.Any) -> Tensor:
         """
         Matrix product with NumPy's matmul semantics.
@@ -479,6 +511,10 @@ class Tensor:
         """
         Elementwise mul(input, other) with NumPy broadcasting.
         """
+    def mul_(self, other: typing.Any) -> Tensor:
+        """
+        self *= other in place; returns self.
+        """
     def narrow(self, dim: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
         A view of `length` entries from `start` along dim.
@@ -491,9 +527,17 @@ class Tensor:
         """
         Elementwise neg(x).
         """
+    def neg_(self) -> Tensor:
+        """
+        Negates in place; returns self.
+        """
     def nonzero(self) -> Tensor:
         """
         Coordinates of the True elements, (count, ndim).
+        """
+    def normal_(self, mean: typing.SupportsFloat | typing.SupportsIndex = 0.0, std: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        Fills with normal samples N(mean, std^2); returns self.
         """
     def numel(self) -> int:
         """
@@ -515,9 +559,17 @@ class Tensor:
         """
         Elementwise pow(input, other) with NumPy broadcasting.
         """
+    def pow_(self, exponent: typing.Any) -> Tensor:
+        """
+        self = self ** exponent in place; returns self.
+        """
     def relu(self) -> Tensor:
         """
         Elementwise relu(x).
+        """
+    def relu_(self) -> Tensor:
+        """
+        max(self, 0) in place; returns self.
         """
     def repeat(self, *args) -> Tensor:
         """
@@ -595,6 +647,10 @@ class Tensor:
         """
         Elementwise sub(input, other) with NumPy broadcasting.
         """
+    def sub_(self, other: typing.Any, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        self -= alpha * other in place; returns self.
+        """
     def sum(self, dim: typing.Any = None, keepdim: bool = False) -> Tensor:
         """
         sum over dim (None: every dim); keepdim keeps reduced dims as 1.
@@ -623,6 +679,10 @@ class Tensor:
         """
         A view with two dims swapped.
         """
+    def uniform_(self, from_: typing.SupportsFloat | typing.SupportsIndex = 0.0, to: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> Tensor:
+        """
+        Fills with uniform samples from [from, to); returns self.
+        """
     def unsqueeze(self, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
         Inserts a size-1 dim.
@@ -637,7 +697,12 @@ class Tensor:
         """
     def zero_(self) -> Tensor:
         """
-        Fills with zeros in place.
+        Fills with zeros in place; returns self.
+        """
+    @property
+    def _version(self) -> int:
+        """
+        How many in-place writes the tensor's memory has had (views share it).
         """
     @property
     def T(self):
@@ -1558,11 +1623,11 @@ def format_duration(seconds: typing.SupportsFloat | typing.SupportsIndex) -> str
     """
 def from_dlpack(obj: typing.Any) -> Tensor:
     """
-    A tensor sharing the memory of any object that implements __dlpack__.
+    A tensor sharing the memory of any object that implements __dlpack__. A capsule marked read-only gives a read-only tensor, as from_numpy does.
     """
 def from_numpy(array: numpy.ndarray) -> Tensor:
     """
-    A tensor sharing the NumPy array's memory (no copy; keeps the array alive).
+    A tensor sharing the NumPy array's memory (no copy; keeps the array alive). A read-only array (np.frombuffer of bytes, a read-only mmap, writeable=False) gives a read-only tensor: reading it and out-of-place ops work, in-place writes raise InvalidArgumentError; fg.tensor(a) copies into a writable tensor.
     """
 def full(shape: typing.Any, fill_value: typing.Any, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: bool = False) -> Tensor:
     """
