@@ -126,12 +126,13 @@ using Binary = Tensor (*)(const Tensor&, const Tensor&);
 
 template <Binary Fn>
 Tensor forward_op(const Tensor& self, const py::object& other) {
-  return Fn(self, as_tensor(other, &self));
+  Tensor b = as_tensor(other, &self);
+  return released([&] { return Fn(self, b); });
 }
 template <Binary Fn>
 Tensor reflected_op(const Tensor& self, const py::object& other) {
   Tensor a = as_tensor(other, &self);
-  return Fn(a, self);
+  return released([&] { return Fn(a, self); });
 }
 
 }  // namespace

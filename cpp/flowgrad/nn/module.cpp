@@ -189,6 +189,23 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
   set_grad_enabled(grad_mode);
 }
 
+std::string format_config(const Config& config) {
+  std::ostringstream os;
+  for (const auto& [name, value] : config) {
+    os << (&name == &config.front().first ? "" : ", ") << name << "=";
+    std::visit([&](const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, std::monostate>) os << "None";
+      else if constexpr (std::is_same_v<V, bool>) os << (v ? "True" : "False");
+      else if constexpr (std::is_same_v<V, std::string>) os << "'" << v << "'";
+      else if constexpr (std::is_same_v<V, std::vector<int64_t>>) os << to_string(Dims(v));
+      else if constexpr (std::is_same_v<V, std::shared_ptr<Module>>) os << (v ? v->type_name() : "None");
+      else os << v;
+    }, value);
+  }
+  return os.str();
+}
+
 int64_t parameter_count(const Module& m) {
   int64_t n = 0;
   for (const auto& [name, p] : m.named_parameters()) n += p.numel();
