@@ -192,13 +192,15 @@ def test_best_model_copy_is_unchanged_by_training(rng):
     assert best[0].weight.grad is None
 
 
-def test_shared_modules_stay_shared_in_copies():
-    shared = nn.Linear(2, 2)
-    model = nn.Sequential(shared, nn.ReLU(), shared)
+def test_shared_modules_and_tied_weights_stay_shared_in_copies():
+    shared, other = nn.Linear(2, 2), nn.Linear(2, 2)
+    assert isinstance(shared.weight, nn.Parameter)
+    other.weight = shared.weight  # tied, as in PyTorch
+    model = nn.Sequential(shared, nn.ReLU(), shared, other)
     for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert copied[0] is copied[2]
-        assert copied[2].weight.data_ptr() == copied[0].weight.data_ptr() != shared.weight.data_ptr()
-        assert len(copied.parameters()) == 2
+        assert copied[3].weight.data_ptr() == copied[0].weight.data_ptr() != shared.weight.data_ptr()
+        assert len(copied.parameters()) == 3
 
 
 def test_copying_does_not_touch_the_global_random_stream():

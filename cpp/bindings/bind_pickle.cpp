@@ -57,9 +57,7 @@ void set_module_state(Module& m, bool training, const py::list& params, const py
   m.train(training);  // before the children are replaced: each copied child keeps its own mode
   for (py::handle item : params) {
     auto [name, value] = item.cast<std::pair<std::string, std::optional<Tensor>>>();
-    bool grad = value && requires_grad(*value);  // registering turns it on; a frozen one stays frozen
-    m.register_parameter(name, value.value_or(Tensor()));
-    if (value) set_requires_grad(*value, grad);
+    m.register_parameter(name, value.value_or(Tensor()));  // pickled as a parameter: a frozen one stays frozen
   }
   for (py::handle item : buffers) {
     auto [name, value] = item.cast<std::pair<std::string, std::optional<Tensor>>>();

@@ -50,13 +50,16 @@ Tensors Module::forward(const Tensors&) {
 
 void Module::register_parameter(const std::string& name, const Tensor& value) {
   check_name(name, "parameter");
-  if (value.defined() && is_floating(value.dtype()) && is_leaf(value) && !requires_grad(value))
-    set_requires_grad(value, true);
   FG_CHECK(!value.defined() || is_leaf(value), Value, "register_parameter: '", name,
            "' must be a leaf tensor (use .detach())");
+  // A registered tensor is a parameter: isinstance(m.weight, fg.nn.Parameter), and assigning it
+  // to another module ties the weights. An existing parameter keeps its requires_grad.
+  Tensor p = value.defined() && !is_parameter(value)
+                 ? make_parameter(value, requires_grad(value) || is_floating(value.dtype()))
+                 : value;
   drop(buffers_, name);
   drop(children_, name);
-  put(params_, name, value);
+  put(params_, name, p);
 }
 
 void Module::register_buffer(const std::string& name, const Tensor& value) {
