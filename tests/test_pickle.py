@@ -116,6 +116,7 @@ def test_deepcopy_of_a_state_dict_is_a_snapshot():
 
 @pytest.mark.parametrize("make", [
     lambda: Net(),
+    lambda: nn.Module(),
     lambda: nn.Sequential(nn.Linear(3, 4), nn.GELU("tanh"), nn.Dropout(0.25), nn.LayerNorm(4), nn.Softmax(0)),
     lambda: nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
     lambda: nn.ModuleList([nn.Conv2d(1, 2, 3, padding=1, bias=False), nn.MaxPool2d(2), nn.Flatten(0, 1)]),
