@@ -27,10 +27,12 @@ def progressed_during(op):
 
     def worker():
         started.wait()
-        before = count[0]
-        op()
-        result["progress"] = count[0] - before
-        done.set()
+        try:
+            before = count[0]
+            op()
+            result["progress"] = count[0] - before
+        finally:
+            done.set()  # the counter stops even when op raises
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1000.0)  # no forced hand-over: only a released GIL lets the counter run
