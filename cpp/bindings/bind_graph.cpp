@@ -328,7 +328,7 @@ void bind_builtins(py::module_& m) {
   py::class_<graph::Cat, nn::Module, py::smart_holder>(f, "Cat", "Merge: the inputs concatenated along dim.")
       .def(py::init<int64_t>(), py::arg("dim") = -1);
   py::class_<graph::Reshape, nn::Module, py::smart_holder>(f, "Reshape", "x.reshape(*shape) (one -1 allowed).")
-      .def(py::init([](py::args shape) { return std::make_shared<graph::Reshape>(int_list(shape)); }));
+      .def(py::init([](py::args shape) { return std::make_shared<graph::Reshape>(shape_args(shape).vec()); }));
   py::class_<graph::SoftmaxRouter, nn::Module, py::smart_holder>(f, "SoftmaxRouter",
       "Gate router: softmax(Linear(in_dim, n)(x)), weights [..., n] summing to 1.")
       .def(py::init<int64_t, int64_t>(), py::arg("in_dim"), py::arg("n"));

@@ -73,7 +73,6 @@ void bind_in_place(py::class_<Tensor>& cls) {
       .def("__setitem__", [](const Tensor& t, const py::object& key, const py::object& value) {
         assign_index(t, index_items(key), to_device(as_tensor(value, &t), t.device()));
       })
-      .def("clone", &clone, "A copy that shares no memory with self (gradients flow back to self).")
       .def_property_readonly("_version", [](const Tensor& t) { return t.storage()->version(); },
                              "How many in-place writes the tensor's memory has had (views share it).");
 }

@@ -63,6 +63,8 @@ class PyModule : public Module, public py::trampoline_self_life_support {
 
 }  // namespace
 
+bool is_python_module(const Module& m) { return dynamic_cast<const PyModule*>(&m) != nullptr; }
+
 // Python subclasses are named by their class; C++ modules keep their own names.
 void sync_type_names(Module& root) {
   for (auto& [name, m] : root.named_modules()) {
@@ -81,7 +83,21 @@ py::list names_and(const nn::Named<Tensor>& entries, bool with_names) {
   return out;
 }
 
+// False while a Python subclass's __init__ has not called Module.__init__ yet.
+bool initialized(const py::handle& self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  return inst->get_value_and_holder().holder_constructed();
+}
+
 void module_setattr(py::object self, const std::string& name, py::object value) {
+  if (!initialized(self)) {
+    const char* what = py::isinstance<Module>(value) ? "module" : py::isinstance<Tensor>(value) ? "tensor" : nullptr;
+    if (what) throw py::attribute_error("cannot assign " + std::string(what) + " '" + name + "' before Module.__init__() "
+                                        "call: call super().__init__() first in " +
+                                        py::str(py::type::of(self).attr("__name__")).cast<std::string>() + ".__init__");
+    if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), value.ptr()) != 0) throw py::error_already_set();
+    return;
+  }
   Module& m = self.cast<Module&>();
   if (py::isinstance<Tensor>(value) && is_parameter(value.cast<Tensor>())) {
     m.register_parameter(name, value.cast<Tensor>());
@@ -100,6 +116,9 @@ void module_setattr(py::object self, const std::string& name, py::object value) 
 }
 
 py::object module_getattr(py::object self, const std::string& name) {
+  if (!initialized(self))
+    throw py::attribute_error("'" + py::str(py::type::of(self).attr("__name__")).cast<std::string>() +
+                              "' object has no attribute '" + name + "' (Module.__init__() was not called yet)");
   Module& m = self.cast<Module&>();
   if (const Tensor* p = m.parameter(name)) return p->defined() ? py::cast(*p) : py::none();
   if (const Tensor* b = m.buffer(name)) return b->defined() ? py::cast(*b) : py::none();
@@ -127,7 +146,7 @@ void bind_container(py::class_<Container, Module, py::smart_holder>& cls) {
 
 using Fn = std::function<Tensor(const Tensor&)>;
 
-// A stateless layer class: `make(args...)` returns its function, or (function, extra_repr).
+// A stateless layer class: `make(args...)` returns its function, or (function, its arguments).
 template <class Layer, class R, class... Args, class... Extra>
 void bind_stateless_with(py::module_& m, const char* name, const char* doc, std::function<R(Args...)> make,
                          const Extra&... extra) {
@@ -150,8 +169,14 @@ void bind_nn(py::module_& m) {
       "Base class of layers and models. Subclass it in Python: assign parameters "
       "(fg.nn.Parameter), buffers and submodules as attributes and define forward.");
   mod.def(py::init<>())
-      .def("forward", [](Module& self, py::args args) { return result_of(self.forward(tensors_of(args, "forward"))); },
-           "The computation; subclasses override it.")
+      .def("forward", [](Module& self, py::args args) {
+        Tensors in = tensors_of(args, "forward"), out;
+        {
+          py::gil_scoped_release release;  // Python submodules take it back in the trampoline
+          out = self.forward(in);
+        }
+        return result_of(out);
+      }, "The computation; subclasses override it.")
       .def("__call__", [](py::object self, py::args args, py::kwargs kwargs) {
         return self.attr("forward")(*args, **kwargs);
       }, "Runs forward.")
@@ -257,24 +282,24 @@ void bind_nn(py::module_& m) {
   bind_stateless<nn::GELU>(nn, "GELU", "GELU as a module (approximate='none' or 'tanh').", [](const std::string& approximate) {
     FG_CHECK(approximate == "none" || approximate == "tanh", Value, "GELU: approximate must be 'none' or 'tanh'");
     bool t = approximate == "tanh";
-    return std::pair{Fn([t](const Tensor& x) { return gelu(x, t); }), "approximate='" + approximate + "'"};
+    return std::pair{Fn([t](const Tensor& x) { return gelu(x, t); }), nn::Config{{"approximate", approximate}}};
   }, py::arg("approximate") = "none");
   bind_stateless<nn::Softmax>(nn, "Softmax", "softmax along dim as a module.", [](int64_t dim) {
-    return std::pair{Fn([dim](const Tensor& x) { return softmax(x, dim); }), "dim=" + std::to_string(dim)};
+    return std::pair{Fn([dim](const Tensor& x) { return softmax(x, dim); }), nn::Config{{"dim", dim}}};
   }, py::arg("dim") = -1);
   bind_stateless<nn::Flatten>(nn, "Flatten", "Flattens dims start_dim..end_dim.", [](int64_t start, int64_t end) {
     return std::pair{Fn([start, end](const Tensor& x) { return flatten(x, start, end); }),
-                     "start_dim=" + std::to_string(start) + ", end_dim=" + std::to_string(end)};
+                     nn::Config{{"start_dim", start}, {"end_dim", end}}};
   }, py::arg("start_dim") = 1, py::arg("end_dim") = -1);
   bind_stateless<nn::MaxPool2d>(nn, "MaxPool2d", "2-D max pooling.", [](int64_t k, std::optional<int64_t> stride) {
     int64_t s = stride.value_or(k);
     return std::pair{Fn([k, s](const Tensor& x) { return max_pool2d(x, k, s); }),
-                     "kernel_size=" + std::to_string(k) + ", stride=" + std::to_string(s)};
+                     nn::Config{{"kernel_size", k}, {"stride", s}}};
   }, py::arg("kernel_size"), py::arg("stride") = py::none());
   bind_stateless<nn::AvgPool2d>(nn, "AvgPool2d", "2-D average pooling.", [](int64_t k, std::optional<int64_t> stride) {
     int64_t s = stride.value_or(k);
     return std::pair{Fn([k, s](const Tensor& x) { return avg_pool2d(x, k, s); }),
-                     "kernel_size=" + std::to_string(k) + ", stride=" + std::to_string(s)};
+                     nn::Config{{"kernel_size", k}, {"stride", s}}};
   }, py::arg("kernel_size"), py::arg("stride") = py::none());
   py::class_<nn::Sequential, Module, py::smart_holder> seq(nn, "Sequential", "Runs modules in order.");
   seq.def(py::init([](py::args modules) {
@@ -306,6 +331,7 @@ void bind_nn(py::module_& m) {
   py::class_<nn::Checkpoint, Module, py::smart_holder>(nn, "Checkpoint",
       "Gradient checkpointing: same outputs and gradients; intermediates recomputed in backward.")
       .def(py::init<std::shared_ptr<Module>>(), py::arg("module"));
+  bind_layers(nn);
 
   m.def("_parameter", [](const Tensor& t, bool requires_gradient) { return make_parameter(t, requires_gradient); },
         py::arg("data"), py::arg("requires_grad") = true, "A parameter sharing t's data.");

@@ -50,7 +50,7 @@ void bind_elementwise(py::module_& m, Cls& cls) {
       {"softplus", softplus}, {"bitwise_not", bitwise_not}, {"logical_not", logical_not}};
   for (const auto& [name, fn] : unary) {
     std::string doc = std::string("Elementwise ") + name + "(x).";
-    both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc.c_str());
+    both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc.c_str(), ReleaseGil());
   }
   using Binary = Tensor (*)(const Tensor&, const Tensor&);
   const std::pair<const char*, Binary> binary[] = {
@@ -63,7 +63,7 @@ void bind_elementwise(py::module_& m, Cls& cls) {
     std::string doc = std::string("Elementwise ") + name + "(input, other) with NumPy broadcasting.";
     auto call = [fn = fn](const py::object& a, const py::object& b) {
       auto [ta, tb] = binary_operands(a, b);
-      return fn(ta, tb);
+      return released([&] { return fn(ta, tb); });
     };
     m.def(name, call, py::arg("input"), py::arg("other"), doc.c_str());
     cls.def(name, call, py::arg("other"), doc.c_str());
@@ -94,7 +94,8 @@ void bind_reductions(py::module_& m, Cls& cls) {
   for (const auto& [name, fn] : reductions) {
     std::string doc = std::string(name) + " over dim (None: every dim); keepdim keeps reduced dims as 1.";
     both(m, cls, name, [fn = fn](const Tensor& x, const py::object& dim, bool keepdim) {
-      return fn(x, dims_arg(dim), keepdim);
+      Dims dims = dims_arg(dim);
+      return released([&] { return fn(x, dims, keepdim); });
     }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
   }
   using ByDim = std::pair<Tensor, Tensor> (*)(const Tensor&, int64_t, bool);
@@ -127,7 +128,10 @@ void bind_reductions(py::module_& m, Cls& cls) {
     return argmin(x, dim, keepdim);
   }, py::arg("dim") = py::none(), py::arg("keepdim") = false,
      "Index of the first minimum (over the flattened tensor when dim is None).");
-  both(m, cls, "matmul", [](const Tensor& a, const py::object& b) { return matmul(a, as_tensor(b, &a)); },
+  both(m, cls, "matmul", [](const Tensor& a, const py::object& b) {
+    Tensor tb = as_tensor(b, &a);
+    return released([&] { return matmul(a, tb); });
+  },
        py::arg("other"), "Matrix product with NumPy's matmul semantics.");
 }
 
@@ -297,15 +301,18 @@ void bind_creation(py::module_& m) {
 
 void bind_functional(py::module_& m) {
   auto nn = m.def_submodule("functional", "Neural-network functions (fg.nn.functional).");
-  nn.def("softmax", &softmax, py::arg("input"), py::arg("dim"), "Softmax along dim (max-subtracted).");
-  nn.def("log_softmax", &log_softmax, py::arg("input"), py::arg("dim"), "log(softmax) along dim, computed stably.");
+  nn.def("softmax", &softmax, py::arg("input"), py::arg("dim"), "Softmax along dim (max-subtracted).", ReleaseGil());
+  nn.def("log_softmax", &log_softmax, py::arg("input"), py::arg("dim"), "log(softmax) along dim, computed stably.",
+         ReleaseGil());
   nn.def("layer_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w,
                           std::optional<Tensor> b, double eps) {
-    return layer_norm(x, dims_arg(shape), w.value_or(Tensor()), b.value_or(Tensor()), eps);
+    Dims dims = dims_arg(shape);
+    return released([&] { return layer_norm(x, dims, w.value_or(Tensor()), b.value_or(Tensor()), eps); });
   }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
      py::arg("eps") = 1e-5, "Layer normalisation over the trailing normalized_shape dims.");
   nn.def("rms_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w, double eps) {
-    return rms_norm(x, dims_arg(shape), w.value_or(Tensor()), eps);
+    Dims dims = dims_arg(shape);
+    return released([&] { return rms_norm(x, dims, w.value_or(Tensor()), eps); });
   }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("eps") = 1e-6,
      "RMS normalisation over the trailing normalized_shape dims.");
   nn.def("dropout", &dropout, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
@@ -313,11 +320,11 @@ void bind_functional(py::module_& m) {
   nn.def("embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
   nn.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
     return linear(x, w, b.value_or(Tensor()));
-  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ weight.T + bias.");
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ weight.T + bias.", ReleaseGil());
   nn.def("conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding) {
     return conv2d(x, w, b.value_or(Tensor()), stride, padding);
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-     py::arg("padding") = 0, "2-D convolution (cross-correlation), NCHW.");
+     py::arg("padding") = 0, "2-D convolution (cross-correlation), NCHW.", ReleaseGil());
   auto pair_arg = [](const py::object& v) {
     std::vector<int64_t> k = int_list(v);
     return k.size() == 1 ? std::pair{k[0], k[0]} : std::pair{k.at(0), k.at(1)};
@@ -345,11 +352,13 @@ void bind_functional(py::module_& m) {
                                             std::optional<Tensor> mask, bool causal) {
     return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), causal);
   }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
-     py::arg("is_causal") = false, "softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.");
+     py::arg("is_causal") = false, "softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.",
+     ReleaseGil());
   nn.def("cross_entropy", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing, const std::string& r) {
     return cross_entropy(x, t, ignore, smoothing, reduction_from_name(r, "cross_entropy"));
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0,
-     py::arg("reduction") = "mean", "Cross entropy of logits (N, C, ...) against class indices or probabilities.");
+     py::arg("reduction") = "mean", "Cross entropy of logits (N, C, ...) against class indices or probabilities.",
+     ReleaseGil());
   nn.def("nll_loss", [](const Tensor& x, const Tensor& t, int64_t ignore, const std::string& r) {
     return nll_loss(x, t, ignore, reduction_from_name(r, "nll_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",

@@ -129,12 +129,12 @@ using Binary = Tensor (*)(const Tensor&, const Tensor&);
 template <Binary Fn>
 Tensor forward_op(const py::object& self, const py::object& other) {
   auto [a, b] = binary_operands(self, other);
-  return Fn(a, b);
+  return released([&] { return Fn(a, b); });
 }
 template <Binary Fn>
 Tensor reflected_op(const py::object& self, const py::object& other) {
   auto [a, b] = binary_operands(other, self);
-  return Fn(a, b);
+  return released([&] { return Fn(a, b); });
 }
 
 }  // namespace

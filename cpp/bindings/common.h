@@ -39,6 +39,16 @@ py::array to_numpy(const Tensor& t);
 Tensors tensors_of(const py::handle& obj, const char* what);
 py::object result_of(const Tensors& out);
 void sync_type_names(nn::Module& root);
+bool is_python_module(const nn::Module& m);  // a Python subclass of fg.nn.Module
+
+// Runs fn with the GIL released, so other Python threads run during long ops. fn must not touch
+// Python objects (convert arguments before); Python modules called inside take the GIL back.
+template <class Fn>
+auto released(Fn&& fn) {
+  py::gil_scoped_release release;
+  return fn();
+}
+using ReleaseGil = py::call_guard<py::gil_scoped_release>;  // the same for all-C++ signatures
 
 void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m, py::class_<Tensor>& cls);
@@ -46,10 +56,12 @@ void bind_in_place(py::class_<Tensor>& cls);
 void bind_ops(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_nn(py::module_& m);
+void bind_layers(py::module_& m);  // called by bind_nn
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
 void bind_observe(py::module_& m);
 void bind_graph(py::module_& m);
 void bind_plan(py::module_& m);
+void bind_pickle(py::module_& m);
 
 }  // namespace fg::py_bind

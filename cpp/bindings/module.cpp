@@ -99,6 +99,7 @@ PYBIND11_MODULE(_core, m) {
   bind_observe(m);
   bind_graph(m);
   bind_plan(m);
+  bind_pickle(m);
 }
 
 }  // namespace fg::py_bind

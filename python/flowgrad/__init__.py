@@ -20,12 +20,13 @@ from ._core import (
     logical_not, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
     reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
     flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select,
-    scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types,
+    scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types, clone,
 )
 import sys as _sys
 _sys.modules[__name__ + ".return_types"] = return_types  # so (values, indices) tuples pickle
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
+from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
 from . import autograd, cuda, data, nn, optim, testing, viz
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint

@@ -13,12 +13,14 @@ class Add : public nn::Module {
  public:
   Add() : Module("Add") {}
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override { return nn::Config{}; }
 };
 
 class Mean : public nn::Module {
  public:
   Mean() : Module("Mean") {}
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override { return nn::Config{}; }
 };
 
 class Cat : public nn::Module {
@@ -26,6 +28,7 @@ class Cat : public nn::Module {
   explicit Cat(int64_t dim) : Module("Cat"), dim(dim) {}
   Tensors forward(const Tensors& in) override;
   std::string extra_repr() const override;
+  std::optional<nn::Config> config() const override { return nn::Config{{"dim", dim}}; }
   int64_t dim;
 };
 
@@ -34,6 +37,7 @@ class Reshape : public nn::Module {
   explicit Reshape(std::vector<int64_t> shape) : Module("Reshape"), shape(std::move(shape)) {}
   Tensors forward(const Tensors& in) override;
   std::string extra_repr() const override;
+  std::optional<nn::Config> config() const override { return nn::Config{{"shape", shape}}; }
   std::vector<int64_t> shape;
 };
 
@@ -42,10 +46,10 @@ class Router : public nn::Module {
  public:
   Router(const char* name, int64_t in_dim, int64_t n, bool softmax);
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override;
   std::string extra_repr() const override;
 
  private:
-  std::shared_ptr<nn::Linear> proj_;
   bool softmax_;
 };
 
@@ -64,16 +68,15 @@ class ArgmaxSelector : public nn::Module {
  public:
   ArgmaxSelector(int64_t in_dim, int64_t n);
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override;
   std::string extra_repr() const override;
-
- private:
-  std::shared_ptr<nn::Linear> proj_;
 };
 
 class FixedSelector : public nn::Module {
  public:
   explicit FixedSelector(int64_t index);
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override;
   std::string extra_repr() const override;
   int64_t index;
 };
@@ -83,10 +86,8 @@ class LearnedHalt : public nn::Module {
  public:
   explicit LearnedHalt(int64_t in_dim);
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override;
   std::string extra_repr() const override;
-
- private:
-  std::shared_ptr<nn::Linear> proj_;
 };
 
 // mean(x) - threshold: stops once the mean passes the threshold.
@@ -94,6 +95,7 @@ class ThresholdHalt : public nn::Module {
  public:
   explicit ThresholdHalt(double threshold) : Module("ThresholdHalt"), threshold(threshold) {}
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override;
   std::string extra_repr() const override;
   double threshold;
 };
@@ -103,6 +105,7 @@ class StateAdd : public nn::Module {
  public:
   StateAdd() : Module("StateAdd") {}
   Tensors forward(const Tensors& in) override;
+  std::optional<nn::Config> config() const override { return nn::Config{}; }
 };
 
 }  // namespace fg::graph

@@ -153,6 +153,36 @@ Graph::Graph(std::vector<Node> nodes, std::vector<std::string> input_names, int 
   }
 }
 
+std::shared_ptr<Graph> Graph::clone_with(const std::function<ModulePtr(const ModulePtr&)>& copy_module,
+                                        const std::function<Tensor(const Tensor&)>& copy_tensor) const {
+  std::vector<Node> nodes = nodes_;
+  for (Node& n : nodes)
+    for (ModulePtr& m : n.modules) m = copy_module(m);
+  auto g = std::make_shared<Graph>(std::move(nodes), input_names_, output_);
+  auto copy_all = [&](const Tensors& ts) {
+    Tensors out;
+    for (const Tensor& t : ts) out.push_back(t.defined() ? copy_tensor(t) : Tensor());
+    return out;
+  };
+  g->last_ = copy_all(last_);
+  for (const Tensors& trace : traces_) g->traces_.push_back(copy_all(trace));
+  for (const auto& [tag, t] : state_) g->state_[tag] = t.defined() ? copy_tensor(t) : Tensor();
+  g->frozen_ = copy_all(frozen_);
+  g->training_ = training_;
+  g->type_name_ = type_name_;
+  g->parallel_ = parallel_;
+  g->observer_ = observer_;
+  g->timings_ = timings_;
+  g->logging_ = logging_;
+  g->log_tags_ = log_tags_;
+  g->log_total_ = log_total_;
+  g->log_callbacks_ = log_callbacks_;
+  g->profiling_ = profiling_;
+  g->profile_ = profile_;
+  g->profile_callbacks_ = profile_callbacks_;
+  return g;
+}
+
 int Graph::node_of(const std::string& tag) const {
   auto it = tags_.find(tag);
   if (it != tags_.end()) return it->second;

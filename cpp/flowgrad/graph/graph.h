@@ -93,6 +93,12 @@ class Graph : public nn::Module {
   const std::map<std::string, Tensor>& state() const { return state_; }
   void set_state(const std::string& tag, const Tensor& value);  // restoring a checkpoint
 
+  // The same flow over copy_module(m) of each node module; the kept tensors (last values,
+  // traces, recurrent state, frozen set) go through copy_tensor; observation histories,
+  // callbacks and settings carry over. copy.deepcopy(graph) is built on it.
+  std::shared_ptr<Graph> clone_with(const std::function<ModulePtr(const ModulePtr&)>& copy_module,
+                                    const std::function<Tensor(const Tensor&)>& copy_tensor) const;
+
   bool parallel() const { return parallel_; }
   void set_parallel(bool on) { parallel_ = on; }
 

@@ -5,49 +5,17 @@
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/runtime.h"
-#include "flowgrad/nn/init.h"
+#include "flowgrad/nn/layer_util.h"
+#include "flowgrad/nn/rnn.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::nn {
-namespace {
 
-const Tensor& input(const Tensors& in, size_t i, const std::string& layer) {
-  FG_CHECK(i < in.size() && in[i].defined(), Value, layer, ": expected at least ", i + 1,
-           " tensor input(s), got ", in.size());
-  return in[i];
-}
-
-Tensor param(const Module& m, const char* name) {
-  const Tensor* p = m.parameter(name);
-  return p ? *p : Tensor();
-}
-
-// Input i, which must have the dtype of the layer's `weight`. PyTorch raises here too: a silent
-// cast would hide float64 data that doubles memory and time (or drops precision the other way),
-// so the message names both dtypes and the fix instead.
-const Tensor& typed_input(const Tensors& in, size_t i, const std::string& layer, const Tensor& weight) {
-  const Tensor& x = input(in, i, layer);
-  if (!weight.defined() || x.dtype() == weight.dtype()) return x;
-  std::string target = std::string("fg.") + dtype_name(weight.dtype());
-  std::string fix = weight.dtype() == DType::Float32 ? "x.float() or x.to(fg.float32)" : "x.to(" + target + ")";
-  fail(ErrorKind::DType, layer, ": the input is ", dtype_name(x.dtype()), " but the layer's parameters are ",
-       dtype_name(weight.dtype()), "; convert the input with ", fix);
-}
-
-Tensor uniform_tensor(const Dims& shape, double bound) {
-  Tensor t = Tensor::empty(shape, DType::Float32, cpu_device());
-  init::uniform_(t, -bound, bound);
-  return t;
-}
-
-template <class... Parts>
-std::string str(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
-}  // namespace
+using detail::input;
+using detail::param;
+using detail::str;
+using detail::uniform_tensor;
+using detail::typed_input;
 
 Linear::Linear(int64_t in, int64_t out, bool bias) : Module("Linear"), in_features(in), out_features(out) {
   FG_CHECK(in >= 0 && out >= 0, Value, "Linear: sizes must be >= 0, got ", in, " and ", out);
@@ -59,6 +27,10 @@ Tensors Linear::forward(const Tensors& in) {
   Tensor w = param(*this, "weight");
   return {linear(typed_input(in, 0, type_name_, w), w, param(*this, "bias"))};
 }
+std::optional<Config> Linear::config() const {
+  const Tensor* b = parameter("bias");
+  return Config{{"in_features", in_features}, {"out_features", out_features}, {"bias", b && b->defined()}};
+}
 std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features, ", bias=", parameter("bias") && parameter("bias")->defined() ? "True" : "False");
 }
@@ -69,6 +41,9 @@ Embedding::Embedding(int64_t n, int64_t d) : Module("Embedding"), num_embeddings
   register_parameter("weight", w);
 }
 Tensors Embedding::forward(const Tensors& in) { return {embedding(input(in, 0, type_name_), param(*this, "weight"))}; }
+std::optional<Config> Embedding::config() const {
+  return Config{{"num_embeddings", num_embeddings}, {"embedding_dim", dim}};
+}
 std::string Embedding::extra_repr() const { return str(num_embeddings, ", ", dim); }
 
 LayerNorm::LayerNorm(Dims s, double e, bool r) : Module(r ? "RMSNorm" : "LayerNorm"), shape(s), eps(e), rms(r) {
@@ -80,12 +55,16 @@ Tensors LayerNorm::forward(const Tensors& in) {
   if (rms) return {rms_norm(x, shape, param(*this, "weight"), eps)};
   return {layer_norm(x, shape, param(*this, "weight"), param(*this, "bias"), eps)};
 }
+std::optional<Config> LayerNorm::config() const {
+  return Config{{"normalized_shape", shape.vec()}, {"eps", eps}};
+}
 std::string LayerNorm::extra_repr() const { return str(to_string(shape), ", eps=", eps); }
 
 Dropout::Dropout(double prob) : Module("Dropout"), p(prob) {
   FG_CHECK(p >= 0 && p <= 1, Value, "Dropout: p must be in [0, 1], got ", p);
 }
 Tensors Dropout::forward(const Tensors& in) { return {dropout(input(in, 0, type_name_), p, training_)}; }
+std::optional<Config> Dropout::config() const { return Config{{"p", p}}; }
 std::string Dropout::extra_repr() const { return str("p=", p); }
 
 Conv2d::Conv2d(int64_t cin, int64_t cout, int64_t k, int64_t s, int64_t pad, bool bias)
@@ -100,12 +79,17 @@ Tensors Conv2d::forward(const Tensors& in) {
   Tensor w = param(*this, "weight");
   return {conv2d(typed_input(in, 0, type_name_, w), w, param(*this, "bias"), stride, padding)};
 }
+std::optional<Config> Conv2d::config() const {
+  const Tensor* b = parameter("bias");
+  return Config{{"in_channels", in_channels}, {"out_channels", out_channels}, {"kernel_size", kernel},
+                {"stride", stride}, {"padding", padding}, {"bias", b && b->defined()}};
+}
 std::string Conv2d::extra_repr() const {
   return str(in_channels, ", ", out_channels, ", kernel_size=", kernel, ", stride=", stride, ", padding=", padding);
 }
 
-Function::Function(std::string name, std::function<Tensor(const Tensor&)> fn, std::string extra)
-    : Module(std::move(name)), fn_(std::move(fn)), extra_(std::move(extra)) {}
+Function::Function(std::string name, std::function<Tensor(const Tensor&)> fn, Config args)
+    : Module(std::move(name)), fn_(std::move(fn)), args_(std::move(args)) {}
 Tensors Function::forward(const Tensors& in) { return {fn_(input(in, 0, type_name_))}; }
 
 Tensors Sequential::forward(const Tensors& in) {
@@ -165,16 +149,23 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
   shape.push_back(dim);
   return (*child("proj"))({reshape(out, shape)});
 }
+std::optional<Config> MultiheadAttention::config() const {
+  return Config{{"dim", dim}, {"heads", heads}, {"causal", causal}, {"dropout", dropout}};
+}
 std::string MultiheadAttention::extra_repr() const {
   return str("dim=", dim, ", heads=", heads, ", causal=", causal ? "True" : "False", ", dropout=", dropout);
 }
 
-TransformerBlock::TransformerBlock(int64_t d, int64_t h, int64_t ratio, bool causal) : Module("TransformerBlock") {
+TransformerBlock::TransformerBlock(int64_t d, int64_t h, int64_t ratio, bool c)
+    : Module("TransformerBlock"), dim(d), heads(h), mlp_ratio(ratio), causal(c) {
   register_module("ln1", std::make_shared<LayerNorm>(Dims{d}, 1e-5, false));
   register_module("attn", std::make_shared<MultiheadAttention>(d, h, causal, 0.0));
   register_module("ln2", std::make_shared<LayerNorm>(Dims{d}, 1e-5, false));
   register_module("fc1", std::make_shared<Linear>(d, ratio * d, true));
   register_module("fc2", std::make_shared<Linear>(ratio * d, d, true));
+}
+std::optional<Config> TransformerBlock::config() const {
+  return Config{{"dim", dim}, {"heads", heads}, {"mlp_ratio", mlp_ratio}, {"causal", causal}};
 }
 Tensors TransformerBlock::forward(const Tensors& in) {
   Tensor x = input(in, 0, type_name_);
@@ -206,11 +197,11 @@ GRUCell::GRUCell(int64_t in, int64_t hidden) : Module("GRUCell"), input_size(in)
 Tensors GRUCell::forward(const Tensors& in) {
   const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size);
-  Tensors gi = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")), 3, -1);
-  Tensors gh = chunk(linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 3, -1);
-  Tensor r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]);
-  Tensor n = tanh(gi[2] + r * gh[2]);
-  return {(1.0 - z) * n + z * h};
+  return {gru_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")),
+                   linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), h)};
+}
+std::optional<Config> GRUCell::config() const {
+  return Config{{"input_size", input_size}, {"hidden_size", hidden_size}};
 }
 std::string GRUCell::extra_repr() const { return str(input_size, ", ", hidden_size); }
 
@@ -220,10 +211,12 @@ LSTMCell::LSTMCell(int64_t in, int64_t hidden) : Module("LSTMCell"), input_size(
 Tensors LSTMCell::forward(const Tensors& in) {
   const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size), c = state_or_zeros(in, 2, x, hidden_size);
-  Tensors g = chunk(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")) +
-                        linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), 4, -1);
-  Tensor c_next = sigmoid(g[1]) * c + sigmoid(g[0]) * tanh(g[2]);
-  return {sigmoid(g[3]) * tanh(c_next), c_next};
+  auto [h_next, c_next] = lstm_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")),
+                                    linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), c);
+  return {h_next, c_next};
+}
+std::optional<Config> LSTMCell::config() const {
+  return Config{{"input_size", input_size}, {"hidden_size", hidden_size}};
 }
 std::string LSTMCell::extra_repr() const { return str(input_size, ", ", hidden_size); }
 

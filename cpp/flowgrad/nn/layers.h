@@ -11,6 +11,7 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t in_features, out_features;
 };
@@ -19,6 +20,7 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t num_embeddings, dim;
 };
@@ -27,6 +29,7 @@ class LayerNorm : public Module {
  public:
   LayerNorm(Dims shape, double eps, bool rms);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   Dims shape;
   double eps;
@@ -37,6 +40,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double p);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   double p;
 };
@@ -45,20 +49,23 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, bool bias);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t in_channels, out_channels, kernel, stride, padding;
 };
 
-// Stateless layers: activations, pools, Flatten, Softmax, Identity.
+// Stateless layers: activations, pools, Flatten, Softmax, Identity. The constructor
+// arguments are kept (config) and shown by repr.
 class Function : public Module {
  public:
-  Function(std::string name, std::function<Tensor(const Tensor&)> fn, std::string extra = "");
+  Function(std::string name, std::function<Tensor(const Tensor&)> fn, Config args = {});
   Tensors forward(const Tensors& in) override;
-  std::string extra_repr() const override { return extra_; }
+  std::string extra_repr() const override { return format_config(args_); }
+  std::optional<Config> config() const override { return args_; }
 
  private:
   std::function<Tensor(const Tensor&)> fn_;
-  std::string extra_;
+  Config args_;
 };
 
 class RMSNorm : public LayerNorm {
@@ -89,12 +96,14 @@ class Sequential : public Module {
   Sequential() : Module("Sequential") {}
   void append(std::shared_ptr<Module> m) { register_module(std::to_string(children_.size()), std::move(m)); }
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override { return Config{}; }  // the children are state
 };
 
 class ModuleList : public Module {
  public:
   ModuleList() : Module("ModuleList") {}
   void append(std::shared_ptr<Module> m) { register_module(std::to_string(children_.size()), std::move(m)); }
+  std::optional<Config> config() const override { return Config{}; }
 };
 
 class MultiheadAttention : public Module {
@@ -102,6 +111,7 @@ class MultiheadAttention : public Module {
   MultiheadAttention(int64_t dim, int64_t heads, bool causal, double dropout);
   // (x) for self-attention or (query, key, value); an optional attention mask may follow.
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t dim, heads;
   bool causal;
@@ -112,12 +122,16 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, bool causal);
   Tensors forward(const Tensors& in) override;  // pre-norm: x + attn(ln1 x); x + mlp(ln2 x)
+  std::optional<Config> config() const override;
+  int64_t dim, heads, mlp_ratio;
+  bool causal;
 };
 
 class GRUCell : public Module {
  public:
   GRUCell(int64_t input_size, int64_t hidden_size);
   Tensors forward(const Tensors& in) override;  // (x, h or None) -> h'
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t input_size, hidden_size;
 };
@@ -126,6 +140,7 @@ class LSTMCell : public Module {
  public:
   LSTMCell(int64_t input_size, int64_t hidden_size);
   Tensors forward(const Tensors& in) override;  // (x, h or None, c or None) -> (h', c')
+  std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t input_size, hidden_size;
 };
@@ -136,6 +151,7 @@ class Checkpoint : public Module {
  public:
   explicit Checkpoint(std::shared_ptr<Module> inner);
   Tensors forward(const Tensors& in) override;
+  std::optional<Config> config() const override { return Config{{"module", child("module")}}; }
 };
 
 }  // namespace fg::nn

@@ -50,13 +50,16 @@ Tensors Module::forward(const Tensors&) {
 
 void Module::register_parameter(const std::string& name, const Tensor& value) {
   check_name(name, "parameter");
-  if (value.defined() && is_floating(value.dtype()) && is_leaf(value) && !requires_grad(value))
-    set_requires_grad(value, true);
   FG_CHECK(!value.defined() || is_leaf(value), Value, "register_parameter: '", name,
            "' must be a leaf tensor (use .detach())");
+  // A registered tensor is a parameter: isinstance(m.weight, fg.nn.Parameter), and assigning it
+  // to another module ties the weights. An existing parameter keeps its requires_grad.
+  Tensor p = value.defined() && !is_parameter(value)
+                 ? make_parameter(value, requires_grad(value) || is_floating(value.dtype()))
+                 : value;
   drop(buffers_, name);
   drop(children_, name);
-  put(params_, name, value);
+  put(params_, name, p);
 }
 
 void Module::register_buffer(const std::string& name, const Tensor& value) {
@@ -187,6 +190,23 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
     if (it != state.end()) copy_(t, to_device(it->second, t.device()));
   }
   set_grad_enabled(grad_mode);
+}
+
+std::string format_config(const Config& config) {
+  std::ostringstream os;
+  for (const auto& [name, value] : config) {
+    os << (&name == &config.front().first ? "" : ", ") << name << "=";
+    std::visit([&](const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, std::monostate>) os << "None";
+      else if constexpr (std::is_same_v<V, bool>) os << (v ? "True" : "False");
+      else if constexpr (std::is_same_v<V, std::string>) os << "'" << v << "'";
+      else if constexpr (std::is_same_v<V, std::vector<int64_t>>) os << to_string(Dims(v));
+      else if constexpr (std::is_same_v<V, std::shared_ptr<Module>>) os << (v ? v->type_name() : "None");
+      else os << v;
+    }, value);
+  }
+  return os.str();
 }
 
 int64_t parameter_count(const Module& m) {

@@ -3,8 +3,10 @@
 // through the binding's trampoline.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "flowgrad/ops/registry.h"
@@ -13,6 +15,14 @@ namespace fg::nn {
 
 template <class T>
 using Named = std::vector<std::pair<std::string, T>>;
+
+class Module;
+// A constructor argument of a built-in module as its Python class takes it: None, bool, int,
+// float, str, a list of ints, or a module.
+using ConfigValue = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
+                                 std::shared_ptr<Module>>;
+using Config = Named<ConfigValue>;
+std::string format_config(const Config& config);  // "name=value, ..." in Python syntax
 
 class Module {
  public:
@@ -53,6 +63,14 @@ class Module {
   // InvalidArgumentError listing missing, unexpected and mis-shaped keys (strict), or only the
   // mis-shaped ones (not strict).
   void load_state_dict(const Named<Tensor>& state, bool strict = true);
+
+  // The arguments, in the Python constructor's order, that rebuild this module's type and
+  // configuration (its tensors and children are restored separately): pickling and
+  // copy.deepcopy use them. None when the type cannot be rebuilt from arguments.
+  virtual std::optional<Config> config() const { return std::nullopt; }
+  // Own entries in registration order, names reserved with None included.
+  const Named<Tensor>& own_parameters() const { return params_; }
+  const Named<Tensor>& own_buffers() const { return buffers_; }
 
   virtual std::string extra_repr() const { return ""; }
   std::string repr() const;  // the tree with parameter counts

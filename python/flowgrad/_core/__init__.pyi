@@ -21,7 +21,7 @@ from . import optim
 from . import flow
 from . import plan
 from . import return_types
-__all__: list[str] = ['AvgPool2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRUCell', 'Graph', 'GraphError', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -672,6 +672,10 @@ class Tensor:
         Nested Python lists of the values.
         """
     def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
+    def clone(self) -> Tensor:
+        """
+        A copy with its own memory; gradients flow back to self.
+    def topk(self, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
         """
         Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
         """
@@ -1030,6 +1034,72 @@ class Checkpoint(Module):
     """
     def __init__(self, module: Module) -> None:
         ...
+class _BatchNorm(Module):
+    @property
+    def num_features(self) -> int: ...
+    @property
+    def eps(self) -> float: ...
+    momentum: float | None
+    @property
+    def affine(self) -> bool: ...
+    @property
+    def track_running_stats(self) -> bool: ...
+class BatchNorm1d(_BatchNorm):
+    """
+    Batch normalisation of (N, C) or (N, C, L) input per channel; running_mean/running_var buffers (momentum=None: cumulative average), batch statistics in training, running ones in eval.
+    """
+    def __init__(self, num_features: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, momentum: typing.SupportsFloat | typing.SupportsIndex | None = 0.1, affine: bool = True, track_running_stats: bool = True) -> None:
+        ...
+class BatchNorm2d(_BatchNorm):
+    """
+    Batch normalisation of (N, C, H, W) input per channel; running_mean/running_var buffers (momentum=None: cumulative average), batch statistics in training, running ones in eval.
+    """
+    def __init__(self, num_features: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, momentum: typing.SupportsFloat | typing.SupportsIndex | None = 0.1, affine: bool = True, track_running_stats: bool = True) -> None:
+        ...
+class GroupNorm(Module):
+    """
+    Group normalisation of (N, C, *) input: channels in num_groups groups, per-channel weight and bias.
+    """
+    def __init__(self, num_groups: typing.SupportsInt | typing.SupportsIndex, num_channels: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, affine: bool = True) -> None:
+        ...
+    @property
+    def num_groups(self) -> int: ...
+    @property
+    def num_channels(self) -> int: ...
+    @property
+    def eps(self) -> float: ...
+class _Recurrent(Module):
+    @property
+    def input_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def batch_first(self) -> bool: ...
+    @property
+    def bidirectional(self) -> bool: ...
+    dropout: float
+class LSTM(_Recurrent):
+    """
+    Multi-layer LSTM (PyTorch layout, gate order i, f, g, o and parameter names): lstm(x, (h0, c0)=None) -> (output, (h_n, c_n)).
+    """
+    def __init__(self, input_size: typing.SupportsInt | typing.SupportsIndex, hidden_size: typing.SupportsInt | typing.SupportsIndex, num_layers: typing.SupportsInt | typing.SupportsIndex = 1, bias: bool = True, batch_first: bool = False, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, bidirectional: bool = False) -> None:
+        ...
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """
+        (output, (h_n, c_n)) for input (L, N, H_in) ((N, L, H_in) with batch_first, or unbatched (L, H_in)).
+        """
+class GRU(_Recurrent):
+    """
+    Multi-layer GRU (PyTorch layout, gate order r, z, n and parameter names): gru(x, h0=None) -> (output, h_n).
+    """
+    def __init__(self, input_size: typing.SupportsInt | typing.SupportsIndex, hidden_size: typing.SupportsInt | typing.SupportsIndex, num_layers: typing.SupportsInt | typing.SupportsIndex = 1, bias: bool = True, batch_first: bool = False, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0, bidirectional: bool = False) -> None:
+        ...
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """
+        (output, h_n) for input (L, N, H_in) ((N, L, H_in) with batch_first, or unbatched (L, H_in)).
+        """
 class Trend:
     """
     Statistics over a history of values (e.g. per-epoch losses).
@@ -1902,6 +1972,10 @@ def tensor(data: typing.Any, dtype: typing.Any = None, device: typing.Any = None
     A new tensor copied from a list, scalar, NumPy array or tensor. Python floats give the default float dtype (float32 unless fg.set_default_dtype).
     """
 def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> typing.Any:
+def clone(input: Tensor) -> Tensor:
+    """
+    A copy with its own memory; gradients flow back to input.
+def topk(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex = -1, largest: bool = True) -> tuple:
     """
     Named tuple (values, indices) of the k largest (or smallest) entries along dim, sorted.
     """

@@ -7,7 +7,7 @@ from .. import _core
 from .._core import (
     Module, Linear, Embedding, LayerNorm, RMSNorm, Dropout, Conv2d, MaxPool2d, AvgPool2d, Flatten,
     ReLU, GELU, SiLU, Tanh, Sigmoid, Softmax, Identity, Sequential, ModuleList, MultiheadAttention,
-    TransformerBlock, GRUCell, LSTMCell, Checkpoint,
+    TransformerBlock, GRUCell, LSTMCell, Checkpoint, BatchNorm1d, BatchNorm2d, GroupNorm, LSTM, GRU,
 )
 from . import functional, init, utils
 

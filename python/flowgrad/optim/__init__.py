@@ -60,6 +60,13 @@ class Optimizer:
         self._cache.clear()
         self._hyper.clear()
 
+    def __getstate__(self):  # pickle/deepcopy: the per-step cache is rebuilt on the next step
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._cache = {}
+
     def _validate(self, group):
         if group["lr"] < 0:
             raise _invalid(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
