@@ -71,6 +71,7 @@ void bind_plan(py::module_& m) {
              d["constants_folded"] = s.folded;
              d["dead_eliminated"] = s.eliminated;
              d["common_eliminated"] = s.common;
+             d["transposes_folded"] = s.transposes;
              d["arena_bytes"] = s.arena_bytes;
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;

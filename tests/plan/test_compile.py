@@ -117,8 +117,12 @@ def test_compiled_matches_eager(kind, opt_name, device):
     model, compiled, step = train_compiled(kind, OPTIMIZERS[opt_name], device, xs, ys)
     np.testing.assert_allclose(compiled, eager, rtol=2e-5, atol=1e-6)
     assert compiled[-1] != compiled[0]
+    # The plan computes weight gradients as B^T A^T instead of copying (A B)^T: the same sums in
+    # another order. Adam turns such rounding differences in near-zero gradients into steps of
+    # up to lr, so its parameters get an absolute tolerance of a fraction of lr over 30 steps.
+    atol = 1e-5 if opt_name == "sgd" else 5e-4
     for (name, p), (_, q) in zip(model.named_parameters(), eager_model.named_parameters()):
-        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-4, atol=atol, err_msg=name)
         assert p.grad is not None and p.grad.shape == p.shape, name
     stats = step.stats
     assert stats["arena_bytes"] <= stats["naive_bytes"]
@@ -134,6 +138,8 @@ def test_plan_text_dot_and_ir_name_the_parts():
     assert step.dot().startswith("digraph plan {") and "matmul" in step.dot()
     ops = [r["op"] for r in step.ir()]
     assert ops.count("adam_update") == 6 and "matmul" in ops and "view" not in ops
+    # Weight gradients come straight out of a transposed product: no copy instruction is left.
+    assert "contiguous" not in ops and step.stats["transposes_folded"] == 3
     first = step.ir()[0]
     assert first["op"] == "matmul" and first["shape"] == [16, 32] and first["dtype"] == "float32"
 

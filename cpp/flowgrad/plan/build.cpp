@@ -7,9 +7,12 @@
 //   from them only) keep the values computed while tracing;
 // - gradient binding: each parameter's gradient is written straight into its .grad buffer when
 //   the producing op owns the whole buffer, else copied there at the end;
-// - dead-code elimination: instructions whose results nobody reads are dropped.
+// - dead-code elimination: instructions whose results nobody reads are dropped;
+// - transpose folding: a 2-D matmul whose result is only copied out transposed (every Linear's
+//   weight gradient) computes the transposed product directly: (A B)^T = B^T A^T.
 #include <algorithm>
 #include <sstream>
+#include <string_view>
 #include <unordered_set>
 
 #include "flowgrad/autograd/autograd.h"
@@ -239,6 +242,41 @@ struct Builder {
     plan.code_ = std::move(kept);
   }
 
+  void fold_transposes(const std::vector<Value>& outputs) {
+    std::vector<int> uses(plan.buffers_.size(), 0), producer(plan.buffers_.size(), -1);
+    for (size_t i = 0; i < plan.code_.size(); ++i) {
+      for (const Value& v : plan.code_[i].in) ++uses[v.buffer];
+      for (const Value& v : plan.code_[i].out) producer[v.buffer] = static_cast<int>(i);
+    }
+    for (const Value& v : outputs) ++uses[v.buffer];
+    auto transposed = [](Value v) {
+      std::swap(v.shape[0], v.shape[1]);
+      std::swap(v.strides[0], v.strides[1]);
+      return v;
+    };
+    std::vector<bool> drop(plan.code_.size(), false);
+    for (size_t i = 0; i < plan.code_.size(); ++i) {
+      Instruction& copy = plan.code_[i];
+      if (std::string_view(copy.op->name) != "contiguous" || copy.in[0].shape.size() != 2) continue;
+      const Value& v = copy.in[0];
+      int m = producer[v.buffer];
+      if (m < 0 || uses[v.buffer] != 1 || std::string_view(plan.code_[m].op->name) != "matmul") continue;
+      Instruction& mm = plan.code_[m];
+      const Value& r = mm.out[0];
+      bool is_transpose = r.shape.size() == 2 && v.offset == r.offset && v.shape == transposed(r).shape &&
+                          v.strides == transposed(r).strides && r.strides == contiguous_strides(r.shape);
+      if (!is_transpose || mm.in[0].shape.size() != 2 || mm.in[1].shape.size() != 2) continue;
+      mm.in = {transposed(mm.in[1]), transposed(mm.in[0])};
+      mm.out = copy.out;
+      drop[i] = true;
+      ++plan.stats_.transposes;
+    }
+    std::vector<Instruction> kept;
+    for (size_t i = 0; i < plan.code_.size(); ++i)
+      if (!drop[i]) kept.push_back(std::move(plan.code_[i]));
+    plan.code_ = std::move(kept);
+  }
+
   // A host read of a value the plan computes would freeze a data-dependent decision.
   void check_host_reads() {
     for (const auto& [t, what] : trace.host_reads) {
@@ -284,6 +322,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   b.fold_constants();
   b.bind_grads(spec.grads, roots);
   b.eliminate_dead_code(roots);
+  b.fold_transposes(outputs_);
   b.check_host_reads();
   device_ = spec.inputs.empty() ? (trace.calls.empty() ? Device{} : trace.calls[0].out.empty() ? Device{}
                                                                    : trace.calls[0].out[0].device())

@@ -105,7 +105,7 @@ struct FusedRun {
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 
 struct PlanStats {
-  int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0, fused = 0;
+  int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0, fused = 0, transposes = 0;
   size_t arena_bytes = 0, naive_bytes = 0;
   std::string cuda_graph;
 };
