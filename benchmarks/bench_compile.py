@@ -16,6 +16,7 @@ import numpy as np
 import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
+from bench_train import torch_block
 from common import best_time, machine, save
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
@@ -51,26 +52,11 @@ def torch_model(case):
         return torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
                                    torch.nn.ReLU(), torch.nn.Linear(512, 10))
 
-    class Block(torch.nn.Module):  # the same pre-norm block as flowgrad's TransformerBlock
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = torch.nn.LayerNorm(D), torch.nn.LayerNorm(D)
-            self.qkv, self.proj = torch.nn.Linear(D, 3 * D), torch.nn.Linear(D, D)
-            self.fc1, self.fc2 = torch.nn.Linear(D, 4 * D), torch.nn.Linear(4 * D, D)
-
-        def forward(self, x):
-            B, L, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(D, -1)
-            split = lambda t: t.view(B, L, HEADS, D // HEADS).transpose(1, 2)
-            a = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(B, L, D))
-            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
-
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.tokens, self.positions = torch.nn.Embedding(VOCAB, D), torch.nn.Parameter(torch.randn(T, D) * 0.02)
-            self.blocks = torch.nn.Sequential(*[Block() for _ in range(LAYERS)])
+            self.blocks = torch.nn.Sequential(*[torch_block(D, HEADS) for _ in range(LAYERS)])
             self.norm, self.head = torch.nn.LayerNorm(D), torch.nn.Linear(D, VOCAB)
 
         def forward(self, idx):

@@ -79,10 +79,11 @@ def flowgrad_transformer(batch, steps, T=64, d=128, heads=4, layers=4, vocab=96)
     return step
 
 
-def torch_transformer(batch, steps, T=64, d=128, heads=4, layers=4, vocab=96):
+def torch_block(d, heads):
+    """The same pre-norm block as flowgrad's TransformerBlock, in PyTorch."""
     import torch
 
-    class Block(torch.nn.Module):  # the same pre-norm block flowgrad's TransformerBlock is
+    class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
@@ -96,9 +97,13 @@ def torch_transformer(batch, steps, T=64, d=128, heads=4, layers=4, vocab=96):
             a = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
             x = x + self.proj(a.transpose(1, 2).reshape(B, L, d))
             return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+    return Block()
 
+
+def torch_transformer(batch, steps, T=64, d=128, heads=4, layers=4, vocab=96):
+    import torch
     torch.manual_seed(0)
-    blocks = torch.nn.Sequential(*[Block() for _ in range(layers)])
+    blocks = torch.nn.Sequential(*[torch_block(d, heads) for _ in range(layers)])
     emb, pos, norm, head = torch.nn.Embedding(vocab, d), torch.nn.Parameter(torch.randn(T, d) * 0.02), torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab)
     params = list(emb.parameters()) + [pos] + list(blocks.parameters()) + list(norm.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)

@@ -63,7 +63,32 @@ class _Traced:
         return tracer, result
 
 
-class CompiledStep:
+class _PlanViews:
+    """The ways to look at a plan, shared by compiled steps and forward plans."""
+
+    @property
+    def plan(self):
+        """The plan for the example inputs (flowgrad._core.plan.Plan)."""
+        return self._plan
+
+    @property
+    def stats(self):
+        """instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph (and pass counts)."""
+        return self._plan.stats()
+
+    def ir(self):
+        """The plan's instructions as a list of records (op, inputs, outputs, shape, dtype, attrs)."""
+        return self._plan.ir()
+
+    def dot(self):
+        """The plan as a Graphviz DOT graph (instructions as nodes, data flow as edges)."""
+        return self._plan.dot()
+
+    def __str__(self):
+        return str(self._plan)
+
+
+class CompiledStep(_PlanViews):
     """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`."""
 
     def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic):
@@ -170,34 +195,13 @@ class CompiledStep:
         """A forward-only plan (e.g. batch 1 for inference) reading the same parameter buffers."""
         return ForwardPlan(self.model, example_inputs)
 
-    @property
-    def plan(self):
-        """The plan for the example inputs (flowgrad._core.plan.Plan)."""
-        return self._plan
-
-    @property
-    def stats(self):
-        """instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph (and pass counts)."""
-        return self._plan.stats()
-
-    def ir(self):
-        """The plan's instructions as a list of records (op, inputs, outputs, shape, dtype, attrs)."""
-        return self._plan.ir()
-
-    def dot(self):
-        """The plan as a Graphviz DOT graph (instructions as nodes, data flow as edges)."""
-        return self._plan.dot()
-
-    def __str__(self):
-        return str(self._plan)
-
     def __repr__(self):
         s = self.stats
         return (f"<CompiledStep {s['instructions']} instructions on {self._plan.device}, "
                 f"arena {s['arena_bytes']} bytes (naive {s['naive_bytes']})>")
 
 
-class ForwardPlan:
+class ForwardPlan(_PlanViews):
     """A compiled forward pass (no gradients): ``outputs = plan(*inputs)``, sharing parameters."""
 
     def __init__(self, model, example_inputs):
@@ -219,19 +223,6 @@ class ForwardPlan:
         """The model's outputs for these inputs (same shapes as the example inputs)."""
         out = self._plan.run(_as_tensors(inputs, "forward plan"))
         return out[0] if self._single else tuple(out)
-
-    @property
-    def stats(self):
-        return self._plan.stats()
-
-    def ir(self):
-        return self._plan.ir()
-
-    def dot(self):
-        return self._plan.dot()
-
-    def __str__(self):
-        return str(self._plan)
 
 
 def _tagged_values(model):
