@@ -96,7 +96,10 @@ Tensors Function::forward(const Tensors& in) { return {fn_(input(in, 0, type_nam
 
 Tensors Sequential::forward(const Tensors& in) {
   Tensors x = in;
-  for (auto& [name, m] : children_) x = (*m)(x);
+  for (auto& [name, m] : children_) {
+    FG_CHECK(m, Value, "Sequential: module '", name, "' is None");
+    x = (*m)(x);
+  }
   return x;
 }
 
@@ -172,6 +175,8 @@ Tensors TransformerBlock::forward(const Tensors& in) {
 
 namespace {
 void recurrent_params(Module& m, int64_t gates, int64_t in, int64_t hidden) {
+  FG_CHECK(in >= 0 && hidden > 0, Value, m.type_name(), ": input_size must be >= 0 and hidden_size > 0, got ", in,
+           " and ", hidden);
   double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
   m.register_parameter("weight_ih", uniform_tensor({gates * hidden, in}, bound));
   m.register_parameter("weight_hh", uniform_tensor({gates * hidden, hidden}, bound));
