@@ -1,7 +1,7 @@
 """Stress checks, each in its own interpreter so that a crash or a hang is a failure, not the end
 of the run: a seeded fuzz of the public API and a training soak.
 
-Quick by default (about 3 000 fuzz calls over 2 seeds and a 5 000-step soak, well under a minute
+Quick by default (6 000 fuzz calls over 3 seeds and a 5 000-step soak, well under a minute
 on 2 cores). FLOWGRAD_STRESS=long runs 150 000 fuzz calls over 30 seeds and a 50 000-step soak.
 """
 import json
@@ -14,8 +14,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LONG = os.environ.get("FLOWGRAD_STRESS", "") == "long"
-FUZZ_SEEDS = range(30) if LONG else range(2)
-FUZZ_CALLS = 5000 if LONG else 1500
+FUZZ_SEEDS = range(30) if LONG else range(3)
+FUZZ_CALLS = 5000 if LONG else 2000
 SOAK_STEPS = 50000 if LONG else 5000
 
 

@@ -105,7 +105,7 @@ Tensors Sequential::forward(const Tensors& in) {
 
 MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, bool c, double p)
     : Module("MultiheadAttention"), dim(d), heads(h), causal(c), dropout(p) {
-  FG_CHECK(h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be divisible by heads ", h);
+  FG_CHECK(d > 0 && h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be a positive multiple of heads ", h);
   register_module("qkv", std::make_shared<Linear>(d, 3 * d, true));
   register_module("proj", std::make_shared<Linear>(d, d, true));
 }
