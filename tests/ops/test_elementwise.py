@@ -300,3 +300,8 @@ def test_pow_gradient_with_bool_and_integer_exponents():
         x = fg.tensor([2.0, 3.0], dtype=fg.float64, requires_grad=True)
         (x ** e).sum().backward()  # d/dx x^e = e x^(e-1)
         np.testing.assert_allclose(x.grad.numpy(), expected)
+    e = fg.tensor([1.0, 2.0], dtype=fg.float64, requires_grad=True)
+    (fg.tensor([True, False]) ** e).sum().backward()  # d/de b^e = b^e log b, 0 where b == 0
+    np.testing.assert_allclose(e.grad.numpy(), [0.0, 0.0])
+    (fg.tensor([3, 1]) ** e).sum().backward()
+    np.testing.assert_allclose(e.grad.numpy(), [3.0 * np.log(3.0), 0.0])

@@ -188,7 +188,8 @@ Tensors binary_backward_pow(const BackwardCtx& c) {
     grads[0] = sum_to(g * e * pow(a, e - 1.0), a.shape());
   }
   if (c.needs_grad[1]) {  // d/db a^b = a^b log a; taken as 0 where a == 0 (the limit for b > 0)
-    Tensor safe_log = log(where(eq(a, scalar_like(a, 0)), scalar_like(a, 1), a));
+    Tensor base = cast(a, g.dtype());  // a bool or integer base
+    Tensor safe_log = log(where(eq(base, scalar_like(base, 0)), scalar_like(base, 1), base));
     grads[1] = sum_to(g * y * safe_log, b.shape());
   }
   return grads;
