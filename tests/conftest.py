@@ -1,4 +1,9 @@
-"""Shared helpers: NumPy reference checks on awkward layouts, and gradient checks."""
+"""Shared helpers: NumPy reference checks on awkward layouts, gradient checks, and isolated runs."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -63,3 +68,17 @@ def on(device, t):
     if t.ndim >= 2 and not t.is_contiguous():
         return t.transpose(-1, -2).to(device).transpose(-1, -2)
     return t.to(device)
+
+
+def run_isolated(code, timeout=120):
+    """Runs `code` (after `import flowgrad as fg`) in a fresh interpreter, so that a crash or a
+    hang is a test failure rather than the end of the test run; returns its stdout."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    script = "import numpy as np\nimport flowgrad as fg\n" + textwrap.dedent(code)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for more than {timeout} s:\n{script}")
+    assert done.returncode == 0, f"exit status {done.returncode}\n{done.stderr[-3000:]}\n{script}"
+    return done.stdout

@@ -94,6 +94,31 @@ def test_item_tolist_len_and_conversions():
         t.item()
 
 
+def test_python_number_conversions_follow_pytorch():
+    assert int(fg.tensor(2.7)) == 2 and isinstance(int(fg.tensor([2.0])), int)
+    assert float(fg.tensor(3)) == 3.0 and isinstance(float(fg.tensor(True)), float)
+    assert bool(fg.tensor(0.5)) is True and bool(fg.tensor([0])) is False
+    assert [10, 20, 30][fg.tensor(1)] == 20 and int(fg.tensor(4, dtype=fg.int32)) == 4
+    with pytest.raises(fg.DTypeError, match="index: only integer tensors can be used as an index"):
+        [1, 2][fg.tensor(1.0)]
+    with pytest.raises(fg.InvalidArgumentError, match="int: item: only one-element tensors"):
+        int(fg.zeros(2))
+    with pytest.raises(ValueError, match="NaN"):
+        int(fg.tensor(float("nan")))
+
+
+def test_indexing_with_numpy_integer_arrays_like_numpy():
+    a = np.arange(10.0).reshape(5, 2)
+    t = fg.tensor(a)
+    for key in (np.array([0, 1]), np.array([4, 0, 4]), (np.array([1, 3]), 1), np.int64(2), np.array(3),
+                np.array([True, False, True, False, True]), slice(np.int64(1), np.int32(4))):
+        np.testing.assert_array_equal(t[key].numpy(), a[key])
+    with pytest.raises(TypeError, match="index: a slice bound must be an int, got str 'a'"):
+        t["a":]
+    with pytest.raises(fg.IndexOutOfRangeError):
+        t[np.array([5])]
+
+
 def test_tensor_constructor_infers_dtypes():
     assert fg.tensor([1.0, 2.0]).dtype == fg.float32  # Python floats: float32 like the rest of the API
     assert fg.tensor(np.array([1.0])).dtype == fg.float64  # NumPy arrays keep their dtype

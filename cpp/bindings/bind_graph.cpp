@@ -358,6 +358,12 @@ void bind_graph(py::module_& m) {
     if (!PyGILState_Check()) return nullptr;
     return std::make_shared<py::gil_scoped_release>();
   });
+  static unsigned long main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  graph::set_interrupt_check([] {  // Python runs signal handlers on its main thread only
+    if (PyThread_get_thread_ident() != main_thread) return;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // KeyboardInterrupt after Ctrl-C
+  });
   bind_graph_class(m);
   bind_builder(m);
   bind_builtins(m);

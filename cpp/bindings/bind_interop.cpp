@@ -313,15 +313,15 @@ void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
                               t.device().is_cpu() ? 0 : t.device().index);
       }, "(device_type, device_id) in DLPack's codes.");
 
-  m.def("from_numpy", &from_numpy, py::arg("array"),
-        "A tensor sharing the NumPy array's memory (no copy; keeps the array alive). A read-only array "
-        "(np.frombuffer of bytes, a read-only mmap, writeable=False) gives a read-only tensor: reading it "
-        "and out-of-place ops work, in-place writes raise InvalidArgumentError; fg.tensor(a) copies "
-        "into a writable tensor.");
-  m.def("from_dlpack", &import_dlpack, py::arg("obj"),
-        "A tensor sharing the memory of any object that implements __dlpack__. A capsule marked "
-        "read-only gives a read-only tensor, as from_numpy does.");
-  m.def("tensor", [](const py::object& data, const py::object& dtype, const py::object& device, bool rg) {
+  def_op(m, "from_numpy", &from_numpy, py::arg("array"),
+         "A tensor sharing the NumPy array's memory (no copy; keeps the array alive). A read-only array "
+         "(np.frombuffer of bytes, a read-only mmap, writeable=False) gives a read-only tensor: reading it "
+         "and out-of-place ops work, in-place writes raise InvalidArgumentError; fg.tensor(a) copies "
+         "into a writable tensor.");
+  def_op(m, "from_dlpack", &import_dlpack, py::arg("obj"),
+         "A tensor sharing the memory of any object that implements __dlpack__. A capsule marked "
+         "read-only gives a read-only tensor, as from_numpy does.");
+  def_op(m, "tensor", [](const py::object& data, const py::object& dtype, const py::object& device, bool rg) {
     Tensor t = tensor_from_data(data, dtype_arg(dtype), device_arg(device));
     if (rg) set_requires_grad(t, true);
     return t;

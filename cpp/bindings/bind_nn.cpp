@@ -11,6 +11,14 @@ using nn::Module;
 
 namespace {
 
+// A module argument of a container; None and other objects are TypeErrors.
+std::shared_ptr<Module> module_arg(const py::handle& h, const char* container, size_t i) {
+  if (!py::isinstance<Module>(h))
+    throw py::type_error(std::string(container) + ": argument " + std::to_string(i) + " must be a Module, got " +
+                         Py_TYPE(h.ptr())->tp_name);
+  return h.cast<std::shared_ptr<Module>>();
+}
+
 py::tuple as_args(const Tensors& ts) {
   py::tuple args(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) args[i] = ts[i].defined() ? py::cast(ts[i]) : py::none();
@@ -129,8 +137,9 @@ py::object module_getattr(py::object self, const std::string& name) {
 
 template <class Container>
 void bind_container(py::class_<Container, Module, py::smart_holder>& cls) {
-  cls.def("append", [](Container& c, std::shared_ptr<Module> m) { c.append(std::move(m)); }, py::arg("module"),
-          "Adds a module at the end.")
+  cls.def("append", [](Container& c, const py::object& m) {
+    c.append(module_arg(m, c.type_name().c_str(), c.named_children().size()));
+  }, py::arg("module"), "Adds a module at the end.")
       .def("__len__", [](const Container& c) { return c.named_children().size(); })
       .def("__getitem__", [](const Container& c, int64_t i) {
         int64_t n = static_cast<int64_t>(c.named_children().size());
@@ -239,11 +248,11 @@ void bind_nn(py::module_& m) {
         for (const auto& [name, t] : self.state_dict()) out[py::str(name)] = t;
         return out;
       }, "Parameters and buffers by dotted name (detached, sharing memory).")
-      .def("load_state_dict", [](Module& self, const py::dict& sd, bool strict) {
+      .def("load_state_dict", named("load_state_dict", [](Module& self, const py::dict& sd, bool strict) {
         nn::Named<Tensor> entries;
-        for (auto [k, v] : sd) entries.emplace_back(k.cast<std::string>(), as_tensor(v));
+        for (auto [k, v] : sd) entries.emplace_back(py::str(k), as_tensor(v));
         self.load_state_dict(entries, strict);
-      }, py::arg("state_dict"), py::arg("strict") = true,
+      }), py::arg("state_dict"), py::arg("strict") = true,
          "Copies values into the parameters and buffers; InvalidArgumentError names missing, unexpected and mis-shaped keys.")
       .def("extra_repr", &Module::extra_repr, "Text shown inside this module's repr parentheses.")
       .def("num_parameters", [](const Module& self) { return nn::parameter_count(self); },
@@ -304,7 +313,7 @@ void bind_nn(py::module_& m) {
   py::class_<nn::Sequential, Module, py::smart_holder> seq(nn, "Sequential", "Runs modules in order.");
   seq.def(py::init([](py::args modules) {
     auto s = std::make_shared<nn::Sequential>();
-    for (py::handle h : modules) s->append(h.cast<std::shared_ptr<Module>>());
+    for (py::handle h : modules) s->append(module_arg(h, "Sequential", s->named_children().size()));
     return s;
   }));
   bind_container(seq);
@@ -312,7 +321,7 @@ void bind_nn(py::module_& m) {
   list.def(py::init([](const py::object& modules) {
     auto l = std::make_shared<nn::ModuleList>();
     if (!modules.is_none())
-      for (py::handle h : modules) l->append(h.cast<std::shared_ptr<Module>>());
+      for (py::handle h : modules) l->append(module_arg(h, "ModuleList", l->named_children().size()));
     return l;
   }), py::arg("modules") = py::none());
   bind_container(list);

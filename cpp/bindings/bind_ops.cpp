@@ -12,8 +12,8 @@ using Cls = py::class_<Tensor>;
 
 template <class Fn, class... Extra>
 void both(py::module_& m, Cls& cls, const char* name, Fn&& fn, const Extra&... extra) {
-  m.def(name, fn, py::arg("input"), extra...);
-  cls.def(name, std::forward<Fn>(fn), extra...);
+  m.def(name, named(name, fn), py::arg("input"), extra...);
+  cls.def(name, named(name, std::forward<Fn>(fn)), extra...);
 }
 
 // fg.return_types.<op>: named tuples (values, indices), like torch.return_types.
@@ -65,8 +65,8 @@ void bind_elementwise(py::module_& m, Cls& cls) {
       auto [ta, tb] = binary_operands(a, b);
       return released([&] { return fn(ta, tb); });
     };
-    m.def(name, call, py::arg("input"), py::arg("other"), doc.c_str());
-    cls.def(name, call, py::arg("other"), doc.c_str());
+    m.def(name, named(name, call), py::arg("input"), py::arg("other"), doc.c_str());
+    cls.def(name, named(name, call), py::arg("other"), doc.c_str());
   }
   both(m, cls, "gelu", [](const Tensor& x, const std::string& approximate) {
     FG_CHECK(approximate == "none" || approximate == "tanh", Value,
@@ -77,7 +77,7 @@ void bind_elementwise(py::module_& m, Cls& cls) {
     return clamp(x, lo, hi);
   }, py::arg("min") = py::none(), py::arg("max") = py::none(),
      "Limits values to [min, max]; either bound may be None.");
-  m.def("where", [](const Tensor& cond, const py::object& a, const py::object& b) {
+  def_op(m, "where", [](const Tensor& cond, const py::object& a, const py::object& b) {
     Tensor ta = py::isinstance<Tensor>(a) ? a.cast<Tensor>() : Tensor();
     Tensor tb = py::isinstance<Tensor>(b) ? b.cast<Tensor>() : Tensor();
     const Tensor* like = ta.defined() ? &ta : (tb.defined() ? &tb : nullptr);
@@ -138,9 +138,9 @@ void bind_reductions(py::module_& m, Cls& cls) {
 void bind_shape(py::module_& m, Cls& cls) {
   both(m, cls, "reshape", [](const Tensor& x, const py::args& shape) { return reshape(x, shape_args(shape).vec()); },
        "The same elements in a new shape (a view when possible; one -1 allowed).");
-  cls.def("view", [](const Tensor& x, const py::args& shape) { return view(x, shape_args(shape).vec()); },
+  def_op(cls, "view", [](const Tensor& x, const py::args& shape) { return view(x, shape_args(shape).vec()); },
           "A view with a new shape; ShapeError when the strides do not allow one.");
-  both(m, cls, "permute", [](const Tensor& x, const py::args& dims) { return permute(x, shape_args(dims).vec()); },
+  both(m, cls, "permute", [](const Tensor& x, const py::args& dims) { return permute(x, shape_args(dims, "dims").vec()); },
        "A view with the dims reordered.");
   both(m, cls, "transpose", &transpose, py::arg("dim0"), py::arg("dim1"),
        "A view with two dims swapped.");
@@ -154,27 +154,28 @@ void bind_shape(py::module_& m, Cls& cls) {
   both(m, cls, "unsqueeze", &unsqueeze, py::arg("dim"), "Inserts a size-1 dim.");
   both(m, cls, "expand", [](const Tensor& x, const py::args& shape) { return expand(x, shape_args(shape).vec()); },
        "A broadcast view (-1 keeps a dim).");
-  both(m, cls, "broadcast_to", [](const Tensor& x, const py::object& shape) { return expand(x, int_list(shape)); },
+  both(m, cls, "broadcast_to", [](const Tensor& x, const py::object& shape) { return expand(x, int_list(shape, "shape")); },
        py::arg("shape"), "A broadcast view with the given shape.");
   both(m, cls, "flatten", &flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
        "Merges dims start_dim..end_dim into one.");
   both(m, cls, "narrow", &narrow, py::arg("dim"), py::arg("start"), py::arg("length"),
        "A view of `length` entries from `start` along dim.");
-  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0, "Concatenates tensors along an existing dim.");
-  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0, "Stacks equal-shaped tensors along a new dim.");
+  def_op(m, "cat", &cat, py::arg("tensors"), py::arg("dim") = 0, "Concatenates tensors along an existing dim.");
+  def_op(m, "stack", &stack, py::arg("tensors"), py::arg("dim") = 0, "Stacks equal-shaped tensors along a new dim.");
   both(m, cls, "split", [](const Tensor& x, const py::object& size, int64_t dim) {
-    return py::isinstance<py::int_>(size) ? split_size(x, size.cast<int64_t>(), dim) : split(x, int_list(size), dim);
+    std::vector<int64_t> sizes = int_list(size, "split_size_or_sections");
+    return py::isinstance<py::sequence>(size) ? split(x, sizes, dim) : split_size(x, sizes[0], dim);
   }, py::arg("split_size_or_sections"), py::arg("dim") = 0,
      "Views of equal-size pieces (int) or of the given sizes (list).");
   both(m, cls, "chunk", &chunk, py::arg("chunks"), py::arg("dim") = 0,
        "Splits into `chunks` nearly equal views.");
   both(m, cls, "pad", [](const Tensor& x, const py::object& pads, double value) {
-    return pad(x, int_list(pads), value);
+    return pad(x, int_list(pads, "pad"), value);
   }, py::arg("pad"), py::arg("value") = 0.0,
      "Constant padding; (left, right) pairs starting from the last dim.");
-  both(m, cls, "repeat", [](const Tensor& x, const py::args& reps) { return repeat(x, shape_args(reps).vec()); },
+  both(m, cls, "repeat", [](const Tensor& x, const py::args& reps) { return repeat(x, shape_args(reps, "repeats").vec()); },
        "Tiles the tensor (like numpy.tile).");
-  both(m, cls, "flip", [](const Tensor& x, const py::object& dims) { return flip(x, int_list(dims)); },
+  both(m, cls, "flip", [](const Tensor& x, const py::object& dims) { return flip(x, int_list(dims, "dims")); },
        py::arg("dims"), "Reverses the order along the given dims.");
 }
 
@@ -187,7 +188,7 @@ void bind_indexing(py::module_& m, Cls& cls) {
        "A copy of input with src added at index along dim.");
   both(m, cls, "masked_fill", &masked_fill, py::arg("mask"), py::arg("value"),
        "A copy of input with value where mask is True.");
-  m.def("one_hot", &one_hot, py::arg("index"), py::arg("num_classes"),
+  def_op(m, "one_hot", &one_hot, py::arg("index"), py::arg("num_classes"),
         "int64 one-hot encoding with a new last dim of num_classes.");
   both(m, cls, "nonzero", &nonzero, "Coordinates of the True elements, (count, ndim).");
   both(m, cls, "topk", [result = values_indices(m, "topk")](const Tensor& x, int64_t k, int64_t dim, bool largest) {
@@ -220,7 +221,7 @@ void bind_conversion(Cls& cls) {
     Tensor moved = to_device(t, dev);
     return dt ? cast(moved, *dt) : moved;
   };
-  cls.def("to", to, py::arg("target") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none(),
+  def_op(cls, "to", to, py::arg("target") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none(),
           "A tensor on another device and/or with another dtype (self when nothing changes).");
   cls.def("cpu", [to](const Tensor& t) { return to(t, py::str("cpu"), py::none(), py::none()); },
           "A copy on the CPU (self when already there).");
@@ -242,99 +243,100 @@ void bind_creation(py::module_& m) {
       return creation(full(shape_args(shape), v, dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
     };
   };
-  m.def("zeros", filled(0.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+  def_op(m, "zeros", filled(0.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
         py::arg("requires_grad") = false, "A tensor of zeros: fg.zeros(2, 3) or fg.zeros((2, 3)).");
-  m.def("ones", filled(1.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+  def_op(m, "ones", filled(1.0), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
         py::arg("requires_grad") = false, "A tensor of ones.");
-  m.def("empty", [](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
+  def_op(m, "empty", [](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
     return creation(Tensor::empty(shape_args(shape), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
      "A tensor with uninitialised values.");
-  m.def("full", [](const py::object& shape, const py::object& value, const py::object& dtype,
+  def_op(m, "full", [](const py::object& shape, const py::object& value, const py::object& dtype,
                    const py::object& device, bool rg) {
     DType dt = dtype_arg(dtype).value_or(scalar_dtype(value));
-    return creation(full(Dims(int_list(shape)), value.cast<double>(), dt, device_arg(device)), rg);
+    return creation(full(Dims(int_list(shape, "shape")), float_arg(value, "fill_value"), dt, device_arg(device)), rg);
   }, py::arg("shape"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
      py::arg("device") = py::none(), py::arg("requires_grad") = false,
      "A tensor filled with a value; the dtype follows the value (float32, int64, bool) by default.");
-  m.def("arange", [](const py::object& start, const py::object& end, const py::object& step,
+  def_op(m, "arange", [](const py::object& start, const py::object& end, const py::object& step,
                      const py::object& dtype, const py::object& device, bool rg) {
     auto is_float = [](const py::object& v) { return py::isinstance<py::float_>(v); };
     bool ints = !is_float(start) && (end.is_none() || !is_float(end)) && !is_float(step);
-    double lo = end.is_none() ? 0.0 : start.cast<double>();
-    double hi = end.is_none() ? start.cast<double>() : end.cast<double>();
+    double lo = end.is_none() ? 0.0 : float_arg(start, "start");
+    double hi = end.is_none() ? float_arg(start, "end") : float_arg(end, "end");
     DType dt = dtype_arg(dtype).value_or(ints ? DType::Int64 : default_float_dtype());
-    return creation(arange(lo, hi, step.cast<double>(), dt, device_arg(device)), rg);
+    return creation(arange(lo, hi, float_arg(step, "step"), dt, device_arg(device)), rg);
   }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(),
      py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
      "Values start, start+step, ... below end (int64 for integer arguments, else float32).");
-  m.def("linspace", [](double a, double b, int64_t n, const py::object& dtype, const py::object& device, bool rg) {
+  def_op(m, "linspace", [](double a, double b, int64_t n, const py::object& dtype, const py::object& device, bool rg) {
     return creation(linspace(a, b, n, dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = py::none(),
      py::arg("device") = py::none(), py::arg("requires_grad") = false, "`steps` evenly spaced values from start to end.");
-  m.def("eye", [](int64_t n, std::optional<int64_t> cols, const py::object& dtype, const py::object& device, bool rg) {
+  def_op(m, "eye", [](int64_t n, std::optional<int64_t> cols, const py::object& dtype, const py::object& device, bool rg) {
     return creation(eye(n, cols.value_or(n), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
   }, py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
      py::arg("device") = py::none(), py::arg("requires_grad") = false, "The identity matrix (n x m).");
   using Random = Tensor (*)(const Dims&, DType, Device);
   const std::pair<const char*, Random> randoms[] = {{"rand", rand}, {"randn", randn}};
   for (const auto& [name, fn] : randoms) {
-    m.def(name, [fn = fn](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
+    def_op(m, name, [fn = fn](const py::args& shape, const py::object& dtype, const py::object& device, bool rg) {
       return creation(fn(shape_args(shape), dtype_arg(dtype).value_or(default_float_dtype()), device_arg(device)), rg);
     }, py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), py::arg("requires_grad") = false,
        name[4] == 'n' ? "Standard normal samples (Philox; fixed by fg.manual_seed)."
                       : "Uniform samples in [0, 1) (Philox; fixed by fg.manual_seed).");
   }
-  m.def("randperm", [](int64_t n, std::optional<uint64_t> seed, uint64_t offset, const py::object& device) {
+  def_op(m, "randperm", [](int64_t n, std::optional<uint64_t> seed, uint64_t offset, const py::object& device) {
     uint64_t s = seed ? *seed : rng_state().seed;
     uint64_t o = seed ? offset : rng_reserve(static_cast<uint64_t>(std::max<int64_t>(n, 0)));
     return randperm(n, s, o, device_arg(device));
   }, py::arg("n"), py::kw_only(), py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("device") = py::none(),
      "A random permutation of 0..n-1 (int64); with seed it depends on (seed, offset) only.");
-  m.def("randint", [](int64_t low, const py::object& high, const py::object& shape, const py::object& dtype,
+  def_op(m, "randint", [](int64_t low, const py::object& high, const py::object& shape, const py::object& dtype,
                       const py::object& device) {
-    int64_t lo = high.is_none() ? 0 : low, hi = high.is_none() ? low : high.cast<int64_t>();
-    return randint(lo, hi, Dims(int_list(shape)), dtype_arg(dtype).value_or(DType::Int64), device_arg(device));
+    int64_t lo = high.is_none() ? 0 : low, hi = high.is_none() ? low : int_arg(high, "high");
+    return randint(lo, hi, Dims(int_list(shape, "size")), dtype_arg(dtype).value_or(DType::Int64), device_arg(device));
   }, py::arg("low"), py::arg("high") = py::none(), py::arg("size") = py::tuple(), py::kw_only(),
      py::arg("dtype") = py::none(), py::arg("device") = py::none(), "Uniform integers in [low, high).");
 }
 
 void bind_functional(py::module_& m) {
   auto nn = m.def_submodule("functional", "Neural-network functions (fg.nn.functional).");
-  nn.def("softmax", &softmax, py::arg("input"), py::arg("dim"), "Softmax along dim (max-subtracted).", ReleaseGil());
-  nn.def("log_softmax", &log_softmax, py::arg("input"), py::arg("dim"), "log(softmax) along dim, computed stably.",
+  def_op(nn, "softmax", &softmax, py::arg("input"), py::arg("dim"), "Softmax along dim (max-subtracted).", ReleaseGil());
+  def_op(nn, "log_softmax", &log_softmax, py::arg("input"), py::arg("dim"), "log(softmax) along dim, computed stably.",
          ReleaseGil());
-  nn.def("layer_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w,
+  def_op(nn, "layer_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w,
                           std::optional<Tensor> b, double eps) {
     Dims dims = dims_arg(shape);
     return released([&] { return layer_norm(x, dims, w.value_or(Tensor()), b.value_or(Tensor()), eps); });
   }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
      py::arg("eps") = 1e-5, "Layer normalisation over the trailing normalized_shape dims.");
-  nn.def("rms_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w, double eps) {
+  def_op(nn, "rms_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w, double eps) {
     Dims dims = dims_arg(shape);
     return released([&] { return rms_norm(x, dims, w.value_or(Tensor()), eps); });
   }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("eps") = 1e-6,
      "RMS normalisation over the trailing normalized_shape dims.");
-  nn.def("dropout", &dropout, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+  def_op(nn, "dropout", &dropout, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
          "Zeroes entries with probability p and scales the rest by 1/(1-p) (Philox mask).");
-  nn.def("embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
-  nn.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
+  def_op(nn, "embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
+  def_op(nn, "linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
     return linear(x, w, b.value_or(Tensor()));
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ weight.T + bias.", ReleaseGil());
-  nn.def("conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding) {
+  def_op(nn, "conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding) {
     return conv2d(x, w, b.value_or(Tensor()), stride, padding);
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
      py::arg("padding") = 0, "2-D convolution (cross-correlation), NCHW.", ReleaseGil());
   auto pair_arg = [](const py::object& v) {
-    std::vector<int64_t> k = int_list(v);
-    return k.size() == 1 ? std::pair{k[0], k[0]} : std::pair{k.at(0), k.at(1)};
+    std::vector<int64_t> k = int_list(v, "size");
+    FG_CHECK(k.size() == 1 || k.size() == 2, Value, "expected an int or a pair of ints, got ", k.size(), " values");
+    return k.size() == 1 ? std::pair{k[0], k[0]} : std::pair{k[0], k[1]};
   };
-  nn.def("unfold", [pair_arg](const Tensor& x, const py::object& kernel, int64_t padding, int64_t stride) {
+  def_op(nn, "unfold", [pair_arg](const Tensor& x, const py::object& kernel, int64_t padding, int64_t stride) {
     auto [kh, kw] = pair_arg(kernel);
     return im2col(x, kh, kw, stride, padding);
   }, py::arg("input"), py::arg("kernel_size"), py::arg("padding") = 0, py::arg("stride") = 1,
      "im2col: sliding (kH, kW) patches of (N, C, H, W) as columns (N, C*kH*kW, L).");
-  nn.def("fold", [pair_arg](const Tensor& cols, const py::object& output_size, const py::object& kernel,
+  def_op(nn, "fold", [pair_arg](const Tensor& cols, const py::object& output_size, const py::object& kernel,
                             int64_t padding, int64_t stride) {
     auto [kh, kw] = pair_arg(kernel);
     auto [h, w] = pair_arg(output_size);
@@ -344,36 +346,36 @@ void bind_functional(py::module_& m) {
     return col2im(cols, image, kh, kw, stride, padding);
   }, py::arg("input"), py::arg("output_size"), py::arg("kernel_size"), py::arg("padding") = 0,
      py::arg("stride") = 1, "col2im: sums columns (N, C*kH*kW, L) back into images (N, C, H, W).");
-  nn.def("max_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return max_pool2d(x, k, s.value_or(k)); },
+  def_op(nn, "max_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return max_pool2d(x, k, s.value_or(k)); },
          py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D max pooling.");
-  nn.def("avg_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return avg_pool2d(x, k, s.value_or(k)); },
+  def_op(nn, "avg_pool2d", [](const Tensor& x, int64_t k, std::optional<int64_t> s) { return avg_pool2d(x, k, s.value_or(k)); },
          py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D average pooling.");
-  nn.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v,
+  def_op(nn, "scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v,
                                             std::optional<Tensor> mask, bool causal) {
     return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), causal);
   }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
      py::arg("is_causal") = false, "softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.",
      ReleaseGil());
-  nn.def("cross_entropy", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing, const std::string& r) {
+  def_op(nn, "cross_entropy", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing, const std::string& r) {
     return cross_entropy(x, t, ignore, smoothing, reduction_from_name(r, "cross_entropy"));
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0,
      py::arg("reduction") = "mean", "Cross entropy of logits (N, C, ...) against class indices or probabilities.",
      ReleaseGil());
-  nn.def("nll_loss", [](const Tensor& x, const Tensor& t, int64_t ignore, const std::string& r) {
+  def_op(nn, "nll_loss", [](const Tensor& x, const Tensor& t, int64_t ignore, const std::string& r) {
     return nll_loss(x, t, ignore, reduction_from_name(r, "nll_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",
      "Negative log-likelihood of log-probabilities (N, C, ...).");
-  nn.def("mse_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
+  def_op(nn, "mse_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
     return mse_loss(x, y, reduction_from_name(r, "mse_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Mean squared error.");
-  nn.def("l1_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
+  def_op(nn, "l1_loss", [](const Tensor& x, const Tensor& y, const std::string& r) {
     return l1_loss(x, y, reduction_from_name(r, "l1_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Mean absolute error.");
-  nn.def("huber_loss", [](const Tensor& x, const Tensor& y, const std::string& r, double delta) {
+  def_op(nn, "huber_loss", [](const Tensor& x, const Tensor& y, const std::string& r, double delta) {
     return huber_loss(x, y, delta, reduction_from_name(r, "huber_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", py::arg("delta") = 1.0,
      "Quadratic below delta, linear above.");
-  nn.def("binary_cross_entropy_with_logits", [](const Tensor& x, const Tensor& y, const std::string& r) {
+  def_op(nn, "binary_cross_entropy_with_logits", [](const Tensor& x, const Tensor& y, const std::string& r) {
     return bce_with_logits(x, y, reduction_from_name(r, "binary_cross_entropy_with_logits"));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", "Sigmoid + binary cross entropy, stably.");
 }

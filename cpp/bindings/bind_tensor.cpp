@@ -6,77 +6,13 @@
 
 namespace fg::py_bind {
 
-Device device_arg(const py::handle& obj, Device fallback) {
-  if (obj.is_none()) return fallback;
-  if (py::isinstance<Device>(obj)) return obj.cast<Device>();
-  if (py::isinstance<py::str>(obj)) return Device::parse(obj.cast<std::string>());
-  fail(ErrorKind::Device, "expected a device such as 'cpu' or 'cuda:0', got ",
-       py::repr(obj).cast<std::string>());
-}
-
-std::optional<DType> dtype_arg(const py::handle& obj) {
-  if (obj.is_none()) return std::nullopt;
-  if (py::isinstance<DType>(obj)) return obj.cast<DType>();
-  if (py::isinstance<py::str>(obj)) return dtype_from_name(obj.cast<std::string>());
-  fail(ErrorKind::DType, "expected a flowgrad dtype such as fg.float32, got ",
-       py::repr(obj).cast<std::string>());
-}
-
-std::vector<int64_t> int_list(const py::handle& obj) {
-  if (py::isinstance<py::int_>(obj)) return {obj.cast<int64_t>()};
-  std::vector<int64_t> out;
-  for (py::handle item : obj) out.push_back(item.cast<int64_t>());
-  return out;
-}
-
-Dims dims_arg(const py::handle& obj) {
-  if (obj.is_none()) return Dims{};
-  return Dims(int_list(obj));
-}
-
-Dims shape_args(const py::args& args) {
-  if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) return Dims(int_list(args[0]));
-  Dims shape;
-  for (py::handle a : args) shape.push_back(a.cast<int64_t>());
-  return shape;
-}
-
-Tensor as_tensor(const py::handle& obj, const Tensor* like) {
-  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
-  Device device = like ? like->device() : cpu_device();
-  if (py::isinstance<py::bool_>(obj)) {
-    DType dt = like ? like->dtype() : DType::Bool;
-    return scalar_tensor(obj.cast<bool>(), dt, device);
-  }
-  if (py::isinstance<py::int_>(obj)) {  // weak: takes the tensor's dtype (bool -> int64)
-    DType dt = like && like->dtype() != DType::Bool ? like->dtype() : DType::Int64;
-    return scalar_tensor(static_cast<double>(obj.cast<int64_t>()), dt, device);
-  }
-  if (py::isinstance<py::float_>(obj)) {  // weak: a float tensor's dtype, else the default float
-    DType dt = like && is_floating(like->dtype()) ? like->dtype() : default_float_dtype();
-    return scalar_tensor(obj.cast<double>(), dt, device);
-  }
-  if (py::isinstance<py::array>(obj)) return from_numpy(obj.cast<py::array>());
-  return tensor_from_data(obj, std::nullopt, device);
-}
-
-std::pair<Tensor, Tensor> binary_operands(const py::handle& a, const py::handle& b) {
-  if (!py::isinstance<Tensor>(a) && py::isinstance<Tensor>(b)) {
-    auto [tb, ta] = binary_operands(b, a);
-    return {ta, tb};
-  }
-  Tensor ta = as_tensor(a);
-  if (py::isinstance<py::float_>(b) && !is_floating(ta.dtype())) ta = cast(ta, default_float_dtype());
-  return {ta, as_tensor(b, &ta)};
-}
-
 namespace {
 
 IndexItem index_item(const py::handle& obj) {
   IndexItem item{IndexItem::Kind::Int};
   auto optional_int = [](const py::handle& h) -> std::optional<int64_t> {
     if (h.is_none()) return std::nullopt;
-    return h.cast<int64_t>();
+    return int_arg(h, "a slice bound");
   };
   if (obj.is_none()) {
     item.kind = IndexItem::Kind::NewAxis;
@@ -88,7 +24,7 @@ IndexItem index_item(const py::handle& obj) {
     item.stop = optional_int(obj.attr("stop"));
     item.step = optional_int(obj.attr("step"));
   } else if (py::isinstance<Tensor>(obj) || py::isinstance<py::bool_>(obj) || py::isinstance<py::array>(obj) ||
-             !(py::isinstance<py::int_>(obj) || PyIndex_Check(obj.ptr()))) {
+             !PyIndex_Check(obj.ptr())) {  // lists, arrays and tensors index like NumPy arrays
     item.kind = IndexItem::Kind::Tensor;
     item.tensor = as_tensor(obj);
     if (item.tensor.ndim() == 0 && is_integral(item.tensor.dtype())) {  // a 0-d int index acts as an int
@@ -96,7 +32,7 @@ IndexItem index_item(const py::handle& obj) {
       item.index = static_cast<int64_t>(fg::item(item.tensor));
     }
   } else {
-    item.index = obj.cast<int64_t>();
+    item.index = int_arg(obj, "an index");
   }
   return item;
 }
@@ -126,15 +62,18 @@ py::object scalar_value(const Tensor& t) {
 
 using Binary = Tensor (*)(const Tensor&, const Tensor&);
 
-template <Binary Fn>
-Tensor forward_op(const py::object& self, const py::object& other) {
-  auto [a, b] = binary_operands(self, other);
-  return released([&] { return Fn(a, b); });
+// self <op> other, and other <op> self for the reflected form (binary_operands decides dtypes).
+auto forward_op(const char* op, Binary fn) {
+  return named(op, [fn](const py::object& self, const py::object& other) {
+    auto [a, b] = binary_operands(self, other);
+    return released([&] { return fn(a, b); });
+  });
 }
-template <Binary Fn>
-Tensor reflected_op(const py::object& self, const py::object& other) {
-  auto [a, b] = binary_operands(other, self);
-  return released([&] { return Fn(a, b); });
+auto reflected_op(const char* op, Binary fn) {
+  return named(op, [fn](const py::object& self, const py::object& other) {
+    auto [a, b] = binary_operands(other, self);
+    return released([&] { return fn(a, b); });
+  });
 }
 
 }  // namespace
@@ -159,10 +98,10 @@ void bind_tensor(py::module_& m) {
       .def_property_readonly("device", &Tensor::device, "Device holding the data.")
       .def("numel", &Tensor::numel, "Number of elements.")
       .def("dim", &Tensor::ndim, "Number of dims.")
-      .def("size", [](const Tensor& t, const py::object& dim) -> py::object {
+      .def("size", named("size", [](const Tensor& t, const py::object& dim) -> py::object {
         if (dim.is_none()) return py::tuple(py::cast(t.shape().vec()));
-        return py::int_(t.shape()[wrap_dim(dim.cast<int64_t>(), t.ndim(), "size")]);
-      }, py::arg("dim") = py::none(), "The shape, or the size of one dim.")
+        return py::int_(t.shape()[wrap_dim(int_arg(dim, "dim"), t.ndim(), "size")]);
+      }), py::arg("dim") = py::none(), "The shape, or the size of one dim.")
       .def("stride", [](const Tensor& t) { return py::tuple(py::cast(t.strides().vec())); },
            "Strides in elements.")
       .def("is_contiguous", &Tensor::is_contiguous, "True when the layout is row-major compact.")
@@ -172,14 +111,15 @@ void bind_tensor(py::module_& m) {
         FG_CHECK(t.ndim() > 0, Value, "len() of a 0-d tensor");
         return t.shape()[0];
       })
-      .def("item", &scalar_value, "The value of a one-element tensor as a Python scalar.")
-      .def("__float__", [](const Tensor& t) { return scalar_value(t).cast<double>(); })
-      .def("__int__", [](const Tensor& t) { return scalar_value(t).cast<int64_t>(); })
-      .def("__bool__", [](const Tensor& t) { return scalar_value(t).cast<bool>(); })
-      .def("__index__", [](const Tensor& t) {
-        FG_CHECK(is_integral(t.dtype()), DType, "only integer tensors can be used as an index");
-        return scalar_value(t).cast<int64_t>();
-      })
+      .def("item", named("item", &scalar_value), "The value of a one-element tensor as a Python scalar.")
+      // Python's own conversions of the scalar, like PyTorch: int(fg.tensor(2.7)) == 2.
+      .def("__float__", named("float", [](const Tensor& t) { return py::float_(scalar_value(t)); }))
+      .def("__int__", named("int", [](const Tensor& t) { return py::int_(scalar_value(t)); }))
+      .def("__bool__", named("bool", [](const Tensor& t) { return py::bool_(scalar_value(t)); }))
+      .def("__index__", named("index", [](const Tensor& t) {
+        FG_CHECK(is_integral(t.dtype()), DType, "only integer tensors can be used as an index, got ", describe(t));
+        return py::int_(scalar_value(t));
+      }))
       .def_property("requires_grad", [](const Tensor& t) { return requires_grad(t); },
                     [](const Tensor& t, bool v) { set_requires_grad(t, v); },
                     "Whether autograd records ops on this tensor.")
@@ -188,9 +128,11 @@ void bind_tensor(py::module_& m) {
       .def_property("grad", [](const Tensor& t) -> py::object {
         Tensor g = grad_of(t);
         return g.defined() ? py::cast(g) : py::none();
-      }, [](const Tensor& t, const py::object& g) {
+      }, named("grad", [](const Tensor& t, const py::object& g) {
+        if (!g.is_none() && !py::isinstance<Tensor>(g))
+          throw py::type_error("assigned gradient must be a Tensor or None, got " + std::string(Py_TYPE(g.ptr())->tp_name));
         set_grad(t, g.is_none() ? Tensor() : g.cast<Tensor>());
-      }, "The accumulated gradient (None until backward reaches this leaf).")
+      }), "The accumulated gradient (None until backward reaches this leaf).")
       .def_property_readonly("is_leaf", [](const Tensor& t) { return is_leaf(t); },
                              "True unless the tensor was produced by a recorded op.")
       .def_property_readonly("grad_fn", [](const Tensor& t) -> py::object {
@@ -198,31 +140,34 @@ void bind_tensor(py::module_& m) {
         if (!fn) return py::none();
         return py::str(grad_fn_repr(t));
       }, "Name of the op that produced this tensor, for display.")
-      .def("backward", [](const Tensor& t, const py::object& gradient, bool retain_graph, bool create_graph) {
+      .def("backward", named("backward", [](const Tensor& t, const py::object& gradient, bool retain_graph,
+                                             bool create_graph) {
         Tensors grads{gradient.is_none() ? Tensor() : as_tensor(gradient, &t)};
         py::gil_scoped_release release;
         backward({t}, grads, retain_graph, create_graph);
-      }, py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
+      }), py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
          py::arg("create_graph") = false, "Accumulates d(self)/d(leaf) into every leaf's .grad.")
       .def("detach", &detach, "A view of the same data without autograd history.")
-      .def("__getitem__", [](const Tensor& t, const py::object& key) { return index(t, index_items(key)); })
+      .def("__getitem__", named("index", [](const Tensor& t, const py::object& key) {
+        return index(t, index_items(key));
+      }))
       .def("_grad_fn_repr", &grad_fn_repr);
 
-  cls.def("__add__", &forward_op<add>).def("__radd__", &reflected_op<add>)
-      .def("__sub__", &forward_op<sub>).def("__rsub__", &reflected_op<sub>)
-      .def("__mul__", &forward_op<mul>).def("__rmul__", &reflected_op<mul>)
-      .def("__truediv__", &forward_op<div>).def("__rtruediv__", &reflected_op<div>)
-      .def("__pow__", &forward_op<pow>).def("__rpow__", &reflected_op<pow>)
-      .def("__matmul__", &forward_op<matmul>).def("__rmatmul__", &reflected_op<matmul>)
-      .def("__eq__", &forward_op<eq>).def("__ne__", &forward_op<ne>)
-      .def("__lt__", &forward_op<lt>).def("__le__", &forward_op<le>)
-      .def("__gt__", &forward_op<gt>).def("__ge__", &forward_op<ge>)
+  cls.def("__add__", forward_op("add", add)).def("__radd__", reflected_op("add", add))
+      .def("__sub__", forward_op("sub", sub)).def("__rsub__", reflected_op("sub", sub))
+      .def("__mul__", forward_op("mul", mul)).def("__rmul__", reflected_op("mul", mul))
+      .def("__truediv__", forward_op("div", div)).def("__rtruediv__", reflected_op("div", div))
+      .def("__pow__", forward_op("pow", pow)).def("__rpow__", reflected_op("pow", pow))
+      .def("__matmul__", forward_op("matmul", matmul)).def("__rmatmul__", reflected_op("matmul", matmul))
+      .def("__eq__", forward_op("eq", eq)).def("__ne__", forward_op("ne", ne))
+      .def("__lt__", forward_op("lt", lt)).def("__le__", forward_op("le", le))
+      .def("__gt__", forward_op("gt", gt)).def("__ge__", forward_op("ge", ge))
       .def("__neg__", [](const Tensor& t) { return neg(t); })
       .def("__abs__", [](const Tensor& t) { return abs(t); })
       .def("__pos__", [](const Tensor& t) { return t; })
-      .def("__and__", &forward_op<bitwise_and>).def("__rand__", &reflected_op<bitwise_and>)
-      .def("__or__", &forward_op<bitwise_or>).def("__ror__", &reflected_op<bitwise_or>)
-      .def("__xor__", &forward_op<bitwise_xor>).def("__rxor__", &reflected_op<bitwise_xor>)
+      .def("__and__", forward_op("bitwise_and", bitwise_and)).def("__rand__", reflected_op("bitwise_and", bitwise_and))
+      .def("__or__", forward_op("bitwise_or", bitwise_or)).def("__ror__", reflected_op("bitwise_or", bitwise_or))
+      .def("__xor__", forward_op("bitwise_xor", bitwise_xor)).def("__rxor__", reflected_op("bitwise_xor", bitwise_xor))
       .def("__invert__", [](const Tensor& t) { return bitwise_not(t); });
   cls.def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
   bind_in_place(cls);

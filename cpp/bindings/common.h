@@ -12,14 +12,55 @@ namespace fg::py_bind {
 
 namespace py = pybind11;
 
+// OverflowError (pybind11 has builtin exception classes for TypeError and others, not this one).
+class overflow_error : public py::builtin_exception {
+ public:
+  using builtin_exception::builtin_exception;
+  void set_error() const override { PyErr_SetString(PyExc_OverflowError, what()); }
+};
+
+// Inside a catch block: rethrows the exception being handled so that its message names `op`
+// (fg errors, TypeError and OverflowError that do not already), and pybind11 cast errors,
+// std::bad_alloc and std::length_error as TypeError / OutOfMemoryError instead of C++ text.
+[[noreturn]] void rethrow_naming(const char* op);
+// A pybind11 cast error's text without C++ type names; the text for std::length_error.
+std::string cast_error_message(const std::string& what);
+constexpr const char* kTooLarge = "a requested size is too large to allocate";
+
+// `fn` as a binding whose errors name `op` (see rethrow_naming); same signature as fn.
+template <class Fn, class R, class... Args>
+auto named_impl(const char* op, Fn fn, R (*)(Args...)) {
+  return [op, fn = std::move(fn)](Args... args) -> R {
+    try {
+      return fn(std::forward<Args>(args)...);
+    } catch (...) {
+      rethrow_naming(op);
+    }
+  };
+}
+template <class Fn>
+auto named(const char* op, Fn fn) {
+  return named_impl(op, std::move(fn), static_cast<py::detail::function_signature_t<Fn>*>(nullptr));
+}
+// scope.def(name, fn, extra...) with errors naming the op.
+template <class Scope, class Fn, class... Extra>
+void def_op(Scope& scope, const char* name, Fn&& fn, const Extra&... extra) {
+  scope.def(name, named(name, std::forward<Fn>(fn)), extra...);
+}
+
+// Argument conversion: TypeError names the argument and what was given, OverflowError an int
+// that does not fit in 64 bits; the op is named by `named`.
 // None, "cpu", "cuda:0" or a Device.
 Device device_arg(const py::handle& obj, Device fallback = cpu_device());
 std::optional<DType> dtype_arg(const py::handle& obj);
+int64_t int_arg(const py::handle& obj, const char* arg);
+double float_arg(const py::handle& obj, const char* arg);
 // None (every dim), an int, or a sequence of ints.
-Dims dims_arg(const py::handle& obj);
+Dims dims_arg(const py::handle& obj, const char* arg = "dim");
 // A shape from *args: fg.zeros(2, 3) or fg.zeros((2, 3)).
-Dims shape_args(const py::args& args);
-std::vector<int64_t> int_list(const py::handle& obj);
+Dims shape_args(const py::args& args, const char* arg = "shape");
+// An int or a sequence of ints.
+std::vector<int64_t> int_list(const py::handle& obj, const char* arg = "argument");
 
 // Any operand (Tensor, Python scalar, NumPy array, list) as a tensor. A Python scalar takes
 // `like`'s dtype where NumPy's weak-scalar rules say so.

@@ -46,6 +46,12 @@ void bind_errors(py::module_& m) {
         case ErrorKind::Timeout: cls = PyExc_TimeoutError; break;
       }
       PyErr_SetString(cls, e.what());
+    } catch (const py::cast_error& e) {  // conversions outside `named` bindings: still typed
+      PyErr_SetString(PyExc_TypeError, cast_error_message(e.what()).c_str());
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(oom, "out of memory");
+    } catch (const std::length_error&) {
+      PyErr_SetString(oom, kTooLarge);
     }
   });
 }

@@ -58,7 +58,7 @@ __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner,
     case ReduceFn::Var: {
       double mean = block_sum(base, r, inner, sums, [](double v) { return v; }) / static_cast<double>(r);
       double ss = block_sum(base, r, inner, sums, [mean](double v) { return (v - mean) * (v - mean); });
-      if (threadIdx.x == 0) out[line] = static_cast<Out>(ss / (static_cast<double>(r) - correction));
+      if (threadIdx.x == 0) out[line] = static_cast<Out>(ss / reduce::var_divisor(r, correction));
       return;
     }
     case ReduceFn::LogSumExp: {  // the maximum by the sequential rule on one thread, then a block sum

@@ -1,6 +1,6 @@
 // One output element of a reduction, written once for the CPU and CUDA kernels: the line
 // x[0], x[stride], ..., x[(r-1)*stride]. Float sums accumulate in double; the first NaN wins
-// Max/Min/Arg* as in NumPy; Var divides by (r - correction).
+// Max/Min/Arg* as in NumPy; Var divides by max(0, r - correction).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -21,6 +21,13 @@ template <class T>
 FG_HD bool nan_of(T v) {
   if constexpr (std::is_floating_point_v<T>) return v != v;
   return false;
+}
+
+// Var's divisor max(0, r - correction), as NumPy and PyTorch: no elements left gives NaN (or
+// Inf), never a negative variance.
+FG_HD double var_divisor(int64_t r, double correction) {
+  double n = static_cast<double>(r) - correction;
+  return n > 0 ? n : 0.0;
 }
 
 // One output element: the line x[0], x[stride], ..., x[(r-1)*stride].
@@ -60,7 +67,7 @@ FG_HD Out reduce_line(ReduceFn fn, const T* x, int64_t r, int64_t stride, double
         double d = static_cast<double>(x[k * stride]) - mean;
         ss += d * d;
       }
-      return static_cast<Out>(ss / (static_cast<double>(r) - correction));
+      return static_cast<Out>(ss / var_divisor(r, correction));
     }
     case ReduceFn::LogSumExp: {
       double m = -INFINITY;

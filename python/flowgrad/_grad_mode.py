@@ -1,4 +1,4 @@
-"""no_grad / enable_grad: context managers and decorators over the engine's grad mode."""
+"""no_grad / enable_grad / set_grad_enabled: context managers and decorators over grad mode."""
 import functools
 
 from . import _core
@@ -16,10 +16,13 @@ class _GradMode:
         _core.set_grad_enabled(self._previous)
         return False
 
+    def _clone(self):
+        return type(self)()
+
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
-            with type(self)():
+            with self._clone():
                 return fn(*args, **kwargs)
         return wrapped
 
@@ -35,10 +38,24 @@ class enable_grad(_GradMode):
 
 
 class set_grad_enabled(_GradMode):
-    """Sets grad mode to `mode` inside the block (context manager)."""
+    """Sets grad mode to `mode`, like PyTorch: at once and until changed back as a plain call
+    (`fg.set_grad_enabled(False)`), for the block as a context manager, for the call as a decorator."""
 
     def __init__(self, mode):
         self._enabled = bool(mode)
+        self._previous = _core.is_grad_enabled()
+        _core.set_grad_enabled(self._enabled)
+
+    def __enter__(self):  # the mode is already set; __exit__ restores the one before the call
+        _core.set_grad_enabled(self._enabled)
+        return self
+
+    def __call__(self, fn):  # as a decorator the mode applies inside fn only
+        _core.set_grad_enabled(self._previous)
+        return super().__call__(fn)
+
+    def _clone(self):
+        return set_grad_enabled(self._enabled)
 
 
 def is_grad_enabled():

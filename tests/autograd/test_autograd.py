@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
+from conftest import run_isolated
 
 
 def leaf(a):
@@ -195,3 +196,54 @@ def test_deep_chain_has_no_recursion_limit():
         y = y * 1.0001
     y.sum().backward()
     assert abs(x.grad.item() - 1.0001 ** 5000) < 1e-9
+
+
+def test_set_grad_enabled_as_a_plain_call_context_and_decorator():
+    x = leaf([1.0])
+    try:
+        fg.set_grad_enabled(False)  # like PyTorch: off at once, until switched back
+        assert not fg.is_grad_enabled() and not (x * 2).requires_grad
+        fg.set_grad_enabled(True)
+        assert fg.is_grad_enabled() and (x * 2).requires_grad
+        with fg.set_grad_enabled(False):
+            assert not fg.is_grad_enabled()
+        assert fg.is_grad_enabled()
+
+        @fg.set_grad_enabled(False)
+        def f(v):
+            return v * 2
+
+        assert fg.is_grad_enabled()  # decorating does not switch the mode
+        assert not f(x).requires_grad and fg.is_grad_enabled()
+        with fg.no_grad():
+            with fg.set_grad_enabled(True):
+                assert (x * 2).requires_grad
+            assert not fg.is_grad_enabled()
+    finally:
+        fg.set_grad_enabled(True)
+
+
+def test_long_chains_are_freed_without_recursion():
+    # Each used to free its graph one C++ stack frame per node and crash with a segfault.
+    out = run_isolated("""
+        x = fg.ones(1, requires_grad=True)
+        y = x
+        for _ in range(100000):
+            y = y * 1.0
+        y.sum().backward()  # backward through the chain is iterative too
+        assert x.grad.item() == 1.0
+        y = x
+        for _ in range(100000):
+            y = y * 1.0
+        del y
+        w = fg.ones(1, requires_grad=True)
+        total = 0.0
+        for _ in range(200000):
+            total = total + w * 1.0
+        del total
+        kept = x
+        for _ in range(100000):
+            kept = kept * 1.0
+        print("freed")  # `kept` and its graph die at interpreter exit
+    """)
+    assert out.strip() == "freed"

@@ -1,5 +1,7 @@
 """A Graph is a Module: registration, state_dict, train/eval, freeze, parameters_by_tag,
 timeouts and level-parallel execution."""
+import os
+import signal
 import time
 
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 
 import flowgrad as fg
 from flowgrad import nn
+from conftest import run_isolated
 
 
 def model():
@@ -104,6 +107,37 @@ def test_timeout_between_levels():
     g = fg.flow(Slow()).through(Slow()).through(Slow()).through(Slow()).build()
     with pytest.raises(TimeoutError, match=r"checked between levels"):
         g(fg.zeros(2), timeout=0.05)
+
+
+@pytest.mark.parametrize("construct", ["loop", "map"])
+def test_ctrl_c_stops_a_long_forward(construct):
+    # SIGALRM's handler runs at the first signal check and sends SIGINT, whose default handler
+    # raises KeyboardInterrupt at the next one: the path of a real Ctrl-C.
+    if construct == "loop":
+        g, x = fg.flow(nn.Identity()).loop(nn.Linear(2, 2)).for_(10**8).build(), fg.zeros(2)
+    else:
+        g, x = fg.flow(nn.Identity()).map(nn.Linear(2, 2)).each().build(), fg.zeros(10**6, 2)
+    old = signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with fg.no_grad(), pytest.raises(KeyboardInterrupt):
+            g(x, timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_timeout_in_grad_mode_frees_the_partial_graph():
+    # The loop builds an autograd chain as long as the timeout allows; the TimeoutError used to
+    # free it recursively and crash.
+    out = run_isolated("""
+        g = fg.flow(fg.nn.Identity()).loop(fg.nn.Linear(1, 1)).for_(10**9).build()
+        try:
+            g(fg.ones(1, 1), timeout=3.0)
+        except TimeoutError as e:
+            print("timed out")
+    """)
+    assert out.strip() == "timed out"
 
 
 def test_levels_group_independent_nodes():

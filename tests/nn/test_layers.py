@@ -173,6 +173,19 @@ def test_gru_and_lstm_cells_match_formulas(rng):
     module_gradcheck(nn.GRUCell(2, 3), rng.standard_normal((1, 2)), rng.standard_normal((1, 3)))
 
 
+def test_attention_rejects_an_empty_embedding():
+    with pytest.raises(fg.InvalidArgumentError, match="MultiheadAttention: dim 0 must be a positive multiple of heads 7"):
+        nn.MultiheadAttention(0, 7)
+
+
+@pytest.mark.parametrize("cell", [nn.GRUCell, nn.LSTMCell])
+def test_recurrent_cells_reject_empty_hidden_state(cell):
+    with pytest.raises(fg.InvalidArgumentError, match=cell.__name__ + ": input_size must be >= 0 and hidden_size > 0, got 3 and 0"):
+        cell(3, 0)
+    with pytest.raises(fg.InvalidArgumentError, match="got -1 and 2"):
+        cell(-1, 2)
+
+
 def test_init_functions_statistics():
     fg.manual_seed(1)
     w = fg.empty(400, 300)

@@ -8,6 +8,7 @@ import pytest
 
 import flowgrad as fg
 from flowgrad import nn
+from conftest import run_isolated
 
 
 class Block(nn.Module):
@@ -151,3 +152,77 @@ def test_python_module_keeps_its_python_state_through_cpp():
     seq(fg.zeros(2))
     seq(fg.zeros(2))
     assert [m.calls for m in seq] == [2, 2]
+
+
+def test_containers_reject_none_and_non_modules():
+    with pytest.raises(TypeError, match="Sequential: argument 1 must be a Module, got NoneType"):
+        nn.Sequential(nn.Linear(3, 4), None)
+    with pytest.raises(TypeError, match="ModuleList: argument 0 must be a Module, got int"):
+        nn.ModuleList([3])
+    seq = nn.Sequential(nn.Linear(3, 4))
+    with pytest.raises(TypeError, match="Sequential: argument 1 must be a Module, got NoneType"):
+        seq.append(None)
+    seq.register_module("1", None)  # a None child reserves the name; calling it is an error
+    with pytest.raises(fg.InvalidArgumentError, match="Sequential: module '1' is None"):
+        seq(fg.ones(2, 3))
+    assert "(1): None" in repr(seq)
+
+
+def test_a_module_cannot_contain_itself_through_its_children():
+    outer, inner = nn.Sequential(), nn.Sequential()
+    outer.append(inner)
+    with pytest.raises(fg.InvalidArgumentError, match="would make this Sequential contain itself"):
+        inner.append(outer)
+    with pytest.raises(fg.InvalidArgumentError, match="a module cannot contain itself"):
+        outer.register_module("me", outer)
+
+
+def test_repr_of_a_deep_nesting_is_indented_per_level():
+    depth = 300
+    m = nn.Linear(2, 2)
+    for _ in range(depth):
+        m = nn.Sequential(m)
+    expected = ["  " * i + ("(0): " if i else "") + "Sequential(" for i in range(depth)]
+    expected.append("  " * depth + "(0): Linear(in_features=2, out_features=2, bias=True)  # 6 parameters")
+    expected += ["  " * i + ")  # 6 parameters" for i in reversed(range(depth))]
+    assert repr(m).split("\n") == expected
+
+
+def test_repr_counts_shared_parameters_once_per_subtree():
+    lin = nn.Linear(2, 3)
+    text = repr(nn.Sequential(lin, nn.Sequential(lin, nn.ReLU())))
+    assert text.split("\n") == [
+        "Sequential(",
+        "  (0): Linear(in_features=2, out_features=3, bias=True)  # 9 parameters",
+        "  (1): Sequential(",
+        "    (0): Linear(in_features=2, out_features=3, bias=True)  # 9 parameters",
+        "    (1): ReLU()",
+        "  )  # 9 parameters",
+        ")  # 9 parameters"]
+
+
+def test_module_trees_deeper_than_the_limit_raise_instead_of_crashing():
+    # 100 000 nested modules used to overflow the stack in forward, repr, parameters, state_dict
+    # and destruction; now building one bottom-up stops at the depth limit, and one built
+    # top-down (which registration cannot see) raises on use and is freed without recursion.
+    out = run_isolated("""
+        import pytest
+        m = fg.nn.Identity()
+        with pytest.raises(fg.InvalidArgumentError, match="would nest modules more than 1000 levels deep"):
+            for _ in range(100000):
+                m = fg.nn.Sequential(m)
+        assert m(fg.ones(2)).shape == (2,) and len(m.state_dict()) == 0  # 1000 levels still work
+        root = cur = fg.nn.Sequential()
+        for _ in range(100000):
+            nxt = fg.nn.Sequential(fg.nn.Linear(1, 1))
+            cur.append(nxt)
+            cur = nxt
+        del cur, nxt
+        for use in (lambda: root(fg.ones(1, 1)), lambda: repr(root), root.parameters, root.state_dict,
+                    root.named_modules, lambda: root.train(False)):
+            with pytest.raises(fg.InvalidArgumentError, match="more than 1000 levels deep"):
+                use()
+        del root
+        print("done")
+    """)
+    assert out.strip() == "done"

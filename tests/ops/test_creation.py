@@ -17,8 +17,16 @@ def test_full_zeros_ones_empty():
     assert fg.zeros(()).shape == ()
     t = fg.zeros(3, requires_grad=True)
     assert t.requires_grad and t.is_leaf
-    with pytest.raises(fg.ShapeError, match="negative dimension -1"):
+    with pytest.raises(fg.ShapeError, match="zeros: negative dimension -1"):
         fg.zeros(2, -1)
+    with pytest.raises(fg.ShapeError, match="ones: negative dimension -1"):
+        fg.ones(-1)
+    with pytest.raises(TypeError, match="zeros: shape must be an int, got str 'a'"):
+        fg.zeros(2, "a")
+    with pytest.raises(TypeError, match="full: fill_value must be a number, got str 'x'"):
+        fg.full((2,), "x")
+    with pytest.raises(OverflowError, match="zeros: shape = int 18446744073709551616 does not fit in 64 bits"):
+        fg.zeros(2**64)
 
 
 def test_like_constructors():
@@ -86,8 +94,10 @@ def test_randint():
 def test_huge_allocation_raises_memory_error():
     with pytest.raises(MemoryError, match="cpu: cannot allocate"):
         fg.empty(10**7, 10**7)
-    with pytest.raises(fg.OutOfMemoryError, match="more elements than fit in 64 bits"):
+    with pytest.raises(fg.OutOfMemoryError, match="zeros: shape .* has more elements than fit in 64 bits"):
         fg.zeros(2**40, 2**40)
+    with pytest.raises(fg.OutOfMemoryError, match=r"zeros: cannot allocate \(4611686018427387904,\) of float32"):
+        fg.zeros(2**62)
 
 
 @pytest.mark.parametrize("dtype", [fg.float32, fg.float16, fg.int64, fg.bool])

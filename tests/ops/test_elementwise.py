@@ -270,3 +270,38 @@ def test_cast_on_device(rng, dtype, device):
     assert out.device == device and out.dtype == dtype
     readable = (lambda t: t.float()) if dtype == fg.bfloat16 else (lambda t: t)
     np.testing.assert_array_equal(readable(out.cpu()).numpy(), readable(fg.tensor(a).to(dtype)).numpy())
+
+
+def test_integer_negative_power_raises_like_numpy():
+    with pytest.raises(fg.InvalidArgumentError, match="pow: integers to negative integer powers are not allowed"):
+        fg.tensor([2]) ** -1
+    with pytest.raises(fg.InvalidArgumentError, match="negative integer powers"):
+        fg.pow(fg.tensor([2, 3], dtype=fg.int32), fg.tensor([1, -2]))
+    np.testing.assert_array_equal((fg.tensor([2, 3]) ** fg.tensor([0, 2])).numpy(), [1, 9])
+    np.testing.assert_array_equal((fg.tensor([2.0]) ** -1).numpy(), [0.5])  # a float base is fine
+    assert (fg.tensor([2]) ** fg.zeros(0, dtype=fg.int64)).shape == (0,)
+
+
+def test_python_ints_out_of_range_for_the_dtype_raise_like_numpy2():
+    with pytest.raises(OverflowError, match="add: Python integer 1099511627776 is out of bounds for int32"):
+        fg.tensor([1], dtype=fg.int32) + 2**40
+    with pytest.raises(OverflowError, match="mul: Python integer -2147483649 is out of bounds for int32"):
+        fg.tensor([1], dtype=fg.int32) * (-2**31 - 1)
+    with pytest.raises(OverflowError, match="sub: Python integer 18446744073709551616 is out of bounds for int64"):
+        2**64 - fg.tensor([1])
+    assert (fg.tensor([1], dtype=fg.int32) + (2**31 - 1)).dtype == fg.int32
+    np.testing.assert_array_equal((fg.zeros(3) + 2**64).numpy(), np.zeros(3, np.float32) + 2**64)  # as NumPy
+    with pytest.raises(OverflowError, match="add: scalar = int 1000000000000"):
+        fg.zeros(3) + 10**400
+
+
+def test_pow_gradient_with_bool_and_integer_exponents():
+    for e, expected in ((fg.tensor(True), [1.0, 1.0]), (fg.tensor([2, 3]), [4.0, 27.0])):
+        x = fg.tensor([2.0, 3.0], dtype=fg.float64, requires_grad=True)
+        (x ** e).sum().backward()  # d/dx x^e = e x^(e-1)
+        np.testing.assert_allclose(x.grad.numpy(), expected)
+    e = fg.tensor([1.0, 2.0], dtype=fg.float64, requires_grad=True)
+    (fg.tensor([True, False]) ** e).sum().backward()  # d/de b^e = b^e log b, 0 where b == 0
+    np.testing.assert_allclose(e.grad.numpy(), [0.0, 0.0])
+    (fg.tensor([3, 1]) ** e).sum().backward()
+    np.testing.assert_allclose(e.grad.numpy(), [3.0 * np.log(3.0), 0.0])

@@ -132,3 +132,21 @@ def test_reduce_errors_name_op_and_dim():
         fg.sum(fg.ones(2, 3), dim=3)
     with pytest.raises(fg.ShapeError, match="mean: dim -1 appears twice"):
         fg.mean(fg.ones(2, 3), dim=(1, -1))
+    with pytest.raises(TypeError, match="sum: dim must be an int or a sequence of ints, got str 'a'"):
+        fg.ones(3).sum(dim="a")
+    with pytest.raises(TypeError, match="mean: dim must be an int, got float 1.5"):
+        fg.ones(3).mean(dim=[1.5])
+
+
+@pytest.mark.parametrize("device_name", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not fg.cuda.is_available(), reason="no usable GPU"))])
+def test_var_with_no_degrees_of_freedom_is_nan_or_inf_like_numpy(device_name):
+    # The divisor is max(0, N - correction), as NumPy and PyTorch: never a negative variance.
+    cases = [(np.zeros(0), 1.0), (np.ones(3), 5.0), (np.ones(3), 3.0), (np.array([1.0, 2.0, 4.0]), 5.0),
+             (np.array([1.0, 2.0, 4.0]), 2.5), (np.array([[1.0, 2.0], [3.0, 5.0]]), 2.0)]
+    with np.errstate(divide="ignore", invalid="ignore"), pytest.warns(RuntimeWarning):
+        for a, correction in cases:
+            expected = np.var(a, ddof=correction, axis=0)
+            got = fg.tensor(a, dtype=fg.float64).to(device_name).var(dim=0, correction=correction).cpu().numpy()
+            np.testing.assert_array_equal(got, expected)
+    assert np.isnan(fg.zeros(0).var().item()) and np.isnan(fg.ones(3).var(correction=5).item())

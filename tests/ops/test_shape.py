@@ -162,3 +162,33 @@ def test_getitem_basic_and_advanced(rng):
         t[0, 0, 0, 0]
     with pytest.raises(fg.IndexOutOfRangeError, match="index_select: index 9 is out of range"):
         t[fg.tensor([9])]
+
+
+# A 0-d tensor has no dim to index: shape ops raise instead of reading past the (empty) shape.
+@pytest.mark.parametrize("call", [
+    lambda s: s.size(0), lambda s: s.size(-1), lambda s: fg.split(s, 1), lambda s: s.split([1]),
+    lambda s: s.chunk(2), lambda s: s.narrow(0, 0, 1), lambda s: s.narrow(-1, 0, 1),
+    lambda s: fg.cat([s, s], 0), lambda s: s.index_select(0, fg.tensor([0])), lambda s: s.permute(0),
+], ids=["size", "size-1", "split", "split-list", "chunk", "narrow", "narrow-1", "cat", "index_select", "permute"])
+def test_0d_shape_ops_raise(call):
+    with pytest.raises((fg.IndexOutOfRangeError, fg.ShapeError), match="0-d|zero-dimensional|at least one dim|dims but"):
+        call(fg.tensor(1.0))
+
+
+def test_0d_ops_that_treat_a_scalar_as_one_element():
+    s = fg.tensor(3.0)
+    for d in (0, -1):  # like PyTorch: a scalar's only "dim"
+        assert s.transpose(d, d).item() == 3.0 and s.transpose(d, d).shape == ()
+        assert s.squeeze(d).shape == () and s.flip([d]).item() == 3.0
+        assert s.sum(d).item() == 3.0 and fg.nn.functional.softmax(s, d).item() == 1.0
+        values, indices = s.topk(1, d)
+        assert values.item() == 3.0 and indices.item() == 0 and values.shape == ()
+    with pytest.raises(fg.IndexOutOfRangeError, match="transpose: dim 1 is out of range"):
+        s.transpose(0, 1)
+    with pytest.raises(fg.IndexOutOfRangeError, match="topk: k = 2 is out of range for a 0-d tensor"):
+        s.topk(2)
+
+
+def test_split_and_chunk_of_an_empty_dim_give_one_empty_piece():
+    for parts in (fg.zeros(0, 3).split(2), fg.zeros(0, 3).chunk(3)):  # as PyTorch
+        assert len(parts) == 1 and parts[0].shape == (0, 3)

@@ -330,7 +330,49 @@ Tensors default_grads(const Tensors& roots, const Tensors& given) {
   return grads;
 }
 
+// What dying nodes still hold (edges, saved tensors, custom backwards, which may own further
+// nodes), released one at a time by the outermost ~Node on this thread.
+struct Released {
+  std::vector<std::shared_ptr<Node>> nodes;
+  Tensors tensors;
+  std::vector<CustomBackward> customs;
+
+  bool release_one() {  // the released object dies at the end of its branch
+    if (!nodes.empty()) {
+      std::shared_ptr<Node> n = std::move(nodes.back());
+      nodes.pop_back();
+    } else if (!tensors.empty()) {
+      Tensor t = std::move(tensors.back());
+      tensors.pop_back();
+    } else if (!customs.empty()) {
+      CustomBackward fn = std::move(customs.back());
+      customs.pop_back();
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+thread_local Released* t_releasing = nullptr;
+
 }  // namespace
+
+Node::~Node() {
+  Released own;
+  Released& to = t_releasing ? *t_releasing : own;
+  for (Edge& e : next) {
+    if (e.fn) to.nodes.push_back(std::move(e.fn));
+    if (e.leaf) to.tensors.emplace_back(std::move(e.leaf));
+  }
+  for (Tensors* saved : {&saved_inputs, &saved_outputs})
+    for (Tensor& t : *saved) to.tensors.push_back(std::move(t));
+  if (custom) to.customs.push_back(std::move(custom));
+  if (t_releasing) return;  // an outer ~Node is already releasing, from its loop
+  t_releasing = &own;
+  while (own.release_one()) {
+  }
+  t_releasing = nullptr;
+}
 
 Tensor Node::attached_output(int i) {
   Tensor t = saved_outputs[i].alias();

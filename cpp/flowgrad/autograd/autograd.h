@@ -45,6 +45,13 @@ struct SavedVersion {
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases what the node holds (edges, saved tensors) from a loop, not by recursion: a graph
+  // that is a 100 000-op chain would otherwise overflow the stack when its last tensor dies.
+  ~Node();
+
   const OpDef* op = nullptr;
   CustomBackward custom;     // set instead of op for custom nodes
   std::string custom_name;

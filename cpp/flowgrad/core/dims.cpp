@@ -35,8 +35,10 @@ int64_t checked_numel(const Dims& shape) {
   return n;
 }
 
-int wrap_dim(int64_t dim, int rank, const char* op) {
-  int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor accepts dim 0 and -1, like NumPy reductions
+int wrap_dim(int64_t dim, int rank, const char* op, ScalarDim scalar) {
+  FG_CHECK(rank > 0 || scalar == ScalarDim::AsSingleElement, Index, op, ": dim ", dim,
+           " is out of range for a 0-d tensor (it has no dims)");
+  int64_t r = rank == 0 ? 1 : rank;
   FG_CHECK(dim >= -r && dim < r, Index, op, ": dim ", dim, " is out of range for a tensor of ",
            rank, " dimension(s) (expected ", -r, " <= dim < ", r, ")");
   return static_cast<int>(dim < 0 ? dim + r : dim);

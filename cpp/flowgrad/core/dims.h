@@ -74,7 +74,12 @@ class Dims {
 std::string to_string(const Dims& d);           // "(2, 3)"
 Dims contiguous_strides(const Dims& shape);     // row-major element strides
 int64_t checked_numel(const Dims& shape);       // raises on negative sizes or overflow
+// What a dim of a 0-d tensor means to an op. Shape ops have no dim to index: Reject raises
+// IndexOutOfRangeError. Reductions, softmax, sort and gather see the one element as a line along
+// dim 0 (or -1), as NumPy reductions and PyTorch do: AsSingleElement returns 0, which the caller
+// must then not use to index the (empty) shape.
+enum class ScalarDim { Reject, AsSingleElement };
 // Normalises a possibly negative dim against a rank; `op` names the caller in errors.
-int wrap_dim(int64_t dim, int rank, const char* op);
+int wrap_dim(int64_t dim, int rank, const char* op, ScalarDim scalar = ScalarDim::Reject);
 
 }  // namespace fg

@@ -16,6 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 ReleaseInterpreter g_release = nullptr;
+CheckInterrupt g_interrupt = nullptr;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -58,6 +59,7 @@ std::string dot_escape(const std::string& s) {
 }  // namespace
 
 void set_release_interpreter(ReleaseInterpreter fn) { g_release = fn; }
+void set_interrupt_check(CheckInterrupt fn) { g_interrupt = fn; }
 
 const char* kind_name(NodeKind kind) {
   switch (kind) {
@@ -308,7 +310,9 @@ struct Graph::Run {
   std::optional<Clock::time_point> deadline;
   double timeout = 0;
 
-  void check_deadline(const char* where) const {
+  // Between steps: stops on an interrupt (Ctrl-C) or once the timeout has passed.
+  void check_stop(const char* where) const {
+    if (g_interrupt) g_interrupt();
     if (deadline && Clock::now() > *deadline)
       fail(ErrorKind::Timeout, "Graph.forward: timed out after ", timeout, " s (checked ", where, ")");
   }
@@ -338,7 +342,7 @@ Tensor Graph::run_loop(const Node& node, int id, Tensor x, const Tensors& refs, 
   Tensors& trace = run.traces[id];
   auto halted = [&](const Tensor& v) { return item(call(node.modules[1], {v}, id)) > 0; };
   auto step = [&](const Tensor& v) {
-    run.check_deadline("between loop iterations");
+    run.check_stop("between loop iterations");
     Tensors in{v};
     in.insert(in.end(), refs.begin(), refs.end());
     Tensor y = call(node.modules[0], in, id);
@@ -356,7 +360,7 @@ Tensor Graph::run_loop(const Node& node, int id, Tensor x, const Tensors& refs, 
 Tensor Graph::run_map(const Node& node, int id, const Tensor& x, const Tensors& refs, Run& run) {
   const Tensor& source = node.map_mode == MapMode::Over ? run.values[node.over.node] : x;
   auto body = [&](const Tensor& v) {
-    run.check_deadline("between map elements");
+    run.check_stop("between map elements");
     Tensors in{v};
     in.insert(in.end(), refs.begin(), refs.end());
     return call(node.modules[0], in, id);
@@ -509,7 +513,7 @@ Tensors Graph::forward_with_timeout(const Tensors& inputs, std::optional<double>
     profile_.level_seconds.assign(levels_.size(), 0.0);
   }
   for (size_t level = 1; level < levels_.size(); ++level) {
-    run.check_deadline("between levels");
+    run.check_stop("between levels");
     auto level_start = Clock::now();
     run_level(levels_[level], run);
     if (profiling_) profile_.level_seconds[level] = since(level_start);

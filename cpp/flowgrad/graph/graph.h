@@ -172,5 +172,9 @@ class Graph : public nn::Module {
 // lives, has released the lock if the calling thread held it.
 using ReleaseInterpreter = std::shared_ptr<void> (*)();
 void set_release_interpreter(ReleaseInterpreter fn);
+// It also installs this check, polled between levels, loop iterations and map elements: it
+// throws when the user asked to stop (Ctrl-C), so a long forward can be interrupted.
+using CheckInterrupt = void (*)();
+void set_interrupt_check(CheckInterrupt fn);
 
 }  // namespace fg::graph

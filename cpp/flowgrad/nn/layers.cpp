@@ -94,13 +94,16 @@ Tensors Function::forward(const Tensors& in) { return {fn_(input(in, 0, type_nam
 
 Tensors Sequential::forward(const Tensors& in) {
   Tensors x = in;
-  for (auto& [name, m] : children_) x = (*m)(x);
+  for (auto& [name, m] : children_) {
+    FG_CHECK(m, Value, "Sequential: module '", name, "' is None");
+    x = (*m)(x);
+  }
   return x;
 }
 
 MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, bool c, double p)
     : Module("MultiheadAttention"), dim(d), heads(h), causal(c), dropout(p) {
-  FG_CHECK(h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be divisible by heads ", h);
+  FG_CHECK(d > 0 && h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be a positive multiple of heads ", h);
   register_module("qkv", std::make_shared<Linear>(d, 3 * d, true));
   register_module("proj", std::make_shared<Linear>(d, d, true));
 }
@@ -177,6 +180,8 @@ Tensors TransformerBlock::forward(const Tensors& in) {
 
 namespace {
 void recurrent_params(Module& m, int64_t gates, int64_t in, int64_t hidden) {
+  FG_CHECK(in >= 0 && hidden > 0, Value, m.type_name(), ": input_size must be >= 0 and hidden_size > 0, got ", in,
+           " and ", hidden);
   double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
   m.register_parameter("weight_ih", uniform_tensor({gates * hidden, in}, bound));
   m.register_parameter("weight_hh", uniform_tensor({gates * hidden, hidden}, bound));

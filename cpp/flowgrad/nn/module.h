@@ -23,17 +23,20 @@ using ConfigValue = std::variant<std::monostate, bool, int64_t, double, std::str
                                  std::shared_ptr<Module>>;
 using Config = Named<ConfigValue>;
 std::string format_config(const Config& config);  // "name=value, ..." in Python syntax
+// Module trees deeper than this raise InvalidArgumentError (on registration, traversal and
+// nested calls) instead of overflowing the stack, like Python's recursion limit.
+constexpr int kMaxModuleDepth = 1000;
 
 class Module {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
-  virtual ~Module() = default;
+  virtual ~Module();  // releases children from a loop, so a deep tree does not recurse
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   // Inputs and outputs are tensor lists; an undefined Tensor stands for an absent (None) input.
   virtual Tensors forward(const Tensors& inputs);
-  Tensors operator()(const Tensors& inputs) { return forward(inputs); }
+  Tensors operator()(const Tensors& inputs);  // forward, counting the nesting depth
 
   const std::string& type_name() const { return type_name_; }
   void set_type_name(std::string name) { type_name_ = std::move(name); }
@@ -82,8 +85,20 @@ class Module {
   std::string type_name_;
 
  private:
-  void collect(Named<Tensor>& out, const std::string& prefix, bool params, bool recurse,
-               std::vector<const TensorImpl*>& seen) const;
+  // One entry of the tree below a root: the module (null for a None child), its parent's index
+  // in the listing (-1 for the root) and its name there.
+  struct TreeEntry {
+    const Module* module;
+    int parent;
+    const std::string* name;
+    int depth;
+  };
+  // The tree depth first in definition order, parents first, listed by a loop (no recursion).
+  std::vector<TreeEntry> tree() const;
+  static std::string dotted_name(const std::vector<TreeEntry>& tree, int i);
+  // Parameter elements below each entry; a tensor held by several modules counts once.
+  static std::vector<int64_t> parameter_counts(const std::vector<TreeEntry>& tree);
+  Named<Tensor> collect(bool params, bool recurse) const;
 };
 
 int64_t parameter_count(const Module& m);

@@ -195,9 +195,13 @@ Tensors binary_backward_div(const BackwardCtx& c) {
 Tensors binary_backward_pow(const BackwardCtx& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0], &y = c.outputs[0];
   Tensors grads(2);
-  if (c.needs_grad[0]) grads[0] = sum_to(g * b * pow(a, b - 1.0), a.shape());
+  if (c.needs_grad[0]) {  // in the gradient's dtype: a bool or integer exponent has no b - 1
+    Tensor e = cast(b, g.dtype());
+    grads[0] = sum_to(g * e * pow(a, e - 1.0), a.shape());
+  }
   if (c.needs_grad[1]) {  // d/db a^b = a^b log a; taken as 0 where a == 0 (the limit for b > 0)
-    Tensor safe_log = log(where(eq(a, scalar_like(a, 0)), scalar_like(a, 1), a));
+    Tensor base = cast(a, g.dtype());  // a bool or integer base
+    Tensor safe_log = log(where(eq(base, scalar_like(base, 0)), scalar_like(base, 1), base));
     grads[1] = sum_to(g * y * safe_log, b.shape());
   }
   return grads;
@@ -342,7 +346,14 @@ Tensor add(const Tensor& a, const Tensor& b) { return run_op1(k_add, {a, b}); }
 Tensor sub(const Tensor& a, const Tensor& b) { return run_op1(k_sub, {a, b}); }
 Tensor mul(const Tensor& a, const Tensor& b) { return run_op1(k_mul, {a, b}); }
 Tensor div(const Tensor& a, const Tensor& b) { return run_op1(k_div, {a, b}); }
-Tensor pow(const Tensor& a, const Tensor& b) { return run_op1(k_pow, {a, b}); }
+Tensor pow(const Tensor& a, const Tensor& b) {
+  // NumPy raises rather than truncating 2 ** -1 to 0. Reading the exponents is a host sync on
+  // CUDA, paid by integer powers only.
+  if (is_integral(promote(a.dtype(), b.dtype())) && b.dtype() != DType::Bool && b.numel() > 0)
+    FG_CHECK(item(amin(b, Dims{}, false)) >= 0, Value, "pow: integers to negative integer powers are not ",
+             "allowed (exponent ", describe(b), " has a negative value); use a float base");
+  return run_op1(k_pow, {a, b});
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return run_op1(k_maximum, {a, b}); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return run_op1(k_minimum, {a, b}); }
 Tensor eq(const Tensor& a, const Tensor& b) { return run_op1(k_eq, {a, b}); }

@@ -20,14 +20,14 @@ void check_index_layout(const Tensor& x, const Tensor& index, int dim, const cha
 }
 
 Specs gather_shape(TensorList in, const Attrs& attrs) {
-  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), "gather");
+  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), "gather", ScalarDim::AsSingleElement);
   check_index_layout(in[0], in[1], dim, "gather");
   return {{in[1].shape(), in[0].dtype()}};
 }
 template <decltype(&gather_cpu) Run>
 void gather_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   Tensor idx = checked_index(in[1], d, "gather", dim);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
@@ -46,7 +46,7 @@ const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNa
 
 Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
   const Tensor &x = in[0], &index = in[1], &src = in[2];
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "scatter_add");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "scatter_add", ScalarDim::AsSingleElement);
   check_index_layout(x, index, dim, "scatter_add");
   FG_CHECK(src.shape() == index.shape(), Shape, "scatter_add: src ", to_string(src.shape()),
            " must have the index's shape ", to_string(index.shape()));
@@ -56,7 +56,7 @@ template <decltype(&scatter_add_cpu) Run>
 void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   copy_into(y, in[0]);
-  int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add");
+  int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add", ScalarDim::AsSingleElement);
   int64_t d = y.ndim() ? y.shape()[dim] : 1;
   Tensor idx = checked_index(in[1], d, "scatter_add", dim);
   Tensor src = contiguous_raw(converted(in[2], y.dtype()));
@@ -76,12 +76,12 @@ const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
 
 Specs index_select_shape(TensorList in, const Attrs& attrs) {
   const Tensor &x = in[0], &index = in[1];
+  FG_CHECK(x.ndim() > 0, Shape, "index_select: input must have at least one dim");
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
   FG_CHECK(index.ndim() == 1, Shape, "index_select: index must be 1-D, got shape ",
            to_string(index.shape()));
   FG_CHECK(is_integral(index.dtype()), DType, "index_select: index must be int32 or int64, got ",
            dtype_name(index.dtype()));
-  FG_CHECK(x.ndim() > 0, Shape, "index_select: input must have at least one dim");
   Dims shape = x.shape();
   shape[dim] = index.shape()[0];
   return {{shape, x.dtype()}};
@@ -132,11 +132,12 @@ const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = 
 // sort and topk share a kernel: topk keeps the first k of a sort.
 Specs sort_shape(TensorList in, const Attrs& attrs) {
   const Tensor& x = in[0];
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   FG_CHECK(x.dtype() != DType::Bool, DType, "sort: not defined for bool tensors");
   Dims shape = x.shape();
+  int64_t k = attrs.i("k");
+  FG_CHECK(x.ndim() > 0 || k == 1, Index, "topk: k = ", k, " is out of range for a 0-d tensor (expected 1)");
   if (x.ndim() > 0) {
-    int64_t k = attrs.i("k");
     FG_CHECK(k >= 0 && k <= x.shape()[dim], Index, "topk: k = ", k, " is out of range for dim ",
              dim, " of size ", x.shape()[dim]);
     shape[dim] = k;
@@ -145,7 +146,7 @@ Specs sort_shape(TensorList in, const Attrs& attrs) {
 }
 void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   int64_t k = x.ndim() ? attrs.i("k") : 1;
   sort_cpu(x.dtype(), x.data_ptr(), span(x.shape(), 0, dim), d, span(x.shape(), dim + 1, x.ndim()),

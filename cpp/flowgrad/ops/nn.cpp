@@ -16,7 +16,7 @@ void check_float(const Tensor& x, const char* op) {
 Specs softmax_shape(TensorList in, const Attrs& attrs) {
   const char* op = attrs.b("log") ? "log_softmax" : "softmax";
   check_float(in[0], op);
-  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), op);
+  int dim = wrap_dim(attrs.i("dim"), in[0].ndim(), op, ScalarDim::AsSingleElement);
   FG_CHECK(!attrs.b("causal") || (in[0].ndim() >= 2 && dim == in[0].ndim() - 1), Shape, op,
            ": a causal mask needs scores (..., L, S) normalised over the last dim, got ",
            to_string(in[0].shape()));
@@ -25,7 +25,7 @@ Specs softmax_shape(TensorList in, const Attrs& attrs) {
 template <decltype(&softmax_cpu) Run>
 void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax", ScalarDim::AsSingleElement);
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
   int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
   Run(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,

@@ -1,4 +1,6 @@
 // Reductions over any set of dims (empty = all), with keepdim.
+#include <algorithm>
+
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/reduce/reduce.h"
@@ -18,7 +20,7 @@ Dims reduced_dims(const Tensor& x, const Attrs& attrs, const char* op) {
   if (raw.empty())
     for (int d = 0; d < x.ndim(); ++d) seen[d] = true;
   for (int64_t d : raw) {
-    int w = wrap_dim(d, x.ndim(), op);
+    int w = wrap_dim(d, x.ndim(), op, ScalarDim::AsSingleElement);
     FG_CHECK(!seen[w] || x.ndim() == 0, Shape, op, ": dim ", d, " appears twice in ", to_string(raw));
     if (x.ndim() > 0) seen[w] = true;
   }
@@ -103,7 +105,7 @@ Tensor expand_back(const Tensor& g, const BackwardCtx& c, const char* op) {
     if (raw.empty()) {
       for (int d = 0; d < in_shape.size(); ++d) dims.push_back(d);
     } else {
-      for (int64_t d : raw) dims.push_back(wrap_dim(d, in_shape.size(), op));
+      for (int64_t d : raw) dims.push_back(wrap_dim(d, in_shape.size(), op, ScalarDim::AsSingleElement));
     }
   }
   Tensor k = g;
@@ -123,7 +125,7 @@ int64_t reduced_count(const BackwardCtx& c) {
   if (raw.empty()) return n;
   for (int d = 0; d < in_shape.size(); ++d) {
     bool reduced = false;
-    for (int64_t v : raw) reduced |= wrap_dim(v, in_shape.size(), "reduce") == d;
+    for (int64_t v : raw) reduced |= wrap_dim(v, in_shape.size(), "reduce", ScalarDim::AsSingleElement) == d;
     if (!reduced) kept *= in_shape[d];
   }
   return kept == 0 ? 0 : n / kept;
@@ -144,7 +146,7 @@ Tensors var_backward(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
   double n = static_cast<double>(reduced_count(c));
   Tensor centered = x - mean(x, c.attrs.dims("dims"), true);
-  return {expand_back(c.grads[0], c, "var") * centered * (2.0 / (n - c.attrs.f("correction")))};
+  return {expand_back(c.grads[0], c, "var") * centered * (2.0 / std::max(0.0, n - c.attrs.f("correction")))};
 }
 Tensors logsumexp_backward(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];

@@ -193,8 +193,8 @@ const OpDef k_contiguous{.name = "contiguous", .family = Family::Copy, .flags = 
 Specs cat_shape(TensorList in, const Attrs& attrs) {
   FG_CHECK(!in.empty(), Value, "cat: expected a non-empty list of tensors");
   const Tensor& first = in[0];
-  int dim = wrap_dim(attrs.i("dim"), first.ndim(), "cat");
   FG_CHECK(first.ndim() > 0, Shape, "cat: zero-dimensional tensors cannot be concatenated");
+  int dim = wrap_dim(attrs.i("dim"), first.ndim(), "cat");
   Dims shape = first.shape();
   DType dt = first.dtype();
   for (size_t i = 1; i < in.size(); ++i) {
@@ -235,7 +235,7 @@ const OpDef k_cat{.name = "cat", .family = Family::Copy, .flags = kHalfNative,
 
 // ---- flip: a negative-stride alias, copied ----
 Specs flip_shape(TensorList in, const Attrs& attrs) {
-  for (int64_t d : attrs.dims("dims")) wrap_dim(d, in[0].ndim(), "flip");
+  for (int64_t d : attrs.dims("dims")) wrap_dim(d, in[0].ndim(), "flip", ScalarDim::AsSingleElement);
   return same_shape(in, attrs);
 }
 void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
@@ -243,7 +243,7 @@ void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Dims strides = x.strides();
   int64_t offset = x.offset();
   bool flipped[Dims::kMaxRank] = {};
-  for (int64_t d : attrs.dims("dims")) flipped[wrap_dim(d, x.ndim(), "flip")] ^= true;
+  for (int64_t d : attrs.dims("dims")) flipped[wrap_dim(d, x.ndim(), "flip", ScalarDim::AsSingleElement)] ^= true;
   for (int d = 0; d < x.ndim(); ++d) {
     if (!flipped[d] || x.shape()[d] == 0) continue;
     offset += (x.shape()[d] - 1) * strides[d];
@@ -321,9 +321,12 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   return run_op1(k_permute, {x}, {{"dims", Dims(dims)}});
 }
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  int a = wrap_dim(d0, x.ndim(), "transpose", ScalarDim::AsSingleElement);
+  int b = wrap_dim(d1, x.ndim(), "transpose", ScalarDim::AsSingleElement);
+  if (x.ndim() == 0) return x;  // like PyTorch: swapping the only "dim" of a scalar
   std::vector<int64_t> dims(x.ndim());
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[wrap_dim(d0, x.ndim(), "transpose")], dims[wrap_dim(d1, x.ndim(), "transpose")]);
+  std::swap(dims[a], dims[b]);
   return permute(x, dims);
 }
 Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
@@ -332,7 +335,7 @@ Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
 }
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
   std::vector<int64_t> shape;
-  int target = dim ? wrap_dim(*dim, x.ndim(), "squeeze") : -1;
+  int target = dim ? wrap_dim(*dim, x.ndim(), "squeeze", ScalarDim::AsSingleElement) : -1;
   for (int d = 0; d < x.ndim(); ++d)
     if (!(x.shape()[d] == 1 && (target < 0 || target == d))) shape.push_back(x.shape()[d]);
   return reshape(x, shape);
@@ -362,8 +365,9 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t stop, int64_t 
 }
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   int d = wrap_dim(dim, x.ndim(), "narrow");
-  if (start < 0) start += x.shape()[d];
-  FG_CHECK(start >= 0 && length >= 0 && start + length <= x.shape()[d], Index, "narrow: start ",
+  int64_t size = x.shape()[d];
+  if (start < 0) start += size;
+  FG_CHECK(start >= 0 && start <= size && length >= 0 && length <= size - start, Index, "narrow: start ",
            start, " and length ", length, " exceed dim ", d, " of size ", x.shape()[d]);
   return slice(x, d, start, start + length, 1);
 }
@@ -413,6 +417,7 @@ Tensors split_size(const Tensor& x, int64_t size, int64_t dim) {
   int d = wrap_dim(dim, x.ndim(), "split");
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < x.shape()[d]; at += size) sizes.push_back(std::min(size, x.shape()[d] - at));
+  if (sizes.empty()) sizes.push_back(0);  // like PyTorch: an empty dim splits into one empty piece
   return split(x, sizes, d);
 }
 Tensors chunk(const Tensor& x, int64_t chunks, int64_t dim) {
