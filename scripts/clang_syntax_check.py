@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 # GCC-only options clang rejects, and the output options a syntax check has no use for.
 DROP = {"-fno-semantic-interposition"}
@@ -46,13 +47,14 @@ def main(paths):
         file, directory, command = job
         return file, subprocess.run(command, cwd=directory, capture_output=True, text=True)
 
-    failed = 0
+    failed, start = 0, time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
         for file, result in pool.map(check, jobs):
             if result.returncode != 0:
                 failed += 1
                 print(f"clang: {file} failed:\n{result.stderr[-4000:]}")
-    print(f"clang: {len(jobs) - failed} of {len(jobs)} C++ files compile ({clang}, syntax only)")
+    print(f"clang: {len(jobs) - failed} of {len(jobs)} C++ files compile ({clang}, syntax only, "
+          f"{time.monotonic() - start:.0f} s)")
     return 1 if failed else 0
 
 
