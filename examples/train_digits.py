@@ -1,7 +1,8 @@
 """Train a FlowBuilder model on scikit-learn's bundled 8x8 digits (no download), stop early when
-the validation loss stalls, and write training.html, metrics.csv and a checkpoint.
+the validation loss stalls, and write training.html, metrics.csv and a checkpoint into
+runs/train_digits/ (gitignored) or --out-dir.
 
-    python examples/train_digits.py [--epochs 60] [--out-dir .]
+    python examples/train_digits.py [--epochs 60] [--out-dir runs/train_digits]
 """
 import argparse
 import pathlib
@@ -43,7 +44,7 @@ def main():
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--patience", type=int, default=6, help="epochs of flat validation loss before stopping")
-    parser.add_argument("--out-dir", default=".", help="where training.html, metrics.csv and the checkpoint go")
+    parser.add_argument("--out-dir", default="runs/train_digits", help="where training.html, metrics.csv and the checkpoint go")
     args = parser.parse_args()
     out = pathlib.Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

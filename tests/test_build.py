@@ -1,4 +1,5 @@
 """The build itself: CUDA compiled whenever the toolkit exists, a real BLAS linked."""
+import importlib.metadata
 import shutil
 
 import pytest
@@ -33,3 +34,7 @@ def test_build_config_reports_the_setting():
     if config["cuda_setting"] == "OFF":
         assert not config["cuda"]
     assert config["blas"] == fg.blas_name()
+
+
+def test_metadata_names_the_license():
+    assert importlib.metadata.metadata("flowgrad")["License-Expression"] == "Apache-2.0"

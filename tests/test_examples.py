@@ -9,27 +9,29 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run(script, *args, timeout=300):
+def run(script, *args, timeout=300, cwd=None):
     result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
-                            timeout=timeout)
+                            timeout=timeout, cwd=cwd)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
 
 
 def test_digits_demo_reaches_97_percent(tmp_path):
     pytest.importorskip("sklearn")
-    out = run("train_digits.py", "--out-dir", str(tmp_path))
+    out = run("train_digits.py", cwd=tmp_path)  # writes into runs/train_digits/ of the working directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    out_dir = tmp_path / "runs" / "train_digits"
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out).group(1))
     assert accuracy >= 0.97, out
     epochs = re.findall(r"^epoch (\d+)/60  loss [0-9.]+  val_loss [0-9.]+  val_accuracy [0-9.]+  \(", out, re.M)
     assert epochs and epochs == [str(i) for i in range(1, len(epochs) + 1)], out
     if len(epochs) < 60:
         assert "validation loss stalled" in out
-    csv_lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    csv_lines = (out_dir / "metrics.csv").read_text().splitlines()
     assert csv_lines[0] == "epoch,loss,val_loss,val_accuracy" and len(csv_lines) == len(epochs) + 1
-    html = (tmp_path / "training.html").read_text()
+    html = (out_dir / "training.html").read_text()
     assert "<svg" in html and "val_loss" in html
-    assert (tmp_path / "digits.safetensors").exists()
+    assert (out_dir / "digits.safetensors").exists()
 
 
 def test_char_transformer_learns_and_samples():

@@ -3,18 +3,31 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/elementwise/elementwise_dispatch.h"
 
 namespace fg {
 namespace {
 
+// The contiguous runs: the loops that vectorise, compiled per instruction set (cpu_dispatch.h).
+template <class Out, class In, class F>
+FG_CPU_CLONES void map1_contiguous(Out* __restrict y, const In* __restrict x, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+template <class Out, class T, class F>
+FG_CPU_CLONES void map2_contiguous(Out* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+}
+template <class Out, class T, class F>
+FG_CPU_CLONES void map2_scalar(Out* __restrict y, const T* __restrict a, T b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b);
+}
+
 template <class Out, class In, class F>
 void map1(const Strided<2>& s, F f) {
   for_each_run(s, kParallelGrain, [&](char** p, const int64_t* st, int64_t n) {
     if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
-      Out* __restrict y = reinterpret_cast<Out*>(p[0]);
-      const In* __restrict x = reinterpret_cast<const In*>(p[1]);
-      for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+      map1_contiguous(reinterpret_cast<Out*>(p[0]), reinterpret_cast<const In*>(p[1]), n, f);
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * st[0]) = f(*reinterpret_cast<const In*>(p[1] + i * st[1]));
@@ -25,14 +38,13 @@ void map1(const Strided<2>& s, F f) {
 template <class Out, class T, class F>
 void map2(const Strided<3>& s, F f) {
   for_each_run(s, kParallelGrain, [&](char** p, const int64_t* st, int64_t n) {
-    Out* __restrict y = reinterpret_cast<Out*>(p[0]);
-    const T* __restrict a = reinterpret_cast<const T*>(p[1]);
-    const T* __restrict b = reinterpret_cast<const T*>(p[2]);
+    Out* y = reinterpret_cast<Out*>(p[0]);
+    const T* a = reinterpret_cast<const T*>(p[1]);
+    const T* b = reinterpret_cast<const T*>(p[2]);
     if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
-      for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+      map2_contiguous(y, a, b, n, f);
     } else if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == 0) {
-      const T bv = *b;  // tensor op scalar: the common broadcast
-      for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+      map2_scalar(y, a, *b, n, f);  // tensor op scalar: the common broadcast
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * st[0]) =

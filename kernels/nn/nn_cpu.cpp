@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
 #include "kernels/common/parallel.h"
 
@@ -12,9 +13,10 @@ namespace fg {
 namespace {
 
 // One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
-// enough to vectorise; the sum uses eight partial accumulators for the same reason.
+// enough to vectorise (per instruction set: cpu_dispatch.h); the sum uses eight partial
+// accumulators for the same reason.
 template <class T>
-void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
+FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
   // entries at or past `valid` are masked: they get probability 0 (log: -inf)
   T m = -std::numeric_limits<T>::infinity();
   for (int64_t k = 0; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;

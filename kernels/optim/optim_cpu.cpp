@@ -2,11 +2,26 @@
 
 #include <cmath>
 
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/parallel.h"
 
 namespace fg {
-using std::pow;
-using std::sqrt;
+namespace {
+// The update loops, compiled per instruction set (cpu_dispatch.h). buf may be null (no momentum).
+template <class T>
+FG_CPU_CLONES void sgd_run(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SgdCoeffs<T>& c) {
+  if (!buf) {
+    for (int64_t i = 0; i < n; ++i) sgd_element<T>(p[i], g[i], nullptr, c);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) sgd_element<T>(p[i], g[i], buf + i, c);
+}
+template <class T>
+FG_CPU_CLONES void adam_run(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n,
+                            const AdamCoeffs<T>& c) {
+  for (int64_t i = 0; i < n; ++i) adam_element<T>(p[i], g[i], m[i], v[i], c);
+}
+}  // namespace
 
 void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
@@ -16,14 +31,7 @@ void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_b
     T* buf = static_cast<T*>(momentum_buf);
     const SgdCoeffs<T> c = sgd_coeffs<T>(hyper);
     parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
-      T* __restrict pp = p;
-      const T* __restrict gg = g;
-      T* __restrict bb = buf;
-      if (!bb) {
-        for (int64_t i = b; i < e; ++i) sgd_element<T>(pp[i], gg[i], nullptr, c);
-        return;
-      }
-      for (int64_t i = b; i < e; ++i) sgd_element<T>(pp[i], gg[i], bb + i, c);
+      sgd_run<T>(p + b, g + b, buf ? buf + b : nullptr, e - b, c);
     });
   });
 }
@@ -38,13 +46,7 @@ void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, 
     T* m = static_cast<T*>(exp_avg);
     T* v = static_cast<T*>(exp_avg_sq);
     const AdamCoeffs<T> c = adam_coeffs<T>(hyper, count);
-    parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) {
-      T* __restrict pp = p;
-      T* __restrict mm = m;
-      T* __restrict vv = v;
-      const T* __restrict gg = g;
-      for (int64_t i = b; i < e; ++i) adam_element<T>(pp[i], gg[i], mm[i], vv[i], c);
-    });
+    parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) { adam_run<T>(p + b, g + b, m + b, v + b, e - b, c); });
   });
 }
 

