@@ -44,5 +44,6 @@ void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
 void bind_observe(py::module_& m);
 void bind_graph(py::module_& m);
+void bind_distributed(py::module_& m);
 
 }  // namespace fg::py_bind

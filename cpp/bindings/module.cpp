@@ -95,6 +95,7 @@ PYBIND11_MODULE(_core, m) {
   bind_io(m);
   bind_observe(m);
   bind_graph(m);
+  bind_distributed(m);
 }
 
 }  // namespace fg::py_bind

@@ -23,7 +23,7 @@ from ._core import (
 )
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
-from . import autograd, cuda, data, nn, optim, testing, viz
+from . import autograd, cuda, data, distributed, nn, optim, testing, viz
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
 

@@ -1,6 +1,7 @@
 // The one place that reads environment variables. Every flag is listed in README's table.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace fg::env {
 
@@ -8,5 +9,16 @@ int num_threads();           // FLOWGRAD_NUM_THREADS, default: the machine's cor
 int64_t cpu_cache_bytes();   // FLOWGRAD_CPU_CACHE_MB, default 1024; 0 disables caching
 int debug_level();           // FLOWGRAD_DEBUG, default 0
 bool cuda_caching();         // FLOWGRAD_CUDA_NO_CACHING=1 turns the CUDA caching allocator off
+std::string mpi_library();   // FLOWGRAD_MPI_LIBRARY: libmpi to dlopen instead of the default
+std::string nccl_library();  // FLOWGRAD_NCCL_LIBRARY: libnccl to dlopen instead of the default
+
+// Where this process sits in a launched job: RANK / WORLD_SIZE / LOCAL_RANK, else mpirun's
+// OMPI_COMM_WORLD_*; the rendezvous at MASTER_ADDR (127.0.0.1) : MASTER_PORT (29500).
+struct Launch {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr;
+  int master_port = 29500;
+};
+Launch launch();
 
 }  // namespace fg::env

@@ -484,8 +484,9 @@ void Graph::collect(const std::vector<std::string>& tags) {
   }
 }
 
-std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line) {
-  auto flushed = observer_.flush(expand(tags));
+std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line,
+                                                         const observe::Observer::Combine& combine) {
+  auto flushed = observer_.flush(expand(tags), combine);
   if (logging_) {
     *line = observer_.log_line(observer_.flush_count(), log_total_, log_tags_);
     for (auto& fn : log_callbacks_) fn(*line);

@@ -99,7 +99,8 @@ class Graph : public nn::Module {
   void collect(const std::vector<std::string>& tags);  // none: every tag
   // Flushes the observer (tag groups expand). With logging on, the epoch's line goes to the
   // on_log callbacks and into *line.
-  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line);
+  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line,
+                                                    const observe::Observer::Combine& combine = nullptr);
   void log(const std::vector<std::string>& tags, int64_t total_epochs);  // none: every flushed tag
   void on_log(std::function<void(const std::string&)> fn) { log_callbacks_.push_back(std::move(fn)); }
   bool has_log_callbacks() const { return !log_callbacks_.empty(); }
