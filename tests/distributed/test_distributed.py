@@ -1,5 +1,7 @@
 """fg.distributed over MPI with 2 and 3 local processes, checked against NumPy and against one
 process training on the concatenated batches; failures end the job instead of hanging."""
+import re
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,16 @@ def test_collectives_match_numpy(nproc):
 def test_ddp_matches_one_process(nproc, tmp_path):
     out = check(launch("job_ddp.py", nproc, tmp_path))
     assert out.count("ddp ok") == nproc
+
+
+@needs_mpi
+def test_digits_example_trains_with_the_launcher(tmp_path):
+    pytest.importorskip("sklearn")
+    out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path))
+    losses = [float(v) for v in re.findall(r"^epoch \d+/4  loss ([0-9.]+)$", out, re.M)]
+    assert len(losses) == 4 and losses[-1] < losses[0], out  # printed once, by rank 0
+    assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.9, out
+    assert (tmp_path / "digits_ddp.safetensors").exists()
 
 
 @needs_mpi
@@ -114,3 +126,13 @@ def test_flush_reduce_checks_its_argument():
     with pytest.raises(fg.InvalidArgumentError, match="reduce must be 'none' or 'mean'"):
         g.flush(reduce="median")
     assert g.flush(reduce="mean") == {"loss": 1.5}  # without fg.distributed: this process alone
+
+
+def test_bindings_have_stubs_and_docstrings():
+    import pathlib
+    stub = (pathlib.Path(fg.__file__).parent / "_core" / "distributed.pyi").read_text()
+    names = [n for n in dir(fg._core.distributed) if not n.startswith("_")]
+    assert [n for n in names if f"def {n}(" not in stub and f"class {n}:" not in stub] == []
+    assert [n for n in names if not (getattr(fg._core.distributed, n).__doc__ or "").strip()] == []
+    for name in fg.distributed.__all__:
+        assert (getattr(fg.distributed, name).__doc__ or "").strip(), name
