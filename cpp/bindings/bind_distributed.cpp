@@ -3,6 +3,7 @@
 #include "common.h"
 #include "flowgrad/distributed/process_group.h"
 #include "flowgrad/distributed/reducer.h"
+#include "flowgrad/distributed/rendezvous.h"
 
 namespace fg::dist {
 extern std::vector<std::string> g_nccl_library_hints;
@@ -50,6 +51,18 @@ void bind_distributed(py::module_& m) {
   }, py::arg("output"), py::arg("input"), py::arg("op") = "sum",
      "Issues a reduction of input whose block number rank lands in output.");
   d.def("barrier", [] { return dist::group().barrier(); }, "Issues a barrier.");
+
+  d.def("_rendezvous", [](const std::string& secret, int rank, int world_size, const std::string& addr, int port,
+                          double timeout_s) {
+    env::Launch launch{rank, world_size, 0, addr, port};
+    std::string got;
+    {
+      py::gil_scoped_release release;
+      got = dist::rendezvous(launch, secret, timeout_s);
+    }
+    return py::bytes(got);
+  }, py::arg("secret"), py::arg("rank"), py::arg("world_size"), py::arg("addr"), py::arg("port"),
+     py::arg("timeout_s"), "NCCL's id exchange over TCP: rank 0 serves secret, the others receive it (for tests).");
 
   py::class_<dist::Reducer>(d, "Reducer", "Averages gradients in buckets during backward (used by DistributedDataParallel).")
       .def(py::init<std::vector<Tensor>, std::vector<std::string>, int64_t>(), py::arg("params"),

@@ -136,3 +136,34 @@ def test_bindings_have_stubs_and_docstrings():
     assert [n for n in names if not (getattr(fg._core.distributed, n).__doc__ or "").strip()] == []
     for name in fg.distributed.__all__:
         assert (getattr(fg.distributed, name).__doc__ or "").strip(), name
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nccl_rendezvous_hands_rank0s_id_to_every_rank():
+    """The TCP exchange NCCL's init uses (it runs without NCCL): ranks started in any order."""
+    import threading
+    port, secret, got = _free_port(), bytes(range(128)), {}
+
+    def rank(r):
+        got[r] = fg._core.distributed._rendezvous(secret if r == 0 else bytes(128), r, 3, "127.0.0.1", port, 20.0)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (2, 1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {0: secret, 1: secret, 2: secret}
+
+
+def test_nccl_rendezvous_times_out_naming_the_address():
+    port = _free_port()
+    with pytest.raises(TimeoutError, match=f"rank 1 could not reach rank 0 at 127.0.0.1:{port}"):
+        fg._core.distributed._rendezvous(bytes(128), 1, 2, "127.0.0.1", port, 0.3)
+    with pytest.raises(TimeoutError, match="rank 0 heard from 0 of 1 ranks"):
+        fg._core.distributed._rendezvous(bytes(128), 0, 2, "127.0.0.1", port, 0.3)
