@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "flowgrad/graph/builder.h"
+#include "flowgrad/distributed/process_group.h"
 #include "flowgrad/graph/builtins.h"
 
 namespace fg::py_bind {
@@ -235,12 +236,24 @@ void bind_graph_class(py::module_& m) {
         return self.observer().collected(tag);
       },
            py::arg("tag"), "The values collected for tag since the last flush.")
-      .def("flush", [](Graph& self, py::args tags) {
+      .def("flush", [](Graph& self, py::args tags, const std::string& reduce) {
+        FG_CHECK(reduce == "none" || reduce == "mean", Value, "flush: reduce must be 'none' or 'mean', got '", reduce, "'");
+        Observer::Combine over_ranks;
+        if (reduce == "mean" && dist::is_initialized()) {
+          over_ranks = [](std::vector<double>& stats) {
+            Tensor t = Tensor::empty({static_cast<int64_t>(stats.size())}, DType::Float64, cpu_device());
+            std::copy(stats.begin(), stats.end(), t.data<double>());
+            dist::group().all_reduce(t, dist::ReduceOp::Sum)->wait();
+            std::copy_n(t.data<double>(), stats.size(), stats.begin());
+          };
+        }
         std::string line;
-        py::dict out = flushed_dict(self.flush(strings(tags, "flush"), &line));
+        py::dict out = flushed_dict(self.flush(strings(tags, "flush"), &line, over_ranks));
         if (!line.empty() && !self.has_log_callbacks()) py::print(line);
         return out;
-      }, "Ends an epoch: each tag's batch mean joins its history; returns {tag: mean}.")
+      }, py::kw_only(), py::arg("reduce") = "none",
+         "Ends an epoch: each tag's batch mean joins its history; returns {tag: mean}. "
+         "reduce='mean' averages over the ranks of fg.distributed (every rank must flush the same tags).")
       .def("on_flush", [](Graph& self, std::function<void(py::dict)> fn) {
         self.observer().on_flush([fn](const std::vector<std::pair<std::string, double>>& v) {
           py::gil_scoped_acquire gil;

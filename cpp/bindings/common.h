@@ -104,5 +104,6 @@ void bind_observe(py::module_& m);
 void bind_graph(py::module_& m);
 void bind_plan(py::module_& m);
 void bind_pickle(py::module_& m);
+void bind_distributed(py::module_& m);
 
 }  // namespace fg::py_bind

@@ -106,6 +106,7 @@ PYBIND11_MODULE(_core, m) {
   bind_graph(m);
   bind_plan(m);
   bind_pickle(m);
+  bind_distributed(m);
 }
 
 }  // namespace fg::py_bind

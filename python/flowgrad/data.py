@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "DistributedSampler"]
 
 
 def _native(array):
@@ -24,7 +24,7 @@ class DataLoader:
     interrupted epoch with the same order and the same remaining batches.
     """
 
-    def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None):
+    def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None, sampler=None):
         if not arrays:
             raise _core.InvalidArgumentError("DataLoader: expected at least one array")
         if batch_size <= 0:
@@ -40,9 +40,17 @@ class DataLoader:
         self.position = 0  # batches handed out in the current epoch
         self._epoch_rng = None  # unseeded shuffle: the global generator's (seed, offset) at the epoch's start
         self._resume = False  # set by load_state_dict in the middle of an epoch
+        if sampler is not None and shuffle:
+            raise _core.InvalidArgumentError("DataLoader: shuffle=True and a sampler exclude each other; "
+                                             "the sampler decides the order")
+        self.sampler = sampler  # any object with indices() -> int64 tensor, e.g. DistributedSampler
+
+    def _count(self):
+        return len(self.sampler) if self.sampler is not None else self.n
 
     def __len__(self):
-        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+        n = self._count()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _order(self):
         if self.seed is not None:
@@ -56,13 +64,13 @@ class DataLoader:
     def __iter__(self):
         if not self._resume:
             self.epoch, self.position = self.epoch + 1, 0
-        order = self._order() if self.shuffle else None
+        order = self.sampler.indices() if self.sampler is not None else self._order() if self.shuffle else None
         self._resume = False
         for b in range(self.position, len(self)):
             start = b * self.batch_size
-            size = min(self.batch_size, self.n - start)
+            size = min(self.batch_size, self._count() - start)
             self.position = b + 1
-            if self.shuffle:
+            if order is not None:
                 idx = order.narrow(0, start, size)
                 yield tuple(_core.index_select(t, 0, idx) for t in self.tensors)
             else:
@@ -106,3 +114,54 @@ class DataLoader:
         self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
         self._epoch_rng = None if state["epoch_rng"] is None else tuple(state["epoch_rng"])
         self._resume = 0 < self.position < len(self)
+
+
+class DistributedSampler:
+    """The indices of one rank's shard of a data set of dataset_len samples, for DataLoader(sampler=).
+
+    Each epoch, every rank draws the same permutation (from seed and the epoch set by set_epoch)
+    and takes every num_replicas-th index starting at its rank, so the shards are disjoint and
+    cover the data set. When dataset_len is not a multiple of num_replicas, the permutation is
+    padded with its first indices so every rank gets the same number of samples (a few samples
+    then appear twice per epoch); drop_last=True drops the tail instead.
+    num_replicas and rank default to fg.distributed.world_size() and rank().
+    """
+
+    def __init__(self, dataset_len, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        from . import distributed
+        if num_replicas is None:
+            num_replicas = distributed.world_size()
+        if rank is None:
+            rank = distributed.rank()
+        if dataset_len < 0 or num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise _core.InvalidArgumentError(
+                f"DistributedSampler: need dataset_len >= 0, num_replicas >= 1 and 0 <= rank < num_replicas; "
+                f"got dataset_len={dataset_len}, num_replicas={num_replicas}, rank={rank}")
+        self.dataset_len, self.num_replicas, self.rank = dataset_len, num_replicas, rank
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.epoch = 0
+        per_rank = dataset_len // num_replicas if drop_last else math.ceil(dataset_len / num_replicas)
+        self.num_samples, self.total_size = per_rank, per_rank * num_replicas
+
+    def set_epoch(self, epoch):
+        """Chooses the epoch's permutation; call it at the start of every epoch, on every rank."""
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.num_samples
+
+    def indices(self):
+        """This rank's indices for the current epoch, as an int64 tensor."""
+        n = self.dataset_len
+        if self.shuffle:
+            order = _core.randperm(n, seed=self.seed, offset=self.epoch * n)
+        else:
+            order = _core.arange(0, n, 1, dtype=_core.int64)
+        if self.total_size > n:  # pad by repeating the permutation from its start
+            repeats = math.ceil(self.total_size / n)
+            order = _core.cat([order] * repeats, 0)
+        order = order.narrow(0, 0, self.total_size)
+        return order.reshape(self.num_samples, self.num_replicas)[:, self.rank].contiguous()
+
+    def __iter__(self):
+        return iter(self.indices().tolist())

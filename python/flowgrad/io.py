@@ -49,8 +49,15 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
                     loader=None):
     """Saves model tensors, optimizer state, the step counter and the RNG state to `path`;
     with graph=, also its trend histories, timing histories and recurrent state; with
-    scheduler= and loader=, the schedule's position and the loader's epoch and position."""
+    scheduler= and loader=, the schedule's position and the loader's epoch and position.
+
+    Once fg.distributed is initialised, rank 0 writes and every rank returns after the file is
+    complete (the ranks meet at a barrier), so all ranks can load_checkpoint it at once."""
     _check_graph(graph, "save_checkpoint")
+    distributed = _core.distributed.is_initialized()
+    if distributed and _core.distributed.rank() != 0:
+        _core.distributed.barrier().wait()
+        return
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     meta = {"format": FORMAT, "rng": json.dumps(list(_core.get_rng_state()))}
     if step is not None:
@@ -74,6 +81,8 @@ def save_checkpoint(path, model, optimizer=None, graph=None, step=None, metadata
             raise _core.CheckpointError(f"save_checkpoint: metadata key '{key}' is reserved")
         meta[key] = value
     save(tensors, path, meta)
+    if distributed:  # on an error instead, the uncaught exception ends the waiting ranks' job
+        _core.distributed.barrier().wait()
 
 
 # ---- loading: each _read_* checks one part without assigning anything and returns the

@@ -190,6 +190,7 @@ class Engine {
              " of the outputs does not require grad and has no grad_fn");
     Edge e = edge_to(root);
     deliver(e, grad);
+    if (e.leaf) leaf_reached(e.leaf.get());
   }
 
   void count_dependencies() {
@@ -202,6 +203,7 @@ class Engine {
       stack.pop_back();
       owned_.push_back(n->shared_from_this());
       for (const Edge& e : n->next) {
+        if (e.leaf) ++leaf_deps_[e.leaf.get()];
         if (!e.fn) continue;
         ++deps_[e.fn.get()];
         if (!seen[e.fn.get()]) {
@@ -293,7 +295,7 @@ class Engine {
         if (g.dtype() != s.dtype) g = cast(g, s.dtype);
         deliver(e, g);
       }
-      if (e.fn && --deps_[e.fn.get()] == 0 && buffers_.count(e.fn.get())) ready_.push(e.fn.get());
+      passed(e);
     }
     buffers_.erase(node);
     if (!retain_) {
@@ -304,8 +306,32 @@ class Engine {
     }
   }
 
+  // One edge of a finished node is done: its node may become ready, or (when no gradient reached
+  // it at all) is skipped so that the leaves below it still learn that backward passed them.
+  void passed(const Edge& first) {
+    std::vector<Edge> edges{first};
+    while (!edges.empty()) {
+      Edge e = std::move(edges.back());
+      edges.pop_back();
+      if (e.leaf && --leaf_deps_[e.leaf.get()] <= 0) leaf_reached(e.leaf.get());
+      if (!e.fn || --deps_[e.fn.get()] != 0) continue;
+      if (buffers_.count(e.fn.get())) {
+        ready_.push(e.fn.get());
+      } else {
+        for (const Edge& below : e.fn->next) edges.push_back(below);
+      }
+    }
+  }
+
+  void leaf_reached(TensorImpl* leaf) {
+    if (targets_ || !leaf->autograd) return;  // autograd.grad leaves .grad alone
+    auto hooks = leaf->autograd->grad_ready_hooks;  // a hook may remove itself
+    for (auto& [id, hook] : hooks) hook();
+  }
+
   bool retain_, create_;
   const std::vector<Target>* targets_;
+  std::unordered_map<TensorImpl*, int> leaf_deps_;
   Tensors captured_;
   std::map<Node*, Tensors> buffers_;
   std::unordered_map<Node*, int> deps_;
@@ -449,6 +475,20 @@ std::shared_ptr<Node> grad_fn(const Tensor& t) {
 }
 
 bool is_leaf(const Tensor& t) { return grad_fn(t) == nullptr; }
+
+int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
+  FG_CHECK(is_leaf(leaf), Value, "grad-ready hooks attach to leaf tensors only; got a tensor made by '",
+           grad_fn(leaf)->name(), "'");
+  static std::atomic<int64_t> next_id{0};
+  int64_t id = next_id++;
+  meta(leaf).grad_ready_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_grad_ready_hook(const Tensor& leaf, int64_t id) {
+  auto& hooks = meta(leaf).grad_ready_hooks;
+  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
 
 Tensor detach(const Tensor& t) { return t.alias(); }
 

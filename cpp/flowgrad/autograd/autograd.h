@@ -20,6 +20,10 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   bool is_parameter = false;  // made by fg.nn.Parameter: modules register it on assignment
+  // Leaves only: called once per backward pass after the last gradient that pass sends to the
+  // leaf was accumulated (or when the pass reached it without a gradient), e.g. to launch a
+  // data-parallel all-reduce while the rest of backward runs. Keyed by the id add returned.
+  std::vector<std::pair<int64_t, std::function<void()>>> grad_ready_hooks;
 };
 
 // Where a gradient flows: into output `output_nr` of a node, or into a leaf's .grad.
@@ -95,6 +99,9 @@ Tensor to_device(const Tensor& x, Device device);
 // Moves a tensor's data to `device` in place: the same tensor (its identity, autograd flags and
 // parameter mark are kept, so optimizers still hold it) now lives there. Its gradient moves too.
 void move_to_device(const Tensor& t, Device device);
+// Registers a grad-ready hook on a leaf (see AutogradMeta::grad_ready_hooks); returns its id.
+int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+void remove_grad_ready_hook(const Tensor& leaf, int64_t id);
 // A leaf sharing t's data, marked as a parameter (fg.nn.Parameter).
 Tensor make_parameter(const Tensor& t, bool requires_grad);
 bool is_parameter(const Tensor& t);

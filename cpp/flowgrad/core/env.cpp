@@ -19,6 +19,18 @@ int64_t read_int(const char* name, int64_t fallback, int64_t lo) {
   return parsed;
 }
 
+std::string read_text(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The first of the names that is set, as an integer (fallback when none is).
+int read_first(std::initializer_list<const char*> names, int fallback, int lo) {
+  for (const char* name : names)
+    if (!read_text(name).empty()) return static_cast<int>(read_int(name, fallback, lo));
+  return fallback;
+}
+
 }  // namespace
 
 int num_threads() {
@@ -46,5 +58,18 @@ bool plan_planner() { return read_int("FLOWGRAD_NO_PLANNER", 0, 0) == 0; }
 bool plan_fusion() { return read_int("FLOWGRAD_NO_FUSION", 0, 0) == 0; }
 bool plan_debug() { return read_int("FLOWGRAD_DEBUG_PLAN", 0, 0) != 0; }
 bool cuda_graphs() { return read_int("FLOWGRAD_NO_CUDA_GRAPH", 0, 0) == 0; }
+std::string mpi_library() { return read_text("FLOWGRAD_MPI_LIBRARY"); }
+std::string nccl_library() { return read_text("FLOWGRAD_NCCL_LIBRARY"); }
+
+Launch launch() {
+  Launch l;
+  l.rank = read_first({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, 0);
+  l.world_size = read_first({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, 1);
+  l.local_rank = read_first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, 0);
+  l.master_addr = read_text("MASTER_ADDR");
+  if (l.master_addr.empty()) l.master_addr = "127.0.0.1";
+  l.master_port = read_first({"MASTER_PORT"}, 29500, 1);
+  return l;
+}
 
 }  // namespace fg::env

@@ -1,6 +1,7 @@
 // The one place that reads environment variables. Every flag is listed in README's table.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace fg::env {
 
@@ -13,5 +14,16 @@ bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own
 bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels
 bool plan_debug();           // FLOWGRAD_DEBUG_PLAN=1: released arena ranges are filled with NaN
 bool cuda_graphs();          // FLOWGRAD_NO_CUDA_GRAPH=1: plans on CUDA are never captured
+std::string mpi_library();   // FLOWGRAD_MPI_LIBRARY: libmpi to dlopen instead of the default
+std::string nccl_library();  // FLOWGRAD_NCCL_LIBRARY: libnccl to dlopen instead of the default
+
+// Where this process sits in a launched job: RANK / WORLD_SIZE / LOCAL_RANK, else mpirun's
+// OMPI_COMM_WORLD_*; the rendezvous at MASTER_ADDR (127.0.0.1) : MASTER_PORT (29500).
+struct Launch {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr;
+  int master_port = 29500;
+};
+Launch launch();
 
 }  // namespace fg::env

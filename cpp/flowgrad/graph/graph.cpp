@@ -542,10 +542,11 @@ void Graph::collect(const std::vector<std::string>& tags) {
   }
 }
 
-std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line) {
+std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line,
+                                                         const observe::Observer::Combine& combine) {
   std::vector<std::string> chosen = observed(tags, observer_, "flush");
   if (logging_) observed(log_tags_, observer_, "log");  // log() may name tags recorded later: checked now
-  auto flushed = observer_.flush(chosen);
+  auto flushed = observer_.flush(chosen, combine);
   last_progress_step_ = 0;
   if (logging_) {
     *line = observer_.log_line(observer_.flush_count(), log_total_, log_tags_);

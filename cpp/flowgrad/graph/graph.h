@@ -111,7 +111,8 @@ class Graph : public nn::Module {
                                     const observe::Observer& obs, const char* what) const;
   // Flushes the observer (tag groups expand). With logging on, the epoch's line goes to the
   // on_log callbacks and into *line.
-  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line);
+  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line,
+                                                    const observe::Observer::Combine& combine = nullptr);
   // none: every flushed tag. every > 0 also logs a progress line every `every` steps (values
   // in the open batch) within an epoch; see progress().
   void log(const std::vector<std::string>& tags, int64_t total_epochs, int64_t every = 0);

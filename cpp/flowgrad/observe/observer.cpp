@@ -124,20 +124,30 @@ std::vector<std::string> Observer::chosen(const std::vector<std::string>& tags) 
   return out;
 }
 
-std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<std::string>& tags) {
+std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<std::string>& tags,
+                                                              const Combine& combine) {
   start_clock();
   flush_times_.push_back(Clock::now());
   int64_t epoch = flush_count();
   std::vector<std::pair<std::string, double>> out;
-  for (const std::string& tag : chosen(tags)) {
+  std::vector<std::string> names = chosen(tags);
+  std::vector<double> stats;  // sum, count per tag
+  for (const std::string& tag : names) {
     std::vector<double> batch = collected(tag);
     Series& s = series_of(tag);
     s.pending.clear();
     s.pending_device.clear();
-    if (batch.empty()) continue;
     double sum = 0;
     for (double v : batch) sum += v;
-    double m = sum / static_cast<double>(batch.size());
+    stats.push_back(sum);
+    stats.push_back(static_cast<double>(batch.size()));
+  }
+  if (combine) combine(stats);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& tag = names[i];
+    if (stats[2 * i + 1] == 0) continue;
+    Series& s = series_of(tag);
+    double m = stats[2 * i] / stats[2 * i + 1];
     s.epochs.push_back(epoch);
     s.values.push_back(m);
     out.emplace_back(tag, m);

@@ -28,7 +28,11 @@ class Observer {
 
   // Appends the batch means of `tags` (every tag with pending values when empty) to their
   // histories, one epoch stamp for all, and returns them in tag order.
-  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags);
+  // combine (optional) receives this process's [sum, count] per flushed tag, in order, and
+  // replaces them with the totals over every process (fg.distributed), so that all agree.
+  using Combine = std::function<void(std::vector<double>& sums_and_counts)>;
+  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags,
+                                                    const Combine& combine = nullptr);
   void on_flush(std::function<void(const std::vector<std::pair<std::string, double>>&)> fn) {
     flush_callbacks_.push_back(std::move(fn));
   }

@@ -9,7 +9,7 @@ from .._core import (
     ReLU, GELU, SiLU, Tanh, Sigmoid, Softmax, Identity, Sequential, ModuleList, MultiheadAttention,
     TransformerBlock, GRUCell, LSTMCell, Checkpoint, BatchNorm1d, BatchNorm2d, GroupNorm, LSTM, GRU,
 )
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 
 
 class _ParameterMeta(type):

@@ -1,0 +1,147 @@
+#include "flowgrad/distributed/reducer.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/ops/kernel_args.h"
+
+namespace fg::dist {
+namespace {
+
+// The leaves whose gradient backward from `outputs` would reach.
+std::unordered_set<const TensorImpl*> reachable_leaves(const Tensors& outputs) {
+  std::unordered_set<const TensorImpl*> leaves;
+  std::unordered_set<const Node*> seen;
+  std::vector<Node*> stack;
+  for (const Tensor& t : outputs) {
+    if (!t.defined() || !requires_grad(t)) continue;
+    if (auto fn = grad_fn(t)) stack.push_back(fn.get());
+    else leaves.insert(t.impl());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (const Edge& e : n->next) {
+      if (e.leaf) leaves.insert(e.leaf.get());
+      if (e.fn) stack.push_back(e.fn.get());
+    }
+  }
+  return leaves;
+}
+
+Tensor slot(const Tensor& flat, const Tensor& param, int64_t offset) {
+  return flat.alias(param.shape(), contiguous_strides(param.shape()), offset);
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, int64_t bucket_bytes)
+    : params_(std::move(params)), names_(std::move(names)) {
+  FG_CHECK(bucket_bytes > 0, Value, "DistributedDataParallel: bucket size must be positive, got ",
+           bucket_bytes, " bytes");
+  bucket_of_.assign(params_.size(), -1);
+  ready_.assign(params_.size(), false);
+  int64_t bytes = 0;
+  for (int64_t i = static_cast<int64_t>(params_.size()) - 1; i >= 0; --i) {
+    const Tensor& p = params_[i];
+    if (!requires_grad(p)) continue;
+    int64_t size = p.numel() * itemsize(p.dtype());
+    bool fits = !buckets_.empty() && bytes + size <= bucket_bytes &&
+                params_[buckets_.back().params[0]].dtype() == p.dtype() &&
+                params_[buckets_.back().params[0]].device() == p.device();
+    if (!fits) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    Bucket& b = buckets_.back();
+    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params_[b.params.back()].numel());
+    b.params.push_back(i);
+    bucket_of_[i] = static_cast<int64_t>(buckets_.size()) - 1;
+    bytes += size;
+  }
+  for (Bucket& b : buckets_) {
+    const Tensor& last = params_[b.params.back()];
+    b.flat = Tensor::empty({b.offsets.back() + last.numel()}, last.dtype(), last.device());
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    hook_ids_.push_back(bucket_of_[i] < 0 ? -1 : add_grad_ready_hook(params_[i], [this, i] { mark_ready(i); }));
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (hook_ids_[i] >= 0) remove_grad_ready_hook(params_[i], hook_ids_[i]);
+}
+
+std::vector<std::vector<int64_t>> Reducer::bucket_indices() const {
+  std::vector<std::vector<int64_t>> out;
+  for (const Bucket& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+void Reducer::prepare_for_backward(const Tensors& outputs, bool find_unused) {
+  if (group().size() == 1) return;  // an average over one process changes nothing
+  if (armed_ && std::find(ready_.begin(), ready_.end(), true) != ready_.end()) {
+    std::string missing;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (bucket_of_[i] >= 0 && !ready_[i]) missing += (missing.empty() ? "'" : ", '") + names_[i] + "'";
+    fail(ErrorKind::Value, "DistributedDataParallel: the previous backward did not finish averaging "
+         "gradients: no gradient reached ", missing, ". Pass find_unused_parameters=True when some "
+         "parameters do not take part in every forward (e.g. switch branches)");
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (Bucket& b : buckets_) b.pending = static_cast<int64_t>(b.params.size());
+  next_launch_ = 0;
+  armed_ = true;
+  if (!find_unused) return;
+  auto reached = reachable_leaves(outputs);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (bucket_of_[i] >= 0 && !reached.count(params_[i].impl())) mark_ready(i);
+}
+
+void Reducer::mark_ready(int64_t index) {
+  if (!armed_) return;  // a backward that no DDP forward armed (or one inside no_sync)
+  FG_CHECK(!ready_[index], Value, "DistributedDataParallel: parameter '", names_[index],
+           "' got its gradient twice after one forward (a second backward through the same "
+           "graph?); run forward again before each backward");
+  ready_[index] = true;
+  if (--buckets_[bucket_of_[index]].pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_++];
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = params_[b.params[k]];
+      Tensor view = slot(b.flat, p, b.offsets[k]);
+      Tensor g = grad_of(p);
+      if (g.defined()) copy_into(view, g);
+      else fill_raw(view, 0.0);  // no gradient on this rank: it adds nothing to the sum
+    }
+    b.work = group().all_reduce(b.flat, ReduceOp::Avg);
+  }
+  if (next_launch_ == buckets_.size()) finish();
+}
+
+void Reducer::finish() {
+  armed_ = false;
+  for (Bucket& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = params_[b.params[k]];
+      Tensor view = slot(b.flat, p, b.offsets[k]);
+      Tensor g = grad_of(p);
+      if (g.defined()) {
+        copy_into(g, view);
+      } else {
+        g = Tensor::empty(p.shape(), p.dtype(), p.device());
+        copy_into(g, view);
+        set_grad(p, g);
+      }
+    }
+  }
+}
+
+}  // namespace fg::dist

@@ -1,0 +1,14 @@
+// A TCP rendezvous for transports that need one shared secret before they can talk (NCCL's
+// unique id): rank 0 serves it on MASTER_ADDR:MASTER_PORT, the other ranks fetch it.
+#pragma once
+#include <string>
+
+#include "flowgrad/core/env.h"
+
+namespace fg::dist {
+
+// Rank 0 passes its `secret` and gets it back; other ranks get rank 0's. Raises a Timeout error
+// naming the address when the exchange does not happen within `timeout_s` seconds.
+std::string rendezvous(const env::Launch& launch, const std::string& secret, double timeout_s);
+
+}  // namespace fg::dist

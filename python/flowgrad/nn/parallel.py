@@ -1,0 +1,50 @@
+"""fg.nn.parallel: DistributedDataParallel, data-parallel training over fg.distributed."""
+import contextlib
+
+from .. import _core
+from .._grad_mode import is_grad_enabled, no_grad
+from .._core import distributed as _d
+
+__all__ = ["DistributedDataParallel"]
+
+
+class DistributedDataParallel(_core.Module):
+    """Wraps a module so that every rank trains the same model on its own shard of the data.
+
+    At wrap time rank 0's parameters and buffers are broadcast to every rank. During backward,
+    gradients are averaged over ranks in buckets of about bucket_mb megabytes, each launched as
+    soon as its gradients are final, while the rest of backward runs; backward returns with
+    every .grad averaged. Parameters that a forward does not use (an untaken switch branch)
+    need find_unused_parameters=True. Inside `with ddp.no_sync():` gradients only accumulate
+    locally; the next synchronised backward averages the accumulated sum.
+    """
+
+    def __init__(self, module, bucket_mb=25, find_unused_parameters=False):
+        super().__init__()
+        if not _d.is_initialized():
+            raise _core.InvalidArgumentError("DistributedDataParallel: call fg.distributed.init() first")
+        if bucket_mb <= 0:
+            raise _core.InvalidArgumentError(f"DistributedDataParallel: bucket_mb must be positive, got {bucket_mb}")
+        self.module = module
+        self.find_unused_parameters = find_unused_parameters
+        named = module.named_parameters()
+        with no_grad():
+            for t in [p for _, p in named] + module.buffers():
+                _d.broadcast(t, 0).wait()
+        self._reducer = _d.Reducer([p for _, p in named], [n for n, _ in named], max(1, int(bucket_mb * 2**20)))
+        self._sync = True
+
+    def forward(self, *args, **kwargs):
+        out = self.module(*args, **kwargs)
+        if self._sync and is_grad_enabled():
+            self._reducer.prepare_for_backward(out, self.find_unused_parameters)
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Within this block, backward accumulates gradients without averaging them."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
