@@ -62,8 +62,8 @@ void bind_elementwise(py::module_& m, Cls& cls) {
   for (const auto& [name, fn] : binary) {
     std::string doc = std::string("Elementwise ") + name + "(input, other) with NumPy broadcasting.";
     auto call = [fn = fn](const py::object& a, const py::object& b) {
-      auto [ta, tb] = binary_operands(a, b);
-      return released([&] { return fn(ta, tb); });
+      std::pair<Tensor, Tensor> operands = binary_operands(a, b);  // no structured binding: lambdas capture it
+      return released([&] { return fn(operands.first, operands.second); });
     };
     m.def(name, named(name, call), py::arg("input"), py::arg("other"), doc.c_str());
     cls.def(name, named(name, call), py::arg("other"), doc.c_str());

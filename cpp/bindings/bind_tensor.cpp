@@ -65,14 +65,14 @@ using Binary = Tensor (*)(const Tensor&, const Tensor&);
 // self <op> other, and other <op> self for the reflected form (binary_operands decides dtypes).
 auto forward_op(const char* op, Binary fn) {
   return named(op, [fn](const py::object& self, const py::object& other) {
-    auto [a, b] = binary_operands(self, other);
-    return released([&] { return fn(a, b); });
+    std::pair<Tensor, Tensor> operands = binary_operands(self, other);  // (clang 14 cannot capture bindings)
+    return released([&] { return fn(operands.first, operands.second); });
   });
 }
 auto reflected_op(const char* op, Binary fn) {
   return named(op, [fn](const py::object& self, const py::object& other) {
-    auto [a, b] = binary_operands(other, self);
-    return released([&] { return fn(a, b); });
+    std::pair<Tensor, Tensor> operands = binary_operands(other, self);
+    return released([&] { return fn(operands.first, operands.second); });
   });
 }
 
