@@ -39,8 +39,7 @@ void Plan::bind() {
     for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
     for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
   }
-  Tensors examples = std::move(input_t_);
-  input_t_.clear();
+  input_t_.clear();  // the traced examples held the shapes until now
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
