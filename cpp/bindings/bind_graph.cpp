@@ -172,7 +172,7 @@ void bind_builder(py::module_& m) {
 
 void bind_graph_class(py::module_& m) {
   py::class_<Graph, nn::Module, py::smart_holder> g(m, "Graph",
-      "A built flow: a Module whose tagged values can be observed, trended, profiled and drawn.");
+      "A built flow: a Module whose tagged values can be observed, trended, profiled and drawn; it pickles and deep-copies.");
   g.def("forward", [](Graph& self, py::args args, std::optional<double> timeout) {
     return result_of(self.forward_with_timeout(tensors_of(args, "Graph.forward"), timeout));
   }, py::kw_only(), py::arg("timeout") = py::none(),

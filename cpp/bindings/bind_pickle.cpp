@@ -12,6 +12,9 @@
 #include "flowgrad/ops/kernel_args.h"
 
 namespace fg::py_bind {
+
+void bind_graph_pickle(py::module_& m);  // bind_graph_pickle.cpp
+
 namespace {
 
 using nn::Module;
@@ -92,12 +95,14 @@ void bind_pickle(py::module_& m) {
   m.def("_init_module", [](const py::object& base, const py::object& obj, const py::args& args) {
     RngStream discarded(rng_state());  // initial weights are replaced by the copy's: leave the caller's stream alone
     base.attr("__init__")(obj, *args);
+    sync_type_names(obj.cast<Module&>());  // a Python subclass is named by its class, as when it was built
   }, "Runs base.__init__(obj, *args) drawing random initial values from a private stream.");
   m.def("_graph_clone", [](const graph::Graph& g, const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& copy_module,
                            const std::function<Tensor(Tensor)>& copy_tensor) {
     return g.clone_with([&](const std::shared_ptr<Module>& mod) { return copy_module(mod); },
                         [&](const Tensor& t) { return copy_tensor(t); });
   }, "The graph over copies of its node modules (copy.deepcopy).");
+  bind_graph_pickle(m);
 }
 
 }  // namespace fg::py_bind

@@ -4,9 +4,14 @@ A pickled tensor keeps its dtype, shape, bytes, requires_grad, parameter mark an
 tensor reached through several handles (a model's parameter and an optimizer's reference to
 it) is pickled once and comes back shared. A module pickles as its class, the constructor
 arguments of its built-in C++ type, its own parameters, buffers and children, its training
-flag and its Python attributes. A Graph deep-copies but does not pickle.
+flag and its Python attributes. A Graph pickles as its wiring (the nodes as plain data), its
+node modules, and what save_checkpoint(graph=) keeps (trend and timing histories, recurrent
+state) plus its settings (frozen set, parallel, train/eval, profiling, log()); copy.deepcopy
+also keeps the values collected for the open epoch, those of the last forward and the
+on_log/on_flush/on_profile callbacks, which belong to the process that ran it.
 """
 import copy
+import pickle
 import weakref
 
 from . import _core
@@ -78,10 +83,54 @@ def _graph_deepcopy(self, memo):
     return graph
 
 
+class _Discard:
+    def write(self, data):
+        return len(data)
+
+
+class _Probe(pickle.Pickler):
+    """Pickles into nothing, skipping tensor contents: finds what a node cannot pickle."""
+
+    def reducer_override(self, obj):
+        return (_same, (None,)) if isinstance(obj, _core.Tensor) else NotImplemented
+
+
+def _check_picklable(graph, nodes, protocol):
+    """pickle.PicklingError naming the node and tag whose modules cannot be pickled (a lambda
+    held by a Python module, a C++ module without constructor arguments), before pickle meets it
+    somewhere below the Graph where it could not say which node holds it."""
+    for name, node in zip(_core._graph_node_names(graph), nodes):
+        try:
+            _Probe(_Discard(), protocol).dump(node["modules"])
+        except Exception as e:
+            raise pickle.PicklingError(f"cannot pickle fg.Graph: {name} holds something pickle cannot store "
+                                       f"({type(e).__name__}: {e})") from e
+
+
 def _graph_reduce_ex(self, protocol):
-    raise TypeError("cannot pickle fg.Graph: a built flow's wiring (constructs, tags, references) has no "
-                    "serialised form; copy.deepcopy(graph) copies it within a process, and across processes "
-                    "rebuild the flow there and load fg.save(graph.state_dict(), path)")
+    nodes, input_names, output = _core._graph_nodes(self)
+    _check_picklable(self, nodes, protocol)
+    state = {"parallel": self.parallel, "profiling": self.profiling, "log": _core._graph_log_settings(self),
+             "frozen": _core._graph_frozen(self),
+             "recurrent": {tag: t.detach() for tag, t in self._recurrent_state().items()},
+             "trends": self._observation_state(), "timings": self._timing_state(),
+             "attributes": dict(self.__dict__)}
+    return _core._graph_from_nodes, (nodes, input_names, output, self.training), state
+
+
+def _graph_setstate(self, state):
+    self.parallel = state["parallel"]
+    if state["profiling"]:
+        self.enable_profiling()
+    if state["log"] is not None:
+        tags, total_epochs, every = state["log"]
+        self.log(*tags, total_epochs=total_epochs, every=every)
+    _core._graph_set_frozen(self, state["frozen"])
+    for tag, value in state["recurrent"].items():
+        self._set_recurrent_state(tag, value)
+    self._restore_observation(state["trends"])
+    self._restore_timings(state["timings"])
+    self.__dict__.update(state["attributes"])
 
 
 _core.Tensor.__reduce_ex__ = _tensor_reduce_ex
@@ -91,3 +140,4 @@ _core.Module.__reduce_ex__ = _module_reduce_ex
 _core.Module.__setstate__ = _module_setstate
 _core.Graph.__deepcopy__ = _graph_deepcopy
 _core.Graph.__reduce_ex__ = _graph_reduce_ex
+_core.Graph.__setstate__ = _graph_setstate

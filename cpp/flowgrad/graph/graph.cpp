@@ -291,6 +291,19 @@ void Graph::zero_frozen_grads() {
   for (const Tensor& p : frozen_) set_grad(p, Tensor());
 }
 
+void Graph::set_frozen(const Tensors& params) {
+  nn::Named<Tensor> own = named_parameters();
+  for (const Tensor& p : params)
+    FG_CHECK(std::any_of(own.begin(), own.end(), [&p](const auto& e) { return e.second.impl() == p.impl(); }), Graph,
+             "set_frozen: a frozen tensor of shape ", to_string(p.shape()), " is not a parameter of this graph");
+  frozen_ = params;
+}
+
+std::optional<Graph::LogSettings> Graph::log_settings() const {
+  if (!logging_) return std::nullopt;
+  return LogSettings{log_tags_, log_total_, log_every_};
+}
+
 void Graph::detach_state() {
   for (auto& [tag, value] : state_) value = detach(value);
 }

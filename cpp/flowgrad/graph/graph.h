@@ -70,6 +70,7 @@ class Graph : public nn::Module {
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
+  int output() const { return output_; }  // the node whose value the graph returns
   // Node indices per topological level (level 1 first; graph inputs are level 0 and not listed).
   const std::vector<std::vector<int>>& levels() const { return levels_; }
 
@@ -101,6 +102,16 @@ class Graph : public nn::Module {
 
   bool parallel() const { return parallel_; }
   void set_parallel(bool on) { parallel_ = on; }
+
+  // For pickling: the frozen parameters (restored ones must be parameters of this graph) and
+  // log()'s arguments while logging is on.
+  const Tensors& frozen() const { return frozen_; }
+  void set_frozen(const Tensors& params);
+  struct LogSettings {
+    std::vector<std::string> tags;
+    int64_t total_epochs = 0, every = 0;
+  };
+  std::optional<LogSettings> log_settings() const;
 
   // Observation: values collected from tags or recorded, flushed to per-epoch histories.
   observe::Observer& observer() { return observer_; }
@@ -167,6 +178,11 @@ class Graph : public nn::Module {
   Profile profile_;
   std::vector<std::function<void(const Profile&)>> profile_callbacks_;
 };
+
+// Checks nodes that come from outside the builder (an unpickled Graph) before Graph's
+// constructor trusts them: GraphError naming the node when an index is out of range or not
+// earlier, a construct has the wrong number of modules, a count is invalid or a tag repeats.
+void check_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& input_names, int output);
 
 // The embedding environment (the Python bindings) installs this so that a level running on
 // several threads can let them take the interpreter lock: it returns a token that, while it

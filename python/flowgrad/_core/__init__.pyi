@@ -1207,7 +1207,7 @@ class TrendGroup:
         """
 class Graph(Module):
     """
-    A built flow: a Module whose tagged values can be observed, trended, profiled and drawn.
+    A built flow: a Module whose tagged values can be observed, trended, profiled and drawn; it pickles and deep-copies.
     """
     def _observation_state(self) -> dict:
         ...
