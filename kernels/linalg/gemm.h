@@ -2,6 +2,7 @@
 // trans_a: A is stored as (K, M) with leading dimension lda (likewise trans_b).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "flowgrad/core/dtype.h"
 
@@ -38,5 +39,12 @@ class SingleThreadedBlas {
 
 // Name of the BLAS the build links ("OpenBLAS", "none" for the blocked fallback, ...).
 const char* blas_name();
+// What fg.build_config() reports about it: the FLOWGRAD_BLAS setting, the library file linked
+// ("" without BLAS) and, for OpenBLAS, the CPU core its kernels were picked for ("SkylakeX") and
+// its build string (version, DYNAMIC_ARCH, ...); "" when the library does not say.
+struct BlasInfo {
+  std::string setting, library, core, config;
+};
+BlasInfo blas_info();
 
 }  // namespace fg

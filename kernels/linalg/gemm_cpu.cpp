@@ -22,6 +22,11 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 // OpenBLAS's thread control; absent (null) with other BLAS libraries.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 extern "C" int openblas_get_num_threads() __attribute__((weak));
+extern "C" char* openblas_get_corename() __attribute__((weak));
+extern "C" char* openblas_get_config() __attribute__((weak));
+#if !defined(FLOWGRAD_BLAS_LIBRARY)
+#define FLOWGRAD_BLAS_LIBRARY ""
+#endif
 
 namespace fg {
 
@@ -44,6 +49,11 @@ const char* blas_name() {
 #else
   return "none";
 #endif
+}
+
+BlasInfo blas_info() {
+  return {FLOWGRAD_BLAS_SETTING, FLOWGRAD_BLAS_LIBRARY, openblas_get_corename ? openblas_get_corename() : "",
+          openblas_get_config ? openblas_get_config() : ""};
 }
 
 template <class T>

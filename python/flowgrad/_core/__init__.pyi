@@ -1582,7 +1582,7 @@ def argsort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, 
     """
 def build_config() -> dict:
     """
-    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS.
+    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, and OpenBLAS's CPU core and build string).
     """
 def blas_name() -> str:
     """
