@@ -28,6 +28,13 @@ def test_ddp_matches_one_process(nproc, tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_compiled_ddp_matches_eager_ddp_and_one_process(nproc):
+    out = check(launch("job_compile.py", nproc))
+    assert out.count("compiled ddp ok") == nproc
+
+
+@needs_mpi
 def test_digits_example_trains_with_the_launcher(tmp_path):
     pytest.importorskip("sklearn")
     out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path))

@@ -32,6 +32,17 @@ void write_back(const Tensor& dst, const Tensor& src) {
   if (src.impl_ptr() != dst.impl_ptr()) copy_into(dst, device_copy(src, dst.device()));
 }
 
+// An average the transport lacks: its sum divided in place, on the communication thread (one
+// pass over the staged host buffer; no op dispatch, so the all_reduce_ op's kernel stays one op).
+void divide_host(const Tensor& buf, int n) {
+  FG_ASSERT(buf.device().is_cpu() && buf.is_contiguous());
+  auto divide = [&](auto* p) {
+    for (int64_t i = 0, count = buf.numel(); i < count; ++i) p[i] /= n;
+  };
+  if (buf.dtype() == DType::Float64) divide(buf.data<double>());
+  else divide(buf.data<float>());  // floating and staged: half types arrive as float32
+}
+
 }  // namespace
 
 ReduceOp reduce_op_from_name(const std::string& name) {
@@ -115,7 +126,7 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
              describe(t));
     return contiguous_raw(t);
   }
-  Tensor host = device_copy(t, cpu_device());  // itself when already a contiguous CPU tensor
+  Tensor host = contiguous_raw(device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
   return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
 }
 
@@ -125,11 +136,11 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
   ReduceOp sent = divide ? ReduceOp::Sum : op;
   int n = size();
-  return submit([this, buf, sent] { backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent); },
-                [t, buf, divide, n] {
-                  if (divide) copy_into(buf, div(buf, scalar_tensor(n, buf.dtype(), buf.device())));
-                  write_back(t, buf);
-                });
+  return submit([this, buf, sent, divide, n] {
+                  backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent);
+                  if (divide) divide_host(buf, n);
+                },
+                [t, buf] { write_back(t, buf); });
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
@@ -160,13 +171,11 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Reduce
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
   ReduceOp sent = divide ? ReduceOp::Sum : op;
   int n = size();
-  return submit([this, src, dst, sent] {
+  return submit([this, src, dst, sent, divide, n] {
                   backend_->reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), dst.dtype(), sent);
+                  if (divide) divide_host(dst, n);
                 },
-                [out, dst, divide, n] {
-                  if (divide) copy_into(dst, div(dst, scalar_tensor(n, dst.dtype(), dst.device())));
-                  write_back(out, dst);
-                });
+                [out, dst] { write_back(out, dst); });
 }
 
 WorkPtr ProcessGroup::barrier() {
