@@ -54,6 +54,16 @@ def test_failing_rank_ends_the_job_naming_it():
 
 
 @needs_mpi
+def test_crashing_rank_ends_the_job_naming_it():
+    result = launch("job_fail.py", 3, "crash", timeout=60)
+    assert result.returncode not in (0, 124), result.returncode  # mpirun stopped it, not the timeout
+    text = result.stdout + result.stderr
+    # mpirun names the process as [[job, 1], rank]
+    assert re.search(r"Process name: \[\[\d+,\d+\],2\]\s+Exit code:\s+3", text), text
+    assert "unreachable" not in text
+
+
+@needs_mpi
 def test_parameter_without_gradient_names_it_and_ends_the_job():
     result = launch("job_fail.py", 2, "unused", timeout=60)
     assert result.returncode != 0
