@@ -35,13 +35,25 @@ def test_compiled_ddp_matches_eager_ddp_and_one_process(nproc):
 
 
 @needs_mpi
-def test_digits_example_trains_with_the_launcher(tmp_path):
+@pytest.mark.parametrize("compiled", [[], ["--compile"]], ids=["eager", "compiled"])
+def test_digits_example_trains_with_the_launcher(tmp_path, compiled):
     pytest.importorskip("sklearn")
-    out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path))
+    out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path, *compiled))
     losses = [float(v) for v in re.findall(r"^epoch \d+/4  loss ([0-9.]+)$", out, re.M)]
     assert len(losses) == 4 and losses[-1] < losses[0], out  # printed once, by rank 0
     assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.9, out
     assert (tmp_path / "digits_ddp.safetensors").exists()
+
+
+@needs_mpi
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ranks_split_the_cores_and_yield_while_waiting(nproc):
+    import os
+    out = check(launch("job_env.py", nproc, unset=("FLOWGRAD_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle")))
+    found = re.findall(r"rank (\d+) threads (\d+) yield (\S+)", out)
+    assert sorted(int(r) for r, _, _ in found) == list(range(nproc)), out
+    for _, threads, wait in found:
+        assert 1 <= int(threads) <= max(1, os.cpu_count() // nproc) and wait == "1", out
 
 
 @needs_mpi
