@@ -27,7 +27,8 @@ def init(backend="mpi"):
 
     Raises fg.DeviceError naming the missing library (or GPU) and how to install it. After init,
     an exception that reaches the top of any rank ends the whole job (MPI_Abort), so a failing
-    rank never leaves the others waiting in a collective.
+    rank never leaves the others waiting in a collective. Unless FLOWGRAD_NUM_THREADS is set,
+    each rank then computes with cores / (ranks on this machine) threads.
     """
     _share_the_machine()
     _d.init(backend, _nccl_wheel_dirs() if backend == "nccl" else [])
