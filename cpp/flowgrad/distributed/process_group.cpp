@@ -90,10 +90,11 @@ void ProcessGroup::worker_loop() {
     std::pair<std::function<void()>, WorkPtr> item;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      queue_cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !busy_; });
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     std::exception_ptr error;
     try {
@@ -101,11 +102,15 @@ void ProcessGroup::worker_loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
     item.second->finish(error);
   }
 }
 
-WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue) {
+WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Launch launch) {
   auto work = std::make_shared<Work>();
   work->epilogue_ = std::move(epilogue);
   if (!backend_->blocking()) {  // enqueued on the stream: ordered before whatever comes next
@@ -113,10 +118,26 @@ WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> e
     work->finish(nullptr);
     return work;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   FG_CHECK(!stopping_, Value, "distributed: the process group was shut down");
-  queue_.emplace_back(std::move(call), work);
+  if (launch == Launch::Queued || busy_ || !queue_.empty()) {  // after what is already issued
+    queue_.emplace_back(std::move(call), work);
+    queue_cv_.notify_one();
+    return work;
+  }
+  busy_ = true;  // the communication thread starts nothing until this call is done
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    call();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  busy_ = false;
   queue_cv_.notify_one();
+  lock.unlock();
+  work->finish(error);
   return work;
 }
 
@@ -130,7 +151,7 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
   return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
 }
 
-WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
   check_reducible(t, op, "all_reduce");
   Tensor buf = staged(t);
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
@@ -140,7 +161,7 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
                   backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent);
                   if (divide) divide_host(buf, n);
                 },
-                [t, buf] { write_back(t, buf); });
+                [t, buf] { write_back(t, buf); }, launch);
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {

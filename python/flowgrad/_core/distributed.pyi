@@ -41,9 +41,9 @@ def all_gather(output: flowgrad._core.Tensor, input: flowgrad._core.Tensor) -> W
     """
     Issues an all-gather of every rank's input into output, in rank order.
     """
-def all_reduce(tensor: flowgrad._core.Tensor, op: str = 'sum') -> Work:
+def all_reduce(tensor: flowgrad._core.Tensor, op: str = 'sum', blocking: bool = False) -> Work:
     """
-    Issues an in-place all-reduce ('sum', 'avg', 'max', 'min').
+    Issues an in-place all-reduce ('sum', 'avg', 'max', 'min'); blocking=True when the caller waits at once (then it runs on the caller's thread if the communication thread is idle).
     """
 def all_reduce_(tensor: flowgrad._core.Tensor, op: str = 'sum') -> flowgrad._core.Tensor:
     """

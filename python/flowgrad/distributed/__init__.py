@@ -111,7 +111,7 @@ def all_reduce(tensor, op="sum", async_op=False):
 
     With async_op=True returns a Work whose wait() returns once the result is in tensor.
     """
-    return _finish(_d.all_reduce(tensor, op), async_op)
+    return _finish(_d.all_reduce(tensor, op, blocking=not async_op), async_op)
 
 
 def broadcast(tensor, src=0, async_op=False):
