@@ -2,7 +2,7 @@
 gradients are averaged during backward, the logged losses are averaged over processes, and
 rank 0 writes the checkpoint.
 
-    python -m flowgrad.distributed.run --nproc 2 examples/train_digits_ddp.py [--epochs 20]
+    python -m flowgrad.distributed.run --nproc 2 examples/train_digits_ddp.py [--epochs 20] [--compile]
 """
 import argparse
 import pathlib
@@ -31,6 +31,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--out-dir", default=".")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the whole step (fg.compile), the gradient all-reduce included")
     args = parser.parse_args()
 
     dist.init("mpi")
@@ -47,13 +49,19 @@ def main():
     loader = fg.data.DataLoader(x_train, y_train, batch_size=args.batch_size, sampler=sampler)
     if rank == 0:
         print(f"{size} processes, {len(loader)} steps of {args.batch_size} images each per epoch")
+    # dynamic: the epoch's last batch is smaller (the same size on every rank: the shards are equal)
+    step = fg.compile(ddp, F.cross_entropy, optimizer, example_inputs=next(iter(loader)), dynamic=True) \
+        if args.compile else None
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
         for xb, yb in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(ddp(xb), yb)
-            loss.backward()  # gradients averaged over the processes during backward
-            optimizer.step()
+            if step is not None:
+                loss = step(xb, yb)
+            else:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(ddp(xb), yb)
+                loss.backward()  # gradients averaged over the processes during backward
+                optimizer.step()
             model.record("loss", loss)
         mean = model.flush(reduce="mean")  # the same history on every rank
         if rank == 0:

@@ -1,6 +1,7 @@
 // fg.distributed's engine side: the process group, collectives with wait handles, and the
 // gradient reducer behind fg.nn.parallel.DistributedDataParallel.
 #include "common.h"
+#include "flowgrad/distributed/collective_ops.h"
 #include "flowgrad/distributed/process_group.h"
 #include "flowgrad/distributed/reducer.h"
 #include "flowgrad/distributed/rendezvous.h"
@@ -40,8 +41,18 @@ void bind_distributed(py::module_& m) {
       .def("is_completed", &dist::Work::is_completed, "True once the transport has finished.");
 
   auto op = [](const std::string& name) { return dist::reduce_op_from_name(name); };
-  d.def("all_reduce", [op](const Tensor& t, const std::string& name) { return dist::group().all_reduce(t, op(name)); },
-        py::arg("tensor"), py::arg("op") = "sum", "Issues an in-place all-reduce ('sum', 'avg', 'max', 'min').");
+  d.def("all_reduce", [op](const Tensor& t, const std::string& name, bool blocking) {
+    py::gil_scoped_release release;  // a blocking call may wait for the other ranks right here
+    return dist::group().all_reduce(t, op(name), blocking ? dist::Launch::Blocking : dist::Launch::Queued);
+  }, py::arg("tensor"), py::arg("op") = "sum", py::arg("blocking") = false,
+     "Issues an in-place all-reduce ('sum', 'avg', 'max', 'min'); blocking=True when the caller waits "
+     "at once (then it runs on the caller's thread if the communication thread is idle).");
+  d.def("all_reduce_", [op](const Tensor& t, const std::string& name) {
+    py::gil_scoped_release release;
+    return dist::all_reduce_(t, op(name));
+  }, py::arg("tensor"), py::arg("op") = "sum",
+     "All-reduces tensor in place through the op registry and returns it once done; compiled steps "
+     "record it as an instruction.");
   d.def("broadcast", [](const Tensor& t, int src) { return dist::group().broadcast(t, src); },
         py::arg("tensor"), py::arg("src"), "Issues an in-place broadcast of rank src's tensor.");
   d.def("all_gather", [](const Tensor& out, const Tensor& in) { return dist::group().all_gather(out, in); },

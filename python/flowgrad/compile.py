@@ -17,6 +17,8 @@ What tracing means for you:
 - Random ops (dropout) draw fresh values every call, reproducible from ``fg.manual_seed``.
 - The model is traced in the mode it is in (``train()``/``eval()``) at compile time.
 """
+import contextlib
+
 from . import _core
 from .autograd import grad as _grad
 
@@ -131,6 +133,10 @@ class CompiledStep(_PlanViews):
         buffers = [b for _, b in self.model.named_buffers()] if hasattr(self.model, "named_buffers") else []
 
         def step(tracer):
+            with _gradient_sync(self.model) as average:
+                return traced_step(tracer, average)
+
+        def traced_step(tracer, average):
             out = self.model(*model_inputs)
             loss = self.loss_fn(out, *targets) if self.loss_fn is not None else out
             if not isinstance(loss, _core.Tensor) or loss.numel() != 1:
@@ -140,6 +146,7 @@ class CompiledStep(_PlanViews):
             tracer.mark_backward()
             # Contiguous gradients: the optimizer reads them as they are and .grad is bound to them.
             grads = [g if g is None else g.contiguous() for g in _grad([loss], self._params, allow_unused=True)]
+            grads = average(self._params, grads)
             if opt is not None:
                 saved = [p.grad for p in self._params]
                 try:
@@ -232,6 +239,13 @@ def _tagged_values(model):
         if isinstance(module, _core.Graph) and all(module is not g for g, _, _ in out):
             out += [(module, tag, module.tagged(tag)) for tag in module.tags]
     return out
+
+
+def _gradient_sync(model):
+    """A block that yields `average(params, grads)`: DistributedDataParallel's gradient all-reduce
+    as traced ops; the gradients as they are for other models."""
+    sync = getattr(model, "_traced_sync", None)
+    return sync() if sync is not None else contextlib.nullcontext(lambda params, grads: grads)
 
 
 def _no_grad():

@@ -34,6 +34,12 @@ t = fg.tensor(np.ascontiguousarray(base.T)).transpose(0, 1)
 assert not t.is_contiguous()
 dist.all_reduce(t)
 check(t.numpy(), sum(data(r, (6, 5), np.float32) for r in range(size)), "all_reduce strided")
+# a strided slice (not a permutation of its storage): only its elements change, averaged
+whole = fg.tensor(data(rank, (6, 5), np.float32))
+dist.all_reduce(whole[1::2, ::2], op="avg")
+want = data(rank, (6, 5), np.float32)
+want[1::2, ::2] = sum(data(r, (6, 5), np.float32) for r in range(size))[1::2, ::2] / size
+check(whole.numpy(), want, "all_reduce avg of a strided slice")
 
 # broadcast from every root, float16 through float32 staging
 for root in range(size):

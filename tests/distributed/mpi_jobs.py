@@ -36,11 +36,13 @@ def job_env():
     return env
 
 
-def launch(script, nproc, *args, timeout=JOB_TIMEOUT_S):
-    """Runs tests/distributed/<script> on nproc ranks with the launcher; returns the result."""
+def launch(script, nproc, *args, timeout=JOB_TIMEOUT_S, unset=()):
+    """Runs tests/distributed/<script> on nproc ranks with the launcher (without the environment
+    variables in `unset`); returns the result."""
     cmd = [sys.executable, "-m", "flowgrad.distributed.run", "--nproc", str(nproc), "--timeout", str(timeout),
            str(HERE / script), *map(str, args)]
-    return subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=timeout + 30)
+    env = {k: v for k, v in job_env().items() if k not in unset}
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
 
 
 def check(result):

@@ -28,13 +28,32 @@ def test_ddp_matches_one_process(nproc, tmp_path):
 
 
 @needs_mpi
-def test_digits_example_trains_with_the_launcher(tmp_path):
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_compiled_ddp_matches_eager_ddp_and_one_process(nproc):
+    out = check(launch("job_compile.py", nproc))
+    assert out.count("compiled ddp ok") == nproc
+
+
+@needs_mpi
+@pytest.mark.parametrize("compiled", [[], ["--compile"]], ids=["eager", "compiled"])
+def test_digits_example_trains_with_the_launcher(tmp_path, compiled):
     pytest.importorskip("sklearn")
-    out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path))
+    out = check(launch("../../examples/train_digits_ddp.py", 2, "--epochs", 4, "--out-dir", tmp_path, *compiled))
     losses = [float(v) for v in re.findall(r"^epoch \d+/4  loss ([0-9.]+)$", out, re.M)]
     assert len(losses) == 4 and losses[-1] < losses[0], out  # printed once, by rank 0
     assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.9, out
     assert (tmp_path / "digits_ddp.safetensors").exists()
+
+
+@needs_mpi
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ranks_split_the_cores_and_yield_while_waiting(nproc):
+    import os
+    out = check(launch("job_env.py", nproc, unset=("FLOWGRAD_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle")))
+    found = re.findall(r"rank (\d+) threads (\d+) yield (\S+)", out)
+    assert sorted(int(r) for r, _, _ in found) == list(range(nproc)), out
+    for _, threads, wait in found:
+        assert 1 <= int(threads) <= max(1, os.cpu_count() // nproc) and wait == "1", out
 
 
 @needs_mpi
@@ -43,6 +62,16 @@ def test_failing_rank_ends_the_job_naming_it():
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert "rank 2 failed with ValueError: deliberate failure" in text
+    assert "unreachable" not in text
+
+
+@needs_mpi
+def test_crashing_rank_ends_the_job_naming_it():
+    result = launch("job_fail.py", 3, "crash", timeout=60)
+    assert result.returncode not in (0, 124), result.returncode  # mpirun stopped it, not the timeout
+    text = result.stdout + result.stderr
+    # mpirun names the process as [[job, 1], rank]
+    assert re.search(r"Process name: \[\[\d+,\d+\],2\]\s+Exit code:\s+3", text), text
     assert "unreachable" not in text
 
 

@@ -32,6 +32,17 @@ void write_back(const Tensor& dst, const Tensor& src) {
   if (src.impl_ptr() != dst.impl_ptr()) copy_into(dst, device_copy(src, dst.device()));
 }
 
+// An average the transport lacks: its sum divided in place, on the communication thread (one
+// pass over the staged host buffer; no op dispatch, so the all_reduce_ op's kernel stays one op).
+void divide_host(const Tensor& buf, int n) {
+  FG_ASSERT(buf.device().is_cpu() && buf.is_contiguous());
+  auto divide = [&](auto* p) {
+    for (int64_t i = 0, count = buf.numel(); i < count; ++i) p[i] /= n;
+  };
+  if (buf.dtype() == DType::Float64) divide(buf.data<double>());
+  else divide(buf.data<float>());  // floating and staged: half types arrive as float32
+}
+
 }  // namespace
 
 ReduceOp reduce_op_from_name(const std::string& name) {
@@ -79,10 +90,11 @@ void ProcessGroup::worker_loop() {
     std::pair<std::function<void()>, WorkPtr> item;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      queue_cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !busy_; });
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     std::exception_ptr error;
     try {
@@ -90,11 +102,15 @@ void ProcessGroup::worker_loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
     item.second->finish(error);
   }
 }
 
-WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue) {
+WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Launch launch) {
   auto work = std::make_shared<Work>();
   work->epilogue_ = std::move(epilogue);
   if (!backend_->blocking()) {  // enqueued on the stream: ordered before whatever comes next
@@ -102,10 +118,26 @@ WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> e
     work->finish(nullptr);
     return work;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   FG_CHECK(!stopping_, Value, "distributed: the process group was shut down");
-  queue_.emplace_back(std::move(call), work);
+  if (launch == Launch::Queued || busy_ || !queue_.empty()) {  // after what is already issued
+    queue_.emplace_back(std::move(call), work);
+    queue_cv_.notify_one();
+    return work;
+  }
+  busy_ = true;  // the communication thread starts nothing until this call is done
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    call();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  busy_ = false;
   queue_cv_.notify_one();
+  lock.unlock();
+  work->finish(error);
   return work;
 }
 
@@ -115,21 +147,21 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
              describe(t));
     return contiguous_raw(t);
   }
-  Tensor host = device_copy(t, cpu_device());  // itself when already a contiguous CPU tensor
+  Tensor host = contiguous_raw(device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
   return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
 }
 
-WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
   check_reducible(t, op, "all_reduce");
   Tensor buf = staged(t);
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
   ReduceOp sent = divide ? ReduceOp::Sum : op;
   int n = size();
-  return submit([this, buf, sent] { backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent); },
-                [t, buf, divide, n] {
-                  if (divide) copy_into(buf, div(buf, scalar_tensor(n, buf.dtype(), buf.device())));
-                  write_back(t, buf);
-                });
+  return submit([this, buf, sent, divide, n] {
+                  backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent);
+                  if (divide) divide_host(buf, n);
+                },
+                [t, buf] { write_back(t, buf); }, launch);
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
@@ -160,13 +192,11 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Reduce
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
   ReduceOp sent = divide ? ReduceOp::Sum : op;
   int n = size();
-  return submit([this, src, dst, sent] {
+  return submit([this, src, dst, sent, divide, n] {
                   backend_->reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), dst.dtype(), sent);
+                  if (divide) divide_host(dst, n);
                 },
-                [out, dst, divide, n] {
-                  if (divide) copy_into(dst, div(dst, scalar_tensor(n, dst.dtype(), dst.device())));
-                  write_back(out, dst);
-                });
+                [out, dst] { write_back(out, dst); });
 }
 
 WorkPtr ProcessGroup::barrier() {

@@ -61,6 +61,12 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// Queued: the call runs on the communication thread and the caller may work meanwhile. Blocking:
+// the caller will wait at once, so the call runs on the caller's thread when the communication
+// thread is idle (no handoff to another thread and back, which costs a scheduler slice each way
+// on a loaded machine).
+enum class Launch { Queued, Blocking };
+
 class ProcessGroup {
  public:
   explicit ProcessGroup(std::unique_ptr<Backend> backend);
@@ -70,7 +76,7 @@ class ProcessGroup {
   const char* backend_name() const { return backend_->name(); }
 
   // In place on `t` (any device the backend takes, any layout).
-  WorkPtr all_reduce(const Tensor& t, ReduceOp op);
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op, Launch launch = Launch::Queued);
   WorkPtr broadcast(const Tensor& t, int root);
   // out: (size * n, ...) gathered from every rank's `in` of n rows, in rank order.
   WorkPtr all_gather(const Tensor& out, const Tensor& in);
@@ -84,7 +90,7 @@ class ProcessGroup {
  private:
   // Stages `t` for the transport: itself when it already fits, else a contiguous (host) copy.
   Tensor staged(const Tensor& t) const;
-  WorkPtr submit(std::function<void()> call, std::function<void()> epilogue);
+  WorkPtr submit(std::function<void()> call, std::function<void()> epilogue, Launch launch = Launch::Queued);
   void worker_loop();
 
   std::unique_ptr<Backend> backend_;
@@ -93,6 +99,7 @@ class ProcessGroup {
   std::condition_variable queue_cv_;
   std::deque<std::pair<std::function<void()>, WorkPtr>> queue_;
   bool stopping_ = false;
+  bool busy_ = false;  // a call is running (on the communication thread or inline on a caller's)
 };
 
 // The program's group: init opens it once; group() raises when init was not called.

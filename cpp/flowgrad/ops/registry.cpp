@@ -149,11 +149,14 @@ const char* family_name(Family f) {
   return "?";
 }
 
+// Declared here rather than in registry.h (where the other families are) to keep that header stable.
+std::vector<const OpDef*> distributed_ops();  // distributed/collective_ops.cpp
+
 const std::vector<const OpDef*>& all_ops() {
   static const std::vector<const OpDef*> ops = [] {
     std::vector<const OpDef*> all;
     for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
-                        creation_ops, optim_ops, in_place_ops})
+                        creation_ops, optim_ops, in_place_ops, distributed_ops})
       for (const OpDef* op : family()) all.push_back(op);
     return all;
   }();

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Reducer', 'Work', 'abort', 'all_gather', 'all_reduce', 'backend', 'barrier', 'broadcast', 'built_with_mpi', 'destroy', 'init', 'is_initialized', 'rank', 'reduce_scatter', 'world_size']
+__all__: list[str] = ['Reducer', 'Work', 'abort', 'all_gather', 'all_reduce', 'all_reduce_', 'backend', 'barrier', 'broadcast', 'built_with_mpi', 'destroy', 'init', 'is_initialized', 'rank', 'reduce_scatter', 'world_size']
 class Reducer:
     """
     Averages gradients in buckets during backward (used by DistributedDataParallel).
@@ -41,9 +41,13 @@ def all_gather(output: flowgrad._core.Tensor, input: flowgrad._core.Tensor) -> W
     """
     Issues an all-gather of every rank's input into output, in rank order.
     """
-def all_reduce(tensor: flowgrad._core.Tensor, op: str = 'sum') -> Work:
+def all_reduce(tensor: flowgrad._core.Tensor, op: str = 'sum', blocking: bool = False) -> Work:
     """
-    Issues an in-place all-reduce ('sum', 'avg', 'max', 'min').
+    Issues an in-place all-reduce ('sum', 'avg', 'max', 'min'); blocking=True when the caller waits at once (then it runs on the caller's thread if the communication thread is idle).
+    """
+def all_reduce_(tensor: flowgrad._core.Tensor, op: str = 'sum') -> flowgrad._core.Tensor:
+    """
+    All-reduces tensor in place through the op registry and returns it once done; compiled steps record it as an instruction.
     """
 def backend() -> str:
     """

@@ -27,13 +27,29 @@ def init(backend="mpi"):
 
     Raises fg.DeviceError naming the missing library (or GPU) and how to install it. After init,
     an exception that reaches the top of any rank ends the whole job (MPI_Abort), so a failing
-    rank never leaves the others waiting in a collective.
+    rank never leaves the others waiting in a collective. Unless FLOWGRAD_NUM_THREADS is set,
+    each rank then computes with cores / (ranks on this machine) threads.
     """
+    _share_the_machine()
     _d.init(backend, _nccl_wheel_dirs() if backend == "nccl" else [])
     if not getattr(sys.excepthook, "_flowgrad_abort", False):
         sys.excepthook = _abort_on_error(sys.excepthook)
     atexit.unregister(destroy)
     atexit.register(destroy)
+
+
+def _share_the_machine():
+    """Ranks on one machine split its cores: unless FLOWGRAD_NUM_THREADS is set, each computes
+    with cores / (ranks on this machine) threads, never more than the cores it may run on (mpirun
+    binds ranks to cores). Waiting in a collective, MPI yields the core instead of spinning on it
+    (OMPI_MCA_mpi_yield_when_idle, unless set): a spinning rank takes the core that the rank it
+    waits for needs to arrive, whenever the machine has no idle core."""
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    cores = os.cpu_count() or 1
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    if not os.environ.get("FLOWGRAD_NUM_THREADS"):
+        _core.set_num_threads(max(1, min(allowed, cores // local)))
+    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
 
 def _nccl_wheel_dirs():
@@ -95,7 +111,7 @@ def all_reduce(tensor, op="sum", async_op=False):
 
     With async_op=True returns a Work whose wait() returns once the result is in tensor.
     """
-    return _finish(_d.all_reduce(tensor, op), async_op)
+    return _finish(_d.all_reduce(tensor, op, blocking=not async_op), async_op)
 
 
 def broadcast(tensor, src=0, async_op=False):

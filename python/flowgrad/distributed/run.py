@@ -38,9 +38,10 @@ def command(args, mpirun):
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # see fg.distributed.init: never spin on a shared core
     cmd = [mpirun, "-n", str(args.nproc)]
     cmd += ["--hostfile", args.hostfile] if args.hostfile else ["--oversubscribe"]
-    for name in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "FLOWGRAD_NUM_THREADS"):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "FLOWGRAD_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle"):
         if name in env:
             cmd += ["-x", name]
     cmd += args.mpirun_args + [sys.executable, args.script] + args.script_args

@@ -17,6 +17,11 @@ class DistributedDataParallel(_core.Module):
     every .grad averaged. Parameters that a forward does not use (an untaken switch branch)
     need find_unused_parameters=True. Inside `with ddp.no_sync():` gradients only accumulate
     locally; the next synchronised backward averages the accumulated sum.
+
+    ``fg.compile(ddp, loss_fn, optimizer, example_inputs=...)`` compiles the whole step, the
+    gradient average included: one all-reduce instruction per bucket after the backward and
+    before the optimizer update (the plan runs its instructions in order, so they do not overlap
+    the backward there).
     """
 
     def __init__(self, module, bucket_mb=25, find_unused_parameters=False):
@@ -31,7 +36,8 @@ class DistributedDataParallel(_core.Module):
         with no_grad():
             for t in [p for _, p in named] + module.buffers():
                 _d.broadcast(t, 0).wait()
-        self._reducer = _d.Reducer([p for _, p in named], [n for n, _ in named], max(1, int(bucket_mb * 2**20)))
+        self._reducer_params = [p for _, p in named]
+        self._reducer = _d.Reducer(self._reducer_params, [n for n, _ in named], max(1, int(bucket_mb * 2**20)))
         self._sync = True
 
     def forward(self, *args, **kwargs):
@@ -41,6 +47,35 @@ class DistributedDataParallel(_core.Module):
         return out
 
     @contextlib.contextmanager
+    def _traced_sync(self):
+        """fg.compile traces the step inside this block: the forward arms no hooks (autograd.grad
+        leaves .grad alone) and the yielded function averages the traced gradients with
+        registry ops the plan records. Per bucket (the eager reducer's buckets): the gradients
+        packed into one flat tensor, one all_reduce_ ('avg') in place, then views of it."""
+        previous, self._sync = self._sync, False
+        try:
+            yield self._average_traced
+        finally:
+            self._sync = previous
+
+    def _average_traced(self, params, grads):
+        if _d.world_size() == 1:
+            return grads
+        given = {hash(p): g for p, g in zip(params, grads)}
+        synced = self._reducer_params
+        for bucket in self._reducer.bucket_indices:
+            parts = [given.get(hash(synced[i])) for i in bucket]
+            parts = [_zeros_like(synced[i]) if g is None else g for i, g in zip(bucket, parts)]  # adds nothing
+            flat = _d.all_reduce_(_core.cat([g.reshape(-1) for g in parts]), "avg")
+            offset = 0
+            for i, g in zip(bucket, parts):
+                p = synced[i]
+                if hash(p) in given:
+                    given[hash(p)] = flat[offset:offset + g.numel()].reshape(g.shape)
+                offset += g.numel()
+        return [given[hash(p)] for p in params]
+
+    @contextlib.contextmanager
     def no_sync(self):
         """Within this block, backward accumulates gradients without averaging them."""
         previous, self._sync = self._sync, False
@@ -48,3 +83,7 @@ class DistributedDataParallel(_core.Module):
             yield
         finally:
             self._sync = previous
+
+
+def _zeros_like(t):
+    return _core.zeros(tuple(t.shape), dtype=t.dtype, device=t.device)
