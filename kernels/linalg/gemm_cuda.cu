@@ -6,10 +6,10 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
-#include <mutex>
 #include <string>
 
 #include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {
@@ -25,12 +25,16 @@ using SgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOper
 using DgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*,
                                    const double*, int, const double*, int, const double*, double*, int);
 using MathModeFn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
+using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+using SetWorkspaceFn = cublasStatus_t (*)(cublasHandle_t, void*, size_t);
 
 struct Cublas {
   CreateFn create = nullptr;
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
   MathModeFn set_math_mode = nullptr;
+  SetStreamFn set_stream = nullptr;
+  SetWorkspaceFn set_workspace = nullptr;  // optional (cuBLAS 11.4+)
   std::string error;
 };
 
@@ -52,25 +56,40 @@ const Cublas& cublas() {
     c.sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "cublasSgemm_v2"));
     c.dgemm = reinterpret_cast<DgemmFn>(dlsym(handle, "cublasDgemm_v2"));
     c.set_math_mode = reinterpret_cast<MathModeFn>(dlsym(handle, "cublasSetMathMode"));
-    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode) c.error = "libcublas.so lacks the expected symbols";
+    c.set_stream = reinterpret_cast<SetStreamFn>(dlsym(handle, "cublasSetStream_v2"));
+    c.set_workspace = reinterpret_cast<SetWorkspaceFn>(dlsym(handle, "cublasSetWorkspace_v2"));
+    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode || !c.set_stream)
+      c.error = "libcublas.so lacks the expected symbols";
     return c;
   }();
   return lib;
 }
 
-// One handle per device, created on first use on that device.
+// One handle per (thread, device): a cuBLAS handle must not be used by two threads at once
+// (level-parallel FlowBuilder branches call gemm from pool threads). Each call binds the handle
+// to the thread's current stream. The handle owns a fixed workspace allocated when it is made,
+// so a gemm inside CUDA graph capture never asks cuBLAS to allocate. Handles live until exit.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
 cublasHandle_t handle_for_current_device() {
-  static std::mutex mutex;
-  static cublasHandle_t handles[64] = {};
+  thread_local cublasHandle_t handles[64] = {};
   int device = 0;
   cudaGetDevice(&device);
   FG_CHECK(device >= 0 && device < 64, Device, "matmul on cuda: device index ", device, " out of range");
-  std::lock_guard<std::mutex> lock(mutex);
   if (!handles[device]) {
     cublasStatus_t st = cublas().create(&handles[device]);
     FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasCreate failed with status ", static_cast<int>(st));
+    void* workspace = nullptr;
+    if (cublas().set_workspace) {
+      if (cudaMalloc(&workspace, kWorkspaceBytes) == cudaSuccess)
+        cublas().set_workspace(handles[device], workspace, kWorkspaceBytes);
+      else
+        cudaGetLastError();  // without the workspace cuBLAS keeps its own
+    }
   }
   cublas().set_math_mode(handles[device], gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  cublasStatus_t st = cublas().set_stream(handles[device], kernel_stream());
+  FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasSetStream failed with status ", static_cast<int>(st));
   return handles[device];
 }
 
