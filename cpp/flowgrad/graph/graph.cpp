@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/common/parallel.h"
 #include "kernels/linalg/gemm.h"
@@ -466,8 +468,16 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   set_rng_state({base.seed, base.offset + 1});
   bool grad = grad_enabled();
   std::vector<std::exception_ptr> errors(ids.size());
+  // On CUDA each branch queues its kernels on a stream of its own, forked from and joined to the
+  // caller's current stream (cuda/stream.h), so the branches also overlap on the GPU.
+  const std::vector<int>& first_inputs = nodes_[ids[0]].inputs;
+  const Tensor* x0 = first_inputs.empty() ? nullptr : &run.values[first_inputs[0]];
+  std::optional<cuda::Fork> fork;
+  if (x0 && x0->defined() && x0->device().is_cuda()) fork.emplace(x0->device().index, static_cast<int>(ids.size()));
   auto task = [&](int i) {
     GradMode mode(grad);
+    std::optional<cuda::StreamGuard> on_branch;
+    if (fork) on_branch.emplace(fork->device(), fork->branch(i));
     RngStream stream({mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
     try {
       timed(ids[i]);
@@ -483,6 +493,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   } else {
     for (size_t i = 0; i < ids.size(); ++i) task(static_cast<int>(i));
   }
+  if (fork) fork->join();
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
 }
