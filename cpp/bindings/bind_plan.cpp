@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::py_bind {
@@ -49,6 +50,11 @@ void bind_plan(py::module_& m) {
              return p.run(inputs);
            }, py::arg("inputs"), "Runs the plan on new inputs; returns fresh output tensors.")
       .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
+      .def("capture_blocker", [](const plan::Plan& p, const py::object& device) {
+             return plan::capture_blocker(p, device_arg(device, p.device()));
+           }, py::arg("device") = py::none(),
+           "Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the "
+           "host before any attempt; '' when capture would be tried.")
       .def("check_memory", &plan::Plan::check_memory,
            "Raises unless no two buffers alive at the same time share arena bytes.")
       .def("__str__", &plan::Plan::str)
@@ -75,6 +81,7 @@ void bind_plan(py::module_& m) {
              d["arena_bytes"] = s.arena_bytes;
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;
+             d["cuda_graph_replays"] = p.capture().replays();
              return d;
            }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
       .def("ir", [](const plan::Plan& p) {

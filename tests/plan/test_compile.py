@@ -168,7 +168,7 @@ def test_memory_plan_is_safe_and_reuses_bytes(kind):
 
 
 @pytest.mark.parametrize("switches", [{}, {"FLOWGRAD_NO_PLANNER": "1"}, {"FLOWGRAD_DEBUG_PLAN": "1"},
-                                      {"FLOWGRAD_NO_FUSION": "1"},
+                                      {"FLOWGRAD_NO_FUSION": "1"}, {"FLOWGRAD_NO_CUDA_GRAPH": "1"},
                                       {"FLOWGRAD_NO_PLANNER": "1", "FLOWGRAD_DEBUG_PLAN": "1", "FLOWGRAD_NO_FUSION": "1"}])
 def test_kill_switches_give_the_same_numbers(switches, monkeypatch, device):
     xs, ys = tensors(*data("transformer", np.random.default_rng(5), 6), device)

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -43,9 +44,7 @@ void Plan::bind() {
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
-  stats_.cuda_graph = device_.is_cpu() ? "not used: a CPU plan"
-                                       : "not captured: CUDA graph capture of plans is not built yet; the plan "
-                                         "runs as a flat loop of launches on one stream";
+  capture_ = std::make_shared<Capture>(*this);  // sets stats_.cuda_graph
 }
 
 bool Plan::up_to_date() const {
@@ -69,7 +68,18 @@ Tensors Plan::run(const Tensors& inputs) {
              ", the plan runs on ", slot.device().str());
     copy_into(slot, x);
   }
-  if (rng_advance_ > 0) {  // fresh draws every run, reproducible from the seed
+  if (!capture_->run()) execute();
+  Tensors out;
+  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    copy_into(copy, t);
+    out.push_back(copy);
+  }
+  return out;
+}
+
+void Plan::execute(const std::function<void(int)>* progress) {
+  if (rng_advance_ > 0 && !progress) {  // fresh draws every run, reproducible from the seed
     RngState state = rng_state();
     uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
     for (Instruction& ins : code_) {
@@ -81,6 +91,7 @@ Tensors Plan::run(const Tensors& inputs) {
   const bool cpu = device_.is_cpu();
   for (size_t i = 0; i < code_.size(); ++i) {
     Instruction& ins = code_[i];
+    if (progress) (*progress)(static_cast<int>(i));
     if (ins.run < 0) {
       Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
       kernel(ins.in_t, ins.out_t, ins.attrs);
@@ -92,13 +103,6 @@ Tensors Plan::run(const Tensors& inputs) {
       for (int k = ins.run < 0 ? static_cast<int>(i) : runs_[ins.run].first; k <= static_cast<int>(i); ++k)
         poison(code_[k].released);
   }
-  Tensors out;
-  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
-    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
-    copy_into(copy, t);
-    out.push_back(copy);
-  }
-  return out;
 }
 
 Tensors snapshot(const Tensors& tensors) {

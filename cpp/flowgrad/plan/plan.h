@@ -7,6 +7,7 @@
 // proves it safe; plan.cpp executes, and prints the plan.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -101,6 +102,8 @@ struct FusedRun {
   std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
 };
 
+class Capture;  // CUDA graph capture of a plan (capture.h)
+
 // A tensor with the layout `v` over `storage` (no autograd identity).
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 
@@ -137,9 +140,13 @@ class Plan {
   std::string str() const;
   std::string dot() const;
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
+  const Capture& capture() const { return *capture_; }
 
  private:
   friend struct Builder;
+  friend class Capture;
+  // The instructions in order on the current stream; `progress(i)` is called before each (capture).
+  void execute(const std::function<void(int)>* progress = nullptr);
   void plan_memory();
   void bind();
   int64_t fusable_length(const Instruction& ins) const;
@@ -159,6 +166,7 @@ class Plan {
   int64_t rng_advance_ = 0;
   bool poison_ = false;
   PlanStats stats_;
+  std::shared_ptr<Capture> capture_;  // made in bind()
 };
 
 // Copies of tensors' values, and writing them back (compile traces one real step, then restores

@@ -3,6 +3,7 @@ Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile)
 """
 from __future__ import annotations
 import collections.abc
+import typing
 import flowgrad._core
 __all__: list[str] = ['Plan', 'Tracer', 'restore', 'snapshot']
 class Plan:
@@ -16,6 +17,10 @@ class Plan:
     def buffers(self) -> list:
         """
         Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
+        """
+    def capture_blocker(self, device: typing.Any = None) -> str:
+        """
+        Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the host before any attempt; '' when capture would be tried.
         """
     def check_memory(self) -> None:
         """
