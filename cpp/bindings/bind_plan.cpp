@@ -49,6 +49,17 @@ void bind_plan(py::module_& m) {
              py::gil_scoped_release release;
              return p.run(inputs);
            }, py::arg("inputs"), "Runs the plan on new inputs; returns fresh output tensors.")
+      .def("run_profiled", [](plan::Plan& p, const Tensors& inputs) {
+             std::vector<double> ms;
+             Tensors out;
+             {
+               py::gil_scoped_release release;
+               out = p.run_profiled(inputs, &ms);
+             }
+             return py::make_tuple(out, ms);
+           }, py::arg("inputs"),
+           "Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; "
+           "CUDA: timing events inside a captured graph of the step).")
       .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
       .def("capture_blocker", [](const plan::Plan& p, const py::object& device) {
              return plan::capture_blocker(p, device_arg(device, p.device()));

@@ -16,6 +16,8 @@ What tracing means for you:
 - Optimizer options (``lr`` from a scheduler, betas, weight decay) are read at every call.
 - Random ops (dropout) draw fresh values every call, reproducible from ``fg.manual_seed``.
 - The model is traced in the mode it is in (``train()``/``eval()``) at compile time.
+- On CUDA the step is captured into one CUDA graph on its second call and replayed from then on
+  (``step.stats["cuda_graph"]`` says so, or why not; ``FLOWGRAD_NO_CUDA_GRAPH=1`` turns it off).
 """
 from . import _core
 from .autograd import grad as _grad
@@ -180,11 +182,28 @@ class CompiledStep(_PlanViews):
 
     def __call__(self, *inputs):
         """Runs one whole training step; returns the loss (a 0-d tensor on the plan's device)."""
+        return self._step(inputs, None)
+
+    def profile(self, *inputs):
+        """Runs one whole training step (it trains, like a call) and returns where its time went:
+        a list of {"instruction", "op", "ms"} records, one per plan instruction. On CUDA the times
+        come from timing events recorded inside a captured graph of the step; on the CPU from the
+        host clock around each instruction (a fused run counts at its first instruction)."""
+        timings = []
+        self._step(inputs, timings)
+        ops = [r["op"] for r in self._plan_for(_as_tensors(inputs, "compiled step")).ir()]
+        return [{"instruction": i, "op": op, "ms": ms} for i, (op, ms) in enumerate(zip(ops, timings))]
+
+    def _step(self, inputs, timings):
         inputs = _as_tensors(inputs, "compiled step")
         plan = self._plan_for(inputs)
         if self.optimizer is not None:
             self.optimizer._write_hypers()
-        loss, *tagged = plan.run(inputs)
+        if timings is None:
+            loss, *tagged = plan.run(inputs)
+        else:
+            (loss, *tagged), ms = plan.run_profiled(inputs)
+            timings.extend(ms)
         if self.optimizer is not None:
             self.optimizer._after_step()
         for (graph, tag, _), value in zip(self._tagged, tagged):

@@ -156,3 +156,25 @@ def test_replay_on_a_side_stream(device):
     with fg.cuda.stream(s):
         on_side = train(other, xs, ys)
     assert on_side == on_default and other.stats["cuda_graph_replays"] == 3
+
+
+def test_profile_times_every_instruction_and_trains(device):
+    model, _, step = compiled(device, make_opt=lambda ps: fg.optim.SGD(ps, lr=0.1))
+    xs, ys = batches(device, 3)
+    step(xs[0], ys[0])
+    step(xs[1], ys[1])  # captured on cuda
+    before = [p.cpu().numpy().copy() for p in model.parameters()]
+    records = step.profile(xs[2], ys[2])
+    assert [r["op"] for r in records] == [r["op"] for r in step.ir()]
+    assert [r["instruction"] for r in records] == list(range(step.stats["instructions"]))
+    assert all(r["ms"] >= 0 for r in records) and sum(r["ms"] for r in records) > 0
+    assert any(not np.array_equal(p.cpu().numpy(), q) for p, q in zip(model.parameters(), before))
+
+
+def test_profile_of_an_uncaptured_cuda_step_says_why(device, monkeypatch):
+    cuda_only(device)
+    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
+    _, _, step = compiled(device)
+    xs, ys = batches(device, 1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"this plan is not captured \(off: FLOWGRAD_NO_CUDA_GRAPH=1"):
+        step.profile(xs[0], ys[0])

@@ -5,6 +5,7 @@
 
 #include "flowgrad/core/errors.h"
 #include "flowgrad/cuda/graph.h"
+#include "kernels/linalg/gemm.h"
 
 namespace fg::cuda {
 namespace {
@@ -59,10 +60,54 @@ void CapturedGraph::launch(StreamHandle stream) const {
         "replaying a captured step (cudaGraphLaunch)");
 }
 
-CaptureResult capture(int device, const std::function<void(const std::function<void(int)>&)>& body) {
+namespace {
+
+using Body = std::function<void(const std::function<void(int)>&)>;
+
+// capture() with `on_step(i, stream)` called inside the capture before step i (and with i = -1
+// after the body).
+CaptureResult capture_with(int device, const Body& body, const std::function<void(int, cudaStream_t)>& on_step);
+
+}  // namespace
+
+CaptureResult capture(int device, const Body& body) { return capture_with(device, body, nullptr); }
+
+std::vector<double> time_steps(int device, int steps, const Body& body, std::string* why, int* step) {
+  std::vector<cudaEvent_t> events(static_cast<size_t>(steps) + 1, nullptr);
+  for (cudaEvent_t& e : events) check(cudaEventCreate(&e), "profiling a captured step (cudaEventCreate)");
+  auto record = [&](int i, cudaStream_t s) {
+    cudaEvent_t e = events[i < 0 ? steps : i];
+    check(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal), "profiling a captured step (cudaEventRecord)");
+  };
+  CaptureResult r = capture_with(device, body, record);
+  std::vector<double> ms;
+  if (r.graph) {
+    StreamHandle stream = current_stream_handle(device);
+    r.graph->launch(stream);
+    check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
+    for (int i = 0; i < steps; ++i) {
+      float t = 0;
+      check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "profiling a captured step (cudaEventElapsedTime)");
+      ms.push_back(t);
+    }
+  }
+  r.graph.reset();
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  *why = r.why;
+  *step = r.step;
+  return ms;
+}
+
+namespace {
+
+CaptureResult capture_with(int device, const Body& body, const std::function<void(int, cudaStream_t)>& on_step) {
   CaptureResult r;
   DeviceScope scope(device);
   cudaStream_t s = capture_stream(device);
+  {
+    StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
+    gemm_cuda_prepare_stream();  // cuBLAS handle and workspace for this stream, made outside capture
+  }
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture (cudaStreamBeginCapture)");
   int step = -1;
   try {
@@ -70,8 +115,10 @@ CaptureResult capture(int device, const std::function<void(const std::function<v
     body([&](int i) {
       if (invalidated(s)) throw Broken{};
       step = i;
+      if (on_step) on_step(i, s);
     });
     if (invalidated(s)) throw Broken{};
+    if (on_step) on_step(-1, s);
   } catch (const Broken&) {
     r.why = "a CUDA call that cannot be captured (a synchronising copy, an allocation or a legacy-stream launch) "
             "invalidated the capture";
@@ -106,5 +153,7 @@ CaptureResult capture(int device, const std::function<void(const std::function<v
                                             nodes);
   return r;
 }
+
+}  // namespace
 
 }  // namespace fg::cuda

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flowgrad/cuda/stream.h"
 
@@ -42,5 +43,13 @@ struct CaptureResult {
 // calls (cudaMalloc, synchronous copies) from this thread fail the capture, while other host
 // threads (data loading, other models) may keep using CUDA freely, which Global would forbid.
 CaptureResult capture(int device, const std::function<void(const std::function<void(int)>& progress)>& body);
+
+// Profiling: captures `body` as capture() does, with a timing event recorded inside the graph
+// before each step and after the last (event record nodes), replays that graph once on this
+// thread's current stream, waits, and returns each step's GPU milliseconds. An empty result
+// with *why set when the capture failed (`*step` = the step that broke it, or -1).
+std::vector<double> time_steps(int device, int steps,
+                               const std::function<void(const std::function<void(int)>& progress)>& body,
+                               std::string* why, int* step);
 
 }  // namespace fg::cuda

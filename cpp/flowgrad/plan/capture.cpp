@@ -6,6 +6,8 @@
 // the graph, so replays draw fresh, reproducible random values.
 #include "flowgrad/plan/capture.h"
 
+#include <chrono>
+
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/graph.h"
@@ -72,28 +74,55 @@ void Capture::sync_philox() {
   philox_known_ = true;
 }
 
-void Capture::try_capture() {
-  const Device device = plan_.device();
+std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() {
   const uint64_t advance = static_cast<uint64_t>(plan_.rng_advance_);
-  if (advance > 0 && !philox_.defined()) philox_ = Tensor::empty(Dims{2}, DType::Int64, device);  // before capture
+  if (advance > 0 && !philox_.defined())  // allocated before capture
+    philox_ = Tensor::empty(Dims{2}, DType::Int64, plan_.device());
   for (Instruction& ins : plan_.code_)
     if (ins.rng_delta >= 0) ins.attrs.set("offset", ins.rng_delta);  // relative to the device base
   auto* counter = philox_.defined() ? static_cast<uint64_t*>(philox_.data_ptr()) : nullptr;
-  cuda::CaptureResult r;
-  {
+  return [this, counter, advance](const std::function<void(int)>& progress) {
 #if defined(FLOWGRAD_HAVE_CUDA)
     set_capture_philox(counter);
     struct Reset {
       ~Reset() { set_capture_philox(nullptr); }
     } reset;
+    plan_.execute(&progress);
+    if (counter) advance_philox_cuda(counter, advance);
+#else
+    (void)counter, (void)advance;
+    plan_.execute(&progress);
 #endif
-    r = cuda::capture(device.index, [&](const std::function<void(int)>& progress) {
-      plan_.execute(&progress);
-#if defined(FLOWGRAD_HAVE_CUDA)
-      if (counter) advance_philox_cuda(counter, advance);
-#endif
-    });
+  };
+}
+
+std::vector<double> Capture::profile() {
+  const int n = static_cast<int>(plan_.code_.size());
+  std::vector<double> ms(n, 0.0);
+  if (plan_.device().is_cpu()) {
+    using Clock = std::chrono::steady_clock;
+    std::vector<Clock::time_point> at(n + 1);
+    plan_.draw_rng();
+    std::function<void(int)> mark = [&](int i) { at[i] = Clock::now(); };
+    plan_.execute(&mark);
+    at[n] = Clock::now();
+    for (int i = 0; i < n; ++i) ms[i] = std::chrono::duration<double, std::milli>(at[i + 1] - at[i]).count();
+    return ms;
   }
+  FG_CHECK(phase_ != Phase::Off, Value, "step.profile: timings of a CUDA step come from a captured graph of it, and "
+           "this plan is not captured (", status_, ")");
+  auto body = device_rng_body();
+  sync_philox();  // the profiling graph draws like a replay and advances the pair too
+  std::string why;
+  int step = -1;
+  ms = cuda::time_steps(plan_.device().index, n, body, &why, &step);
+  FG_CHECK(why.empty(), Value, "step.profile: capturing the step failed",
+           step >= 0 ? " at instruction " + std::to_string(step) + " (" + plan_.code_[step].op->name + ")" : "", ": ", why);
+  return ms;
+}
+
+void Capture::try_capture() {
+  cuda::CaptureResult r = cuda::capture(plan_.device().index, device_rng_body());
   if (!r.graph) {
     phase_ = Phase::Off;
     std::string where;

@@ -3,7 +3,9 @@
 // stats()["cuda_graph"]. Kept apart from the executor loop (plan.cpp) on purpose.
 #pragma once
 #include <memory>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "flowgrad/core/device.h"
 #include "flowgrad/core/tensor.h"
@@ -31,6 +33,11 @@ class Capture {
   // (capturing it first on the second call); false when the caller must run the plan plainly
   // (CPU, kill switch, the warm-up call, a failed capture).
   bool run();
+  // Runs the step once and returns each instruction's milliseconds: on the CPU by the host clock
+  // around each instruction (a fused run counts at its first instruction), on CUDA from timing
+  // events recorded inside a captured graph of the step (the last instruction's time includes
+  // the Philox advance). Raises when a CUDA plan is not captured (kill switch, failed capture).
+  std::vector<double> profile();
   const std::string& status() const { return status_; }
   int replays() const { return replays_; }
 
@@ -38,6 +45,8 @@ class Capture {
   enum class Phase { Off, WarmUp, Capture, Replay };
   void try_capture();
   void sync_philox();
+  // The capture body: the instructions with random fills reading the device Philox pair.
+  std::function<void(const std::function<void(int)>&)> device_rng_body();
 
   Plan& plan_;
   Phase phase_ = Phase::Off;

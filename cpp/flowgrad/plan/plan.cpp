@@ -53,7 +53,10 @@ bool Plan::up_to_date() const {
   return true;
 }
 
-Tensors Plan::run(const Tensors& inputs) {
+Tensors Plan::run(const Tensors& inputs) { return run_with(inputs, nullptr); }
+Tensors Plan::run_profiled(const Tensors& inputs, std::vector<double>* ms) { return run_with(inputs, ms); }
+
+Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -68,7 +71,12 @@ Tensors Plan::run(const Tensors& inputs) {
              ", the plan runs on ", slot.device().str());
     copy_into(slot, x);
   }
-  if (!capture_->run()) execute();
+  if (ms) {
+    *ms = capture_->profile();
+  } else if (!capture_->run()) {
+    draw_rng();
+    execute();
+  }
   Tensors out;
   for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
     Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
@@ -78,16 +86,18 @@ Tensors Plan::run(const Tensors& inputs) {
   return out;
 }
 
-void Plan::execute(const std::function<void(int)>* progress) {
-  if (rng_advance_ > 0 && !progress) {  // fresh draws every run, reproducible from the seed
-    RngState state = rng_state();
-    uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
-    for (Instruction& ins : code_) {
-      if (ins.rng_delta < 0) continue;
-      ins.attrs.set("seed", static_cast<int64_t>(state.seed));
-      ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
-    }
+void Plan::draw_rng() {
+  if (rng_advance_ == 0) return;  // fresh draws every run, reproducible from the seed
+  RngState state = rng_state();
+  uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
+  for (Instruction& ins : code_) {
+    if (ins.rng_delta < 0) continue;
+    ins.attrs.set("seed", static_cast<int64_t>(state.seed));
+    ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
   }
+}
+
+void Plan::execute(const std::function<void(int)>* progress) {
   const bool cpu = device_.is_cpu();
   for (size_t i = 0; i < code_.size(); ++i) {
     Instruction& ins = code_[i];

@@ -128,6 +128,8 @@ class Plan {
 
   // Runs the plan on new inputs (same shapes and dtypes as traced); returns the outputs.
   Tensors run(const Tensors& inputs);
+  // The same, also writing each instruction's milliseconds into *ms (capture.h: Capture::profile).
+  Tensors run_profiled(const Tensors& inputs, std::vector<double>* ms);
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
@@ -145,6 +147,8 @@ class Plan {
  private:
   friend struct Builder;
   friend class Capture;
+  Tensors run_with(const Tensors& inputs, std::vector<double>* ms);
+  void draw_rng();  // random instructions take this run's seed and counters
   // The instructions in order on the current stream; `progress(i)` is called before each (capture).
   void execute(const std::function<void(int)>* progress = nullptr);
   void plan_memory();

@@ -42,6 +42,10 @@ class Plan:
         """
         Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...
         """
+    def run_profiled(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> tuple:
+        """
+        Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; CUDA: timing events inside a captured graph of the step).
+        """
     def up_to_date(self) -> bool:
         """
         False once a watched tensor's storage was replaced.
