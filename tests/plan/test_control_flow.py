@@ -216,3 +216,27 @@ def test_kill_switches_give_the_same_numbers_with_branches(switches, monkeypatch
     for name, value in switches.items():
         monkeypatch.setenv(name, value)
     assert run() == reference
+
+
+@pytest.mark.parametrize("kind", ["mlp", "every"])
+def test_debug_plan_poisons_released_ranges_and_changes_no_result(kind, monkeypatch, device):
+    xs, ys = batches(device, n=4)
+
+    def run():
+        fg.manual_seed(0)
+        model = (nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 3))
+                 if kind == "mlp" else every_construct_graph()).to(device)
+        step = fg.compile(model, F.cross_entropy, fg.optim.Adam(model.parameters(), lr=0.01),
+                          example_inputs=(xs[0], ys[0]))
+        return [step(x, y).item() for x, y in zip(xs, ys)], step
+
+    reference, plain = run()
+    assert "poisoned_bytes" not in plain.stats
+    assert plain.stats["arena_bytes"] < plain.stats["naive_bytes"]  # ranges are reused
+    monkeypatch.setenv("FLOWGRAD_DEBUG_PLAN", "1")
+    poisoned, step = run()
+    assert poisoned == reference
+    per_call = step.stats["poisoned_bytes"]
+    assert per_call > 0
+    step(xs[0], ys[0])
+    assert step.stats["poisoned_bytes"] > per_call  # every call poisons again
