@@ -23,6 +23,38 @@ py::list values(const plan::Plan& p, const std::vector<plan::Value>& vs) {
   return out;
 }
 
+py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code) {
+  py::list out;
+  for (const auto& ins : code) {
+    py::dict d;
+    d["op"] = ins.op->name;
+    d["inputs"] = values(p, ins.in);
+    d["outputs"] = values(p, ins.out);
+    d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
+    d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
+    d["attrs"] = ins.attrs.str();
+    d["random"] = ins.rng_delta >= 0;
+    d["branch"] = py::none();
+    if (const auto& b = ins.branch) {  // a conditional region: decided at run time
+      py::dict br;
+      br["kind"] = plan::branch_kind_name(b->kind);
+      br["id"] = b->id;
+      br["label"] = b->label;
+      br["conditional"] = b->conditional();  // the CUDA conditional node it maps to
+      br["selector"] = b->selector.buffer >= 0 ? py::object(py::cast(p.describe(b->selector))) : py::object(py::none());
+      br["max_iter"] = b->max_iter;
+      br["guard"] = b->guard;
+      br["runs"] = b->runs;  // per block: runs that took it (loops: iterations) since the plan was built
+      py::list blocks;
+      for (const auto& block : b->blocks) blocks.append(records(p, block));
+      br["blocks"] = blocks;
+      d["branch"] = br;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_plan(py::module_& m) {
@@ -93,23 +125,14 @@ void bind_plan(py::module_& m) {
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;
              d["cuda_graph_replays"] = p.capture().replays();
+             d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
+             if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
              return d;
            }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
-      .def("ir", [](const plan::Plan& p) {
-             py::list out;
-             for (const auto& ins : p.instructions()) {
-               py::dict d;
-               d["op"] = ins.op->name;
-               d["inputs"] = values(p, ins.in);
-               d["outputs"] = values(p, ins.out);
-               d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
-               d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
-               d["attrs"] = ins.attrs.str();
-               d["random"] = ins.rng_delta >= 0;
-               out.append(d);
-             }
-             return out;
-           }, "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).")
+      .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
+           "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, branch); "
+           "a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its "
+           "selector and its blocks (lists of records).")
       .def("buffers", [](const plan::Plan& p) {
              py::list out;
              for (const auto& b : p.buffers()) {

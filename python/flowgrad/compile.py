@@ -7,8 +7,10 @@ and no autograd bookkeeping per op. Python only composes here; the plan is built
 
 What tracing means for you:
 - The step is traced as the path it took: Python-side control flow in a model's forward is
-  frozen at compile time. A host read of a computed value inside the step (``.item()``, a
-  FlowBuilder ``switch`` or ``while_``/``until``) raises at compile time instead of freezing it.
+  frozen at compile time. A host read of a computed value inside the step (``.item()``) raises
+  at compile time instead of freezing it. FlowBuilder ``switch`` and ``while_``/``until`` are
+  data-dependent control flow the plan keeps: they compile to branch instructions decided at
+  run time (a parameter only a branch trains is updated only when that branch ran).
 - Parameters, gradients and optimizer state stay the model's and optimizer's own tensors,
   updated in place: eager use, ``state_dict`` and checkpoints see the trained values at once.
   Each parameter's ``.grad`` is bound to a tensor the step overwrites every call (no

@@ -179,3 +179,16 @@ def test_profile_of_an_uncaptured_cuda_step_says_why(device, monkeypatch):
     xs, ys = batches(device, 1)
     with pytest.raises(fg.InvalidArgumentError, match=r"this plan is not captured \(off: FLOWGRAD_NO_CUDA_GRAPH=1"):
         step.profile(xs[0], ys[0])
+
+
+@pytest.mark.parametrize("make, node", [("switch_graph", "IF/ELSE"), ("while_graph", "WHILE")])
+def test_branch_instructions_are_not_captured_and_say_why(make, node):
+    from test_control_flow import switch_graph, while_graph
+    fg.manual_seed(0)
+    model = {"switch_graph": switch_graph, "while_graph": while_graph}[make]()
+    x, y = fg.randn(4, 6), fg.tensor(np.array([0, 1, 2, 0]))
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x, y))
+    branch = next(i for i, r in enumerate(step.ir()) if r["op"] in ("switch", "while"))
+    why = step.plan.capture_blocker("cuda")
+    assert why.startswith(f"not captured: instruction {branch} ({step.ir()[branch]['op']} '"), why
+    assert f"its CUDA {node} conditional node is not built yet" in why

@@ -23,10 +23,14 @@ std::string capture_blocker(const Plan& plan, Device device) {
   if (device.is_cpu()) return "not used: a CPU plan";
   if (!env::cuda_graphs()) return "off: FLOWGRAD_NO_CUDA_GRAPH=1 (the plan runs as a flat loop of launches)";
   const auto& code = plan.instructions();
-  for (size_t i = 0; i < code.size(); ++i)
+  for (size_t i = 0; i < code.size(); ++i) {
+    const std::string at = "not captured: instruction " + std::to_string(i) + " (" + code[i].op->name;
+    if (code[i].branch)  // branch.cpp reads the selector / halt value on the host
+      return at + " '" + code[i].branch->label + "') decides on the host; its CUDA " + code[i].branch->conditional() +
+             " conditional node is not built yet, so the plan runs as a flat loop of launches";
     if (code[i].op->flags & kDataDependent)
-      return "not captured: instruction " + std::to_string(i) + " (" + code[i].op->name +
-             ") needs the host (its output shape depends on values); the plan runs as a flat loop of launches";
+      return at + ") needs the host (its output shape depends on values); the plan runs as a flat loop of launches";
+  }
   return "";
 }
 

@@ -19,8 +19,9 @@ namespace fg::plan {
 class Plan;
 
 // Why a plan on `device` will not be captured, decided on the host before any attempt ("" when
-// it will be tried): a CPU plan, the FLOWGRAD_NO_CUDA_GRAPH kill switch, an instruction whose op
-// needs the host. CPU tests ask it about "cuda" to exercise the rules.
+// it will be tried): a CPU plan, the FLOWGRAD_NO_CUDA_GRAPH kill switch, a branch instruction
+// (switch / while_ / until decide on the host until they become CUDA conditional nodes), an
+// instruction whose op needs the host. CPU tests ask it about "cuda" to exercise the rules.
 std::string capture_blocker(const Plan& plan, Device device);
 
 class Capture {

@@ -32,7 +32,7 @@ class Plan:
         """
     def ir(self) -> list:
         """
-        The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).
+        The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its selector and its blocks (lists of records).
         """
     def run(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
         """
