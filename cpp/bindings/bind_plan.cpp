@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common.h"
+#include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::py_bind {
@@ -19,6 +20,38 @@ const char* kind_name(plan::BufferKind k) {
 py::list values(const plan::Plan& p, const std::vector<plan::Value>& vs) {
   py::list out;
   for (const plan::Value& v : vs) out.append(p.describe(v));
+  return out;
+}
+
+py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code) {
+  py::list out;
+  for (const auto& ins : code) {
+    py::dict d;
+    d["op"] = ins.op->name;
+    d["inputs"] = values(p, ins.in);
+    d["outputs"] = values(p, ins.out);
+    d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
+    d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
+    d["attrs"] = ins.attrs.str();
+    d["random"] = ins.rng_delta >= 0;
+    d["branch"] = py::none();
+    if (const auto& b = ins.branch) {  // a conditional region: decided at run time
+      py::dict br;
+      br["kind"] = plan::branch_kind_name(b->kind);
+      br["id"] = b->id;
+      br["label"] = b->label;
+      br["conditional"] = b->conditional();  // the CUDA conditional node it maps to
+      br["selector"] = b->selector.buffer >= 0 ? py::object(py::cast(p.describe(b->selector))) : py::object(py::none());
+      br["max_iter"] = b->max_iter;
+      br["guard"] = b->guard;
+      br["runs"] = b->runs;  // per block: runs that took it (loops: iterations) since the plan was built
+      py::list blocks;
+      for (const auto& block : b->blocks) blocks.append(records(p, block));
+      br["blocks"] = blocks;
+      d["branch"] = br;
+    }
+    out.append(d);
+  }
   return out;
 }
 
@@ -48,7 +81,23 @@ void bind_plan(py::module_& m) {
              py::gil_scoped_release release;
              return p.run(inputs);
            }, py::arg("inputs"), "Runs the plan on new inputs; returns fresh output tensors.")
+      .def("run_profiled", [](plan::Plan& p, const Tensors& inputs) {
+             std::vector<double> ms;
+             Tensors out;
+             {
+               py::gil_scoped_release release;
+               out = p.run_profiled(inputs, &ms);
+             }
+             return py::make_tuple(out, ms);
+           }, py::arg("inputs"),
+           "Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; "
+           "CUDA: timing events inside a captured graph of the step).")
       .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
+      .def("capture_blocker", [](const plan::Plan& p, const py::object& device) {
+             return plan::capture_blocker(p, device_arg(device, p.device()));
+           }, py::arg("device") = py::none(),
+           "Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the "
+           "host before any attempt; '' when capture would be tried.")
       .def("check_memory", &plan::Plan::check_memory,
            "Raises unless no two buffers alive at the same time share arena bytes.")
       .def("__str__", &plan::Plan::str)
@@ -75,23 +124,15 @@ void bind_plan(py::module_& m) {
              d["arena_bytes"] = s.arena_bytes;
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;
+             d["cuda_graph_replays"] = p.capture().replays();
+             d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
+             if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
              return d;
            }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
-      .def("ir", [](const plan::Plan& p) {
-             py::list out;
-             for (const auto& ins : p.instructions()) {
-               py::dict d;
-               d["op"] = ins.op->name;
-               d["inputs"] = values(p, ins.in);
-               d["outputs"] = values(p, ins.out);
-               d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
-               d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
-               d["attrs"] = ins.attrs.str();
-               d["random"] = ins.rng_delta >= 0;
-               out.append(d);
-             }
-             return out;
-           }, "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).")
+      .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
+           "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, branch); "
+           "a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its "
+           "selector and its blocks (lists of records).")
       .def("buffers", [](const plan::Plan& p) {
              py::list out;
              for (const auto& b : p.buffers()) {

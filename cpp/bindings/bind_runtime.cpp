@@ -9,6 +9,8 @@
 
 namespace fg::py_bind {
 
+void bind_streams(py::module_& cuda);  // bind_streams.cpp
+
 void bind_runtime(py::module_& m) {
   m.def("is_grad_enabled", &grad_enabled, "Whether ops record autograd history on this thread.");
   m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"), "Turns recording on or off for this thread.");
@@ -115,6 +117,7 @@ void bind_runtime(py::module_& m) {
   cuda.def("empty_cache", &cuda::empty_cache, "Returns cached, unused GPU memory to the driver.");
   cuda.def("set_allow_tf32", &set_gemm_tf32, py::arg("on"),
            "Lets float32 CUDA matmuls use TF32 tensor cores (faster, ~1e-3 relative precision). Off by default.");
+  bind_streams(cuda);
   cuda.def("allow_tf32", &gemm_tf32, "Whether float32 CUDA matmuls may use TF32.");
   m.def("_debug_level", &env::debug_level, "FLOWGRAD_DEBUG.");
 }

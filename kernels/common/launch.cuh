@@ -1,4 +1,4 @@
-// Launch helpers shared by the CUDA kernel files: the block size, a grid for n elements
+// Launch helpers shared by the CUDA kernel files: the stream, the block size, a grid for n elements
 // (grid-stride loops cover the rest), the grid-stride loop itself, and the launch check that
 // turns a failed launch into a DeviceError naming the op.
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg {
 
@@ -22,6 +23,10 @@ inline unsigned grid_rows(int64_t rows, const char* what) {
   FG_CHECK(rows <= INT32_MAX, Value, what, " on cuda: ", rows, " rows exceed one launch");
   return static_cast<unsigned>(rows);
 }
+
+// The stream every launch goes to: this thread's current stream of the current device (the
+// legacy default stream unless fg.cuda.stream / a graph branch / a capture set another).
+inline cudaStream_t kernel_stream() { return reinterpret_cast<cudaStream_t>(cuda::launch_stream()); }
 
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();

@@ -18,7 +18,26 @@ __global__ void random_kernel(RandomKind kind, uint64_t seed, uint64_t offset, i
   FG_GRID_LOOP(i, n) out[i] = random_element<T>(kind, seed, offset, i, low, high);
 }
 
+// counter = {seed, base}: the same element as random_kernel with offset = base + delta.
+template <class T>
+__global__ void random_counter_kernel(RandomKind kind, const uint64_t* counter, uint64_t delta, int64_t n, int64_t low,
+                                      int64_t high, T* out) {  // out: (n)
+  const uint64_t seed = counter[0], offset = counter[1] + delta;
+  FG_GRID_LOOP(i, n) out[i] = random_element<T>(kind, seed, offset, i, low, high);
+}
+
+__global__ void advance_counter(uint64_t* counter, uint64_t by) { counter[1] += by; }
+
+thread_local const uint64_t* t_capture_counter = nullptr;
+
 }  // namespace
+
+void set_capture_philox(const uint64_t* counter) { t_capture_counter = counter; }
+
+void advance_philox_cuda(uint64_t* counter, uint64_t by) {
+  advance_counter<<<1, 1, 0, kernel_stream()>>>(counter, by);
+  check_launch("advance the Philox counter");
+}
 
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
                  void* out) {
@@ -26,7 +45,10 @@ void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, i
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::DType, "random fill on cuda: bool is not a random dtype");
-    else random_kernel<T><<<grid_for(n), kThreads>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
+    else if (t_capture_counter)
+      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, t_capture_counter, offset, n, low,
+                                                                             high, static_cast<T*>(out));
+    else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
   });
   check_launch("random fill");
 }
@@ -35,7 +57,7 @@ void fill_cuda(DType dtype, void* data, int64_t n, double value) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(data), n, elementwise::convert<T, double>(value));
+    fill_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(data), n, elementwise::convert<T, double>(value));
   });
   check_launch("fill");
 }

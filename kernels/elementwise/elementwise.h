@@ -32,7 +32,7 @@ void where_cpu(DType dtype, const Strided<4>& s);
 void copy_cpu(DType dst_dtype, DType src_dtype, const Strided<2>& s);
 // Fills n contiguous elements with value (converted to dtype).
 void fill_cpu(DType dtype, void* data, int64_t n, double value);
-// The same on CUDA device memory (CUDA builds only), on the default stream.
+// The same on CUDA device memory (CUDA builds only), on the current stream.
 void unary_cuda(UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
 void binary_cuda(BinaryFn fn, DType dtype, const Strided<3>& s);
 void where_cuda(DType dtype, const Strided<4>& s);

@@ -75,10 +75,10 @@ struct CudaMap {
     if (n == 0) return;
     const int sizes[2] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(In))};
     if (flat(s, sizes))
-      map1_flat<Out, In><<<grid_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
+      map1_flat<Out, In><<<grid_for(n), kThreads, 0, kernel_stream()>>>(reinterpret_cast<Out*>(s.data[0]),
                                                         reinterpret_cast<const In*>(s.data[1]), n, f);
     else
-      map1_strided<Out, In><<<grid_for(n), kThreads>>>(s, n, f);
+      map1_strided<Out, In><<<grid_for(n), kThreads, 0, kernel_stream()>>>(s, n, f);
     check_launch("elementwise");
   }
   template <class Out, class T, class F>
@@ -88,11 +88,11 @@ struct CudaMap {
     if (n == 0) return;
     const int sizes[3] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(T)), static_cast<int>(sizeof(T))};
     if (flat(s, sizes))
-      map2_flat<Out, T><<<grid_for(n), kThreads>>>(reinterpret_cast<Out*>(s.data[0]),
+      map2_flat<Out, T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(reinterpret_cast<Out*>(s.data[0]),
                                                        reinterpret_cast<const T*>(s.data[1]),
                                                        reinterpret_cast<const T*>(s.data[2]), n, f);
     else
-      map2_strided<Out, T><<<grid_for(n), kThreads>>>(s, n, f);
+      map2_strided<Out, T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(s, n, f);
     check_launch("elementwise");
   }
 };
@@ -112,7 +112,7 @@ void where_cuda(DType dtype, const Strided<4>& s) {
   c.coalesce();
   int64_t n = c.numel();
   if (n == 0) return;
-  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<grid_for(n), kThreads>>>(c, n); });
+  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<grid_for(n), kThreads, 0, kernel_stream()>>>(c, n); });
   check_launch("where");
 }
 

@@ -67,7 +67,7 @@ __global__ void put_kernel(const W* src, const int64_t* idx, int64_t k, W* out) 
 
 template <class W>
 void put(const void* src, const int64_t* idx, int64_t k, void* out) {
-  put_kernel<W><<<grid_for(k), kThreads>>>(static_cast<const W*>(src), idx, k, static_cast<W*>(out));
+  put_kernel<W><<<grid_for(k), kThreads, 0, kernel_stream()>>>(static_cast<const W*>(src), idx, k, static_cast<W*>(out));
 }
 
 void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_t outer, int64_t d, int64_t n,
@@ -76,7 +76,7 @@ void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_
   if (total == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    take_kernel<T><<<grid_for(total), kThreads>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
+    take_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
                                                       static_cast<T*>(out));
   });
   check_launch(what);
@@ -98,7 +98,7 @@ void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t 
     if constexpr (std::is_same_v<T, bool>) {
       fail(ErrorKind::DType, "scatter_add on cuda: bool tensors are not supported");
     } else {
-      scatter_add_kernel<T><<<grid_for(total), kThreads>>>(static_cast<const T*>(src), idx, d, n, inner, total,
+      scatter_add_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(src), idx, d, n, inner, total,
                                                                static_cast<T*>(out));
     }
   });

@@ -14,6 +14,10 @@ void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int
 // The same on CUDA device memory through cuBLAS (CUDA builds only): float32 and float64.
 void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
+// Makes this thread's cuBLAS handle ready for its current stream (handle and workspace made
+// now): CUDA graph capture calls it before capturing, since neither may be made during capture.
+// Does nothing when cuBLAS cannot be loaded (the captured gemm then reports why).
+void gemm_cuda_prepare_stream();
 // TF32 tensor-core math for float32 CUDA GEMMs: off by default (full float32 precision).
 void set_gemm_tf32(bool on);
 bool gemm_tf32();

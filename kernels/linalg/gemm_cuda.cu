@@ -6,10 +6,11 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
-#include <mutex>
+#include <map>
 #include <string>
 
 #include "flowgrad/core/errors.h"
+#include "kernels/common/launch.cuh"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {
@@ -25,12 +26,16 @@ using SgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOper
 using DgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*,
                                    const double*, int, const double*, int, const double*, double*, int);
 using MathModeFn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
+using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+using SetWorkspaceFn = cublasStatus_t (*)(cublasHandle_t, void*, size_t);
 
 struct Cublas {
   CreateFn create = nullptr;
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
   MathModeFn set_math_mode = nullptr;
+  SetStreamFn set_stream = nullptr;
+  SetWorkspaceFn set_workspace = nullptr;  // optional (cuBLAS 11.4+)
   std::string error;
 };
 
@@ -52,27 +57,67 @@ const Cublas& cublas() {
     c.sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "cublasSgemm_v2"));
     c.dgemm = reinterpret_cast<DgemmFn>(dlsym(handle, "cublasDgemm_v2"));
     c.set_math_mode = reinterpret_cast<MathModeFn>(dlsym(handle, "cublasSetMathMode"));
-    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode) c.error = "libcublas.so lacks the expected symbols";
+    c.set_stream = reinterpret_cast<SetStreamFn>(dlsym(handle, "cublasSetStream_v2"));
+    c.set_workspace = reinterpret_cast<SetWorkspaceFn>(dlsym(handle, "cublasSetWorkspace_v2"));
+    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode || !c.set_stream)
+      c.error = "libcublas.so lacks the expected symbols";
     return c;
   }();
   return lib;
 }
 
-// One handle per device, created on first use on that device.
+// One handle per (thread, device): a cuBLAS handle must not be used by two threads at once
+// (level-parallel FlowBuilder branches call gemm from pool threads). The handle follows the
+// thread's current stream, with a workspace of our own per stream, allocated the first time the
+// stream is seen (before capture: gemm_cuda_prepare_stream), so a gemm inside CUDA graph capture
+// never asks cuBLAS to allocate. cublasSetStream resets the workspace to cuBLAS's default pool,
+// so it is set again after every stream change. Handles and workspaces live until exit.
+constexpr size_t kWorkspaceBytes = size_t{8} << 20;
+
+struct ThreadHandle {
+  cublasHandle_t handle = nullptr;
+  // One workspace per stream: gemms queued on two streams may run at once.
+  std::map<cudaStream_t, void*> workspaces;
+  cudaStream_t stream = nullptr;
+  bool bound = false;  // bound to `stream` at least once
+};
+
 cublasHandle_t handle_for_current_device() {
-  static std::mutex mutex;
-  static cublasHandle_t handles[64] = {};
+  thread_local ThreadHandle handles[64];
   int device = 0;
   cudaGetDevice(&device);
   FG_CHECK(device >= 0 && device < 64, Device, "matmul on cuda: device index ", device, " out of range");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!handles[device]) {
-    cublasStatus_t st = cublas().create(&handles[device]);
+  ThreadHandle& h = handles[device];
+  if (!h.handle) {
+    cublasStatus_t st = cublas().create(&h.handle);
     FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasCreate failed with status ", static_cast<int>(st));
   }
-  cublas().set_math_mode(handles[device], gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-  return handles[device];
+  cublas().set_math_mode(h.handle, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  cudaStream_t stream = kernel_stream();
+  if (!h.bound || stream != h.stream) {
+    cublasStatus_t st = cublas().set_stream(h.handle, stream);
+    FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasSetStream failed with status ", static_cast<int>(st));
+    if (cublas().set_workspace) {
+      auto [it, fresh] = h.workspaces.try_emplace(stream, nullptr);
+      if (fresh && cudaMalloc(&it->second, kWorkspaceBytes) != cudaSuccess) {
+        it->second = nullptr;
+        cudaGetLastError();  // without a workspace of its own the handle uses cuBLAS's pool
+      }
+      if (it->second) cublas().set_workspace(h.handle, it->second, kWorkspaceBytes);
+    }
+    h.stream = stream;
+    h.bound = true;
+  }
+  return h.handle;
 }
+
+}  // namespace
+
+void gemm_cuda_prepare_stream() {
+  if (cublas().error.empty()) handle_for_current_device();
+}
+
+namespace {
 
 int as_int(int64_t v, const char* what) {
   FG_CHECK(v <= INT32_MAX, Value, "matmul on cuda: ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");

@@ -63,9 +63,9 @@ void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
     if (inner == 1) {
-      softmax_rows<T><<<grid_rows(lines, "softmax"), kBlock>>>(log, xs, r, ys, T(scale), causal_rows);
+      softmax_rows<T><<<grid_rows(lines, "softmax"), kBlock, 0, kernel_stream()>>>(log, xs, r, ys, T(scale), causal_rows);
     } else {
-      softmax_lines<T><<<grid_for(lines), kBlock>>>(log, xs, lines, r, inner, ys, T(scale));
+      softmax_lines<T><<<grid_for(lines), kBlock, 0, kernel_stream()>>>(log, xs, lines, r, inner, ys, T(scale));
     }
   });
   check_launch("softmax");
@@ -133,7 +133,7 @@ void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, i
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock, 0, kernel_stream()>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
                                                                static_cast<const T*>(b), cols, eps, static_cast<T*>(y),
                                                                static_cast<T*>(mean), static_cast<T*>(rstd));
   });
@@ -145,7 +145,7 @@ void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int6
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock, 0, kernel_stream()>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
                                                              nullptr, cols, eps, static_cast<T*>(y), nullptr,
                                                              static_cast<T*>(rstd));
   });
@@ -157,7 +157,7 @@ void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, con
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
-    norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock>>>(
+    norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream()>>>(
         rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(mean),
         static_cast<const T*>(rstd), cols, static_cast<T*>(dx), static_cast<T*>(xhat));
   });

@@ -34,7 +34,7 @@ void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_
   if (n == 0) return;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    sgd_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+    sgd_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                              static_cast<T*>(momentum_buf), n, hyper);
   });
   check_launch("sgd_update");
@@ -45,11 +45,11 @@ void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg,
   if (n > 0) {
     visit_float_dtype(dtype, "optimizer", [&](auto tag) {
       using T = decltype(tag);
-      adam_kernel<T><<<grid_for(n), kThreads>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+      adam_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                                 static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n, hyper, step);
     });
   }
-  increment_step<<<1, 1>>>(step);  // same stream: runs after every block of the update
+  increment_step<<<1, 1, 0, kernel_stream()>>>(step);  // same stream: runs after every block of the update
   check_launch("adam_update");
 }
 

@@ -116,9 +116,9 @@ void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, in
       const T* xs = static_cast<const T*>(x);
       Out* ys = static_cast<Out*>(out);
       if (lines >= 4096 || r < 256) {
-        reduce_lines<T, Out><<<grid_for(lines), kBlock>>>(fn, xs, lines, r, inner, ys, correction);
+        reduce_lines<T, Out><<<grid_for(lines), kBlock, 0, kernel_stream()>>>(fn, xs, lines, r, inner, ys, correction);
       } else {
-        reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock>>>(fn, xs, r, inner, ys, correction);
+        reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock, 0, kernel_stream()>>>(fn, xs, r, inner, ys, correction);
       }
     });
   });

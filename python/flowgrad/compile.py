@@ -7,8 +7,10 @@ and no autograd bookkeeping per op. Python only composes here; the plan is built
 
 What tracing means for you:
 - The step is traced as the path it took: Python-side control flow in a model's forward is
-  frozen at compile time. A host read of a computed value inside the step (``.item()``, a
-  FlowBuilder ``switch`` or ``while_``/``until``) raises at compile time instead of freezing it.
+  frozen at compile time. A host read of a computed value inside the step (``.item()``) raises
+  at compile time instead of freezing it. FlowBuilder ``switch`` and ``while_``/``until`` are
+  data-dependent control flow the plan keeps: they compile to branch instructions decided at
+  run time (a parameter only a branch trains is updated only when that branch ran).
 - Parameters, gradients and optimizer state stay the model's and optimizer's own tensors,
   updated in place: eager use, ``state_dict`` and checkpoints see the trained values at once.
   Each parameter's ``.grad`` is bound to a tensor the step overwrites every call (no
@@ -16,6 +18,8 @@ What tracing means for you:
 - Optimizer options (``lr`` from a scheduler, betas, weight decay) are read at every call.
 - Random ops (dropout) draw fresh values every call, reproducible from ``fg.manual_seed``.
 - The model is traced in the mode it is in (``train()``/``eval()``) at compile time.
+- On CUDA the step is captured into one CUDA graph on its second call and replayed from then on
+  (``step.stats["cuda_graph"]`` says so, or why not; ``FLOWGRAD_NO_CUDA_GRAPH=1`` turns it off).
 """
 import contextlib
 
@@ -187,11 +191,28 @@ class CompiledStep(_PlanViews):
 
     def __call__(self, *inputs):
         """Runs one whole training step; returns the loss (a 0-d tensor on the plan's device)."""
+        return self._step(inputs, None)
+
+    def profile(self, *inputs):
+        """Runs one whole training step (it trains, like a call) and returns where its time went:
+        a list of {"instruction", "op", "ms"} records, one per plan instruction. On CUDA the times
+        come from timing events recorded inside a captured graph of the step; on the CPU from the
+        host clock around each instruction (a fused run counts at its first instruction)."""
+        timings = []
+        self._step(inputs, timings)
+        ops = [r["op"] for r in self._plan_for(_as_tensors(inputs, "compiled step")).ir()]
+        return [{"instruction": i, "op": op, "ms": ms} for i, (op, ms) in enumerate(zip(ops, timings))]
+
+    def _step(self, inputs, timings):
         inputs = _as_tensors(inputs, "compiled step")
         plan = self._plan_for(inputs)
         if self.optimizer is not None:
             self.optimizer._write_hypers()
-        loss, *tagged = plan.run(inputs)
+        if timings is None:
+            loss, *tagged = plan.run(inputs)
+        else:
+            (loss, *tagged), ms = plan.run_profiled(inputs)
+            timings.extend(ms)
         if self.optimizer is not None:
             self.optimizer._after_step()
         for (graph, tag, _), value in zip(self._tagged, tagged):

@@ -1,4 +1,7 @@
-"""fg.cuda: GPU availability and the caching allocator's memory statistics.
+"""fg.cuda: GPU availability, streams and events, and the caching allocator's memory statistics.
+
+Streams follow PyTorch: each thread has a current stream per GPU (the default stream until
+``with fg.cuda.stream(s):`` makes another current); kernels, cuBLAS calls and copies go to it.
 
 Tensors move with t.to("cuda") / t.cuda() / t.cpu() and modules with m.to("cuda"); kernels for
 the ops on CUDA tensors arrive with the rest of the CUDA backend."""
@@ -8,7 +11,39 @@ _rt = _core.cuda_runtime
 
 __all__ = ["is_available", "device_count", "synchronize", "built_with_cuda", "unavailable_reason", "memory_stats",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache",
-           "set_allow_tf32", "allow_tf32"]
+           "set_allow_tf32", "allow_tf32", "Stream", "Event", "stream", "StreamContext", "current_stream",
+           "default_stream", "set_stream"]
+
+Stream = _rt.Stream
+Event = _rt.Event
+current_stream = _rt.current_stream
+default_stream = _rt.default_stream
+set_stream = _rt.set_stream
+
+
+class StreamContext:
+    """Makes a stream current on its device for the ``with`` block and restores the previous one.
+    ``None`` is accepted and does nothing (as in PyTorch)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._previous = None
+
+    def __enter__(self):
+        if self.stream is not None:
+            self._previous = current_stream(self.stream.device)
+            set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            set_stream(self._previous)
+        return False
+
+
+def stream(s):
+    """``with fg.cuda.stream(s):`` queues the block's CUDA work on stream `s` (None: no change)."""
+    return StreamContext(s)
 
 
 def built_with_cuda():

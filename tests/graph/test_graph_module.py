@@ -12,13 +12,13 @@ from flowgrad import nn
 from conftest import run_isolated
 
 
-def model():
+def model(device="cpu"):
     fg.manual_seed(0)
     return (fg.flow(nn.Linear(4, 8)).tag("enc")
             .split(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)), nn.Linear(8, 8))
             .tag_group("head").merge(fg.flow.Mean())
             .through(nn.Linear(8, 2)).tag("out")
-            .build())
+            .build().to(device))
 
 
 def test_parameters_state_dict_and_repr():
@@ -146,10 +146,11 @@ def test_levels_group_independent_nodes():
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_level_parallel_equals_sequential(train):
-    g = model()
+def test_level_parallel_equals_sequential(train, device):
+    # on cuda the branches run on streams of their own (one cuBLAS handle per thread)
+    g = model(device)
     g.train(train)
-    x = fg.randn(16, 4)
+    x = fg.randn(16, 4, device=device)
     results = []
     for parallel in (True, False):
         g.parallel = parallel
@@ -163,7 +164,7 @@ def test_level_parallel_equals_sequential(train):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-def test_parallel_level_with_python_modules_and_errors():
+def test_parallel_level_with_python_modules_and_errors(device):
     class Twice(nn.Module):
         def forward(self, x):
             return x * 2
@@ -172,19 +173,19 @@ def test_parallel_level_with_python_modules_and_errors():
         def forward(self, x):
             raise KeyError("broken branch")
 
-    g = fg.flow(nn.Identity()).split(Twice(), Twice(), nn.Linear(3, 3)).merge(fg.flow.Add()).build()
-    assert g(fg.ones(2, 3)).shape == (2, 3)
+    g = fg.flow(nn.Identity()).split(Twice(), Twice(), nn.Linear(3, 3)).merge(fg.flow.Add()).build().to(device)
+    assert g(fg.ones(2, 3, device=device)).shape == (2, 3)
     bad = fg.flow(nn.Identity()).split(Twice(), Broken()).merge(fg.flow.Add()).build()
     with pytest.raises(KeyError, match="broken branch"):
-        bad(fg.ones(2, 3))
+        bad(fg.ones(2, 3, device=device))
     # a graph nested in a parallel level runs its own levels inline
     inner = fg.flow(nn.Identity()).split(Twice(), Twice()).merge(fg.flow.Add()).build()
     outer = fg.flow(nn.Identity()).split(inner, Twice()).merge(fg.flow.Add()).build()
-    np.testing.assert_array_equal(outer(fg.ones(1, 2)).numpy(), np.full((1, 2), 6.0))
+    np.testing.assert_array_equal(outer(fg.ones(1, 2, device=device)).numpy(), np.full((1, 2), 6.0))
 
 
-def test_no_grad_reaches_parallel_branches():
-    g = model()
+def test_no_grad_reaches_parallel_branches(device):
+    g = model(device)
     with fg.no_grad():
-        out = g(fg.randn(2, 4))
+        out = g(fg.randn(2, 4, device=device))
     assert not out.requires_grad

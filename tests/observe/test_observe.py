@@ -12,18 +12,18 @@ import flowgrad as fg
 from flowgrad import nn
 
 
-def graph():
+def graph(device="cpu"):
     fg.manual_seed(0)
     return (fg.flow(nn.Linear(3, 4)).tag("h")
             .split(nn.Linear(4, 2), nn.Linear(4, 2)).tag_group("head").merge(fg.flow.Add())
-            .through(nn.Linear(2, 1)).tag("out").build())
+            .through(nn.Linear(2, 1)).tag("out").build().to(device))
 
 
-def test_collect_takes_means_and_flush_averages_the_batch():
-    g = graph()
+def test_collect_takes_means_and_flush_averages_the_batch(device):
+    g = graph(device)  # on cuda the collected means stay on the device until read
     seen = []
     for _ in range(3):
-        g(fg.randn(5, 3))
+        g(fg.randn(5, 3, device=device))
         seen.append(float(g.tagged("out").mean()))
         g.collect("out")
     np.testing.assert_allclose(g.collected("out"), seen, rtol=1e-6)
@@ -33,22 +33,22 @@ def test_collect_takes_means_and_flush_averages_the_batch():
     assert g.trend("out").values() == pytest.approx([np.mean(seen)], rel=1e-6)
 
 
-def test_record_values_and_tensors():
-    g = graph()
+def test_record_values_and_tensors(device):
+    g = graph(device)
     g.record("loss", 1.0, 2)
-    g.record("loss", fg.tensor([3.0, 5.0]))  # a tensor counts as its mean
+    g.record("loss", fg.tensor([3.0, 5.0], device=device))  # a tensor counts as its mean
     assert g.collected("loss") == [1.0, 2.0, 4.0]
     assert g.flush("loss") == {"loss": pytest.approx(7.0 / 3)}
     with pytest.raises(fg.InvalidArgumentError, match="record\\('loss'\\): expected at least one value"):
         g.record("loss")
     with pytest.raises(fg.ShapeError, match="cannot record an empty tensor"):
-        g.record("loss", fg.zeros(0))
+        g.record("loss", fg.zeros(0, device=device))
 
 
-def test_tag_groups_expand_in_collect_and_trends():
-    g = graph()
+def test_tag_groups_expand_in_collect_and_trends(device):
+    g = graph(device)
     for epoch in range(4):
-        g(fg.randn(2, 3))
+        g(fg.randn(2, 3, device=device))
         g.collect("head")
         g.flush()
     tg = g.trends("head")
@@ -170,8 +170,8 @@ def test_trend_reprs_are_svg():
     assert "<svg" in fg.TrendGroup([t, t])._repr_html_()
 
 
-def test_profiling_off_by_default_and_timings():
-    g = graph()
+def test_profiling_off_by_default_and_timings(device):
+    g = graph(device)
     assert not g.profiling
     with pytest.raises(fg.GraphError, match="profiling is off"):
         g.timing("out")
@@ -179,7 +179,7 @@ def test_profiling_off_by_default_and_timings():
     g.enable_profiling()
     g.on_profile(profiles.append)
     for _ in range(3):
-        g(fg.randn(4, 3))
+        g(fg.randn(4, 3, device=device))
         g.collect_timings("out", "head")
     g.flush_timings()
     p = g.profile()
@@ -208,18 +208,18 @@ def test_timing_exports(tmp_path):
     assert "seconds" in (tmp_path / "t.html").read_text()
 
 
-def test_nested_sub_graph_observation():
+def test_nested_sub_graph_observation(device):
     inner = fg.flow(nn.Linear(3, 3)).tag("inner").build()
-    outer = fg.flow(inner).tag("enc").through(nn.Linear(3, 1)).build()
-    outer(fg.randn(2, 3))
+    outer = fg.flow(inner).tag("enc").through(nn.Linear(3, 1)).build().to(device)
+    outer(fg.randn(2, 3, device=device))
     outer.sub("enc").collect("inner")
     assert len(inner.collected("inner")) == 1
 
 
-def test_checkpoint_keeps_trends_and_state(tmp_path):
+def test_checkpoint_keeps_trends_and_state(tmp_path, device):
     g = fg.flow(fg.flow.StateAdd()).using("s").tag("s").build()
-    g(fg.ones(2))
-    g(fg.ones(2))
+    g(fg.ones(2, device=device))
+    g(fg.ones(2, device=device))
     for v in (2.0, 1.0):
         g.record("loss", v)
         g.flush()
@@ -228,7 +228,8 @@ def test_checkpoint_keeps_trends_and_state(tmp_path):
     h = fg.flow(fg.flow.StateAdd()).using("s").tag("s").build()
     meta = fg.load_checkpoint(path, h, graph=h)
     assert meta["step"] == 2 and h.trend("loss").values() == [2.0, 1.0] and h.flush_count == 2
-    np.testing.assert_array_equal(h(fg.ones(2)).numpy(), [3.0, 3.0])  # the state carried over
+    out = h(fg.ones(2, device=device))
+    np.testing.assert_array_equal(out.numpy(), [3.0, 3.0])  # the state carried over
     with pytest.raises(fg.InvalidArgumentError, match="graph= takes an fg.Graph, got int"):
         fg.save_checkpoint(path, g, graph=3)
 
@@ -244,13 +245,13 @@ def test_reduce_lr_on_plateau_reads_graph_trend():
     assert sched.get_last_lr() == [0.5]
 
 
-def test_record_means_of_any_layout_and_dtype():
-    g = graph()
+def test_record_means_of_any_layout_and_dtype(device):
+    g = graph(device)
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    g.record("m", fg.tensor(a).t())  # non-contiguous
-    g.record("m", fg.tensor([True, False, True, True]))
-    g.record("m", fg.tensor([1, 2], dtype=fg.int64))
-    g.record("m", fg.tensor(a, requires_grad=True) * 2)
+    g.record("m", fg.tensor(a, device=device).t())  # non-contiguous
+    g.record("m", fg.tensor([True, False, True, True], device=device))
+    g.record("m", fg.tensor([1, 2], dtype=fg.int64, device=device))
+    g.record("m", fg.tensor(a, requires_grad=True, device=device) * 2)
     assert g.collected("m") == pytest.approx([5.5, 0.75, 1.5, 11.0])
 
 

@@ -4,6 +4,7 @@
 #include "flowgrad/core/errors.h"
 #include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/runtime.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg::cuda {
 namespace {
@@ -81,7 +82,12 @@ void install() {
   hooks.allocate = [](size_t bytes, int device, size_t* granted) {
     require_device(device);
     *granted = CachingAllocator::round_size(bytes);
-    return allocator().allocate(bytes, device);
+    // Blocks belong to the stream they are allocated on and are reused only there.
+    StreamHandle stream = current_stream_handle(device);
+    FG_CHECK(!capturing(stream), Device, "allocating ", bytes, " bytes on cuda:", device,
+             " while the stream is being captured into a CUDA graph (the graph would keep a block the allocator "
+             "may hand out again)");
+    return allocator().allocate(bytes, device, stream);
   };
   hooks.release = [](void* p, size_t, int) { allocator().release(p); };
   set_cuda_allocator(hooks);
@@ -99,7 +105,10 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
   require_device(device);
   DeviceGuard guard(device);
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy between devices (cudaMemcpy)");
+  // On the current stream, after the work queued there; a copy to the host waits for it.
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
+  if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
 }
 
 }  // namespace fg::cuda

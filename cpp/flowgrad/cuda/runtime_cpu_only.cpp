@@ -1,6 +1,8 @@
 // Builds configured with FLOWGRAD_CUDA=OFF (or without nvcc) have no GPU runtime.
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/graph.h"
 #include "flowgrad/cuda/runtime.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg::cuda {
 
@@ -23,6 +25,44 @@ void empty_cache() {}
 
 void copy_bytes(void*, Device dst_device, const void*, Device src_device, size_t) {
   fail(ErrorKind::Device, "copy from ", src_device.str(), " to ", dst_device.str(), ": ", kWhy);
+}
+
+// Streams and events: the API exists and says why it cannot be used.
+namespace {
+[[noreturn]] void no_streams(const char* what) { fail(ErrorKind::Device, what, ": ", kWhy); }
+}  // namespace
+
+Stream::~Stream() {}
+void Stream::synchronize() const { no_streams("Stream.synchronize"); }
+bool Stream::query() const { no_streams("Stream.query"); }
+std::shared_ptr<Stream> create_stream(int, int) { no_streams("fg.cuda.Stream"); }
+std::shared_ptr<Stream> current_stream(int) { no_streams("fg.cuda.current_stream"); }
+std::shared_ptr<Stream> default_stream(int) { no_streams("fg.cuda.default_stream"); }
+void set_current_stream(int, StreamHandle) { no_streams("fg.cuda.set_stream"); }
+StreamHandle launch_stream() { return 0; }
+StreamHandle current_stream_handle(int) { return 0; }
+bool capturing(StreamHandle) { return false; }
+Event::Event(int device, bool timing) : device_(device), timing_(timing) { no_streams("fg.cuda.Event"); }
+Event::~Event() {}
+void Event::record(StreamHandle) { no_streams("Event.record"); }
+void Event::wait(StreamHandle) const { no_streams("Event.wait"); }
+void Event::synchronize() const { no_streams("Event.synchronize"); }
+bool Event::query() const { no_streams("Event.query"); }
+double Event::elapsed_ms(const Event&) const { no_streams("Event.elapsed_time"); }
+StreamGuard::StreamGuard(int device, StreamHandle) : device_(device), previous_(0) { no_streams("fg.cuda.stream"); }
+StreamGuard::~StreamGuard() {}
+Fork::Fork(int device, int) : device_(device), origin_(0) { no_streams("branches on CUDA streams"); }
+Fork::~Fork() {}
+void Fork::join() {}
+
+CapturedGraph::~CapturedGraph() {}
+void CapturedGraph::launch(StreamHandle) const { no_streams("replaying a CUDA graph"); }
+CaptureResult capture(int, const std::function<void(const std::function<void(int)>&)>&) {
+  no_streams("CUDA graph capture");
+}
+std::vector<double> time_steps(int, int, const std::function<void(const std::function<void(int)>&)>&, std::string*,
+                               int*) {
+  no_streams("profiling a captured step");
 }
 
 }  // namespace fg::cuda

@@ -1,11 +1,15 @@
 #include "flowgrad/graph/graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <optional>
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/stream.h"
+#include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/common/parallel.h"
 #include "kernels/linalg/gemm.h"
@@ -16,6 +20,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 ReleaseInterpreter g_release = nullptr;
+std::atomic<ControlFlow*> g_control_flow{nullptr};
 CheckInterrupt g_interrupt = nullptr;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -59,6 +64,8 @@ std::string dot_escape(const std::string& s) {
 }  // namespace
 
 void set_release_interpreter(ReleaseInterpreter fn) { g_release = fn; }
+ControlFlow* control_flow() { return g_control_flow.load(); }
+void set_control_flow(ControlFlow* cf) { g_control_flow = cf; }
 void set_interrupt_check(CheckInterrupt fn) { g_interrupt = fn; }
 
 const char* kind_name(NodeKind kind) {
@@ -352,6 +359,9 @@ Tensors Graph::ref_values(const Node& node, const Run& run, const Tensor& like) 
 }
 
 Tensor Graph::run_loop(const Node& node, int id, Tensor x, const Tensors& refs, Run& run) {
+  if (ControlFlow* cf = control_flow(); cf && node.loop_mode != LoopMode::For)
+    return cf->run_loop({node.name(id), node.loop_mode == LoopMode::Until, node.count, x, refs, node.modules[0],
+                         node.modules[1], [this, id](const ModulePtr& m, const Tensors& in) { return call(m, in, id); }});
   Tensors& trace = run.traces[id];
   auto halted = [&](const Tensor& v) { return item(call(node.modules[1], {v}, id)) > 0; };
   auto step = [&](const Tensor& v) {
@@ -447,6 +457,9 @@ Tensor Graph::run_node(int id, Run& run) {
         Tensor chosen = call(n.modules[0], with_refs({x}), id);
         FG_CHECK(chosen.numel() == 1, Shape, n.name(id), ": the selector must return one branch index, got shape ",
                  to_string(chosen.shape()));
+        if (ControlFlow* cf = control_flow())
+          return cf->run_switch({n.name(id), chosen, x, {n.modules.begin() + 1, n.modules.end()},
+                                 [this, id](const ModulePtr& m, const Tensors& in) { return call(m, in, id); }});
         double v = item(chosen);
         int64_t branches = static_cast<int64_t>(n.modules.size()) - 1, index = static_cast<int64_t>(v);
         FG_CHECK(v == static_cast<double>(index) && index >= 0 && index < branches, Index, n.name(id),
@@ -479,8 +492,16 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   set_rng_state({base.seed, base.offset + 1});
   bool grad = grad_enabled();
   std::vector<std::exception_ptr> errors(ids.size());
+  // On CUDA each branch queues its kernels on a stream of its own, forked from and joined to the
+  // caller's current stream (cuda/stream.h), so the branches also overlap on the GPU.
+  const std::vector<int>& first_inputs = nodes_[ids[0]].inputs;
+  const Tensor* x0 = first_inputs.empty() ? nullptr : &run.values[first_inputs[0]];
+  std::optional<cuda::Fork> fork;
+  if (x0 && x0->defined() && x0->device().is_cuda()) fork.emplace(x0->device().index, static_cast<int>(ids.size()));
   auto task = [&](int i) {
     GradMode mode(grad);
+    std::optional<cuda::StreamGuard> on_branch;
+    if (fork) on_branch.emplace(fork->device(), fork->branch(i));
     RngStream stream({mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
     try {
       timed(ids[i]);
@@ -488,7 +509,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
       errors[i] = std::current_exception();
     }
   };
-  if (parallel_ && pool_threads() > 1 && !in_parallel_region()) {
+  if (parallel_ && pool_threads() > 1 && !in_parallel_region() && !control_flow()) {
     std::shared_ptr<void> released = g_release ? g_release() : nullptr;
     SingleThreadedBlas blas;  // one BLAS thread per branch; the branches are the parallelism
     detail::run_tasks(static_cast<int>(ids.size()), [](void* ctx, int i) { (*static_cast<decltype(task)*>(ctx))(i); },
@@ -496,6 +517,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   } else {
     for (size_t i = 0; i < ids.size(); ++i) task(static_cast<int>(i));
   }
+  if (fork) fork->join();
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

@@ -17,6 +17,7 @@
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/env.h"
+#include "flowgrad/plan/branch.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -26,6 +27,8 @@ struct Builder {
   Tracer& trace;
   std::unordered_map<const Storage*, int> buffer_of;
   std::unordered_map<const Storage*, std::string> names;
+  std::vector<Instruction>* code = &plan.code_;  // where record() appends (a block inside a branch)
+  std::string block_of;  // the branch whose block is being recorded ("" at the top level)
 
   int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
     Buffer b{kind, std::move(name)};
@@ -84,6 +87,9 @@ struct Builder {
   }
 
   void record(const TracedCall& c, bool backward) {
+    if (c.branch) return record_branch(*c.branch, backward);
+    FG_CHECK(block_of.empty() || !(c.op->flags & kRandom), Value, "compile: '", c.op->name, "' draws random numbers ",
+             "inside ", block_of, "; compiled plans do not replay random ops inside switch branches or loop bodies yet");
     check_supported(c);
     if (c.op->flags & kInPlace) check_in_place(c);
     if (c.op->flags & kView) return;  // folded: the output is a layout over input 0's buffer
@@ -100,8 +106,94 @@ struct Builder {
     for (const Value& v : ins.out) plan.buffers_[v.buffer].written = true;
     if (mutates_inputs(*c.op))
       for (const Value& v : ins.in) plan.buffers_[v.buffer].written = true;
-    plan.code_.push_back(std::move(ins));
+    code->push_back(std::move(ins));
   }
+
+  // A branch instruction: its blocks recorded like the top level, then what each block leaves
+  // behind (copied or added into the buffers the branch owns).
+  void record_branch(TracedBranch& tb, bool backward) {
+    auto br = std::make_shared<Branch>();
+    br->kind = tb.kind;
+    br->label = tb.label;
+    br->max_iter = tb.max_iter;
+    br->id = tb.id = static_cast<int>(plan.branches_.size());
+    plan.branches_.push_back(br);
+    std::vector<int> owned;
+    for (const Tensor& t : tb.owned) owned.push_back(add_buffer(BufferKind::Arena, t, "%" + std::to_string(plan.buffers_.size())));
+    auto value = [&](const Tensor& t) {
+      FG_CHECK(t.defined(), Runtime, "internal error: ", tb.label, " has an undefined value");
+      return read(t, [&] { return "a value of " + tb.label; });
+    };
+    if (tb.kind == BranchKind::Switch) br->selector = value(tb.selector);
+    for (auto [from, to] : {std::pair{&tb.init, &br->init}, {&tb.carried, &br->carried}, {&tb.stash, &br->stash},
+                            {&tb.count, &br->count}, {&tb.step_input, &br->step_input}})
+      if (from->defined()) *to = value(*from);
+    if (tb.loop) {
+      br->loop = tb.loop->id;
+      br->stash = value(tb.loop->stash);
+      br->count = value(tb.loop->count);
+    }
+    for (const Tensor& t : tb.zeroed) br->zeroed.push_back(value(t));
+    const int mark = static_cast<int>(plan.buffers_.size());
+    std::vector<Instruction>* outer = code;
+    std::string outer_block = block_of;
+    block_of = tb.label;
+    br->blocks.resize(tb.blocks.size());
+    for (size_t b = 0; b < tb.blocks.size(); ++b) {
+      code = &br->blocks[b];
+      for (const TracedCall& c : tb.blocks[b]) record(c, backward);
+      for (const TracedResult& r : tb.results[b]) emit_result(r, br->blocks[b]);
+    }
+    code = outer;
+    block_of = outer_block;
+    if (tb.kind == BranchKind::While || tb.kind == BranchKind::Until) br->selector = value(tb.selector);  // the halt
+    for (int id : owned) {
+      br->present.emplace_back();
+      for (size_t b = 0; b < tb.results.size(); ++b)
+        for (const TracedResult& r : tb.results[b])
+          if (r.value.defined() && buffer_of.at(r.target.storage().get()) == id) br->present.back().push_back(static_cast<int>(b));
+    }
+    Instruction ins{&branch_op(tb.kind), {}};
+    ins.backward = backward;
+    ins.branch = br;
+    std::vector<bool> listed(plan.buffers_.size(), false);
+    for (int id : owned) listed[id] = true;
+    auto outer_read = [&](const Value& v) {
+      if (v.buffer < 0 || v.buffer >= mark || listed[v.buffer]) return;
+      listed[v.buffer] = true;
+      ins.in.push_back(whole(v.buffer));
+    };
+    for (Value* v : branch_values(*br)) outer_read(*v);
+    for (auto& block : br->blocks)
+      for_each_instruction(block, [&](const Instruction& inner) {
+        for (const auto* values : {&inner.in, &inner.out})
+          for (const Value& v : *values) outer_read(v);
+      });
+    for (int id : owned) {
+      ins.out.push_back(whole(id));
+      plan.buffers_[id].written = true;
+    }
+    code->push_back(std::move(ins));
+  }
+
+  // The whole buffer as one flat value.
+  Value whole(int id) const {
+    const Buffer& b = plan.buffers_[id];
+    int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+    return {id, 0, Dims{n}, Dims{1}, b.dtype};
+  }
+
+  void emit_result(const TracedResult& r, std::vector<Instruction>& block) {
+    Value target = value_of(r.target, buffer_of.at(r.target.storage().get()));
+    if (!r.value.defined()) {
+      if (!r.accumulate) block.push_back({&find_op("fill_"), Attrs{{"value", 0.0}}, {target}, {target}});
+      return;
+    }
+    Value v = read(r.value, [] { return std::string("a branch's result"); });
+    if (r.accumulate) block.push_back({&find_op("add"), {}, {target, v}, {target}});
+    else block.push_back({&find_op("contiguous"), {}, {v}, {target}});
+  }
+
 
   int64_t random_delta(const TracedCall& c) {
     auto seed = static_cast<uint64_t>(c.attrs.i("seed"));
@@ -128,6 +220,7 @@ struct Builder {
     for (size_t i = 0; i < plan.code_.size(); ++i) {
       Instruction& ins = plan.code_[i];
       for (Value& v : ins.in) v.buffer = rename[v.buffer];
+      if (ins.branch) rename_in_branch(*ins.branch, rename);
       bool pure = !((ins.op->flags & kRandom) || mutates_inputs(*ins.op));
       for (const Value& v : ins.out) pure &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
       std::ostringstream key;
@@ -285,7 +378,8 @@ struct Builder {
                       (plan.buffers_[it->second].written || plan.buffers_[it->second].kind == BufferKind::Input);
       FG_CHECK(!computed, Value, "compile: the step reads a computed value on the host (", what, " of ",
                fg::describe(t), "): a plan would replay the decision made while tracing. Data-dependent "
-               "control flow (switch, while_/until, .item() inside the step) cannot be compiled yet");
+               "control flow in Python (.item() inside the step) cannot be compiled; FlowBuilder's switch and "
+               "while_/until compile to branch instructions");
     }
   }
 };
@@ -307,7 +401,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
-    if (c.op->flags & kView) ++stats_.views;
+    if (c.op && (c.op->flags & kView)) ++stats_.views;
     b.record(c, i >= trace.backward_start);
   }
   std::unordered_set<int> roots;
@@ -323,6 +417,8 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   b.bind_grads(spec.grads, roots);
   b.eliminate_dead_code(roots);
   b.fold_transposes(outputs_);
+  guard_updates(code_, branches_, buffers_.size());
+  stats_.branches = static_cast<int>(branches_.size());
   b.check_host_reads();
   device_ = spec.inputs.empty() ? (trace.calls.empty() ? Device{} : trace.calls[0].out.empty() ? Device{}
                                                                    : trace.calls[0].out[0].device())

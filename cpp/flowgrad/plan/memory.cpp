@@ -5,6 +5,7 @@
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/plan/branch.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -26,19 +27,41 @@ bool overlap_in_bytes(const Buffer& a, const Buffer& b) {
 
 }  // namespace
 
+// Times: one per instruction; a branch instruction has an entry and an exit time around its
+// blocks' instructions, which follow one another (one block runs, or a loop repeats them). A
+// buffer touched inside a loop lives through the whole loop.
 void Plan::plan_memory() {
-  const int end = static_cast<int>(code_.size());
   for (Buffer& b : buffers_) b.first = b.last = -2;
   auto touch = [&](int id, int at) {
     Buffer& b = buffers_[id];
     b.first = b.first == -2 ? at : std::min(b.first, at);
     b.last = std::max(b.last, at);
   };
+  std::vector<Instruction*> at;  // time -> the instruction after which a buffer dying then is released
+  auto walk = [&](auto& self, std::vector<Instruction>& code) -> void {
+    for (Instruction& ins : code) {
+      const int entry = static_cast<int>(at.size());
+      at.push_back(&ins);
+      auto touch_own = [&](int when) {
+        for (const auto* values : {&ins.in, &ins.out})
+          for (const Value& v : *values) touch(v.buffer, when);
+        if (ins.branch)
+          for (Value* v : branch_values(*ins.branch)) touch(v->buffer, when);
+      };
+      touch_own(entry);
+      if (!ins.branch) continue;
+      for (auto& block : ins.branch->blocks) self(self, block);
+      const int exit = static_cast<int>(at.size());
+      at.push_back(&ins);
+      touch_own(exit);
+      if (!is_loop(ins.branch->kind)) continue;
+      for (Buffer& b : buffers_)
+        if (b.first != -2 && b.first <= exit && b.last >= entry) b.first = std::min(b.first, entry), b.last = std::max(b.last, exit);
+    }
+  };
   for (const Value& v : inputs_) touch(v.buffer, -1);
-  for (int i = 0; i < end; ++i) {
-    for (const Value& v : code_[i].in) touch(v.buffer, i);
-    for (const Value& v : code_[i].out) touch(v.buffer, i);
-  }
+  walk(walk, code_);
+  const int end = static_cast<int>(at.size());
   for (const Value& v : outputs_) touch(v.buffer, end);
 
   std::vector<int> order;
@@ -75,7 +98,7 @@ void Plan::plan_memory() {
   }
   for (int id = 0; id < static_cast<int>(buffers_.size()); ++id) {
     const Buffer& b = buffers_[id];
-    if (in_arena(b) && b.kind == BufferKind::Arena && b.last >= 0 && b.last < end) code_[b.last].released.push_back(id);
+    if (in_arena(b) && b.kind == BufferKind::Arena && b.last >= 0 && b.last < end) at[b.last]->released.push_back(id);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -39,13 +40,12 @@ void Plan::bind() {
     for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
     for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
   }
+  for (const auto& branch : branches_) bind_branch(*branch);
   input_t_.clear();  // the traced examples held the shapes until now
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
-  stats_.cuda_graph = device_.is_cpu() ? "not used: a CPU plan"
-                                       : "not captured: CUDA graph capture of plans is not built yet; the plan "
-                                         "runs as a flat loop of launches on one stream";
+  capture_ = std::make_shared<Capture>(*this);  // sets stats_.cuda_graph
 }
 
 bool Plan::up_to_date() const {
@@ -54,7 +54,10 @@ bool Plan::up_to_date() const {
   return true;
 }
 
-Tensors Plan::run(const Tensors& inputs) {
+Tensors Plan::run(const Tensors& inputs) { return run_with(inputs, nullptr); }
+Tensors Plan::run_profiled(const Tensors& inputs, std::vector<double>* ms) { return run_with(inputs, ms); }
+
+Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -69,19 +72,41 @@ Tensors Plan::run(const Tensors& inputs) {
              ", the plan runs on ", slot.device().str());
     copy_into(slot, x);
   }
-  if (rng_advance_ > 0) {  // fresh draws every run, reproducible from the seed
-    RngState state = rng_state();
-    uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
-    for (Instruction& ins : code_) {
-      if (ins.rng_delta < 0) continue;
-      ins.attrs.set("seed", static_cast<int64_t>(state.seed));
-      ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
-    }
+  if (ms) {
+    *ms = capture_->profile();
+  } else if (!capture_->run()) {
+    draw_rng();
+    execute();
   }
+  Tensors out;
+  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    copy_into(copy, t);
+    out.push_back(copy);
+  }
+  return out;
+}
+
+void Plan::draw_rng() {
+  if (rng_advance_ == 0) return;  // fresh draws every run, reproducible from the seed
+  RngState state = rng_state();
+  uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
+  for (Instruction& ins : code_) {
+    if (ins.rng_delta < 0) continue;
+    ins.attrs.set("seed", static_cast<int64_t>(state.seed));
+    ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
+  }
+}
+
+void Plan::execute(const std::function<void(int)>* progress) {
   const bool cpu = device_.is_cpu();
+  for (const auto& branch : branches_) branch->taken = -1;
   for (size_t i = 0; i < code_.size(); ++i) {
     Instruction& ins = code_[i];
-    if (ins.run < 0) {
+    if (progress) (*progress)(static_cast<int>(i));
+    if (ins.branch) {
+      run_branch(ins);
+    } else if (ins.run < 0) {
       Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
       kernel(ins.in_t, ins.out_t, ins.attrs);
     } else if (static_cast<int>(i) == runs_[ins.run].first) {
@@ -92,13 +117,6 @@ Tensors Plan::run(const Tensors& inputs) {
       for (int k = ins.run < 0 ? static_cast<int>(i) : runs_[ins.run].first; k <= static_cast<int>(i); ++k)
         poison(code_[k].released);
   }
-  Tensors out;
-  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
-    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
-    copy_into(copy, t);
-    out.push_back(copy);
-  }
-  return out;
 }
 
 Tensors snapshot(const Tensors& tensors) {
@@ -123,6 +141,7 @@ void Plan::poison(const std::vector<int>& released) {
     const Buffer& b = buffers_[id];
     if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
     int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+    stats_.poisoned_bytes += static_cast<size_t>(n) * itemsize(b.dtype);
     fill_raw(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
   }
 }
@@ -144,19 +163,7 @@ std::string Plan::str() const {
   for (size_t i = 0; i < inputs_.size(); ++i)
     os << "  input " << buffers_[inputs_[i].buffer].name << ": " << dtype_name(inputs_[i].dtype) << " "
        << to_string(inputs_[i].shape) << "\n";
-  for (size_t i = 0; i < code_.size(); ++i) {
-    const Instruction& ins = code_[i];
-    os << "  " << i << ": ";
-    for (size_t k = 0; k < ins.out.size(); ++k) os << (k ? ", " : "") << describe(ins.out[k]);
-    if (!ins.out.empty()) os << " = ";
-    os << ins.op->name << "(";
-    for (size_t k = 0; k < ins.in.size(); ++k) os << (k ? ", " : "") << describe(ins.in[k]);
-    os << ")";
-    std::string attrs = ins.attrs.str();
-    if (!attrs.empty()) os << " {" << attrs << "}";
-    if (!ins.out.empty()) os << "  # " << dtype_name(ins.out[0].dtype) << " " << to_string(ins.out[0].shape);
-    os << "\n";
-  }
+  str_block(os, code_, "  ");
   for (const Value& v : outputs_) os << "  output " << describe(v) << "\n";
   return os.str();
 }
@@ -164,23 +171,11 @@ std::string Plan::str() const {
 std::string Plan::dot() const {
   std::ostringstream os;
   os << "digraph plan {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
-  std::vector<int> producer(buffers_.size(), -1);
+  std::vector<std::string> producer(buffers_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
     os << "  b" << inputs_[i].buffer << " [label=\"" << buffers_[inputs_[i].buffer].name << "\\n"
        << to_string(inputs_[i].shape) << "\", shape=ellipse];\n";
-  for (size_t i = 0; i < code_.size(); ++i) {
-    const Instruction& ins = code_[i];
-    os << "  i" << i << " [label=\"" << i << ": " << ins.op->name;
-    if (!ins.out.empty()) os << "\\n" << to_string(ins.out[0].shape);
-    os << "\"" << ((mutates_inputs(*ins.op)) ? ", style=filled, fillcolor=\"#fde2c8\"" : "") << "];\n";
-    for (const Value& v : ins.in) {
-      if (producer[v.buffer] >= 0)
-        os << "  i" << producer[v.buffer] << " -> i" << i << ";\n";
-      else if (buffers_[v.buffer].kind == BufferKind::Input)
-        os << "  b" << v.buffer << " -> i" << i << ";\n";
-    }
-    for (const Value& v : ins.out) producer[v.buffer] = static_cast<int>(i);
-  }
+  dot_block(os, code_, producer, "i");
   os << "}\n";
   return os.str();
 }

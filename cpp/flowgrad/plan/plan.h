@@ -7,26 +7,68 @@
 // proves it safe; plan.cpp executes, and prints the plan.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg::plan {
 
 // ---- tracing ----
 
+// Data-dependent control flow in a plan (branch.cpp runs it). Each kind is one conditional
+// region a CUDA graph can hold as a conditional node: Switch -> IF/SWITCH node, loops -> WHILE.
+enum class BranchKind : uint8_t {
+  Switch,        // runs blocks[selector]
+  While,         // blocks {halt, body}: while halt <= 0 and fewer than max_iter iterations: body
+  Until,         // blocks {body, halt}: body, then stop once halt > 0 (or after max_iter)
+  LoopBackward,  // blocks {body backward}: for k = count - 1 .. 0, on the k-th saved body input
+  Guard,         // blocks {update}: runs when a listed branch took a listed block (optimizer
+                 // updates of parameters whose gradient only a branch computes)
+};
+const char* branch_kind_name(BranchKind kind);
+
+struct TracedBranch;
 struct TracedCall {
-  const OpDef* op;
+  const OpDef* op;  // null for a branch
   Attrs attrs;
   Tensors in, out;
+  std::shared_ptr<TracedBranch> branch;
 };
 
-// While alive, records every op call (from any thread) and every host read of a tensor.
-class Tracer : public OpObserver {
+// What a block leaves behind: `value` copied (or added) into `target`, a buffer the branch owns;
+// an undefined value writes zeros (copy) or adds nothing.
+struct TracedResult {
+  Tensor value, target;
+  bool accumulate = false;
+};
+
+struct TracedBranch {
+  BranchKind kind;
+  std::string label;
+  int64_t max_iter = 0;
+  Tensor selector;  // Switch: the branch index; loops: the halt block's one-element result
+  std::vector<std::vector<TracedCall>> blocks;
+  std::vector<std::vector<TracedResult>> results;  // per block
+  Tensors owned;  // buffers the branch writes (outputs, carried values, stash, count)
+  // Loops: the carried value starts as `init` (x forward, the output's gradient backward); the
+  // forward saves each iteration's input in `stash` and the iteration count in `count`.
+  Tensor init, carried, stash, count, step_input;
+  Tensors zeroed;  // LoopBackward: accumulators cleared before the first iteration
+  std::shared_ptr<TracedBranch> loop;  // LoopBackward: its forward loop
+  int id = -1;      // set by the builder
+};
+
+// While alive, records every op call (from any thread) and every host read of a tensor, and
+// traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp).
+class Tracer : public OpObserver, public graph::ControlFlow {
  public:
   Tracer();
   ~Tracer() override;
@@ -36,6 +78,14 @@ class Tracer : public OpObserver {
 
   void on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) override;
   void on_host_read(const Tensor& t, const char* what) override;
+  Tensor run_switch(const graph::SwitchCall& c) override;
+  Tensor run_loop(const graph::LoopCall& c) override;
+
+  // Calls go to a new block until end_block returns them.
+  void begin_block();
+  std::vector<TracedCall> end_block();
+  void add_branch(std::shared_ptr<TracedBranch> branch);
+  bool active() const { return active_; }
 
   std::vector<TracedCall> calls;
   std::vector<std::pair<Tensor, std::string>> host_reads;  // the tensor and what read it
@@ -44,7 +94,15 @@ class Tracer : public OpObserver {
   RngState rng_start, rng_end;
 
  private:
+  Tensors switch_backward(const std::shared_ptr<TracedBranch>& forward, const Tensors& xs, const Tensors& ys,
+                         const std::vector<Tensors>& params, const Tensors& all_params, const Tensor& grad);
+  Tensors loop_backward(const std::shared_ptr<TracedBranch>& forward, const graph::LoopCall& c,
+                        const Tensors& params, const Tensor& grad);
+
   bool active_ = true;
+  std::mutex mutex_;
+  std::vector<std::vector<TracedCall>> open_;  // blocks being traced, innermost last
+  graph::ControlFlow* previous_ = nullptr;
 };
 
 // ---- the plan ----
@@ -78,8 +136,9 @@ struct Value {
   DType dtype;
 };
 
+struct Branch;
 struct Instruction {
-  const OpDef* op;
+  const OpDef* op;  // a branch instruction: a stand-in OpDef named after its kind
   Attrs attrs;
   std::vector<Value> in, out;
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
@@ -87,6 +146,31 @@ struct Instruction {
   int run = -1;            // the fused run it belongs to (fusion.cpp)
   Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
   std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
+  std::shared_ptr<Branch> branch;  // set for a branch instruction: `in`/`out` list every outer
+                                   // buffer its blocks read/write
+};
+
+// A branch instruction's conditional parts. The executor reads the decision (selector, halt,
+// count) on the host; `conditional` names the CUDA conditional node the region maps to once
+// plans are captured (needs a device-side decision instead of the host read).
+struct Branch {
+  BranchKind kind;
+  int id = 0;
+  std::string label;
+  int64_t max_iter = 0;
+  std::vector<std::vector<Instruction>> blocks;
+  Value selector{-1, 0, {}, {}, DType::Float32};  // Switch: branch index; loops: the halt value
+  Value init{-1, 0, {}, {}, DType::Float32}, carried = init, stash = init, count = init, step_input = init;
+  std::vector<Value> zeroed;
+  int loop = -1;  // LoopBackward: the forward loop's branch id
+  std::vector<std::pair<int, int>> guard;  // Guard: runs when branch .first took block .second
+  std::vector<std::vector<int>> present;   // per owned output buffer: blocks that compute it
+  // bound by Plan::bind
+  Tensor selector_t, init_t, carried_t, count_t, step_input_t;
+  Tensors stash_rows, zeroed_t;
+  int taken = -1;  // last run: the block a switch took, 0 when a loop ran its body at least once
+  std::vector<int64_t> runs;  // per block: how many runs took it (switch, guard) or iterations (loops)
+  const char* conditional() const;  // "IF", "SWITCH", "WHILE" or "IF" (guard)
 };
 
 // A run of elementwise instructions executed tile by tile (fusion.cpp).
@@ -101,10 +185,14 @@ struct FusedRun {
   std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
 };
 
+class Capture;  // CUDA graph capture of a plan (capture.h)
+
 // A tensor with the layout `v` over `storage` (no autograd identity).
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 
 struct PlanStats {
+  int branches = 0;
+  size_t poisoned_bytes = 0;  // FLOWGRAD_DEBUG_PLAN: bytes filled with NaN so far
   int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0, fused = 0, transposes = 0;
   size_t arena_bytes = 0, naive_bytes = 0;
   std::string cuda_graph;
@@ -125,6 +213,8 @@ class Plan {
 
   // Runs the plan on new inputs (same shapes and dtypes as traced); returns the outputs.
   Tensors run(const Tensors& inputs);
+  // The same, also writing each instruction's milliseconds into *ms (capture.h: Capture::profile).
+  Tensors run_profiled(const Tensors& inputs, std::vector<double>* ms);
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
@@ -134,12 +224,19 @@ class Plan {
   const std::vector<Buffer>& buffers() const { return buffers_; }
   const PlanStats& stats() const { return stats_; }
   Device device() const { return device_; }
+  bool poisons() const { return poison_; }  // FLOWGRAD_DEBUG_PLAN was set when it was built
   std::string str() const;
   std::string dot() const;
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
+  const Capture& capture() const { return *capture_; }
 
  private:
   friend struct Builder;
+  friend class Capture;
+  Tensors run_with(const Tensors& inputs, std::vector<double>* ms);
+  void draw_rng();  // random instructions take this run's seed and counters
+  // The instructions in order on the current stream; `progress(i)` is called before each (capture).
+  void execute(const std::function<void(int)>* progress = nullptr);
   void plan_memory();
   void bind();
   int64_t fusable_length(const Instruction& ins) const;
@@ -147,11 +244,18 @@ class Plan {
   void bind_runs();
   void execute_run(FusedRun& run);
   void poison(const std::vector<int>& released);
+  void run_branch(Instruction& ins);  // branch.cpp
+  void run_block(Branch& b, size_t index);
+  void bind_branch(Branch& b);
+  void str_block(std::ostream& os, const std::vector<Instruction>& code, const std::string& indent) const;
+  void dot_block(std::ostream& os, const std::vector<Instruction>& code, std::vector<std::string>& producer,
+                 const std::string& prefix) const;
 
   Device device_;
   std::vector<Buffer> buffers_;
   std::vector<Instruction> code_;
   std::vector<FusedRun> runs_;
+  std::vector<std::shared_ptr<Branch>> branches_;  // by id
   std::vector<Value> inputs_, outputs_;
   Tensors input_t_, output_t_;
   std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> watched_;
@@ -159,6 +263,7 @@ class Plan {
   int64_t rng_advance_ = 0;
   bool poison_ = false;
   PlanStats stats_;
+  std::shared_ptr<Capture> capture_;  // made in bind()
 };
 
 // Copies of tensors' values, and writing them back (compile traces one real step, then restores

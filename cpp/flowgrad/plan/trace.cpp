@@ -11,7 +11,11 @@ uint64_t next_serial() { return Storage::wrap(nullptr, 0, Device{}, [] {})->seri
 
 }  // namespace
 
-Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) { push_op_observer(this); }
+Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) {
+  push_op_observer(this);
+  previous_ = graph::control_flow();
+  graph::set_control_flow(this);
+}
 
 Tracer::~Tracer() { stop(); }
 
@@ -20,12 +24,31 @@ void Tracer::stop() {
   active_ = false;
   rng_end = rng_state();
   pop_op_observer(this);
+  graph::set_control_flow(previous_);
 }
 
 // Called under the registry's observer lock, so calls from pool threads append one at a time,
 // each after the calls that produced its inputs.
 void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
-  calls.push_back({&op, attrs, in.vec(), out});
+  std::lock_guard<std::mutex> lock(mutex_);
+  (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr});
+}
+
+void Tracer::begin_block() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_.emplace_back();
+}
+
+std::vector<TracedCall> Tracer::end_block() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TracedCall> block = std::move(open_.back());
+  open_.pop_back();
+  return block;
+}
+
+void Tracer::add_branch(std::shared_ptr<TracedBranch> branch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch)});
 }
 
 void Tracer::on_host_read(const Tensor& t, const char* what) { host_reads.emplace_back(t, what); }

@@ -3,6 +3,7 @@ Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile)
 """
 from __future__ import annotations
 import collections.abc
+import typing
 import flowgrad._core
 __all__: list[str] = ['Plan', 'Tracer', 'restore', 'snapshot']
 class Plan:
@@ -17,6 +18,10 @@ class Plan:
         """
         Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
         """
+    def capture_blocker(self, device: typing.Any = None) -> str:
+        """
+        Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the host before any attempt; '' when capture would be tried.
+        """
     def check_memory(self) -> None:
         """
         Raises unless no two buffers alive at the same time share arena bytes.
@@ -27,7 +32,7 @@ class Plan:
         """
     def ir(self) -> list:
         """
-        The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs).
+        The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its selector and its blocks (lists of records).
         """
     def run(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
         """
@@ -36,6 +41,10 @@ class Plan:
     def stats(self) -> dict:
         """
         Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...
+        """
+    def run_profiled(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> tuple:
+        """
+        Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; CUDA: timing events inside a captured graph of the step).
         """
     def up_to_date(self) -> bool:
         """

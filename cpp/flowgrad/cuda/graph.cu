@@ -1,0 +1,159 @@
+// Stream capture into CUDA graphs (graph.h).
+#include <cuda_runtime.h>
+
+#include <map>
+
+#include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/graph.h"
+#include "kernels/linalg/gemm.h"
+
+namespace fg::cuda {
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+}
+
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    cudaGetDevice(&previous_);
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// One capture stream per (thread, device); a capture never runs work, so it needs no ordering
+// with other streams (the replay is launched on the caller's stream).
+cudaStream_t capture_stream(int device) {
+  thread_local std::map<int, cudaStream_t> streams;
+  cudaStream_t& s = streams[device];
+  if (!s) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "CUDA graph capture (cudaStreamCreate)");
+  return s;
+}
+
+bool invalidated(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusActive;
+}
+
+struct Broken {};  // thrown by progress() when the previous step invalidated the capture
+
+}  // namespace
+
+CapturedGraph::~CapturedGraph() {
+  DeviceScope scope(device_);
+  cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(exec_));
+  cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph_));
+}
+
+void CapturedGraph::launch(StreamHandle stream) const {
+  DeviceScope scope(device_);
+  check(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(exec_), reinterpret_cast<cudaStream_t>(stream)),
+        "replaying a captured step (cudaGraphLaunch)");
+}
+
+namespace {
+
+using Body = std::function<void(const std::function<void(int)>&)>;
+
+// capture() with `on_step(i, stream)` called inside the capture before step i (and with i = -1
+// after the body).
+CaptureResult capture_with(int device, const Body& body, const std::function<void(int, cudaStream_t)>& on_step);
+
+}  // namespace
+
+CaptureResult capture(int device, const Body& body) { return capture_with(device, body, nullptr); }
+
+std::vector<double> time_steps(int device, int steps, const Body& body, std::string* why, int* step) {
+  std::vector<cudaEvent_t> events(static_cast<size_t>(steps) + 1, nullptr);
+  for (cudaEvent_t& e : events) check(cudaEventCreate(&e), "profiling a captured step (cudaEventCreate)");
+  auto record = [&](int i, cudaStream_t s) {
+    cudaEvent_t e = events[i < 0 ? steps : i];
+    check(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal), "profiling a captured step (cudaEventRecord)");
+  };
+  CaptureResult r = capture_with(device, body, record);
+  std::vector<double> ms;
+  if (r.graph) {
+    StreamHandle stream = current_stream_handle(device);
+    r.graph->launch(stream);
+    check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
+    for (int i = 0; i < steps; ++i) {
+      float t = 0;
+      check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "profiling a captured step (cudaEventElapsedTime)");
+      ms.push_back(t);
+    }
+  }
+  r.graph.reset();
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  *why = r.why;
+  *step = r.step;
+  return ms;
+}
+
+namespace {
+
+CaptureResult capture_with(int device, const Body& body, const std::function<void(int, cudaStream_t)>& on_step) {
+  CaptureResult r;
+  DeviceScope scope(device);
+  cudaStream_t s = capture_stream(device);
+  {
+    StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
+    gemm_cuda_prepare_stream();  // cuBLAS handle and workspace for this stream, made outside capture
+  }
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture (cudaStreamBeginCapture)");
+  int step = -1;
+  try {
+    StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
+    body([&](int i) {
+      if (invalidated(s)) throw Broken{};
+      step = i;
+      if (on_step) on_step(i, s);
+    });
+    if (invalidated(s)) throw Broken{};
+    if (on_step) on_step(-1, s);
+  } catch (const Broken&) {
+    r.why = "a CUDA call that cannot be captured (a synchronising copy, an allocation or a legacy-stream launch) "
+            "invalidated the capture";
+  } catch (const std::exception& e) {
+    r.why = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  if (r.why.empty() && ended != cudaSuccess) r.why = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended);
+  if (!r.why.empty()) {
+    r.step = step;
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // capture errors are not sticky; clear them for the plain run that follows
+    return r;
+  }
+  size_t nodes = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &nodes), "CUDA graph capture (cudaGraphGetNodes)");
+  if (nodes == 0) {
+    cudaGraphDestroy(graph);
+    r.why = "the capture recorded no work";
+    return r;
+  }
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  if (made != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    cudaGetLastError();
+    r.why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made);
+    return r;
+  }
+  r.graph = std::make_unique<CapturedGraph>(device, reinterpret_cast<uintptr_t>(graph), reinterpret_cast<uintptr_t>(exec),
+                                            nodes);
+  return r;
+}
+
+}  // namespace
+
+}  // namespace fg::cuda

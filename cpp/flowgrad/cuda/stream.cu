@@ -1,0 +1,212 @@
+// Streams, events and the thread-local current stream (stream.h).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/runtime.h"
+#include "flowgrad/cuda/stream.h"
+
+namespace fg::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+void check(cudaError_t err, const char* what) {
+  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+}
+
+void check_device(int device, const char* what) {
+  std::string why;
+  int count = device_count(&why);
+  FG_CHECK(count > 0, Device, what, ": cuda:", device, " is not available: ", why);
+  FG_CHECK(device >= 0 && device < count && device < kMaxDevices, Device, what, ": cuda:", device,
+           " does not exist (", count, " device(s) visible)");
+}
+
+cudaStream_t as_stream(StreamHandle h) { return reinterpret_cast<cudaStream_t>(h); }
+cudaEvent_t as_event(uintptr_t e) { return reinterpret_cast<cudaEvent_t>(e); }
+
+thread_local std::array<StreamHandle, kMaxDevices> t_current{};  // 0: the legacy default stream
+
+// Makes `device` current for the scope (stream and event calls act on the right GPU).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    cudaGetDevice(&previous_);
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace
+
+Stream::~Stream() {
+  if (owned && handle) {
+    DeviceScope scope(device);
+    cudaStreamDestroy(as_stream(handle));  // queued work still completes
+  }
+}
+
+void Stream::synchronize() const {
+  DeviceScope scope(device);
+  check(cudaStreamSynchronize(as_stream(handle)), "Stream.synchronize (cudaStreamSynchronize)");
+}
+
+bool Stream::query() const {
+  DeviceScope scope(device);
+  cudaError_t err = cudaStreamQuery(as_stream(handle));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "Stream.query (cudaStreamQuery)");
+  return true;
+}
+
+std::shared_ptr<Stream> create_stream(int device, int priority) {
+  check_device(device, "fg.cuda.Stream");
+  DeviceScope scope(device);
+  cudaStream_t s = nullptr;
+  // Blocking streams (not cudaStreamNonBlocking): work on the legacy default stream, which code
+  // outside flowgrad may still use, stays ordered with them.
+  check(cudaStreamCreateWithPriority(&s, cudaStreamDefault, priority), "fg.cuda.Stream (cudaStreamCreate)");
+  return std::make_shared<Stream>(device, reinterpret_cast<StreamHandle>(s), true);
+}
+
+std::shared_ptr<Stream> current_stream(int device) {
+  check_device(device, "fg.cuda.current_stream");
+  return std::make_shared<Stream>(device, t_current[device], false);
+}
+
+std::shared_ptr<Stream> default_stream(int device) {
+  check_device(device, "fg.cuda.default_stream");
+  return std::make_shared<Stream>(device, 0, false);
+}
+
+void set_current_stream(int device, StreamHandle handle) {
+  FG_CHECK(device >= 0 && device < kMaxDevices, Device, "fg.cuda.set_stream: cuda:", device, " is out of range");
+  t_current[device] = handle;
+}
+
+StreamHandle current_stream_handle(int device) {
+  return device >= 0 && device < kMaxDevices ? t_current[device] : 0;
+}
+
+StreamHandle launch_stream() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return current_stream_handle(device);
+}
+
+bool capturing(StreamHandle stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(as_stream(stream), &status) != cudaSuccess) {
+    cudaGetLastError();  // the legacy stream cannot be asked while another stream captures
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+Event::Event(int device, bool timing) : device_(device), timing_(timing) {
+  check_device(device, "fg.cuda.Event");
+  DeviceScope scope(device);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "fg.cuda.Event (cudaEventCreate)");
+  event_ = reinterpret_cast<uintptr_t>(e);
+}
+
+Event::~Event() {
+  DeviceScope scope(device_);
+  cudaEventDestroy(as_event(event_));
+}
+
+void Event::record(StreamHandle stream) {
+  DeviceScope scope(device_);
+  check(cudaEventRecord(as_event(event_), as_stream(stream)), "Event.record (cudaEventRecord)");
+  recorded_ = true;
+}
+
+void Event::wait(StreamHandle stream) const {
+  DeviceScope scope(device_);
+  check(cudaStreamWaitEvent(as_stream(stream), as_event(event_), 0), "Event.wait (cudaStreamWaitEvent)");
+}
+
+void Event::synchronize() const {
+  check(cudaEventSynchronize(as_event(event_)), "Event.synchronize (cudaEventSynchronize)");
+}
+
+bool Event::query() const {
+  cudaError_t err = cudaEventQuery(as_event(event_));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "Event.query (cudaEventQuery)");
+  return true;
+}
+
+double Event::elapsed_ms(const Event& end) const {
+  FG_CHECK(timing_ && end.timing_, Value, "Event.elapsed_time: both events need enable_timing=True");
+  FG_CHECK(recorded_ && end.recorded_, Value, "Event.elapsed_time: both events must be recorded first");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, as_event(event_), as_event(end.event_)), "Event.elapsed_time (cudaEventElapsedTime)");
+  return ms;
+}
+
+StreamGuard::StreamGuard(int device, StreamHandle handle) : device_(device), previous_(t_current.at(device)) {
+  t_current[device] = handle;
+}
+StreamGuard::~StreamGuard() { t_current[device_] = previous_; }
+
+namespace {
+
+// Branch streams per (device, origin stream, index), created on first use and kept.
+StreamHandle branch_stream(int device, StreamHandle origin, int index) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, StreamHandle, int>, StreamHandle> pool;
+  std::lock_guard<std::mutex> lock(mutex);
+  StreamHandle& s = pool[{device, origin, index}];
+  if (!s) {
+    DeviceScope scope(device);
+    cudaStream_t created = nullptr;
+    check(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "branch stream (cudaStreamCreate)");
+    s = reinterpret_cast<StreamHandle>(created);
+  }
+  return s;
+}
+
+// A disable-timing event recorded on `from` and waited on by `to`.
+void order(StreamHandle from, StreamHandle to) {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "stream fork/join (cudaEventCreate)");
+  check(cudaEventRecord(e, as_stream(from)), "stream fork/join (cudaEventRecord)");
+  check(cudaStreamWaitEvent(as_stream(to), e, 0), "stream fork/join (cudaStreamWaitEvent)");
+  cudaEventDestroy(e);  // released once the wait is satisfied
+}
+
+}  // namespace
+
+Fork::Fork(int device, int count) : device_(device), origin_(t_current.at(device)) {
+  DeviceScope scope(device);
+  for (int i = 0; i < count; ++i) {
+    branches_.push_back(branch_stream(device, origin_, i));
+    order(origin_, branches_.back());
+  }
+}
+
+void Fork::join() {
+  if (joined_) return;
+  joined_ = true;
+  DeviceScope scope(device_);
+  for (StreamHandle b : branches_) order(b, origin_);
+}
+
+Fork::~Fork() {
+  try {
+    join();
+  } catch (...) {  // already unwinding from a branch's error; the sticky CUDA error reports later
+  }
+}
+
+}  // namespace fg::cuda

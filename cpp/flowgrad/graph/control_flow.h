@@ -1,0 +1,47 @@
+// How a switch and a while_/until loop decide. Eagerly the graph reads the selector or the halt
+// value on the host. A compile tracer installs a ControlFlow instead: it traces every branch (or
+// the loop's body and halt) as blocks of one branch instruction, so the compiled plan decides
+// at run time (plan/branch_trace.cpp).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flowgrad/nn/module.h"
+
+namespace fg::graph {
+
+// Calls a node's module with the graph's checks (one output tensor).
+using CallModule = std::function<Tensor(const std::shared_ptr<nn::Module>&, const Tensors&)>;
+
+struct SwitchCall {
+  std::string node;  // "node 3 (switch(...))" for messages
+  Tensor selector;   // the selector's one-element output
+  Tensor x;
+  std::vector<std::shared_ptr<nn::Module>> branches;
+  CallModule call;
+};
+
+struct LoopCall {
+  std::string node;
+  bool until;        // halt after the body (until) or before it (while_)
+  int64_t max_iter;
+  Tensor x;
+  Tensors refs;      // extra body inputs (using)
+  std::shared_ptr<nn::Module> body, halt;
+  CallModule call;
+};
+
+class ControlFlow {
+ public:
+  virtual ~ControlFlow() = default;
+  virtual Tensor run_switch(const SwitchCall& c) = 0;
+  virtual Tensor run_loop(const LoopCall& c) = 0;
+};
+
+// The installed one (a compile tracer), or null: eager decisions. Levels run one node at a time
+// while one is installed, so each construct is traced as a whole.
+ControlFlow* control_flow();
+void set_control_flow(ControlFlow* cf);
+
+}  // namespace fg::graph

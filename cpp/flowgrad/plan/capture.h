@@ -1,0 +1,62 @@
+// Whole-step CUDA graph capture of a plan: a small state machine (warm up, capture, replay) that
+// falls back to plain execution for good when capture fails, and says why in
+// stats()["cuda_graph"]. Kept apart from the executor loop (plan.cpp) on purpose.
+#pragma once
+#include <memory>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flowgrad/core/device.h"
+#include "flowgrad/core/tensor.h"
+
+namespace fg::cuda {
+class CapturedGraph;
+}
+
+namespace fg::plan {
+
+class Plan;
+
+// Why a plan on `device` will not be captured, decided on the host before any attempt ("" when
+// it will be tried): a CPU plan, the FLOWGRAD_NO_CUDA_GRAPH kill switch, a branch instruction
+// (switch / while_ / until decide on the host until they become CUDA conditional nodes), an
+// instruction whose op needs the host. CPU tests ask it about "cuda" to exercise the rules.
+std::string capture_blocker(const Plan& plan, Device device);
+
+class Capture {
+ public:
+  explicit Capture(Plan& plan);
+  ~Capture();
+  Capture(const Capture&) = delete;
+  Capture& operator=(const Capture&) = delete;
+  // Runs the step whose inputs are already in their slots, as a replay of the captured graph
+  // (capturing it first on the second call); false when the caller must run the plan plainly
+  // (CPU, kill switch, the warm-up call, a failed capture).
+  bool run();
+  // Runs the step once and returns each instruction's milliseconds: on the CPU by the host clock
+  // around each instruction (a fused run counts at its first instruction), on CUDA from timing
+  // events recorded inside a captured graph of the step (the last instruction's time includes
+  // the Philox advance). Raises when a CUDA plan is not captured (kill switch, failed capture).
+  std::vector<double> profile();
+  const std::string& status() const { return status_; }
+  int replays() const { return replays_; }
+
+ private:
+  enum class Phase { Off, WarmUp, Capture, Replay };
+  void try_capture();
+  void sync_philox();
+  // The capture body: the instructions with random fills reading the device Philox pair.
+  std::function<void(const std::function<void(int)>&)> device_rng_body();
+
+  Plan& plan_;
+  Phase phase_ = Phase::Off;
+  std::string status_;
+  std::unique_ptr<cuda::CapturedGraph> graph_;
+  Tensor philox_;  // int64 (2,) on the plan's device: {seed, base counter} read by the graph's random fills
+  uint64_t philox_seed_ = 0, philox_base_ = 0;  // what the device pair holds (after the last replay)
+  bool philox_known_ = false;
+  int replays_ = 0;
+};
+
+}  // namespace fg::plan
