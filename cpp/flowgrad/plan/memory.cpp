@@ -36,8 +36,10 @@ void Plan::plan_memory() {
   };
   for (const Value& v : inputs_) touch(v.buffer, -1);
   for (int i = 0; i < end; ++i) {
-    for (const Value& v : code_[i].in) touch(v.buffer, i);
-    for (const Value& v : code_[i].out) touch(v.buffer, i);
+    // A fused run interleaves its instructions tile by tile: what it touches lives through all of it.
+    int first = code_[i].run < 0 ? i : runs_[code_[i].run].first, last = code_[i].run < 0 ? i : runs_[code_[i].run].last;
+    for (const auto* values : {&code_[i].in, &code_[i].out})
+      for (const Value& v : *values) touch(v.buffer, first), touch(v.buffer, last);
   }
   for (const Value& v : outputs_) touch(v.buffer, end);
 
