@@ -148,3 +148,15 @@ def test_nvrtc_compiles_every_fused_run_to_ptx(arch):
 def test_nvrtc_errors_carry_the_compiler_log():
     with pytest.raises(fg.FlowgradError, match="NVRTC could not compile the fused CUDA kernel broken"):
         fg._core.plan.compile_ptx('extern "C" __global__ void broken() { undefined_name(); }', "broken", 80)
+
+
+def test_an_input_no_instruction_reads_keeps_bytes_of_its_own():
+    # The target is ignored by the loss: its slot is still written every call, and must not land
+    # on the bytes of the other input (it did: the first element of x was zeroed).
+    model = fg.nn.Linear(5, 3)
+    x = fg.randn(4, 5)
+    step = fg.compile(model, lambda out, _: out.sum(), None, example_inputs=(x, fg.zeros(1)))
+    expected = (x.numpy() @ model.weight.numpy().T + model.bias.numpy()).sum()
+    np.testing.assert_allclose(step(x, fg.full((1,), 7.0)).item(), expected, rtol=1e-5)
+    buffers = {b["name"]: b for b in step.plan.buffers()}
+    assert buffers["x0"]["offset"] != buffers["x1"]["offset"]

@@ -14,8 +14,10 @@ constexpr int64_t kAlign = 64;
 
 int64_t aligned(size_t bytes) { return (static_cast<int64_t>(bytes) + kAlign - 1) / kAlign * kAlign; }
 
+// An input is copied into its slot at the start of every run, so it has bytes of its own even
+// when no instruction reads it (else it would land on offset 0, over a live buffer).
 bool in_arena(const Buffer& b) {
-  return b.kind != BufferKind::External && !b.local && b.last >= b.first && b.last >= 0;
+  return b.kind != BufferKind::External && !b.local && b.last >= b.first && (b.last >= 0 || b.kind == BufferKind::Input);
 }
 
 bool overlap_in_time(const Buffer& a, const Buffer& b) { return a.first <= b.last && b.first <= a.last; }
