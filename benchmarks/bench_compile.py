@@ -147,10 +147,63 @@ def mlp_gemms(batch, device):
     return best_time(run), flops
 
 
+CHAIN_OPS, CHAIN_SIZE = 100, 64
+
+
+class Chain(nn.Module):
+    """100 small elementwise ops and a sum (and their backward): a plan's per-instruction overhead."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(fg.ones(CHAIN_SIZE))
+
+    def forward(self, x):
+        return chain(x * self.scale).sum()
+
+
+def chain(x):
+    for i in range(CHAIN_OPS // 4):
+        x = (x * 1.0001 + 0.001).tanh().neg() if i % 2 else (x * 0.9999 - 0.001).tanh().neg()
+    return x
+
+
+def chain_per_op():
+    """Microseconds per plan instruction, 100 ops on 64 floats and their backward: compiled plan vs the
+    same step in our eager mode vs PyTorch eager (each time divided by the plan's instruction count)."""
+    x = fg.randn(CHAIN_SIZE)
+    model = Chain()
+    step = fg.compile(model, example_inputs=(x,))
+    ops = step.stats["instructions"]
+    row = {"case": "chain", "ops": ops, "numel": CHAIN_SIZE,
+           "compiled_us_per_op": best_time(lambda: step(x)) / ops * 1e6}
+
+    def eager():
+        model.scale.grad = None
+        model(x).backward()
+    row["eager_us_per_op"] = best_time(eager) / ops * 1e6
+    try:
+        import torch
+        tx, scale = torch.tensor(x.numpy()), torch.ones(CHAIN_SIZE, requires_grad=True)
+
+        def torch_eager():
+            scale.grad = None
+            chain(tx * scale).sum().backward()
+        row["torch_us_per_op"] = best_time(torch_eager) / ops * 1e6
+    except ImportError:
+        row["torch_us_per_op"] = None
+    line = (f"chain of {ops} ops on {CHAIN_SIZE} floats: compiled {row['compiled_us_per_op']:.2f} us/op  "
+            f"eager {row['eager_us_per_op']:.2f} us/op")
+    if row["torch_us_per_op"] is not None:
+        line += f"  torch {row['torch_us_per_op']:.2f} us/op"
+    print(line, flush=True)
+    return row
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", choices=["chain"], help="run one case only")
     args = parser.parse_args()
     try:
         import torch
@@ -159,8 +212,8 @@ def main():
         torch = None
     info = machine()
     print(f"machine: {info}")
-    results = []
-    for case, batch in (("mlp", 64), ("mlp", 512), ("transformer", 16)):
+    results = [chain_per_op()]
+    for case, batch in () if args.only else (("mlp", 64), ("mlp", 512), ("transformer", 16)):
         unit_items = batch if case == "mlp" else batch * T
         for opt_name in ("sgd", "adamw"):
             eager, compiled, step = flowgrad_steps(case, batch, opt_name, args.device)

@@ -42,6 +42,26 @@ def test_registry_names_are_unique_and_flags_consistent():
         assert op["in_place"] == op["name"].endswith("_"), op["name"]
         assert not op["saves_original"] or op["in_place"], op["name"]
         assert not (op["in_place"] and (op["view"] or op["fusable"])), op["name"]
+        # ops that write an input are exactly the in-place ops and the optimizer updates; an in-place op
+        # writes input 0
+        assert bool(op["written_inputs"]) == (op["in_place"] or op["family"] == "optim"), op["name"]
+        assert not op["in_place"] or op["written_inputs"] & 1, op["name"]
+        # an op whose output size depends on values reads them on the host
+        assert not op["data_dependent"] or op["host_sync"], op["name"]
+
+
+def test_host_sync_flags_cover_the_index_validating_ops():
+    """The ops whose CUDA path copies indices to the host for validation (checked_index) or reads values
+    for an output size carry kHostSync, so a compiled CUDA step refuses them by flag."""
+    ops = {op["name"]: op for op in fg._core._op_registry()}
+    kernel_sources = (pathlib.Path(__file__).parent.parent / "cpp" / "flowgrad" / "ops")
+    validating = set()
+    for src in kernel_sources.glob("*.cpp"):
+        validating |= set(re.findall(r'checked_index\([^,]+,[^,]+,\s*"(\w+)"', src.read_text()))
+    assert validating >= {"gather", "index_select"}
+    for name in validating | {"nonzero"}:
+        assert ops[name]["host_sync"], name
+    assert [n for n, op in ops.items() if op["host_sync"] and n not in validating | {"nonzero"}] == []
 
 
 def test_cuda_builds_have_elementwise_kernels():

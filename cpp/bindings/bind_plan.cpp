@@ -34,6 +34,10 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
     d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
     d["attrs"] = ins.attrs.str();
     d["random"] = ins.rng_delta >= 0;
+    d["run"] = ins.run < 0 ? py::object(py::none()) : py::cast(ins.run);  // its fused run
+    py::list shapes;
+    for (const auto& v : ins.in) shapes.append(std::vector<int64_t>(v.shape.begin(), v.shape.end()));
+    d["input_shapes"] = shapes;
     d["branch"] = py::none();
     if (const auto& b = ins.branch) {  // a conditional region: decided at run time
       py::dict br;
@@ -125,14 +129,25 @@ void bind_plan(py::module_& m) {
              d["naive_bytes"] = s.naive_bytes;
              d["cuda_graph"] = s.cuda_graph;
              d["cuda_graph_replays"] = p.capture().replays();
+             d["cuda_fusion"] = s.cuda_fusion;
              d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
              if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
+             d["allocations"] = s.allocations;  // by the last run's instructions
+             py::list allocating;
+             for (int i : s.allocating) allocating.append(py::make_tuple(i, p.instructions()[i].op->name));
+             d["allocating"] = allocating;
              return d;
            }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
       .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
-           "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, branch); "
-           "a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its "
-           "selector and its blocks (lists of records).")
+           "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, "
+           "input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it "
+           "maps to, its selector and its blocks (lists of records).")
+      .def("fused_cuda_source", [](const plan::Plan& p, int run) {
+             FG_CHECK(run >= 0 && run < static_cast<int>(p.runs().size()), Index, "fused_cuda_source: run ", run,
+                      " of a plan with ", p.runs().size(), " fused run(s)");
+             plan::FusedKernel k = p.fused_kernel(run, "fg_fused_" + std::to_string(run));
+             return py::make_tuple(k.name, k.source);
+           }, py::arg("run"), "(name, source) of the CUDA kernel generated for fused run `run` (CUDA plans compile it with NVRTC).")
       .def("buffers", [](const plan::Plan& p) {
              py::list out;
              for (const auto& b : p.buffers()) {
@@ -149,6 +164,15 @@ void bind_plan(py::module_& m) {
              return out;
            }, "Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.");
 
+  pm.def("nvrtc_available", [] {
+    std::string why;
+    bool ok = plan::nvrtc_available(&why);
+    return py::make_tuple(ok, why);
+  }, "(True, '') when NVRTC can compile fused CUDA kernels here, else (False, why).");
+  pm.def("compile_ptx", [](const std::string& source, const std::string& name, int arch) {
+    py::gil_scoped_release release;
+    return plan::compile_ptx(source, name, arch);
+  }, py::arg("source"), py::arg("name"), py::arg("arch"), "PTX of CUDA source compiled by NVRTC for compute_<arch>.");
   pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");
   pm.def("restore", &plan::restore, py::arg("tensors"), py::arg("copies"), "Writes copies back into the tensors.");
 }

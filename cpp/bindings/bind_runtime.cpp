@@ -86,6 +86,8 @@ void bind_runtime(py::module_& m) {
       d["data_dependent"] = (op->flags & kDataDependent) != 0;
       d["in_place"] = (op->flags & kInPlace) != 0;
       d["saves_original"] = (op->flags & kSavesOriginal) != 0;
+      d["host_sync"] = (op->flags & kHostSync) != 0;
+      d["written_inputs"] = written_inputs(*op);
       ops.append(d);
     }
     return ops;

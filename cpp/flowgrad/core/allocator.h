@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "flowgrad/core/device.h"
+
 namespace fg {
 
 struct AllocatorStats {
@@ -11,6 +13,24 @@ struct AllocatorStats {
   int64_t peak_allocated = 0;
   int64_t cached = 0;          // bytes in freed blocks kept for reuse
 };
+
+// Storages allocated so far on every device (Storage::allocate calls, cache hits included): a
+// compiled plan compares it before and after its instructions to prove they allocate nothing.
+uint64_t storage_allocations();
+
+// A block that serves this thread's Storage::allocate calls on `device` while installed: a
+// compiled plan installs one around each kernel call so the temporaries a kernel wrapper makes
+// (contiguous copies, casts, widened indices) come from bytes reserved once, not from the
+// allocator. With capacity 0 it only measures: `peak` is the most bytes one kernel asked for.
+struct KernelScratch {
+  void* base = nullptr;
+  size_t capacity = 0;
+  size_t used = 0;   // bytes handed out since the last reset (the plan resets per kernel call)
+  size_t peak = 0;   // the largest `used` seen
+  Device device;
+};
+// Installs `scratch` for this thread (nullptr removes it); returns the previous one.
+KernelScratch* set_kernel_scratch(KernelScratch* scratch);
 
 class CpuAllocator {
  public:

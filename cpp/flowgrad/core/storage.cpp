@@ -1,17 +1,28 @@
 #include "flowgrad/core/storage.h"
 
+#include <algorithm>
 #include <atomic>
+#include <utility>
 
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/errors.h"
 
 namespace fg {
 namespace {
+std::atomic<uint64_t> g_allocations{0};
+thread_local KernelScratch* t_scratch = nullptr;
+
+constexpr size_t kScratchAlign = 64;
+
 DeviceAllocatorHooks& cuda_hooks() {
   static DeviceAllocatorHooks hooks;
   return hooks;
 }
 }  // namespace
+
+KernelScratch* set_kernel_scratch(KernelScratch* scratch) { return std::exchange(t_scratch, scratch); }
+
+uint64_t storage_allocations() { return g_allocations.load(std::memory_order_relaxed); }
 
 void set_cuda_allocator(DeviceAllocatorHooks hooks) { cuda_hooks() = hooks; }
 
@@ -21,6 +32,14 @@ Storage::Storage(Key) {
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
+  if (KernelScratch* scratch = t_scratch; scratch && bytes > 0 && scratch->device == device) {
+    size_t at = scratch->used;
+    scratch->used += (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    scratch->peak = std::max(scratch->peak, scratch->used);
+    if (scratch->used <= scratch->capacity)
+      return wrap(static_cast<char*>(scratch->base) + at, bytes, device, [] {});
+  }
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
   auto s = std::make_shared<Storage>(Key{});
   s->bytes_ = bytes;
   s->device_ = device;

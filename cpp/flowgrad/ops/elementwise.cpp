@@ -36,6 +36,25 @@ void unary_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Run(Fn, out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
 }
 
+// Prepared launch (compiled plans): views, dtype and clamp bounds fixed once. A call that casts
+// its input gets none: the plain kernel converts on every call.
+template <UnaryFn Fn, decltype(&unary_cpu) Run>
+Launch unary_prepare(TensorList in, const Tensors& out, const Attrs& attrs) {
+  if (in[0].dtype() != out[0].dtype()) return {};
+  struct Args {
+    DType dtype;
+    Strided<2> s;  // (out, x)
+    double lo, hi;
+  };
+  bool clamp = Fn == UnaryFn::Clamp;
+  auto args = std::make_shared<Args>(Args{out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &in[0]}),
+                                          clamp ? attrs.f("min") : kNaN, clamp ? attrs.f("max") : kNaN});
+  return {[](const void* p) {
+            auto* a = static_cast<const Args*>(p);
+            Run(Fn, a->dtype, a->s, a->lo, a->hi);
+          }, args};
+}
+
 Tensor ones_mask(const Tensor& cond, const Tensor& like) { return cast(cond, like.dtype()); }
 
 // d/dx of each unary function, times g.
@@ -107,7 +126,10 @@ Tensors unary_backward_clamp(const BackwardCtx& c) {
   const OpDef k_##NAME{.name = #NAME, .family = Family::Unary, .flags = kFusable,          \
                        .shape_rule = unary_shape<UnaryFn::FN>, .cpu = unary_kernel<UnaryFn::FN, unary_cpu>, \
                        .cuda = FG_CUDA((unary_kernel<UnaryFn::FN, unary_cuda>)),                         \
-                       .backward = unary_backward_##NAME, .saved = Saved::SAVED};
+                       .backward = unary_backward_##NAME, .saved = Saved::SAVED,                     \
+                       .prepare_cpu = unary_prepare<UnaryFn::FN, unary_cpu>,                           \
+                       .prepare_cuda = FG_CUDA((unary_prepare<UnaryFn::FN, unary_cuda>)),                \
+                       .functor = static_cast<int>(UnaryFn::FN)};
 FG_UNARY(neg, Neg, Nothing)
 FG_UNARY(abs, Abs, Inputs)
 FG_UNARY(square, Square, Inputs)
@@ -132,7 +154,10 @@ const OpDef k_bitwise_not{.name = "bitwise_not", .family = Family::Unary, .flags
                           .shape_rule = unary_shape<UnaryFn::BitwiseNot>,
                           .cpu = unary_kernel<UnaryFn::BitwiseNot, unary_cpu>,
                           .cuda = FG_CUDA((unary_kernel<UnaryFn::BitwiseNot, unary_cuda>)),
-                          .not_differentiable = "bitwise ops act on bool and integer tensors"};
+                          .not_differentiable = "bitwise ops act on bool and integer tensors",
+                          .prepare_cpu = unary_prepare<UnaryFn::BitwiseNot, unary_cpu>,
+                          .prepare_cuda = FG_CUDA((unary_prepare<UnaryFn::BitwiseNot, unary_cuda>)),
+                          .functor = static_cast<int>(UnaryFn::BitwiseNot)};
 
 const char* unary_name(UnaryFn fn) {
   static const char* names[] = {"neg", "abs", "square", "sign", "relu", "exp", "log",
@@ -174,6 +199,21 @@ void binary_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);
   Run(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+}
+
+template <BinaryFn Fn, decltype(&binary_cpu) Run>
+Launch binary_prepare(TensorList in, const Tensors& out, const Attrs&) {
+  DType dt = compute_dtype(Fn, in[0], in[1]);
+  if (in[0].dtype() != dt || in[1].dtype() != dt) return {};
+  struct Args {
+    DType dtype;
+    Strided<3> s;  // (out, a, b)
+  };
+  auto args = std::make_shared<Args>(Args{dt, strided_over<3>(out[0].shape(), {&out[0], &in[0], &in[1]})});
+  return {[](const void* p) {
+            auto* a = static_cast<const Args*>(p);
+            Run(Fn, a->dtype, a->s);
+          }, args};
 }
 
 Tensors binary_backward_add(const BackwardCtx& c) {
@@ -220,8 +260,10 @@ Tensors binary_backward_minimum(const BackwardCtx& c) { return select_backward(c
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
                        .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
                        .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)),                     \
-                       .backward = binary_backward_##NAME, \
-                       .saved = Saved::SAVED};
+                       .backward = binary_backward_##NAME, .saved = Saved::SAVED,                   \
+                       .prepare_cpu = binary_prepare<BinaryFn::FN, binary_cpu>,                        \
+                       .prepare_cuda = FG_CUDA((binary_prepare<BinaryFn::FN, binary_cuda>)),             \
+                       .functor = static_cast<int>(BinaryFn::FN)};
 FG_BINARY(add, Add, Nothing)
 FG_BINARY(sub, Sub, Nothing)
 FG_BINARY(mul, Mul, Inputs)
@@ -236,7 +278,10 @@ FG_BINARY(minimum, Minimum, Inputs)
   const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
                        .shape_rule = binary_shape<BinaryFn::FN>,                            \
                        .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
-                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)), .not_differentiable = REASON};
+                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)), .not_differentiable = REASON, \
+                       .prepare_cpu = binary_prepare<BinaryFn::FN, binary_cpu>,                        \
+                       .prepare_cuda = FG_CUDA((binary_prepare<BinaryFn::FN, binary_cuda>)),             \
+                       .functor = static_cast<int>(BinaryFn::FN)};
 constexpr const char* kFirstOrderOnly = "used for first-order gradients only; second order uses the composite rule";
 FG_NONDIFF_BINARY(gelu_backward, GeluGrad, kFirstOrderOnly)
 FG_NONDIFF_BINARY(gelu_tanh_backward, GeluTanhGrad, kFirstOrderOnly)

@@ -39,7 +39,7 @@ Tensors gather_backward(const BackwardCtx& c) {
   Tensor zero = zeros(spec.shape, c.grads[0].dtype(), c.grads[0].device());
   return {scatter_add(zero, c.attrs.i("dim"), c.inputs[1], c.grads[0]), Tensor()};
 }
-const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative,
+const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative | kHostSync,
                      .shape_rule = gather_shape, .cpu = gather_kernel<gather_cpu>,
                      .cuda = FG_CUDA(gather_kernel<gather_cuda>), .backward = gather_backward,
                      .saved = Saved::Inputs, .nondiff_inputs = 2u};
@@ -68,7 +68,7 @@ Tensors scatter_add_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
   return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
-const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
+const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index, .flags = kHostSync,
                           .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel<scatter_add_cpu>,
                           .cuda = FG_CUDA(scatter_add_kernel<scatter_add_cuda>),
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
@@ -103,7 +103,7 @@ Tensors index_select_backward(const BackwardCtx& c) {
   Tensor zero = zeros(c.input_specs[0].shape, g.dtype(), g.device());
   return {scatter_add(zero, dim, idx, g), Tensor()};
 }
-const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative,
+const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative | kHostSync,
                            .shape_rule = index_select_shape, .cpu = index_select_kernel<index_select_cpu>,
                            .cuda = FG_CUDA(index_select_kernel<index_select_cuda>),
                            .backward = index_select_backward, .saved = Saved::Inputs,
@@ -126,7 +126,7 @@ void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0, n = idx.numel(); i < n; ++i) y[i * classes + p[i]] = 1;
 }
-const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = one_hot_shape,
+const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .flags = kHostSync, .shape_rule = one_hot_shape,
                       .cpu = one_hot_kernel, .not_differentiable = "returns integers"};
 
 // sort and topk share a kernel: topk keeps the first k of a sort.
@@ -171,7 +171,7 @@ void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
   Tensor c = contiguous_raw(in[0]);
   nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
 }
-const OpDef k_nonzero{.name = "nonzero", .family = Family::Index, .flags = kDataDependent,
+const OpDef k_nonzero{.name = "nonzero", .family = Family::Index, .flags = kDataDependent | kHostSync,
                       .shape_rule = nonzero_shape, .cpu = nonzero_kernel,
                       .not_differentiable = "returns indices"};
 

@@ -3,6 +3,7 @@
 // compiled plans observe, so there is one implementation of each op and of its gradient.
 #pragma once
 #include <array>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -102,6 +103,8 @@ enum OpFlag : uint32_t {
   kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
   kInPlace = 1u << 5,        // output 0 is input 0: run_op writes into input 0 instead of allocating
   kSavesOriginal = 1u << 6,  // in place: the backward rule reads input 0 as it was before the write
+  kHostSync = 1u << 7,       // on CUDA the kernel reads device values on the host (index validation,
+                             // nonzero's count): a sync, so a compiled CUDA step refuses the op
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -116,6 +119,15 @@ struct BackwardCtx {
 };
 
 enum class Saved : uint8_t { Nothing, Inputs, Outputs, InputsAndOutputs };
+
+// A kernel call prepared once over fixed operands (compiled plans): the dtype dispatch, the
+// strided views and the attributes are resolved when it is built, and `run(args)` only launches.
+struct Launch {
+  void (*run)(const void* args) = nullptr;
+  std::shared_ptr<const void> args;
+  explicit operator bool() const { return run != nullptr; }
+};
+using PrepareFn = Launch (*)(TensorList in, const Tensors& out, const Attrs& attrs);
 
 struct OpDef {
   const char* name;
@@ -140,9 +152,18 @@ struct OpDef {
   // bit i: the kernel writes input i (optimizer updates): run_op checks it is writable and bumps
   // its version; compiled plans never drop or reorder such an op.
   uint32_t mutated_inputs = 0;
+  // Optional prepared launches for compiled plans (see Launch); an empty Launch, or none, means
+  // the plan calls cpu/cuda. Valid as long as the operands' memory stays where it was.
+  PrepareFn prepare_cpu = nullptr;
+  PrepareFn prepare_cuda = nullptr;
+  // Unary/Binary ops: the UnaryFn/BinaryFn (kernels/elementwise/elementwise.h) their kernel
+  // applies, so a fuser can compose the functors; -1 elsewhere.
+  int functor = -1;
 };
 
-inline bool mutates_inputs(const OpDef& op) { return op.mutated_inputs != 0; }
+// Bit i: the op writes input i (kInPlace ops write input 0, optimizer updates declare theirs).
+inline uint32_t written_inputs(const OpDef& op) { return op.mutated_inputs | ((op.flags & kInPlace) ? 1u : 0u); }
+inline bool mutates_inputs(const OpDef& op) { return written_inputs(op) != 0; }
 
 // A CUDA kernel in CUDA builds, nothing otherwise: `.cuda = FG_CUDA(kernel)`.
 #if defined(FLOWGRAD_HAVE_CUDA)

@@ -65,6 +65,10 @@ struct Builder {
   void check_supported(const TracedCall& c) {
     FG_CHECK(!(c.op->flags & kDataDependent), Value, "compile: '", c.op->name,
              "' has an output shape that depends on its input values; plans need static shapes");
+    bool on_cuda = !c.out.empty() ? c.out[0].device().is_cuda() : !c.in.empty() && c.in[0].device().is_cuda();
+    FG_CHECK(!((c.op->flags & kHostSync) && on_cuda), Value, "compile: '", c.op->name, "' reads device values on "
+             "the host (index validation) on every call; a compiled CUDA step cannot contain a host sync. Run "
+             "this op outside the compiled step, or compile on the CPU");
     if (c.op->flags & kHalfNative) return;
     auto half = [](const Tensor& t) { return is_half(t.dtype()); };
     FG_CHECK(std::none_of(c.in.begin(), c.in.end(), half) && std::none_of(c.out.begin(), c.out.end(), half),

@@ -15,8 +15,10 @@ constexpr int64_t kAlign = 64;
 
 int64_t aligned(size_t bytes) { return (static_cast<int64_t>(bytes) + kAlign - 1) / kAlign * kAlign; }
 
+// An input is copied into its slot at the start of every run, so it has bytes of its own even
+// when no instruction reads it (else it would land on offset 0, over a live buffer).
 bool in_arena(const Buffer& b) {
-  return b.kind != BufferKind::External && !b.local && b.last >= b.first && b.last >= 0;
+  return b.kind != BufferKind::External && !b.local && b.last >= b.first && (b.last >= 0 || b.kind == BufferKind::Input);
 }
 
 bool overlap_in_time(const Buffer& a, const Buffer& b) { return a.first <= b.last && b.first <= a.last; }
@@ -62,6 +64,19 @@ void Plan::plan_memory() {
   for (const Value& v : inputs_) touch(v.buffer, -1);
   walk(walk, code_);
   const int end = static_cast<int>(at.size());
+  // A fused run (top-level code only) interleaves its instructions tile by tile: what it touches
+  // lives through all of it.
+  std::vector<int> time_of;  // top-level instruction -> its time
+  for (int t = 0; t < end; ++t)
+    if (at[t] >= code_.data() && at[t] < code_.data() + code_.size() &&
+        (time_of.empty() || at[t] != &code_[time_of.size() - 1]))
+      time_of.push_back(t);
+  for (size_t i = 0; i < code_.size(); ++i) {
+    if (code_[i].run < 0) continue;
+    const FusedRun& run = runs_[code_[i].run];
+    for (const auto* values : {&code_[i].in, &code_[i].out})
+      for (const Value& v : *values) touch(v.buffer, time_of[run.first]), touch(v.buffer, time_of[run.last]);
+  }
   for (const Value& v : outputs_) touch(v.buffer, end);
 
   std::vector<int> order;

@@ -24,10 +24,38 @@ namespace {
 
 using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
 
+// The fallback launch: the op's kernel called with the bound tensors.
+struct KernelCall {
+  Kernel kernel;
+  Tensors in, out;
+  const Attrs* attrs;
+};
+void call_kernel(const void* p) {
+  auto* c = static_cast<const KernelCall*>(p);
+  c->kernel(c->in, c->out, *c->attrs);
+}
+
+// Installs a plan's kernel scratch on this thread for the duration of a run.
+struct ScratchGuard {
+  KernelScratch* previous;
+  explicit ScratchGuard(KernelScratch* scratch) : previous(set_kernel_scratch(scratch)) {}
+  ~ScratchGuard() { set_kernel_scratch(previous); }
+};
+
 }  // namespace
+
+Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
+                      bool attrs_change) {
+  PrepareFn prepare = device.is_cpu() ? op.prepare_cpu : op.prepare_cuda;
+  if (prepare && !attrs_change)
+    if (Launch launch = prepare(in, out, attrs)) return launch;
+  Kernel kernel = device.is_cpu() ? op.cpu : op.cuda;
+  return {call_kernel, std::make_shared<KernelCall>(KernelCall{kernel, in, out, &attrs})};
+}
 
 void Plan::bind() {
   arena_ = Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_);
+  scratch_.device = device_;
   char* base = static_cast<char*>(arena_->data());
   for (Buffer& b : buffers_) {
     if (b.kind == BufferKind::External) continue;
@@ -39,6 +67,7 @@ void Plan::bind() {
     ins.out_t.clear();
     for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
     for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
+    ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
   }
   for (const auto& branch : branches_) bind_branch(*branch);
   input_t_.clear();  // the traced examples held the shapes until now
@@ -78,6 +107,11 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
     draw_rng();
     execute();
   }
+  if (scratch_.peak > scratch_.capacity) {  // after the first run, or an instruction that asked for more
+    scratch_block_ = Storage::allocate(scratch_.peak, device_);
+    scratch_.base = scratch_block_->data();
+    scratch_.capacity = scratch_.peak;
+  }
   Tensors out;
   for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
     Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
@@ -98,25 +132,31 @@ void Plan::draw_rng() {
   }
 }
 
+// The flat loop: prepared launches in order, a fused run at its first instruction, a branch
+// instruction's blocks (branch.cpp); `progress(i)` is called before each (capture.cpp). Counts the
+// storages the kernels allocate (their temporaries come from the scratch once it is measured).
 void Plan::execute(const std::function<void(int)>* progress) {
-  const bool cpu = device_.is_cpu();
+  const uint64_t allocations_before = storage_allocations();
+  stats_.allocating.clear();
+  ScratchGuard guard(&scratch_);
   for (const auto& branch : branches_) branch->taken = -1;
-  for (size_t i = 0; i < code_.size(); ++i) {
+  for (int i = 0; i < static_cast<int>(code_.size()); ++i) {
     Instruction& ins = code_[i];
-    if (progress) (*progress)(static_cast<int>(i));
-    if (ins.branch) {
+    if (progress) (*progress)(i);
+    uint64_t before = storage_allocations();
+    scratch_.used = 0;
+    if (ins.branch)
       run_branch(ins);
-    } else if (ins.run < 0) {
-      Kernel kernel = cpu ? ins.op->cpu : ins.op->cuda;
-      kernel(ins.in_t, ins.out_t, ins.attrs);
-    } else if (static_cast<int>(i) == runs_[ins.run].first) {
+    else if (ins.run < 0)
+      ins.launch.run(ins.launch.args.get());
+    else if (i == runs_[ins.run].first)
       execute_run(runs_[ins.run]);
-    }
+    if (storage_allocations() != before) stats_.allocating.push_back(i);
     // A fused run's buffers are released once its last instruction has run.
-    if (poison_ && (ins.run < 0 || static_cast<int>(i) == runs_[ins.run].last))
-      for (int k = ins.run < 0 ? static_cast<int>(i) : runs_[ins.run].first; k <= static_cast<int>(i); ++k)
-        poison(code_[k].released);
+    if (poison_ && (ins.run < 0 || i == runs_[ins.run].last))
+      for (int k = ins.run < 0 ? i : runs_[ins.run].first; k <= i; ++k) poison(code_[k].released);
   }
+  stats_.allocations = storage_allocations() - allocations_before;
 }
 
 Tensors snapshot(const Tensors& tensors) {

@@ -5,6 +5,14 @@
 // build.cpp turns the calls into instructions over buffers and runs the passes (view folding,
 // constant folding, dead-code elimination, gradient binding); memory.cpp plans the arena and
 // proves it safe; plan.cpp executes, and prints the plan.
+//
+// Execution replays launch records (Launch, prepared once in bind()): no shape rule, dtype
+// dispatch or attribute lookup per call. Fused elementwise runs (fusion.cpp) execute tile by
+// tile on the CPU, and on CUDA as one kernel per run generated and compiled with NVRTC once per
+// plan (cuda_fusion.cpp) rather than as a templated chain kernel: a run's ops, dtypes and
+// layouts are fixed when the plan is built, so generated code bakes them in (no per-element op
+// switch, index math only where an operand needs it, run-local values in registers) for any
+// chain length, from the same functors.h text that the CPU and CUDA kernels compile.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "flowgrad/core/allocator.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/registry.h"
@@ -145,6 +154,7 @@ struct Instruction {
   bool backward = false;   // traced during the backward pass
   int run = -1;            // the fused run it belongs to (fusion.cpp)
   Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
+  Launch launch;           // the kernel call over in_t/out_t, prepared once (see prepare_launch)
   std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
   std::shared_ptr<Branch> branch;  // set for a branch instruction: `in`/`out` list every outer
                                    // buffer its blocks read/write
@@ -173,16 +183,38 @@ struct Branch {
   const char* conditional() const;  // "IF", "SWITCH", "WHILE" or "IF" (guard)
 };
 
+// A generated CUDA kernel computing one fused run (cuda_fusion.cpp).
+struct FusedKernel {
+  std::string name, source;
+  std::vector<int> params;  // the buffer each pointer parameter points at (its start), in order
+  int64_t numel = 0;        // elements of the run: the kernel's loop bound
+};
+// NVRTC (opened on first use): whether it can be used, else why not; PTX for compute_<arch>.
+bool nvrtc_available(std::string* why);
+std::string compile_ptx(const std::string& source, const std::string& name, int arch);
+// Why fused runs cannot run on CUDA here ("" when they can: NVRTC and the driver were found).
+std::string cuda_fusion_unavailable();
+int current_cuda_arch();  // of the current context's device: 80, 90, ...
+// Loads the kernel's PTX and returns its launch with one device pointer per parameter.
+Launch load_fused(const FusedKernel& kernel, const std::string& ptx, const std::vector<void*>& pointers);
+
 // A run of elementwise instructions executed tile by tile (fusion.cpp).
 struct TileCall {
   Tensors in, out;
+  Launch launch;
 };
 struct FusedRun {
   int first, last;  // instructions [first, last]
-  int64_t numel;    // elements of every operand (scalars aside)
+  Dims shape;       // the shape every instruction of the run writes
+  int split = 1;    // tiles are ranges of shape[0:split] flattened ("rows")
   std::vector<int> local;  // buffers kept in per-worker tile scratch
   int workers = 1;
   std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
+  // CUDA plans: one generated kernel for the whole run (cuda_fusion.cpp), compiled when the run
+  // is formed and loaded when the plan is bound.
+  FusedKernel kernel;
+  std::string ptx;
+  Launch launch;
 };
 
 class Capture;  // CUDA graph capture of a plan (capture.h)
@@ -190,12 +222,21 @@ class Capture;  // CUDA graph capture of a plan (capture.h)
 // A tensor with the layout `v` over `storage` (no autograd identity).
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 
+// The one place a plan turns an op call over bound tensors into a launch: the op's prepared
+// launch when it has one for `device`, else a record that calls its cpu/cuda kernel. `attrs` is
+// read at every launch (random ops move their counter in it), so it must outlive the launch.
+Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
+                      bool attrs_change);
+
 struct PlanStats {
   int branches = 0;
   size_t poisoned_bytes = 0;  // FLOWGRAD_DEBUG_PLAN: bytes filled with NaN so far
   int traced = 0, views = 0, folded = 0, eliminated = 0, common = 0, fused = 0, transposes = 0;
   size_t arena_bytes = 0, naive_bytes = 0;
   std::string cuda_graph;
+  std::string cuda_fusion;  // CUDA plans: how fused runs execute, or why they are not fused
+  uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
+  std::vector<int> allocating;          // instructions of the last run that allocated
 };
 
 // What the caller declares about a traced step.
@@ -229,6 +270,9 @@ class Plan {
   std::string dot() const;
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
   const Capture& capture() const { return *capture_; }
+  const std::vector<FusedRun>& runs() const { return runs_; }
+  // The CUDA source of one kernel computing fused run `run` (raises for an op it cannot generate).
+  FusedKernel fused_kernel(int run, const std::string& name) const;
 
  private:
   friend struct Builder;
@@ -239,8 +283,9 @@ class Plan {
   void execute(const std::function<void(int)>* progress = nullptr);
   void plan_memory();
   void bind();
-  int64_t fusable_length(const Instruction& ins) const;
+  int fusable_split(const Instruction& ins, const Dims& shape) const;
   void fuse();
+  bool compile_cuda_run(int arch);
   void bind_runs();
   void execute_run(FusedRun& run);
   void poison(const std::vector<int>& released);
@@ -260,6 +305,10 @@ class Plan {
   Tensors input_t_, output_t_;
   std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> watched_;
   std::shared_ptr<Storage> arena_;
+  // Temporaries of kernel wrappers: the first run measures the most one kernel needs, later runs
+  // take them from this block (see KernelScratch), so a warm plan allocates nothing.
+  KernelScratch scratch_;
+  std::shared_ptr<Storage> scratch_block_;
   int64_t rng_advance_ = 0;
   bool poison_ = false;
   PlanStats stats_;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import typing
 import flowgrad._core
-__all__: list[str] = ['Plan', 'Tracer', 'restore', 'snapshot']
+__all__: list[str] = ['Plan', 'Tracer', 'compile_ptx', 'nvrtc_available', 'restore', 'snapshot']
 class Plan:
     """
     A traced step as instructions over planned memory.
@@ -29,6 +29,10 @@ class Plan:
     def dot(self) -> str:
         """
         The plan as a Graphviz DOT graph.
+        """
+    def fused_cuda_source(self, run: int) -> tuple:
+        """
+        (name, source) of the CUDA kernel generated for fused run `run` (CUDA plans compile it with NVRTC).
         """
     def ir(self) -> list:
         """
@@ -70,6 +74,14 @@ class Tracer:
         """
         Number of recorded op calls.
         """
+def compile_ptx(source: str, name: str, arch: int) -> str:
+    """
+    PTX of CUDA source compiled by NVRTC for compute_<arch>.
+    """
+def nvrtc_available() -> tuple:
+    """
+    (True, '') when NVRTC can compile fused CUDA kernels here, else (False, why).
+    """
 def restore(tensors: collections.abc.Sequence[flowgrad._core.Tensor], copies: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
     """
     Writes copies back into the tensors.

@@ -1,0 +1,392 @@
+// Fused elementwise runs on CUDA: one generated kernel per run, compiled once per plan with NVRTC.
+//
+// Why generated source rather than a templated chain kernel: a run's length, op sequence, dtypes
+// and operand layouts are all fixed when the plan is built, so generated source bakes them in
+// (no per-element op switch, index math only for the operands that need it, values that live
+// only inside the run stay in registers) and any chain length works. The ops' math is the same
+// text the CPU and CUDA kernels compile (kernels/common/functors.h, embedded at build time),
+// so a fused run computes what the unfused kernels do.
+//
+// NVRTC and the CUDA driver are opened with dlopen on first use: `import flowgrad` never needs
+// them, and a machine without them (or without a GPU) runs the unfused launches instead.
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+
+#include "flowgrad/plan/plan.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace fg::plan {
+extern const char* const kFunctorsSource;  // kernels/common/functors.h (generated functors_source.cpp)
+
+namespace {
+
+// The functor struct of each UnaryFn / BinaryFn, in enum order (checked by the asserts).
+constexpr const char* kUnaryFunctors[] = {"Neg", "Abs", "Square", "Sign", "Relu", "Exp", "Log", "Sqrt", "Rsqrt",
+                                          "Sin", "Cos", "Tanh", "Erf", "Sigmoid", "Silu", "Softplus", "Gelu",
+                                          "GeluTanh", "Clamp", "BitwiseNot"};
+constexpr const char* kBinaryFunctors[] = {"Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "GeluGrad",
+                                           "GeluTanhGrad", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Eq", "Ne",
+                                           "Lt", "Le", "Gt", "Ge"};
+static_assert(static_cast<int>(UnaryFn::Exp) == 5 && static_cast<int>(UnaryFn::GeluTanh) == 17 &&
+              static_cast<int>(UnaryFn::BitwiseNot) == 19 && std::size(kUnaryFunctors) == 20);
+static_assert(static_cast<int>(BinaryFn::Pow) == 4 && static_cast<int>(BinaryFn::GeluTanhGrad) == 8 &&
+              static_cast<int>(BinaryFn::Eq) == 12 && static_cast<int>(BinaryFn::Ge) == 17 &&
+              std::size(kBinaryFunctors) == 18);
+
+// What functors.h needs from the standard library, for NVRTC (which has no host headers).
+constexpr const char* kPrelude = R"(#define FG_HD __device__ __forceinline__
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+namespace std {
+template <class A, class B> struct is_same { static constexpr bool value = false; };
+template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+template <class A, class B> constexpr bool is_same_v = is_same<A, B>::value;
+template <class T> constexpr bool is_floating_point_v = is_same_v<T, float> || is_same_v<T, double>;
+template <class T> constexpr bool is_integral_v = is_same_v<T, bool> || is_same_v<T, int> || is_same_v<T, long long>;
+template <class T> constexpr bool is_signed_v = is_same_v<T, int> || is_same_v<T, long long> || is_floating_point_v<T>;
+template <class T> constexpr bool is_unsigned_v = is_same_v<T, bool>;
+template <class T> struct numeric_limits;
+template <> struct numeric_limits<bool> {
+  static constexpr __device__ bool lowest() { return false; }
+  static constexpr __device__ bool max() { return true; }
+};
+template <> struct numeric_limits<int> {
+  static constexpr __device__ int lowest() { return -2147483647 - 1; }
+  static constexpr __device__ int max() { return 2147483647; }
+};
+template <> struct numeric_limits<long long> {
+  static constexpr __device__ long long lowest() { return -9223372036854775807LL - 1; }
+  static constexpr __device__ long long max() { return 9223372036854775807LL; }
+};
+using ::abs; using ::cos; using ::erf; using ::exp; using ::log; using ::log1p; using ::sin; using ::sqrt;
+using ::tanh; using ::pow;
+}  // namespace std
+// Each op's result is materialised, so the compiler cannot contract a multiply of one op with
+// an add of the next into an FMA that the unfused kernels never compute.
+__device__ __forceinline__ float fg_keep(float x) { asm volatile("" : "+f"(x)); return x; }
+__device__ __forceinline__ double fg_keep(double x) { asm volatile("" : "+d"(x)); return x; }
+template <class T> __device__ __forceinline__ T fg_keep(T x) { return x; }
+)";
+
+const char* c_type(DType dt) {
+  switch (dt) {
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    case DType::Int32: return "int";
+    case DType::Int64: return "long long";
+    case DType::Bool: return "bool";
+    default: return nullptr;
+  }
+}
+
+// A double as exact C++ source (hex float; NaN and infinities through their bit patterns).
+std::string literal(double x) {
+  if (std::isnan(x)) return "__longlong_as_double(0x7ff8000000000000LL)";
+  if (std::isinf(x)) return x > 0 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__longlong_as_double(0xfff0000000000000LL)";
+  char text[64];
+  std::snprintf(text, sizeof text, "%a", x);
+  return text;
+}
+
+// functors.h without its #include lines (the prelude stands in for them).
+std::string functors_text() {
+  std::istringstream in(kFunctorsSource);
+  std::ostringstream out;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("#include", 0) != 0) out << line << "\n";
+  return out.str();
+}
+
+}  // namespace
+
+FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
+  const FusedRun& run = runs_[run_index];
+  const Dims& shape = run.shape;
+  const int rank = shape.size();
+  std::vector<int> produced(buffers_.size(), -1);  // instruction of the run that writes a buffer
+  for (int k = run.first; k <= run.last; ++k) produced[code_[k].out[0].buffer] = k;
+  FusedKernel kernel;
+  kernel.name = name;
+  kernel.numel = shape.numel();
+  std::vector<int> param_of(buffers_.size(), -1);
+  auto param = [&](int buffer) {
+    if (param_of[buffer] < 0) {
+      param_of[buffer] = static_cast<int>(kernel.params.size());
+      kernel.params.push_back(buffer);
+    }
+    return "p" + std::to_string(param_of[buffer]);
+  };
+  auto type_of = [&](DType dt, const char* op) {
+    const char* t = c_type(dt);
+    FG_CHECK(t, DType, "compile: no generated CUDA code for '", op, "' on ", dtype_name(dt));
+    return std::string(t);
+  };
+  std::ostringstream body;
+  bool needs_index = false;
+  int loads = 0;
+  // The element of v read by the element e of the run.
+  auto element = [&](const Value& v) {
+    if (v.offset == 0 && v.shape == shape && v.strides == contiguous_strides(shape)) return std::string("e");
+    needs_index = true;
+    std::string at = std::to_string(v.offset) + "LL";
+    int lead = rank - v.shape.size();
+    for (int d = 0; d < v.shape.size(); ++d)
+      if (v.shape[d] != 1 && v.strides[d] != 0) at += " + i" + std::to_string(d + lead) + " * " + std::to_string(v.strides[d]) + "LL";
+    return at;
+  };
+  auto operand = [&](const Value& v, const char* op) -> std::string {
+    if (produced[v.buffer] >= 0) return "t" + std::to_string(produced[v.buffer]);
+    std::string var = "v" + std::to_string(loads++);
+    body << "    const " << type_of(v.dtype, op) << " " << var << " = " << param(v.buffer) << "[" << element(v) << "];\n";
+    return var;
+  };
+  for (int k = run.first; k <= run.last; ++k) {
+    const Instruction& ins = code_[k];
+    const char* op = ins.op->name;
+    const std::string out_t = type_of(ins.out[0].dtype, op);
+    std::vector<std::string> in;
+    for (const Value& v : ins.in) in.push_back(operand(v, op));
+    std::string expr;
+    auto as = [&](const std::string& t, size_t i) { return "static_cast<" + t + ">(" + in[i] + ")"; };
+    if (ins.op->family == Family::Unary && ins.op->functor >= 0) {
+      auto fn = static_cast<UnaryFn>(ins.op->functor);
+      std::string functor = std::string("fg::fn::") + kUnaryFunctors[ins.op->functor];
+      if (fn == UnaryFn::Clamp)
+        functor += "{" + literal(ins.attrs.f("min")) + ", " + literal(ins.attrs.f("max")) + "}";
+      else
+        functor += "{}";
+      expr = functor + "(" + as(out_t, 0) + ")";
+    } else if (ins.op->family == Family::Binary && ins.op->functor >= 0) {
+      auto fn = static_cast<BinaryFn>(ins.op->functor);
+      std::string compute = is_comparison(fn) ? type_of(promote(ins.in[0].dtype, ins.in[1].dtype), op) : out_t;
+      expr = std::string("fg::fn::") + kBinaryFunctors[ins.op->functor] + "{}(" + as(compute, 0) + ", " +
+             as(compute, 1) + ")";
+    } else if (std::string_view(op) == "where") {
+      expr = in[0] + " ? " + as(out_t, 1) + " : " + as(out_t, 2);
+    } else if (std::string_view(op) == "cast") {
+      expr = as(out_t, 0);
+    } else {
+      fail(ErrorKind::Value, "compile: no generated CUDA code for '", op, "'");
+    }
+    body << "    const " << out_t << " t" << k << " = fg_keep(" << expr << ");\n";
+    const Buffer& out = buffers_[ins.out[0].buffer];
+    if (!out.local) body << "    " << param(ins.out[0].buffer) << "[e] = t" << k << ";\n";
+  }
+  std::ostringstream src;
+  src << kPrelude << functors_text() << "\n// fused run of plan instructions " << run.first << ".." << run.last
+      << " over shape " << to_string(shape) << "\nextern \"C\" __global__ void " << name << "(";
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    int b = kernel.params[i];
+    bool written = produced[b] >= 0;
+    src << (i ? ", " : "") << (written ? "" : "const ") << c_type(buffers_[b].dtype) << "* __restrict__ p" << i;
+  }
+  src << ") {\n  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < " << kernel.numel
+      << "LL; e += (long long)gridDim.x * blockDim.x) {\n";
+  if (needs_index) {  // the multi-index of e over the run's shape
+    src << "    long long rest = e;\n";
+    for (int d = rank - 1; d >= 0; --d)
+      src << "    const long long i" << d << " = rest % " << shape[d] << "LL; rest /= " << shape[d] << "LL;\n";
+  }
+  src << body.str() << "  }\n}\n";
+  kernel.source = src.str();
+  return kernel;
+}
+
+// ---- NVRTC, opened on first use ----
+
+namespace {
+
+struct Nvrtc {
+  using Program = void*;
+  int (*create)(Program*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
+  int (*compile)(Program, int, const char* const*) = nullptr;
+  int (*ptx_size)(Program, size_t*) = nullptr;
+  int (*ptx)(Program, char*) = nullptr;
+  int (*log_size)(Program, size_t*) = nullptr;
+  int (*log)(Program, char*) = nullptr;
+  int (*destroy)(Program*) = nullptr;
+  const char* (*error)(int) = nullptr;
+  std::string missing;  // why NVRTC cannot be used ("" when it can)
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc api = [] {
+    Nvrtc n;
+    void* lib = nullptr;
+    for (const char* name : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      n.missing = "NVRTC (libnvrtc.so, part of the CUDA toolkit) was not found";
+      return n;
+    }
+    auto load = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (!fn && n.missing.empty()) n.missing = std::string("libnvrtc has no ") + symbol;
+    };
+    load(n.create, "nvrtcCreateProgram");
+    load(n.compile, "nvrtcCompileProgram");
+    load(n.ptx_size, "nvrtcGetPTXSize");
+    load(n.ptx, "nvrtcGetPTX");
+    load(n.log_size, "nvrtcGetProgramLogSize");
+    load(n.log, "nvrtcGetProgramLog");
+    load(n.destroy, "nvrtcDestroyProgram");
+    load(n.error, "nvrtcGetErrorString");
+    return n;
+  }();
+  return api;
+}
+
+}  // namespace
+
+bool nvrtc_available(std::string* why) {
+  if (why) *why = nvrtc().missing;
+  return nvrtc().missing.empty();
+}
+
+std::string compile_ptx(const std::string& source, const std::string& name, int arch) {
+  const Nvrtc& n = nvrtc();
+  FG_CHECK(n.missing.empty(), Runtime, "compile: cannot compile the fused CUDA kernel ", name, ": ", n.missing);
+  Nvrtc::Program program = nullptr;
+  int rc = n.create(&program, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  FG_CHECK(rc == 0, Runtime, "compile: nvrtcCreateProgram failed for ", name, ": ", n.error(rc));
+  std::string arch_flag = "--gpu-architecture=compute_" + std::to_string(arch);
+  // 177: an index variable of the run's shape that no operand needs
+  const char* options[] = {arch_flag.c_str(), "--std=c++17", "-default-device", "-diag-suppress=177"};
+  rc = n.compile(program, 4, options);
+  std::string ptx;
+  if (rc == 0) {
+    size_t size = 0;
+    n.ptx_size(program, &size);
+    ptx.resize(size);
+    n.ptx(program, ptx.data());
+  } else {
+    size_t size = 0;
+    n.log_size(program, &size);
+    std::string log(size, '\0');
+    n.log(program, log.data());
+    n.destroy(&program);
+    fail(ErrorKind::Runtime, "compile: NVRTC could not compile the fused CUDA kernel ", name, " (", n.error(rc),
+         "):\n", log);
+  }
+  n.destroy(&program);
+  return ptx;
+}
+
+// ---- the CUDA driver: module loading and launches, opened on first use ----
+// NEVER RAN: written for a GPU machine; the machine this was written on has no GPU or driver.
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr int kComputeMajor = 75, kComputeMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+
+struct Driver {
+  int (*ctx_get_current)(void**) = nullptr;
+  int (*ctx_set_current)(void*) = nullptr;
+  int (*ctx_get_device)(int*) = nullptr;
+  int (*device_attribute)(int*, int, int) = nullptr;
+  int (*module_load_data)(void**, const void*) = nullptr;
+  int (*module_unload)(void*) = nullptr;
+  int (*module_function)(void**, void*, const char*) = nullptr;
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                void**) = nullptr;
+  int (*error)(int, const char**) = nullptr;
+  std::string missing;
+};
+
+const Driver& driver() {
+  static const Driver api = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      d.missing = "the CUDA driver (libcuda.so.1) was not found";
+      return d;
+    }
+    auto load = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (!fn && d.missing.empty()) d.missing = std::string("libcuda has no ") + symbol;
+    };
+    int (*init)(unsigned) = nullptr;
+    load(init, "cuInit");
+    load(d.ctx_get_current, "cuCtxGetCurrent");
+    load(d.ctx_set_current, "cuCtxSetCurrent");
+    load(d.ctx_get_device, "cuCtxGetDevice");
+    load(d.device_attribute, "cuDeviceGetAttribute");
+    load(d.module_load_data, "cuModuleLoadData");
+    load(d.module_unload, "cuModuleUnload");
+    load(d.module_function, "cuModuleGetFunction");
+    load(d.launch, "cuLaunchKernel");
+    load(d.error, "cuGetErrorString");
+    if (d.missing.empty() && init(0) != 0) d.missing = "cuInit failed (no usable GPU)";
+    return d;
+  }();
+  return api;
+}
+
+void check(int rc, const char* call) {
+  if (rc == 0) return;
+  const char* text = nullptr;
+  driver().error(rc, &text);
+  fail(ErrorKind::Device, "fused CUDA kernel: ", call, " failed: ", text ? text : "unknown error", " (", rc, ")");
+}
+
+// A loaded fused kernel and its arguments (fixed: plan memory does not move).
+struct FusedLaunch {
+  std::shared_ptr<void> module;  // unloaded with the plan
+  void* function = nullptr;
+  void* context = nullptr;        // the context the module was loaded in
+  std::vector<void*> pointers;    // one per kernel parameter
+  std::vector<void*> params;      // &pointers[i], what cuLaunchKernel reads
+  unsigned blocks = 1;
+};
+
+// The one place fused runs launch, on the legacy default stream like the library's other kernels.
+void launch_fused(const void* p) {
+  auto* f = static_cast<const FusedLaunch*>(p);
+  const Driver& d = driver();
+  void* current = nullptr;
+  check(d.ctx_get_current(&current), "cuCtxGetCurrent");
+  if (current != f->context) check(d.ctx_set_current(f->context), "cuCtxSetCurrent");
+  check(d.launch(f->function, f->blocks, 1, 1, kThreads, 1, 1, 0, nullptr, const_cast<void**>(f->params.data()), nullptr),
+        "cuLaunchKernel");
+}
+
+}  // namespace
+
+std::string cuda_fusion_unavailable() {
+  std::string why;
+  if (!nvrtc_available(&why)) return why;
+  return driver().missing;
+}
+
+// The compute capability of the current context's device, as NVRTC's architecture number (80, 90).
+int current_cuda_arch() {
+  const Driver& d = driver();
+  int device = 0, major = 0, minor = 0;
+  check(d.ctx_get_device(&device), "cuCtxGetDevice");
+  check(d.device_attribute(&major, kComputeMajor, device), "cuDeviceGetAttribute");
+  check(d.device_attribute(&minor, kComputeMinor, device), "cuDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+Launch load_fused(const FusedKernel& kernel, const std::string& ptx, const std::vector<void*>& pointers) {
+  const Driver& d = driver();
+  auto f = std::make_shared<FusedLaunch>();
+  check(d.ctx_get_current(&f->context), "cuCtxGetCurrent");
+  void* module = nullptr;
+  check(d.module_load_data(&module, ptx.c_str()), "cuModuleLoadData");
+  f->module = std::shared_ptr<void>(module, [unload = d.module_unload](void* m) { unload(m); });
+  check(d.module_function(&f->function, module, kernel.name.c_str()), "cuModuleGetFunction");
+  f->pointers = pointers;
+  for (void*& ptr : f->pointers) f->params.push_back(&ptr);
+  f->blocks = static_cast<unsigned>(std::min<int64_t>((kernel.numel + kThreads - 1) / kThreads, 65535));
+  return {launch_fused, f};
+}
+
+}  // namespace fg::plan
