@@ -8,6 +8,8 @@ Measures what the CUDA backend runs today (issue 5 targets in brackets):
   - MLP 784-512-512-10 training step (mse loss, AdamW), batch 64 and 512    [>= 1.0x]
   - fused AdamW over 124M float32 parameters: GB/s as a fraction of the
     GPU's peak memory bandwidth                                             [>= 0.8]
+  - fwd+bwd of embedding, cross_entropy and the column sum at the GPT-shaped step's sizes
+    (issue 12): time vs PyTorch                          [<= 1.5x, <= 1.2x, <= 1.2x the time]
 The GPT-2-small-shaped bf16 run waits for the attention, layer-norm, cross-entropy and
 autocast kernels. Without a GPU (or without PyTorch built with CUDA) the script says why and
 exits with status 2.
@@ -101,6 +103,47 @@ def mlp(torch, batch):
             "ratio": t_torch / t_fg}
 
 
+def transformer_ops(torch):
+    """fwd+bwd of the GPT-shaped step's embedding (8192x768 table, batch 8 x T 256 tokens),
+    cross_entropy over (2048, 8192) logits and the bias-gradient column sum (sum over dim 0 of
+    (2048, 3072)): our time / PyTorch's [targets: embedding <= 1.5x, the others <= 1.2x]."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 8192, size=(8, 256))
+    table = rng.standard_normal((8192, 768)).astype(np.float32)
+    logits = rng.standard_normal((2048, 8192)).astype(np.float32)
+    target = rng.integers(0, 8192, size=2048)
+    wide = rng.standard_normal((2048, 3072)).astype(np.float32)
+
+    def fg_case(build):
+        def run():
+            build().backward()
+        return run
+
+    def fg_leaf(a):
+        return fg.tensor(a, device="cuda", requires_grad=True)
+
+    def torch_leaf(a):
+        return torch.tensor(a, device="cuda", requires_grad=True)
+    w, tw = fg_leaf(table), torch_leaf(table)
+    x, tx = fg_leaf(logits), torch_leaf(logits)
+    c, tc = fg_leaf(wide), torch_leaf(wide)
+    idx, tidx = fg.tensor(tokens, device="cuda"), torch.tensor(tokens, device="cuda")
+    tgt, ttgt = fg.tensor(target, device="cuda"), torch.tensor(target, device="cuda")
+    cases = {
+        "embedding": (lambda: fg.nn.functional.embedding(idx, w).sum(),
+                      lambda: torch.nn.functional.embedding(tidx, tw).sum()),
+        "cross_entropy": (lambda: fg.nn.functional.cross_entropy(x, tgt),
+                          lambda: torch.nn.functional.cross_entropy(tx, ttgt)),
+        "column_sum": (lambda: (c.sum(0) * c.sum(0)).sum(), lambda: (tc.sum(0) * tc.sum(0)).sum()),
+    }
+    rows = []
+    for name, (ours, theirs) in cases.items():
+        t_fg = cuda_time(fg_case(ours), fg.cuda.synchronize)
+        t_torch = cuda_time(fg_case(theirs), torch.cuda.synchronize)
+        rows.append({"op": name, "flowgrad_ms": t_fg * 1e3, "torch_ms": t_torch * 1e3, "time_ratio": t_fg / t_torch})
+    return rows
+
+
 def adamw_bandwidth(gpu_name, params=124_000_000, tensors=148):
     sizes = [params // tensors] * tensors
     ps = [fg.nn.Parameter(fg.zeros(n, device="cuda")) for n in sizes]
@@ -146,6 +189,9 @@ def main():
     for r in result["mlp"]:
         print(f"MLP b{r['batch']}: {r['flowgrad_samples_per_s']:.0f} vs torch {r['torch_samples_per_s']:.0f} "
               f"samples/s -> {r['ratio']:.2f}x")
+    result["transformer_ops"] = transformer_ops(torch)
+    for r in result["transformer_ops"]:
+        print(f"{r['op']} fwd+bwd: {r['flowgrad_ms']:.3f} vs torch {r['torch_ms']:.3f} ms -> {r['time_ratio']:.2f}x the time")
     result["adamw"] = a = adamw_bandwidth(gpu)
     print(f"AdamW 124M: {a['gb_per_s']:.0f} GB/s" + (f" = {a['fraction_of_peak']:.2f} of peak" if a["peak_gb_per_s"] else ""))
     if args.save:

@@ -18,7 +18,49 @@ __global__ void random_kernel(RandomKind kind, uint64_t seed, uint64_t offset, i
   FG_GRID_LOOP(i, n) out[i] = random_element<T>(kind, seed, offset, i, low, high);
 }
 
+template <class T>
+__global__ void arange_kernel(double start, double step, int64_t n, T* out) {
+  FG_GRID_LOOP(i, n) out[i] = static_cast<T>(arange_element(start, step, i));
+}
+
+template <class T>
+__global__ void linspace_kernel(double start, double end, int64_t n, T* out) {
+  FG_GRID_LOOP(i, n) out[i] = static_cast<T>(linspace_element(start, end, n, i));
+}
+
+template <class T>
+__global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols)
+  FG_GRID_LOOP(p, rows * cols) out[p] = p / cols == p % cols ? T(1.0f) : T(0.0f);
+}
+
 }  // namespace
+
+void arange_cuda(DType dtype, double start, double step, int64_t n, void* out) {
+  if (n == 0) return;
+  visit_compute_dtype(dtype, "arange", [&](auto tag) {
+    using T = decltype(tag);
+    arange_kernel<T><<<grid_for(n), kThreads>>>(start, step, n, static_cast<T*>(out));
+  });
+  check_launch("arange");
+}
+
+void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out) {
+  if (n == 0) return;
+  visit_compute_dtype(dtype, "linspace", [&](auto tag) {
+    using T = decltype(tag);
+    linspace_kernel<T><<<grid_for(n), kThreads>>>(start, end, n, static_cast<T*>(out));
+  });
+  check_launch("linspace");
+}
+
+void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out) {
+  if (rows * cols == 0) return;
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    eye_kernel<T><<<grid_for(rows * cols), kThreads>>>(rows, cols, static_cast<T*>(out));
+  });
+  check_launch("eye");
+}
 
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
                  void* out) {

@@ -4,6 +4,7 @@
 #include "flowgrad/core/errors.h"
 #include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/runtime.h"
+#include "kernels/common/device_error.h"
 
 namespace fg::cuda {
 namespace {
@@ -74,6 +75,7 @@ void synchronize() {
   std::string why;
   if (device_count(&why) == 0) return;
   check(cudaDeviceSynchronize(), "cuda.synchronize");
+  raise_device_errors();
 }
 
 void install() {
@@ -100,6 +102,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   require_device(device);
   DeviceGuard guard(device);
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy between devices (cudaMemcpy)");
+  if (dst_device.is_cpu()) raise_device_errors();  // a host read: report what kernels found
 }
 
 }  // namespace fg::cuda

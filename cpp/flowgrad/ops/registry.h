@@ -129,8 +129,9 @@ struct OpDef {
   void (*cuda)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
   // Returns the aliasing output (view ops).
   Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
-  // Why the op has no CUDA kernel (read only when `cuda` is null).
-  const char* cuda_missing = "its CUDA kernel is not written yet";
+  // Why the op has no CUDA kernel even in CUDA builds; null for ops that have one there (in
+  // CPU-only builds `cuda` is null for every op: see cuda_missing_reason).
+  const char* cuda_missing = nullptr;
   // Gradients of the inputs (undefined where not needed), written with public ops so they are
   // differentiable again and traceable.
   Tensors (*backward)(const BackwardCtx& ctx) = nullptr;
@@ -150,6 +151,9 @@ inline bool mutates_inputs(const OpDef& op) { return op.mutated_inputs != 0; }
 #else
 #define FG_CUDA(kernel) nullptr
 #endif
+
+// Why `op` cannot run on a CUDA device in this build (for DeviceError messages).
+const char* cuda_missing_reason(const OpDef& op);
 
 const std::vector<const OpDef*>& all_ops();
 const OpDef& find_op(const std::string& name);
@@ -192,6 +196,7 @@ std::vector<const OpDef*> linalg_ops();
 std::vector<const OpDef*> shape_ops();
 std::vector<const OpDef*> index_ops();
 std::vector<const OpDef*> nn_ops();
+std::vector<const OpDef*> loss_ops();
 std::vector<const OpDef*> creation_ops();
 std::vector<const OpDef*> optim_ops();
 std::vector<const OpDef*> in_place_ops();
