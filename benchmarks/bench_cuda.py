@@ -1,6 +1,6 @@
 """GPU benchmarks against the PyTorch installed on the same machine, one run.
 
-    python benchmarks/bench_cuda.py [--save] [--quick] [--cases gemm,chain,mlp,adamw,capture,chain_graph,while]
+    python benchmarks/bench_cuda.py [--save] [--quick] [--cases gemm,chain,mlp,transformer_ops,adamw,capture,chain_graph,while]
 
 Measures what the CUDA backend runs today (issue 5 targets in brackets):
   - GEMM float32 (and TF32) at 1024..8192: TFLOP/s vs torch.matmul          [>= 0.95x]
@@ -16,6 +16,8 @@ Whole-step CUDA graph capture (issue 11 targets in brackets):
   - chain_graph: a replayed chain of 100 small elementwise ops              [<= 1 us per node]
   - while: a FlowBuilder graph with a while_ loop (data-dependent halt), iterations/s eager, and
     captured once compiled plans hold branch instructions (the reason is printed until then)
+  - fwd+bwd of embedding, cross_entropy and the column sum at the GPT-shaped step's sizes
+    (issue 12): time vs PyTorch                          [<= 1.5x, <= 1.2x, <= 1.2x the time]
 The GPT-2-small-shaped bf16 run waits for the attention, layer-norm, cross-entropy and
 autocast kernels. Without a GPU (or without PyTorch built with CUDA) the script says why and
 exits with status 2.
@@ -123,6 +125,47 @@ def mlp(torch, batch):
     t_torch = cuda_time(tstep, torch.cuda.synchronize)
     return {"batch": batch, "flowgrad_samples_per_s": batch / t_fg, "torch_samples_per_s": batch / t_torch,
             "ratio": t_torch / t_fg}
+
+
+def transformer_ops(torch):
+    """fwd+bwd of the GPT-shaped step's embedding (8192x768 table, batch 8 x T 256 tokens),
+    cross_entropy over (2048, 8192) logits and the bias-gradient column sum (sum over dim 0 of
+    (2048, 3072)): our time / PyTorch's [targets: embedding <= 1.5x, the others <= 1.2x]."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 8192, size=(8, 256))
+    table = rng.standard_normal((8192, 768)).astype(np.float32)
+    logits = rng.standard_normal((2048, 8192)).astype(np.float32)
+    target = rng.integers(0, 8192, size=2048)
+    wide = rng.standard_normal((2048, 3072)).astype(np.float32)
+
+    def fg_case(build):
+        def run():
+            build().backward()
+        return run
+
+    def fg_leaf(a):
+        return fg.tensor(a, device="cuda", requires_grad=True)
+
+    def torch_leaf(a):
+        return torch.tensor(a, device="cuda", requires_grad=True)
+    w, tw = fg_leaf(table), torch_leaf(table)
+    x, tx = fg_leaf(logits), torch_leaf(logits)
+    c, tc = fg_leaf(wide), torch_leaf(wide)
+    idx, tidx = fg.tensor(tokens, device="cuda"), torch.tensor(tokens, device="cuda")
+    tgt, ttgt = fg.tensor(target, device="cuda"), torch.tensor(target, device="cuda")
+    cases = {
+        "embedding": (lambda: fg.nn.functional.embedding(idx, w).sum(),
+                      lambda: torch.nn.functional.embedding(tidx, tw).sum()),
+        "cross_entropy": (lambda: fg.nn.functional.cross_entropy(x, tgt),
+                          lambda: torch.nn.functional.cross_entropy(tx, ttgt)),
+        "column_sum": (lambda: (c.sum(0) * c.sum(0)).sum(), lambda: (tc.sum(0) * tc.sum(0)).sum()),
+    }
+    rows = []
+    for name, (ours, theirs) in cases.items():
+        t_fg = cuda_time(fg_case(ours), fg.cuda.synchronize)
+        t_torch = cuda_time(fg_case(theirs), torch.cuda.synchronize)
+        rows.append({"op": name, "flowgrad_ms": t_fg * 1e3, "torch_ms": t_torch * 1e3, "time_ratio": t_fg / t_torch})
+    return rows
 
 
 def adamw_bandwidth(gpu_name, params=124_000_000, tensors=148):
@@ -251,7 +294,7 @@ def while_loop(iterations=20):
     return row
 
 
-CASES = ("gemm", "chain", "mlp", "adamw", "capture", "chain_graph", "while")
+CASES = ("gemm", "chain", "mlp", "transformer_ops", "adamw", "capture", "chain_graph", "while")
 
 
 def parse_cases(text):
@@ -317,6 +360,10 @@ def main():
         print(f"while_ loop: {w['iterations_per_call']} iterations/call, eager {w['eager_iterations_per_s']:.0f} it/s; "
               + (f"captured {w['captured_iterations_per_s']:.0f} it/s" if "captured_iterations_per_s" in w
                  else w["captured"]))
+    if "transformer_ops" in args.cases:
+        result["transformer_ops"] = transformer_ops(torch)
+        for r in result["transformer_ops"]:
+            print(f"{r['op']} fwd+bwd: {r['flowgrad_ms']:.3f} vs torch {r['torch_ms']:.3f} ms -> {r['time_ratio']:.2f}x the time")
     if args.save:
         print("saved", save("bench_cuda", result))
     return 0

@@ -184,6 +184,8 @@ void bind_indexing(py::module_& m, Cls& cls) {
        "out[i][j] = input[index[i][j]][j] (for dim 0); index matches input except in dim.");
   both(m, cls, "index_select", &index_select, py::arg("dim"), py::arg("index"),
        "Entries of input at a 1-D index along dim.");
+  both(m, cls, "index_add", &index_add, py::arg("dim"), py::arg("index"), py::arg("src"),
+       "A copy of input with src's slices added at a 1-D index along dim (repeats accumulate).");
   both(m, cls, "scatter_add", &scatter_add, py::arg("dim"), py::arg("index"), py::arg("src"),
        "A copy of input with src added at index along dim.");
   both(m, cls, "masked_fill", &masked_fill, py::arg("mask"), py::arg("value"),
@@ -361,6 +363,11 @@ void bind_functional(py::module_& m) {
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0,
      py::arg("reduction") = "mean", "Cross entropy of logits (N, C, ...) against class indices or probabilities.",
      ReleaseGil());
+  def_op(nn, "_cross_entropy_composite", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing,
+                                           const std::string& r) {
+    return cross_entropy_composite(x, t, ignore, smoothing, reduction_from_name(r, "cross_entropy"));
+  }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("label_smoothing") = 0.0,
+     py::arg("reduction") = "mean", "cross_entropy from log_softmax and gather (the fused op's test reference).");
   def_op(nn, "nll_loss", [](const Tensor& x, const Tensor& t, int64_t ignore, const std::string& r) {
     return nll_loss(x, t, ignore, reduction_from_name(r, "nll_loss"));
   }, py::arg("input"), py::arg("target"), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",

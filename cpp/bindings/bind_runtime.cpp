@@ -76,8 +76,7 @@ void bind_runtime(py::module_& m) {
       d["has_cpu_kernel"] = op->cpu != nullptr || op->view != nullptr;
       d["is_view"] = op->view != nullptr;  // views run on any device without a kernel
       d["cuda"] = op->cuda != nullptr;
-      bool needs_kernel = !op->cuda && !op->view;
-      d["cuda_missing"] = needs_kernel && op->cuda_missing ? py::object(py::str(op->cuda_missing)) : py::object(py::none());
+      d["cuda_missing"] = op->cuda_missing ? py::object(py::str(op->cuda_missing)) : py::object(py::none());
       d["has_backward"] = op->backward != nullptr;
       d["not_differentiable"] = op->not_differentiable ? py::str(op->not_differentiable) : py::object(py::none());
       d["fusable"] = (op->flags & kFusable) != 0;

@@ -13,6 +13,16 @@ void arange_cpu(DType dtype, double start, double step, int64_t n, void* out);
 void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out);
 void eye_cpu(DType dtype, int64_t rows, int64_t cols, void* out);
 
+// Element i of arange / linspace, the same on every device.
+FG_HD double arange_element(double start, double step, int64_t i) {
+  return start + static_cast<double>(i) * step;
+}
+FG_HD double linspace_element(double start, double end, int64_t n, int64_t i) {
+  double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
+  // the second half counts back from `end`, like NumPy
+  return i < (n + 1) / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
+}
+
 enum class RandomKind : uint8_t { Uniform, Normal, Integer };
 // Element i takes Philox(counter = offset + i, key = seed). Uniform: [0, 1); Normal: N(0, 1);
 // Integer: [low, high).
@@ -36,6 +46,9 @@ FG_HD T random_element(RandomKind kind, uint64_t seed, uint64_t offset, int64_t 
 
 // CUDA counterparts (creation_cuda.cu); only present in CUDA builds.
 void fill_cuda(DType dtype, void* data, int64_t n, double value);
+void arange_cuda(DType dtype, double start, double step, int64_t n, void* out);
+void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out);
+void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out);
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                  int64_t low, int64_t high, void* out);
 // While a plan is captured into a CUDA graph, random fills on this thread read their key and base

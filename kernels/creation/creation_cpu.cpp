@@ -10,19 +10,16 @@ void arange_cpu(DType dtype, double start, double step, int64_t n, void* out) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
     parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(arange_element(start, step, i));
     });
   });
 }
 
 void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out) {
-  double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
   visit_compute_dtype(dtype, "linspace", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    for (int64_t i = 0; i < n; ++i)  // the second half counts back from `end`, like NumPy
-      p[i] = static_cast<T>(i < (n + 1) / 2 ? start + step * static_cast<double>(i)
-                                      : end - step * static_cast<double>(n - 1 - i));
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(linspace_element(start, end, n, i));
   });
 }
 

@@ -30,6 +30,21 @@ __global__ void advance_counter(uint64_t* counter, uint64_t by) { counter[1] += 
 
 thread_local const uint64_t* t_capture_counter = nullptr;
 
+template <class T>
+__global__ void arange_kernel(double start, double step, int64_t n, T* out) {
+  FG_GRID_LOOP(i, n) out[i] = static_cast<T>(arange_element(start, step, i));
+}
+
+template <class T>
+__global__ void linspace_kernel(double start, double end, int64_t n, T* out) {
+  FG_GRID_LOOP(i, n) out[i] = static_cast<T>(linspace_element(start, end, n, i));
+}
+
+template <class T>
+__global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols)
+  FG_GRID_LOOP(p, rows * cols) out[p] = p / cols == p % cols ? T(1.0f) : T(0.0f);
+}
+
 }  // namespace
 
 void set_capture_philox(const uint64_t* counter) { t_capture_counter = counter; }
@@ -37,6 +52,33 @@ void set_capture_philox(const uint64_t* counter) { t_capture_counter = counter; 
 void advance_philox_cuda(uint64_t* counter, uint64_t by) {
   advance_counter<<<1, 1, 0, kernel_stream()>>>(counter, by);
   check_launch("advance the Philox counter");
+}
+
+void arange_cuda(DType dtype, double start, double step, int64_t n, void* out) {
+  if (n == 0) return;
+  visit_compute_dtype(dtype, "arange", [&](auto tag) {
+    using T = decltype(tag);
+    arange_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(start, step, n, static_cast<T*>(out));
+  });
+  check_launch("arange");
+}
+
+void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out) {
+  if (n == 0) return;
+  visit_compute_dtype(dtype, "linspace", [&](auto tag) {
+    using T = decltype(tag);
+    linspace_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(start, end, n, static_cast<T*>(out));
+  });
+  check_launch("linspace");
+}
+
+void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out) {
+  if (rows * cols == 0) return;
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    eye_kernel<T><<<grid_for(rows * cols), kThreads, 0, kernel_stream()>>>(rows, cols, static_cast<T*>(out));
+  });
+  check_launch("eye");
 }
 
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,

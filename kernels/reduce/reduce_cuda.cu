@@ -1,6 +1,7 @@
 // CUDA reductions over the middle axis of a contiguous (outer, r, inner) block, with the CPU
 // kernel's semantics. Many output lines: one thread per line runs the shared reduce_line
-// (reads coalesce across `inner`). Few long lines: one block per line, threads striding the
+// (reads coalesce across `inner`). Float sums over a leading axis: column strips (reduce_columns).
+// Few long lines: one block per line, threads striding the
 // line and combining partials in shared memory (sums in double; for Max/Min/Arg* the first
 // NaN, else the extreme with the lowest index, wins, exactly as the sequential loop).
 #include "kernels/common/launch.cuh"
@@ -103,6 +104,31 @@ __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner,
     out[line] = fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin ? static_cast<Out>(where[0]) : static_cast<Out>(best[0]);
 }
 
+// Sum/Mean over a leading axis (the bias-gradient shape, (rows, cols) summed over rows): a
+// block covers a strip of kStrip adjacent columns (one warp row reads them coalesced), its
+// kRowThreads rows of threads stride down the rows, then the partials are combined per column.
+constexpr int kStrip = 32, kRowThreads = 32;
+
+template <class T, class Out>
+__global__ void reduce_columns(bool mean, const T* x,  // (outer, r, inner)
+                               int64_t r, int64_t inner,
+                               Out* out) {             // (outer, inner)
+  __shared__ double partial[kRowThreads][kStrip + 1];
+  int64_t o = blockIdx.y, j = blockIdx.x * static_cast<int64_t>(kStrip) + threadIdx.x;
+  double acc = 0;
+  if (j < inner) {
+    const T* column = x + o * r * inner + j;
+    for (int64_t k = threadIdx.y; k < r; k += kRowThreads) acc += static_cast<double>(column[k * inner]);
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < inner) {
+    double s = 0;
+    for (int y = 0; y < kRowThreads; ++y) s += partial[y][threadIdx.x];
+    out[o * inner + j] = static_cast<Out>(mean ? s / static_cast<double>(r) : s);
+  }
+}
+
 }  // namespace
 
 void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer, int64_t r, int64_t inner,
@@ -115,7 +141,12 @@ void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, in
       using Out = decltype(out_tag);
       const T* xs = static_cast<const T*>(x);
       Out* ys = static_cast<Out*>(out);
-      if (lines >= 4096 || r < 256) {
+      bool columns = (fn == ReduceFn::Sum || fn == ReduceFn::Mean) && std::is_floating_point_v<T> &&
+                     inner >= kStrip && r >= kRowThreads && outer <= 65535;
+      if (columns) {
+        dim3 grid(static_cast<unsigned>((inner + kStrip - 1) / kStrip), static_cast<unsigned>(outer));
+        reduce_columns<T, Out><<<grid, dim3(kStrip, kRowThreads), 0, kernel_stream()>>>(fn == ReduceFn::Mean, xs, r, inner, ys);
+      } else if (lines >= 4096 || r < 256) {
         reduce_lines<T, Out><<<grid_for(lines), kBlock, 0, kernel_stream()>>>(fn, xs, lines, r, inner, ys, correction);
       } else {
         reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock, 0, kernel_stream()>>>(fn, xs, r, inner, ys, correction);

@@ -19,7 +19,7 @@ from ._core import (
     where, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, logical_and, logical_or, logical_xor,
     logical_not, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
     reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
-    flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select,
+    flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select, index_add,
     scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types, clone,
 )
 import sys as _sys

@@ -45,18 +45,33 @@ class Embed(fg.nn.Module):
         return self.table(idx).sum()
 
 
-def test_host_sync_ops_compile_on_the_cpu_and_are_refused_in_a_cuda_step(device):
-    """gather/index_select validate indices on the host: no sync on the CPU, a sync on CUDA."""
+def test_index_ops_compile_and_validate_on_every_replay(device):
+    """gather/index_select check indices on every replay: at once on the CPU, on the device on CUDA (an
+    error flag raised at the next host read), so neither needs a host sync inside the step."""
     idx = fg.tensor(np.array([[1, 2], [3, 9]])).to(device)
     model = Embed().to(device)
+    step = fg.compile(model, example_inputs=(idx,))
+    np.testing.assert_allclose(step(idx).item(), model(idx).item(), rtol=1e-6)
+    with pytest.raises(fg.IndexOutOfRangeError, match="index 10 is out of range"):
+        step(fg.tensor(np.array([[1, 2], [3, 10]])).to(device)).item()
+
+
+class NonzeroCount(fg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = fg.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x).sum() + fg.nonzero(x > 0).shape[0]
+
+
+def test_host_sync_ops_are_refused_in_a_cuda_step(device):
+    """nonzero counts its output on the host (kHostSync): a compiled CUDA step refuses it by flag."""
     if device == "cpu":
-        step = fg.compile(model, example_inputs=(idx,))
-        np.testing.assert_allclose(step(idx).item(), model(idx).item(), rtol=1e-6)
-        with pytest.raises(fg.IndexOutOfRangeError, match="index 10 is out of range"):
-            step(fg.tensor(np.array([[1, 2], [3, 10]])))  # validated on every replay
-    else:
-        with pytest.raises(fg.InvalidArgumentError, match="reads device values on the host"):
-            fg.compile(model, example_inputs=(idx,))
+        pytest.skip("kHostSync is no sync on the CPU")
+    x = fg.randn(3, 4).to(device)
+    with pytest.raises(fg.InvalidArgumentError, match="reads device values on the host"):
+        fg.compile(NonzeroCount().to(device), example_inputs=(x,))
 
 
 class Broadcasts(fg.nn.Module):

@@ -5,6 +5,7 @@
 #include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
+#include "kernels/common/device_error.h"
 
 namespace fg::cuda {
 namespace {
@@ -75,6 +76,7 @@ void synchronize() {
   std::string why;
   if (device_count(&why) == 0) return;
   check(cudaDeviceSynchronize(), "cuda.synchronize");
+  raise_device_errors();
 }
 
 void install() {
@@ -109,6 +111,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
   if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
+  if (dst_device.is_cpu()) raise_device_errors();  // a host read: report what kernels found
 }
 
 }  // namespace fg::cuda

@@ -26,23 +26,29 @@ const OpDef k_full{.name = "full", .family = Family::Creation, .flags = kHalfNat
 Specs arange_shape(TensorList, const Attrs& attrs) {
   return {{Dims{attrs.i("n")}, attrs.get<DType>("dtype")}};
 }
+template <decltype(&arange_cpu) Run>
 void arange_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  arange_cpu(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
+  Run(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_arange{.name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
-                     .cpu = arange_kernel, .not_differentiable = "creation op"};
+                     .cpu = arange_kernel<arange_cpu>, .cuda = FG_CUDA(arange_kernel<arange_cuda>),
+                     .not_differentiable = "creation op"};
 
+template <decltype(&linspace_cpu) Run>
 void linspace_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  linspace_cpu(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
+  Run(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_linspace{.name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
-                       .cpu = linspace_kernel, .not_differentiable = "creation op"};
+                       .cpu = linspace_kernel<linspace_cpu>, .cuda = FG_CUDA(linspace_kernel<linspace_cuda>),
+                       .not_differentiable = "creation op"};
 
+template <decltype(&eye_cpu) Run>
 void eye_kernel(TensorList, const Tensors& out, const Attrs&) {
-  eye_cpu(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
+  Run(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
 }
 const OpDef k_eye{.name = "eye", .family = Family::Creation, .flags = kHalfNative,
-                  .shape_rule = full_shape, .cpu = eye_kernel, .not_differentiable = "creation op"};
+                  .shape_rule = full_shape, .cpu = eye_kernel<eye_cpu>, .cuda = FG_CUDA(eye_kernel<eye_cuda>),
+                  .not_differentiable = "creation op"};
 
 template <RandomKind Kind>
 Specs random_shape(TensorList in, const Attrs& attrs) {

@@ -169,6 +169,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   FG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, Value,
            "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   FG_CHECK(logits.ndim() >= 1, Shape, "cross_entropy: logits must have a class dim");
+  if (is_floating(target.dtype()) || !is_floating(logits.dtype()))
+    return cross_entropy_composite(logits, target, ignore_index, label_smoothing, reduction);
+  FG_CHECK(is_integral(target.dtype()), DType, "cross_entropy: class targets must be int32 or int64, got ",
+           describe(target));
+  Dims expected = logits.shape();
+  expected.erase(logits.ndim() == 1 ? 0 : 1);
+  FG_CHECK(target.shape() == expected, Shape, "cross_entropy: target ", to_string(target.shape()),
+           " does not match input ", to_string(logits.shape()), " (expected ", to_string(expected), ")");
+  Tensor t = cast(target, DType::Int64);
+  if (logits.ndim() <= 2) return fused_cross_entropy(logits, t, ignore_index, label_smoothing, reduction);
+  Tensor loss = fused_cross_entropy(classes_last(logits), reshape(t, {-1}), ignore_index, label_smoothing, reduction);
+  return reduction == Reduction::None ? reshape(loss, target.shape().vec()) : loss;
+}
+
+Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                               double label_smoothing, Reduction reduction) {
+  FG_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, Value,
+           "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  FG_CHECK(logits.ndim() >= 1, Shape, "cross_entropy: logits must have a class dim");
   int class_dim = logits.ndim() == 1 ? 0 : 1;
   Tensor logp = log_softmax(logits, class_dim);
   if (is_floating(target.dtype())) {  // class probabilities

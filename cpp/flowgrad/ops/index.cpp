@@ -1,8 +1,10 @@
-// Indexing ops: gather, scatter_add, index_select, one_hot, sort/topk, nonzero.
+// Indexing ops: gather, scatter_add, index_select, index_add, one_hot, sort/topk, nonzero.
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/index/index.h"
+#include "kernels/index/index_add.h"
+#include "kernels/sort/sort.h"
 
 namespace fg {
 namespace {
@@ -39,7 +41,7 @@ Tensors gather_backward(const BackwardCtx& c) {
   Tensor zero = zeros(spec.shape, c.grads[0].dtype(), c.grads[0].device());
   return {scatter_add(zero, c.attrs.i("dim"), c.inputs[1], c.grads[0]), Tensor()};
 }
-const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative | kHostSync,
+const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative,
                      .shape_rule = gather_shape, .cpu = gather_kernel<gather_cpu>,
                      .cuda = FG_CUDA(gather_kernel<gather_cuda>), .backward = gather_backward,
                      .saved = Saved::Inputs, .nondiff_inputs = 2u};
@@ -68,23 +70,25 @@ Tensors scatter_add_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
   return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
-const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index, .flags = kHostSync,
+const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
                           .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel<scatter_add_cpu>,
                           .cuda = FG_CUDA(scatter_add_kernel<scatter_add_cuda>),
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
                           .nondiff_inputs = 2u};
 
-Specs index_select_shape(TensorList in, const Attrs& attrs) {
-  const Tensor &x = in[0], &index = in[1];
-  FG_CHECK(x.ndim() > 0, Shape, "index_select: input must have at least one dim");
-  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
-  FG_CHECK(index.ndim() == 1, Shape, "index_select: index must be 1-D, got shape ",
-           to_string(index.shape()));
-  FG_CHECK(is_integral(index.dtype()), DType, "index_select: index must be int32 or int64, got ",
+// x's shape with dim resized to the 1-D index's length.
+Dims selected_shape(const Tensor& x, const Tensor& index, const Attrs& attrs, const char* op) {
+  FG_CHECK(x.ndim() > 0, Shape, op, ": input must have at least one dim");
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), op);
+  FG_CHECK(index.ndim() == 1, Shape, op, ": index must be 1-D, got shape ", to_string(index.shape()));
+  FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
   Dims shape = x.shape();
   shape[dim] = index.shape()[0];
-  return {{shape, x.dtype()}};
+  return shape;
+}
+Specs index_select_shape(TensorList in, const Attrs& attrs) {
+  return {{selected_shape(in[0], in[1], attrs, "index_select"), in[0].dtype()}};
 }
 template <decltype(&index_select_cpu) Run>
 void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
@@ -96,18 +100,48 @@ void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) 
 }
 Tensors index_select_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
-  int dim = wrap_dim(c.attrs.i("dim"), g.ndim(), "index_select");
-  std::vector<int64_t> shape(g.ndim(), 1);
-  shape[dim] = g.shape()[dim];
-  Tensor idx = contiguous(expand(reshape(c.inputs[1], shape), g.shape().vec()));
   Tensor zero = zeros(c.input_specs[0].shape, g.dtype(), g.device());
-  return {scatter_add(zero, dim, idx, g), Tensor()};
+  return {index_add(zero, c.attrs.i("dim"), c.inputs[1], g), Tensor()};
 }
-const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative | kHostSync,
+const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative,
                            .shape_rule = index_select_shape, .cpu = index_select_kernel<index_select_cpu>,
                            .cuda = FG_CUDA(index_select_kernel<index_select_cuda>),
                            .backward = index_select_backward, .saved = Saved::Inputs,
                            .nondiff_inputs = 2u};
+
+// index_add: x with src's slices added at a 1-D index along dim (index_select's backward).
+Specs index_add_shape(TensorList in, const Attrs& attrs) {
+  const Tensor &x = in[0], &index = in[1], &src = in[2];
+  Dims selected = selected_shape(x, index, attrs, "index_add");
+  FG_CHECK(src.shape() == selected, Shape, "index_add: src ", to_string(src.shape()), " must be the input ",
+           to_string(x.shape()), " with dim ", attrs.i("dim"), " of the index's size (", to_string(selected), ")");
+  return {{x.shape(), promote(x.dtype(), src.dtype())}};
+}
+void index_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+  const Tensor& y = out[0];
+  copy_into(y, in[0]);
+  int dim = wrap_dim(attrs.i("dim"), y.ndim(), "index_add");
+  Tensor idx = checked_index(in[1], y.shape()[dim], "index_add", dim);
+  Tensor src = contiguous_raw(converted(in[2], y.dtype()));
+  int64_t outer = span(y.shape(), 0, dim), inner = span(y.shape(), dim + 1, y.ndim());
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (y.device().is_cuda()) {
+    Tensor workspace = Tensor::empty(Dims{index_add_cuda_workspace(idx.numel(), y.shape()[dim])},
+                                     DType::UInt8, y.device());
+    return index_add_cuda(y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim],
+                          idx.numel(), inner, y.data_ptr(), workspace.data_ptr());
+  }
+#endif
+  index_add_cpu(y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim], idx.numel(),
+                inner, y.data_ptr());
+}
+Tensors index_add_backward(const BackwardCtx& c) {
+  const Tensor& g = c.grads[0];
+  return {g, Tensor(), c.needs_grad[2] ? index_select(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
+}
+const OpDef k_index_add{.name = "index_add", .family = Family::Index, .shape_rule = index_add_shape,
+                        .cpu = index_add_kernel, .cuda = FG_CUDA(index_add_kernel),
+                        .backward = index_add_backward, .saved = Saved::Inputs, .nondiff_inputs = 2u};
 
 Specs one_hot_shape(TensorList in, const Attrs& attrs) {
   FG_CHECK(is_integral(in[0].dtype()), DType, "one_hot: index must be int32 or int64, got ",
@@ -122,12 +156,16 @@ void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t classes = attrs.i("num_classes");
   Tensor idx = checked_index(in[0], classes, "one_hot", in[0].ndim());
   int64_t* y = out[0].data<int64_t>();
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (idx.device().is_cuda()) return one_hot_cuda(idx.data<int64_t>(), idx.numel(), classes, y);
+#endif
   fill_cpu(DType::Int64, y, out[0].numel(), 0.0);
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0, n = idx.numel(); i < n; ++i) y[i * classes + p[i]] = 1;
 }
-const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .flags = kHostSync, .shape_rule = one_hot_shape,
-                      .cpu = one_hot_kernel, .not_differentiable = "returns integers"};
+const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = one_hot_shape,
+                      .cpu = one_hot_kernel, .cuda = FG_CUDA(one_hot_kernel),
+                      .not_differentiable = "returns integers"};
 
 // sort and topk share a kernel: topk keeps the first k of a sort.
 Specs sort_shape(TensorList in, const Attrs& attrs) {
@@ -149,8 +187,17 @@ void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   int64_t k = x.ndim() ? attrs.i("k") : 1;
-  sort_cpu(x.dtype(), x.data_ptr(), span(x.shape(), 0, dim), d, span(x.shape(), dim + 1, x.ndim()),
-           k, attrs.b("descending"), out[0].data_ptr(), out[1].data<int64_t>());
+  int64_t outer = span(x.shape(), 0, dim), inner = span(x.shape(), dim + 1, x.ndim());
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (x.device().is_cuda()) {
+    Tensor workspace = Tensor::empty(Dims{sort_cuda_workspace(x.dtype(), outer * inner, d)}, DType::UInt8,
+                                     x.device());
+    return sort_cuda(x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
+                     out[1].data<int64_t>(), workspace.data_ptr());
+  }
+#endif
+  sort_cpu(x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
+           out[1].data<int64_t>());
 }
 Tensors sort_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
@@ -159,26 +206,42 @@ Tensors sort_backward(const BackwardCtx& c) {
   return {scatter_add(zero, c.attrs.i("dim"), c.outputs[1], g)};
 }
 const OpDef k_sort{.name = "sort", .family = Family::Index, .shape_rule = sort_shape,
-                   .cpu = sort_kernel, .backward = sort_backward, .saved = Saved::Outputs};
+                   .cpu = sort_kernel, .cuda = FG_CUDA(sort_kernel), .backward = sort_backward,
+                   .saved = Saved::Outputs};
 
 Specs nonzero_shape(TensorList in, const Attrs&) {
   const Tensor& m = in[0];
   FG_CHECK(m.dtype() == DType::Bool, DType, "nonzero: expected a bool mask, got ", describe(m));
   Tensor c = contiguous_raw(m);
-  return {{Dims{count_true_cpu(c.data<bool>(), c.numel()), int64_t{m.ndim()}}, DType::Int64}};
+  int64_t count = 0;
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (c.device().is_cuda()) {  // the output's size is data: a host read (hence kDataDependent)
+    Tensor on_device = Tensor::empty(Dims{1}, DType::Int64, c.device());
+    count_true_cuda(c.data<bool>(), c.numel(), on_device.data<int64_t>());
+    count = *device_copy(on_device, cpu_device()).data<int64_t>();
+  }
+#endif
+  if (c.device().is_cpu()) count = count_true_cpu(c.data<bool>(), c.numel());
+  return {{Dims{count, int64_t{m.ndim()}}, DType::Int64}};
 }
 void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
   Tensor c = contiguous_raw(in[0]);
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (c.device().is_cuda()) {
+    Tensor workspace = Tensor::empty(Dims{nonzero_cuda_workspace(c.numel())}, DType::UInt8, c.device());
+    return nonzero_cuda(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>(), workspace.data_ptr());
+  }
+#endif
   nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
 }
 const OpDef k_nonzero{.name = "nonzero", .family = Family::Index, .flags = kDataDependent | kHostSync,
-                      .shape_rule = nonzero_shape, .cpu = nonzero_kernel,
+                      .shape_rule = nonzero_shape, .cpu = nonzero_kernel, .cuda = FG_CUDA(nonzero_kernel),
                       .not_differentiable = "returns indices"};
 
 }  // namespace
 
 std::vector<const OpDef*> index_ops() {
-  return {&k_gather, &k_scatter_add, &k_index_select, &k_one_hot, &k_sort, &k_nonzero};
+  return {&k_gather, &k_scatter_add, &k_index_select, &k_index_add, &k_one_hot, &k_sort, &k_nonzero};
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -189,6 +252,9 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return run_op1(k_index_select, {x, index}, {{"dim", dim}});
+}
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return run_op1(k_index_add, {x, index, src}, {{"dim", dim}});
 }
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   FG_CHECK(mask.dtype() == DType::Bool, DType, "masked_fill: mask must be bool, got ", describe(mask));

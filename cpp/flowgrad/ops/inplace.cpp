@@ -110,7 +110,7 @@ Tensors index_put_backward(const BackwardCtx& c) {
   }
   return grads;
 }
-const OpDef k_index_put_{.name = "index_put_", .family = Family::Index, .flags = kInPlace | kHalfNative | kHostSync,
+const OpDef k_index_put_{.name = "index_put_", .family = Family::Index, .flags = kInPlace | kHalfNative,
                          .shape_rule = index_put_shape, .cpu = index_put_kernel<index_put_cpu>,
                          .cuda = FG_CUDA(index_put_kernel<index_put_cuda>), .backward = index_put_backward,
                          .saved = Saved::Inputs, .nondiff_inputs = 2u};

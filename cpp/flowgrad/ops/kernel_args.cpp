@@ -3,6 +3,7 @@
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/index/index_add.h"
 
 namespace fg {
 
@@ -68,9 +69,16 @@ Tensor contiguous_raw(const Tensor& t) {
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
   FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
-  if (!index.device().is_cpu())  // checked and wrapped on the host (one round trip), then back
-    return device_copy(checked_index(device_copy(index, cpu_device()), size, op, dim), index.device());
   Tensor idx = contiguous_raw(converted(index, DType::Int64));
+#if defined(FLOWGRAD_HAVE_CUDA)
+  if (index.device().is_cuda()) {  // checked on the device: a bad value raises at the next host sync
+    FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
+             " of size 0");
+    Tensor wrapped = Tensor::empty(idx.shape(), DType::Int64, idx.device());
+    wrap_index_cuda(idx.data<int64_t>(), idx.numel(), size, op, dim, wrapped.data<int64_t>());
+    return wrapped;
+  }
+#endif
   if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
     Tensor copy = Tensor::empty(idx.shape(), DType::Int64, idx.device());
     copy_into(copy, idx);

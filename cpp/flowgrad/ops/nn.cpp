@@ -1,6 +1,7 @@
 // nn ops with fused forward kernels: softmax, log_softmax, layer_norm, rms_norm, im2col/col2im.
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
+#include "kernels/conv/im2col.h"
 #include "kernels/nn/nn.h"
 
 namespace fg {
@@ -204,16 +205,18 @@ Specs im2col_shape(TensorList in, const Attrs& attrs) {
   Conv2dGeometry g = geometry(in[0].shape(), attrs);
   return {{Dims{g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, in[0].dtype()}};
 }
+template <decltype(&im2col_cpu) Run>
 void im2col_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = contiguous_raw(in[0]);
-  im2col_cpu(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
+  Run(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
 }
 Tensors im2col_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;
   return {col2im(c.grads[0], c.input_specs[0].shape, a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
 }
 const OpDef k_im2col{.name = "im2col", .family = Family::NN, .shape_rule = im2col_shape,
-                     .cpu = im2col_kernel, .backward = im2col_backward};
+                     .cpu = im2col_kernel<im2col_cpu>, .cuda = FG_CUDA(im2col_kernel<im2col_cuda>),
+                     .backward = im2col_backward};
 
 Specs col2im_shape(TensorList in, const Attrs& attrs) {
   const Dims& image = attrs.dims("image_shape");
@@ -225,16 +228,18 @@ Specs col2im_shape(TensorList in, const Attrs& attrs) {
            " do not match image ", to_string(image), " (expected ", to_string(expected), ")");
   return {{image, in[0].dtype()}};
 }
+template <decltype(&col2im_cpu) Run>
 void col2im_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor cols = contiguous_raw(in[0]);
-  col2im_cpu(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
+  Run(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
 }
 Tensors col2im_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;
   return {im2col(c.grads[0], a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
 }
 const OpDef k_col2im{.name = "col2im", .family = Family::NN, .shape_rule = col2im_shape,
-                     .cpu = col2im_kernel, .backward = col2im_backward};
+                     .cpu = col2im_kernel<col2im_cpu>, .cuda = FG_CUDA(col2im_kernel<col2im_cuda>),
+                     .backward = col2im_backward};
 
 Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
   return {{"kh", kh}, {"kw", kw}, {"stride", stride}, {"padding", padding}};

@@ -131,6 +131,8 @@ Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t s
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// A copy of x with src's slices added at a 1-D index along dim (repeated indices accumulate).
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 Tensor one_hot(const Tensor& index, int64_t num_classes);
 Tensor nonzero(const Tensor& mask);
@@ -173,6 +175,12 @@ enum class Reduction : uint8_t { None, Mean, Sum };
 Reduction reduction_from_name(const std::string& name, const char* op);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                      double label_smoothing, Reduction reduction);
+// cross_entropy from log_softmax and gather: the reference for the fused op that integer
+// targets go through (fused_cross_entropy: logits (N, C) or (C,), int64 target (N,) or ()).
+Tensor cross_entropy_composite(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                               double label_smoothing, Reduction reduction);
+Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                           double label_smoothing, Reduction reduction);
 Tensor nll_loss(const Tensor& logp, const Tensor& target, int64_t ignore_index, Reduction reduction);
 Tensor mse_loss(const Tensor& x, const Tensor& y, Reduction reduction);
 Tensor l1_loss(const Tensor& x, const Tensor& y, Reduction reduction);

@@ -151,12 +151,20 @@ const char* family_name(Family f) {
 
 // Declared here rather than in registry.h (where the other families are) to keep that header stable.
 std::vector<const OpDef*> distributed_ops();  // distributed/collective_ops.cpp
+const char* cuda_missing_reason(const OpDef& op) {
+  if (op.cuda_missing) return op.cuda_missing;
+#if defined(FLOWGRAD_HAVE_CUDA)
+  return "no CUDA kernel is registered";  // the registry test keeps this from happening
+#else
+  return "flowgrad was built without CUDA";
+#endif
+}
 
 const std::vector<const OpDef*>& all_ops() {
   static const std::vector<const OpDef*> ops = [] {
     std::vector<const OpDef*> all;
     for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
-                        creation_ops, optim_ops, in_place_ops, distributed_ops})
+                        loss_ops, creation_ops, optim_ops, in_place_ops, distributed_ops})
       for (const OpDef* op : family()) all.push_back(op);
     return all;
   }();
@@ -193,9 +201,9 @@ void notify_host_read(const Tensor& t, const char* what) {
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
-  // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
+  // Before the shape rule: some rules read values (nonzero's count) with the device's kernels.
   FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
-           op.cuda_missing, ")");
+           cuda_missing_reason(op), ")");
   Specs specs = op.shape_rule(in, attrs);
   if (op.flags & kInPlace) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
   for (size_t i = 0; i < in.size(); ++i)
@@ -208,7 +216,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   } else if (op.cuda) {
     out = run_kernel(op, op.cuda, device, in, specs, attrs);
   } else {
-    fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", op.cuda_missing, ")");
+    fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", cuda_missing_reason(op), ")");
   }
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) bump_version(in[i]);

@@ -103,8 +103,9 @@ enum OpFlag : uint32_t {
   kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
   kInPlace = 1u << 5,        // output 0 is input 0: run_op writes into input 0 instead of allocating
   kSavesOriginal = 1u << 6,  // in place: the backward rule reads input 0 as it was before the write
-  kHostSync = 1u << 7,       // on CUDA the kernel reads device values on the host (index validation,
-                             // nonzero's count): a sync, so a compiled CUDA step refuses the op
+  kHostSync = 1u << 7,       // on CUDA the kernel reads device values on the host (nonzero's count):
+                             // a sync, so a compiled CUDA step refuses the op. Index validation is not
+                             // one: CUDA kernels check on the device (kernels/common/device_error.h)
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -141,8 +142,9 @@ struct OpDef {
   void (*cuda)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
   // Returns the aliasing output (view ops).
   Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
-  // Why the op has no CUDA kernel (read only when `cuda` is null).
-  const char* cuda_missing = "its CUDA kernel is not written yet";
+  // Why the op has no CUDA kernel even in CUDA builds; null for ops that have one there (in
+  // CPU-only builds `cuda` is null for every op: see cuda_missing_reason).
+  const char* cuda_missing = nullptr;
   // Gradients of the inputs (undefined where not needed), written with public ops so they are
   // differentiable again and traceable.
   Tensors (*backward)(const BackwardCtx& ctx) = nullptr;
@@ -171,6 +173,9 @@ inline bool mutates_inputs(const OpDef& op) { return written_inputs(op) != 0; }
 #else
 #define FG_CUDA(kernel) nullptr
 #endif
+
+// Why `op` cannot run on a CUDA device in this build (for DeviceError messages).
+const char* cuda_missing_reason(const OpDef& op);
 
 const std::vector<const OpDef*>& all_ops();
 const OpDef& find_op(const std::string& name);
@@ -213,6 +218,7 @@ std::vector<const OpDef*> linalg_ops();
 std::vector<const OpDef*> shape_ops();
 std::vector<const OpDef*> index_ops();
 std::vector<const OpDef*> nn_ops();
+std::vector<const OpDef*> loss_ops();
 std::vector<const OpDef*> creation_ops();
 std::vector<const OpDef*> optim_ops();
 std::vector<const OpDef*> in_place_ops();

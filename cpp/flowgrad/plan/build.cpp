@@ -429,7 +429,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
                                 : spec.inputs[0].device();
   for (const Instruction& ins : code_)
     FG_CHECK(device_.is_cpu() || ins.op->cuda, Device, "compile: '", ins.op->name, "' has no kernel for ",
-             device_.str(), " (", ins.op->cuda_missing, ")");
+             device_.str(), " (", cuda_missing_reason(*ins.op), ")");
   for (const Buffer& buf : buffers_)
     FG_CHECK(buf.device == device_ || buf.kind == BufferKind::External, Device, "compile: the step mixes ",
              device_.str(), " and ", buf.device.str(), " (", buf.name, ")");

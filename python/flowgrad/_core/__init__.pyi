@@ -22,7 +22,7 @@ from . import flow
 from . import plan
 from . import return_types
 from . import distributed
-__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
+__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_add', 'index_select', 'init', 'int32', 'int64', 'is_anomaly_enabled', 'is_grad_enabled', 'le', 'linspace', 'log', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'unsqueeze', 'var', 'where', 'zeros']
 class dtype:
     """
     A tensor element type (fg.float32, fg.int64, ...).
@@ -439,6 +439,10 @@ class Tensor:
     def half(self) -> Tensor:
         """
         Cast to float16.
+        """
+    def index_add(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
+        """
+        A copy of input with src's slices added at a 1-D index along dim (repeats accumulate).
         """
     def index_select(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
         """
@@ -1739,6 +1743,10 @@ def grad(outputs: collections.abc.Sequence[Tensor], inputs: collections.abc.Sequ
 def gt(input: typing.Any, other: typing.Any) -> Tensor:
     """
     Elementwise gt(input, other) with NumPy broadcasting.
+    """
+def index_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
+    """
+    A copy of input with src's slices added at a 1-D index along dim (repeats accumulate).
     """
 def index_select(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
     """

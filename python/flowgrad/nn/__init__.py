@@ -10,6 +10,7 @@ from .._core import (
     TransformerBlock, GRUCell, LSTMCell, Checkpoint, BatchNorm1d, BatchNorm2d, GroupNorm, LSTM, GRU,
 )
 from . import functional, init, parallel, utils
+from .losses import CrossEntropyLoss
 
 
 class _ParameterMeta(type):

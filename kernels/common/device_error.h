@@ -1,0 +1,37 @@
+// Errors found by CUDA kernels, reported at the next host synchronisation instead of by a host
+// read inside the op. A kernel that meets a bad index claims a per-device flag (an atomic in
+// device memory, so the first report wins) and writes what it saw into pinned host memory it
+// can address directly. cuda::synchronize and every device-to-host copy (item, numpy, to('cpu'))
+// call raise_device_errors(), which raises the IndexError a CPU run would have raised at once.
+// The op itself never synchronises and the record lives at fixed addresses, so a captured CUDA
+// graph can contain checking kernels: a replay reports through the same record.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/fg_hd.h"
+
+namespace fg {
+
+struct IndexErrorRecord {
+  int64_t value;  // the bad index as given (before wrapping negatives)
+  int64_t size;   // the size of the dimension it indexes
+  uint64_t op;    // the op's name: a pointer to a string literal, so it outlives the kernel
+  int32_t dim;
+  volatile int32_t set;  // written last: the other fields are complete when it is 1
+};
+
+// What a checking kernel receives (by value) to report through.
+struct IndexErrorSink {
+  int* claimed;              // device memory: 0 until a kernel claims the record
+  IndexErrorRecord* record;  // device view of the pinned host record
+};
+
+#if defined(FLOWGRAD_HAVE_CUDA)
+// The sink of the current device (allocated on first use: warm up before capturing a graph).
+IndexErrorSink index_error_sink();
+// Raises the IndexError a kernel reported since the last call (and clears it). Host only; the
+// caller has synchronised with the device.
+void raise_device_errors();
+#endif
+
+}  // namespace fg

@@ -1,0 +1,203 @@
+// CUDA sort/topk (CUB segmented stable sort), nonzero (CUB scan) and one_hot. See sort.h.
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+
+#include <type_traits>
+
+#include "kernels/common/block_reduce.cuh"
+#include "kernels/common/launch.cuh"
+#include "kernels/sort/sort.h"
+
+namespace fg {
+namespace {
+
+size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// An unsigned key whose order is the CPU sort's order of T (NaN largest, -0.0 == +0.0).
+template <class T>
+using KeyOf = std::conditional_t<sizeof(T) == 8, unsigned long long, unsigned int>;
+
+template <class T>
+__device__ KeyOf<T> sort_key(T v) {
+  using K = KeyOf<T>;
+  constexpr K sign = K{1} << (sizeof(K) * 8 - 1);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (v != v) return ~K{0};        // every NaN: above +inf
+    if (v == T(0)) v = T(0);         // -0.0 sorts with +0.0
+    K bits;
+    memcpy(&bits, &v, sizeof(K));
+    return bits & sign ? ~bits : bits | sign;
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<K>(static_cast<std::conditional_t<sizeof(T) == 8, long long, int>>(v)) ^ sign;
+  } else {
+    return static_cast<K>(v);
+  }
+}
+
+// keys (lines, d) and positions (lines, d) of the lines of x (outer, d, inner); offsets (lines + 1).
+template <class T>
+__global__ void make_keys_kernel(const T* x, int64_t d, int64_t inner, int64_t lines, bool descending,
+                                 KeyOf<T>* keys, int32_t* positions, int* offsets) {
+  FG_GRID_LOOP(p, lines * d) {
+    int64_t line = p / d, j = p % d, o = line / inner, i = line % inner;
+    KeyOf<T> key = sort_key(x[(o * d + j) * inner + i]);
+    keys[p] = descending ? ~key : key;  // stable ascending on inverted keys keeps ties in order
+    positions[p] = static_cast<int32_t>(j);
+    if (j == 0) offsets[line] = static_cast<int>(p);
+    if (p == lines * d - 1) offsets[lines] = static_cast<int>(lines * d);
+  }
+}
+
+template <class T>
+__global__ void take_sorted_kernel(const T* x, const int32_t* order, int64_t d, int64_t inner, int64_t k,
+                                   int64_t total, T* values, int64_t* indices) {  // (outer, k, inner)
+  FG_GRID_LOOP(p, total) {
+    int64_t i = p % inner, r = p / inner % k, o = p / (inner * k);
+    int64_t j = order[(o * inner + i) * d + r];
+    values[p] = x[(o * d + j) * inner + i];
+    indices[p] = j;
+  }
+}
+
+template <class K>
+size_t segmented_temp_bytes(int64_t items, int64_t lines) {
+  size_t bytes = 0;
+  cub::DeviceSegmentedSort::StableSortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
+                                            static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                                            static_cast<int>(items), static_cast<int>(lines),
+                                            static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  return bytes;
+}
+
+// Sections of the sort workspace: keys in/out, positions in/out, offsets, CUB's temp storage.
+struct SortLayout {
+  size_t keys, positions, offsets, temp;
+  template <class K>
+  static SortLayout of(int64_t lines, int64_t d) {
+    size_t items = static_cast<size_t>(lines * d);
+    return {align(items * sizeof(K)), align(items * sizeof(int32_t)), align((lines + 1) * sizeof(int)),
+            segmented_temp_bytes<K>(lines * d, lines)};
+  }
+  size_t total() const { return 2 * keys + 2 * positions + offsets + temp; }
+};
+
+template <class Fn>
+decltype(auto) visit_sortable(DType dtype, Fn&& fn) {
+  FG_CHECK(dtype != DType::Bool, DType, "sort: not defined for bool tensors");
+  return visit_compute_dtype(dtype, "sort", [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), bool>) return fn(uint8_t{});  // not reached
+    else return fn(tag);
+  });
+}
+
+__global__ void count_true_kernel(const bool* mask, int64_t n, unsigned long long* count) {
+  __shared__ double shared[kThreads];
+  double local = 0;
+  FG_GRID_LOOP(i, n) local += mask[i];
+  double block = block_combine(local, shared, SumOp{});
+  if (threadIdx.x == 0 && block > 0) atomicAdd(count, static_cast<unsigned long long>(block));
+}
+
+__global__ void mask_to_flags_kernel(const bool* mask, int64_t n, int64_t* flags) {
+  FG_GRID_LOOP(i, n) flags[i] = mask[i];
+}
+
+struct Shape {
+  int64_t dims[16];
+};
+
+__global__ void write_coords_kernel(const bool* mask, const int64_t* rows, int64_t n, Shape shape, int ndim,
+                                    int64_t* coords) {  // (count, ndim)
+  FG_GRID_LOOP(i, n) {
+    if (!mask[i]) continue;
+    int64_t rest = i;
+    for (int d = ndim - 1; d >= 0; --d) {
+      coords[rows[i] * ndim + d] = rest % shape.dims[d];
+      rest /= shape.dims[d];
+    }
+  }
+}
+
+__global__ void one_hot_kernel(const int64_t* idx, int64_t total, int64_t classes, int64_t* out) {
+  FG_GRID_LOOP(p, total) out[p] = idx[p / classes] == p % classes;
+}
+
+}  // namespace
+
+int64_t sort_cuda_workspace(DType dtype, int64_t lines, int64_t d) {
+  FG_CHECK(lines * d <= INT32_MAX, Value, "sort on cuda: ", lines * d, " elements exceed one segmented sort");
+  return visit_sortable(dtype, [&](auto tag) {
+    return static_cast<int64_t>(SortLayout::of<KeyOf<decltype(tag)>>(lines, d).total());
+  });
+}
+
+void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k, bool descending,
+               void* values, int64_t* indices, void* workspace) {
+  int64_t lines = outer * inner, total = outer * k * inner;
+  if (total == 0) return;
+  visit_sortable(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using K = KeyOf<T>;
+    SortLayout s = SortLayout::of<K>(lines, d);
+    char* w = static_cast<char*>(workspace);
+    K* keys_in = reinterpret_cast<K*>(w);
+    K* keys_out = reinterpret_cast<K*>(w + s.keys);
+    int32_t* pos_in = reinterpret_cast<int32_t*>(w + 2 * s.keys);
+    int32_t* pos_out = reinterpret_cast<int32_t*>(w + 2 * s.keys + s.positions);
+    int* offsets = reinterpret_cast<int*>(w + 2 * s.keys + 2 * s.positions);
+    void* temp = w + 2 * s.keys + 2 * s.positions + s.offsets;
+    make_keys_kernel<T><<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), d, inner, lines, descending,
+                                                            keys_in, pos_in, offsets);
+    size_t temp_bytes = s.temp;
+    cudaError_t err = cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys_in, keys_out, pos_in, pos_out,
+                                                                static_cast<int>(lines * d), static_cast<int>(lines),
+                                                                offsets, offsets + 1, kernel_stream());
+    FG_CHECK(err == cudaSuccess, Device, "sort on cuda: segmented sort failed: ", cudaGetErrorString(err));
+    take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), pos_out, d, inner, k, total,
+                                                          static_cast<T*>(values), indices);
+  });
+  check_launch("sort");
+}
+
+void count_true_cuda(const bool* mask, int64_t n, int64_t* count) {
+  cudaError_t err = cudaMemsetAsync(count, 0, sizeof(int64_t), kernel_stream());
+  FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: clearing the count failed: ", cudaGetErrorString(err));
+  if (n > 0)
+    count_true_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, reinterpret_cast<unsigned long long*>(count));
+  check_launch("nonzero");
+}
+
+int64_t nonzero_cuda_workspace(int64_t n) {
+  FG_CHECK(n <= INT32_MAX, Value, "nonzero on cuda: ", n, " elements exceed one scan");
+  size_t bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
+                                static_cast<int>(n));
+  return static_cast<int64_t>(2 * align(n * sizeof(int64_t)) + bytes);
+}
+
+void nonzero_cuda(const bool* mask, const int64_t* shape, int ndim, int64_t* coords, void* workspace) {
+  FG_CHECK(ndim <= 16, Shape, "nonzero on cuda: at most 16 dims, got ", ndim);
+  Shape s{};
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= s.dims[d] = shape[d];
+  if (n == 0) return;
+  char* w = static_cast<char*>(workspace);
+  int64_t* flags = reinterpret_cast<int64_t*>(w);
+  int64_t* rows = reinterpret_cast<int64_t*>(w + align(n * sizeof(int64_t)));
+  void* temp = w + 2 * align(n * sizeof(int64_t));
+  size_t temp_bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, rows, static_cast<int>(n));
+  mask_to_flags_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, flags);
+  cudaError_t err = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, rows, static_cast<int>(n), kernel_stream());
+  FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: scan failed: ", cudaGetErrorString(err));
+  write_coords_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, rows, n, s, ndim, coords);
+  check_launch("nonzero");
+}
+
+void one_hot_cuda(const int64_t* idx, int64_t n, int64_t classes, int64_t* out) {
+  if (n * classes == 0) return;
+  one_hot_kernel<<<grid_for(n * classes), kThreads, 0, kernel_stream()>>>(idx, n * classes, classes, out);
+  check_launch("one_hot");
+}
+
+}  // namespace fg
