@@ -1,7 +1,7 @@
 // Flash attention on the CPU: one worker per (batch*head, query block) in the forward pass, one per
 // batch*head in the backward pass (dQ is accumulated over key blocks by the worker that owns it,
 // so no two workers write the same row). Block products go through gemm_cpu (BLAS): with OpenBLAS's
-// Haswell kernels it beat vectorised axpy loops by 1.2-1.8x at head dims 32-128 (bench_attention.py
+// Haswell kernels it beat vectorised axpy loops by 1.2-1.7x at head dims 32-128 (bench_attention.py
 // --cpu-time); row loops (exp, max, rescale) are compiled per instruction set.
 #include <algorithm>
 #include <cmath>
