@@ -1,15 +1,23 @@
-// Flash attention on CUDA: float32, bfloat16 and float16 storage, float32 math (FMA on tiles in
-// shared memory; no tensor cores yet), templated on the head dim padded to 32/64/96/128. Mask,
-// causal and key-range logic are the shared helpers of attention.h that the CPU kernel runs too.
+// Flash attention on CUDA: float32, bfloat16 and float16 storage with float32 accumulation,
+// templated on the head dim padded to 32/64/96/128. Mask, causal and key-range logic are the shared
+// helpers of attention.h that the CPU kernel runs too.
 //
-// Forward: one block of 256 threads per (batch*head, 64 query rows); four threads per query row,
-// each holding a quarter of the row's output columns in registers; 64-key tiles.
+// Forward, float32 (and half types before sm_80): one block of 256 threads per (batch*head, 64
+// query rows); four threads per query row, each holding a quarter of the row's output columns in
+// registers; 64-key tiles, FMA on shared memory.
+// Forward, bfloat16/float16 on sm_80+: tensor cores through nvcuda::wmma (16x16x16, float32
+// accumulators): four warps of 16 query rows each for S = Q K^T and O += P V; the online softmax
+// and the rescaled output stay in float32 shared memory. No wgmma (sm_90) path.
 // Backward (FlashAttention-2): a preprocess kernel writes D = rowsum(dO * O) and zeroes the float32
 // dQ sums; one block per (batch*head, 64 keys) keeps dK, dV in registers over 32-row query tiles
 // and adds dQ with atomicAdd; a last kernel scales dQ and narrows it to the storage type.
 #include "kernels/attention/attention.h"
 #include "kernels/common/half.h"
 #include "kernels/common/launch.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
 
 #include <type_traits>
 
@@ -47,7 +55,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 attention_forward_kernel(AttentionShape s, AttentionMask mask, int64_t query_blocks,
                          const T* q, const T* k, const T* v,  // (BH, L, E), (BH, S, E), (BH, S, Ev)
                          T* out, float* lse) {                // (BH, L, Ev), (BH, L)
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float smem[];
   float* qs = smem;                       // (kFwdRows, kD + 1)
   float* ks = qs + kFwdRows * (kD + 1);   // (kKeys, kD + 1)
   float* vs = ks + kKeys * (kD + 1);      // (kKeys, kD + 1)
@@ -104,6 +112,124 @@ attention_forward_kernel(AttentionShape s, AttentionMask mask, int64_t query_blo
   if (g == 0) lse[bh * s.L + i] = finite_max(m) + logf(l);
 }
 
+template <class T> struct WmmaType { using type = T; };
+template <> struct WmmaType<bfloat16> { using type = __nv_bfloat16; };
+template <> struct WmmaType<float16> { using type = __half; };
+
+constexpr int kTcWarps = 4, kTcRows = 16 * kTcWarps;
+
+// The tensor-core forward for half types: smem holds Q, K, V tiles (half, (64, kD)), the scores
+// S (float, (64, 64)), P (half, (64, 64)), the output sums O and this tile's P V (float, (64, kD))
+// and each row's rescale factor.
+template <class T, int kD>
+__global__ void __launch_bounds__(32 * kTcWarps)
+attention_forward_tc_kernel(AttentionShape s, AttentionMask mask, int64_t query_blocks,
+                            const T* q, const T* k, const T* v,  // (BH, L, E), (BH, S, E), (BH, S, Ev)
+                            T* out, float* lse) {                // (BH, L, Ev), (BH, L)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  namespace wmma = nvcuda::wmma;
+  using H = typename WmmaType<T>::type;
+  extern __shared__ __align__(128) float smem[];
+  float* ss = smem;                          // (kTcRows, kKeys)
+  float* os = ss + kTcRows * kKeys;          // (kTcRows, kD)
+  float* pvs = os + kTcRows * kD;            // (kTcRows, kD)
+  float* alphas = pvs + kTcRows * kD;        // (kTcRows)
+  T* qs = reinterpret_cast<T*>(alphas + kTcRows);  // (kTcRows, kD)
+  T* ks = qs + kTcRows * kD;                 // (kKeys, kD)
+  T* vs = ks + kKeys * kD;                   // (kKeys, kD)
+  T* ps = vs + kKeys * kD;                   // (kTcRows, kKeys)
+  int64_t bh = blockIdx.x / query_blocks, q0 = blockIdx.x % query_blocks * kTcRows;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int r = warp * 16 + lane / 2, half = lane % 2;  // this lane's row and half of the row's columns
+  int64_t i = q0 + r;
+  bool row_valid = i < s.L;
+  int64_t mrow = mask.kind != MaskKind::None && row_valid ? mask_row_offset(mask, bh, i) : 0;
+  auto load = [&](T* tile, int rows, const T* src, int64_t row0, int64_t n, int64_t width) {
+    for (int idx = threadIdx.x; idx < rows * kD; idx += 32 * kTcWarps) {
+      int rr = idx / kD, d = idx % kD;
+      tile[idx] = row0 + rr < n && d < width ? src[(row0 + rr) * width + d] : T(0.f);
+    }
+  };
+  load(qs, kTcRows, q + bh * s.L * s.E, q0, s.L, s.E);
+  for (int idx = threadIdx.x; idx < kTcRows * kD; idx += 32 * kTcWarps) os[idx] = 0.f;
+  float m = -INFINITY, l = 0.f, scale = static_cast<float>(s.scale);
+  int64_t key_end = attention_key_end(min(q0 + kTcRows, s.L), s.S, s.causal);
+  const H* qh = reinterpret_cast<const H*>(qs);
+  for (int64_t j0 = 0; j0 < key_end; j0 += kKeys) {
+    __syncthreads();  // the previous K, V tiles are no longer read
+    load(ks, kKeys, k + bh * s.S * s.E, j0, s.S, s.E);
+    load(vs, kKeys, v + bh * s.S * s.Ev, j0, s.S, s.Ev);
+    __syncthreads();
+    for (int nt = 0; nt < kKeys / 16; ++nt) {  // this warp's 16 rows of S = Q K^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major> b;  // K^T
+        wmma::load_matrix_sync(a, qh + warp * 16 * kD + kk * 16, kD);
+        wmma::load_matrix_sync(b, reinterpret_cast<const H*>(ks) + nt * 16 * kD + kk * 16, kD);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(ss + warp * 16 * kKeys + nt * 16, acc, kKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+    float* srow = ss + r * kKeys;
+    float block_max = -INFINITY;
+    for (int c = half * (kKeys / 2); c < (half + 1) * (kKeys / 2); ++c) {
+      int64_t j = j0 + c;
+      float x = row_valid && j < s.S ? srow[c] * scale + mask_bias<float>(mask, mrow, i, j, s.causal) : -INFINITY;
+      srow[c] = x;
+      block_max = fmaxf(block_max, x);
+    }
+    float new_max = fmaxf(m, fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1)));
+    float base = finite_max(new_max), alpha = expf(finite_max(m) - base), sum = 0.f;
+    for (int c = half * (kKeys / 2); c < (half + 1) * (kKeys / 2); ++c) {
+      float p = expf(srow[c] - base);
+      ps[r * kKeys + c] = T(p);
+      sum += p;
+    }
+    l = l * alpha + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+    m = new_max;
+    if (half == 0) alphas[r] = alpha;
+    __syncwarp();
+    for (int nt = 0; nt < kD / 16; ++nt) {  // this warp's 16 rows of P V
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major> b;
+        wmma::load_matrix_sync(a, reinterpret_cast<const H*>(ps) + warp * 16 * kKeys + kk * 16, kKeys);
+        wmma::load_matrix_sync(b, reinterpret_cast<const H*>(vs) + kk * 16 * kD + nt * 16, kD);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(pvs + warp * 16 * kD + nt * 16, acc, kD, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int idx = lane; idx < 16 * kD; idx += 32) {
+      int row = warp * 16 + idx / kD;
+      os[row * kD + idx % kD] = os[row * kD + idx % kD] * alphas[row] + pvs[row * kD + idx % kD];
+    }
+    __syncwarp();
+  }
+  if (!row_valid) return;
+  float inv = 1.f / l;  // a fully masked row: NaN, lse = -inf, as on the CPU
+  for (int e = half * (kD / 2); e < (half + 1) * (kD / 2) && e < s.Ev; ++e)
+    out[(bh * s.L + i) * s.Ev + e] = T(os[r * kD + e] * inv);
+  if (half == 0) lse[bh * s.L + i] = finite_max(m) + logf(l);
+#endif
+}
+
+// Compute capability 8.0 or above on the current device (bf16/fp16 wmma): read once.
+bool has_tensor_cores() {
+  static const bool yes = [] {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    return major >= 8;
+  }();
+  return yes;
+}
+
 // D = rowsum(dO * O) per query row, and the dQ sums zeroed. One thread per row.
 template <class T>
 __global__ void attention_backward_prepare(int64_t rows, int64_t E, int64_t Ev, const T* out, const T* dout,
@@ -127,7 +253,7 @@ attention_backward_kernel(AttentionShape s, AttentionMask mask, int64_t key_bloc
                           const T* q, const T* k, const T* v, const T* dout,  // like the forward
                           const float* lse, const float* delta,              // (BH, L)
                           float* dq_sum, T* dk, T* dv) {                     // (BH, L, E) float32
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float smem[];
   float* ks = smem;                         // (kKeys, kD + 1)
   float* vs = ks + kKeys * (kD + 1);        // (kKeys, kD + 1)
   float* qs = vs + kKeys * (kD + 1);        // (kBwdRows, kD + 1)
@@ -242,6 +368,20 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
   dispatch(dtype, std::max(s.E, s.Ev), what, [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int kD = decltype(dim)::value;
+    if constexpr (!std::is_same_v<T, float>) {
+      if (has_tensor_cores()) {
+        size_t bytes = sizeof(float) * (kTcRows * kKeys + 2 * kTcRows * kD + kTcRows) +
+                       sizeof(T) * ((kTcRows + 2 * kKeys) * kD + kTcRows * kKeys);
+        auto kernel = attention_forward_tc_kernel<T, kD>;
+        allow_shared(kernel, bytes, what);
+        int64_t tiles = (s.L + kTcRows - 1) / kTcRows;
+        kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes>>>(
+            s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+            static_cast<T*>(out), static_cast<float*>(lse));
+        check_launch(what);
+        return;
+      }
+    }
     size_t bytes = sizeof(float) * ((kFwdRows + 2 * kKeys) * (kD + 1) + kFwdRows * (kKeys + 1));
     auto kernel = attention_forward_kernel<T, kD>;
     allow_shared(kernel, bytes, what);
