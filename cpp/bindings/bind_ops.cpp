@@ -356,7 +356,23 @@ void bind_functional(py::module_& m) {
                                             std::optional<Tensor> mask, bool causal) {
     return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), causal);
   }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
-     py::arg("is_causal") = false, "softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.",
+     py::arg("is_causal") = false,
+     "softmax(q k^T / sqrt(E) + mask) v over q (..., L, E), k (..., S, E), v (..., S, Ev).\n\n"
+     "attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is "
+     "added to the scores; is_causal masks key j > query i. A query row with every key masked gives "
+     "NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on cuda "
+     "float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 "
+     "and a float mask does not require grad; otherwise the composite "
+     "scaled_dot_product_attention_reference. Raises ShapeError (ranks, E or S differ), DTypeError "
+     "(q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).",
+     ReleaseGil());
+  def_op(nn, "scaled_dot_product_attention_reference", [](const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      std::optional<Tensor> mask, bool causal) {
+    return scaled_dot_product_attention_composite(q, k, v, mask.value_or(Tensor()), causal);
+  }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+     py::arg("is_causal") = false,
+     "scaled_dot_product_attention as matmul + softmax (materialises the (..., L, S) scores): the "
+     "reference the fused kernels are tested against; same arguments and errors.",
      ReleaseGil());
   def_op(nn, "cross_entropy", [](const Tensor& x, const Tensor& t, int64_t ignore, double smoothing, const std::string& r) {
     return cross_entropy(x, t, ignore, smoothing, reduction_from_name(r, "cross_entropy"));

@@ -1,7 +1,5 @@
 // Composite nn functions and losses, built only from registered ops: their gradients come
 // from the ops' own backward rules.
-#include <cmath>
-#include <limits>
 
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
@@ -139,30 +137,6 @@ Tensor pool2d(const Tensor& x, int64_t k, int64_t stride, bool is_max) {
 
 Tensor max_pool2d(const Tensor& x, int64_t k, int64_t stride) { return pool2d(x, k, stride, true); }
 Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride) { return pool2d(x, k, stride, false); }
-
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& attn_mask, bool is_causal) {
-  const char* op = "scaled_dot_product_attention";
-  FG_CHECK(q.ndim() >= 2 && k.ndim() >= 2 && v.ndim() >= 2, Shape, op,
-           ": q, k, v must be (..., L, E), got ", to_string(q.shape()), ", ", to_string(k.shape()),
-           ", ", to_string(v.shape()));
-  FG_CHECK(q.shape().back() == k.shape().back(), Shape, op, ": q ", to_string(q.shape()),
-           " and k ", to_string(k.shape()), " must share the embedding dim");
-  FG_CHECK(k.shape()[k.ndim() - 2] == v.shape()[v.ndim() - 2], Shape, op, ": k ",
-           to_string(k.shape()), " and v ", to_string(v.shape()), " must share the sequence dim");
-  double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
-  Tensor scores = matmul(q, transpose(k, -1, -2));  // (..., L, S); scaled inside the softmax
-  if (attn_mask.defined()) {
-    const double neg_inf = -std::numeric_limits<double>::infinity();
-    scores = scores * scale;
-    scale = 1.0;
-    if (attn_mask.dtype() == DType::Bool)  // True marks the positions that take part
-      scores = masked_fill(scores, eq(attn_mask, scalar_like(attn_mask, 0)), neg_inf);
-    else
-      scores = scores + attn_mask;
-  }
-  return matmul(scaled_softmax(scores, scale, is_causal), v);
-}
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                      double label_smoothing, Reduction reduction) {

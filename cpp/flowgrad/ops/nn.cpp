@@ -247,8 +247,12 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
 
 }  // namespace
 
+std::vector<const OpDef*> attention_ops();  // ops/attention.cpp
+
 std::vector<const OpDef*> nn_ops() {
-  return {&k_softmax, &k_layer_norm, &k_rms_norm, &k_norm_backward, &k_im2col, &k_col2im};
+  std::vector<const OpDef*> ops{&k_softmax, &k_layer_norm, &k_rms_norm, &k_norm_backward, &k_im2col, &k_col2im};
+  for (const OpDef* op : attention_ops()) ops.push_back(op);
+  return ops;
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {

@@ -169,8 +169,12 @@ Tensor embedding(const Tensor& index, const Tensor& weight);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding);
 Tensor max_pool2d(const Tensor& x, int64_t k, int64_t stride);
 Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride);
+// The fused flash_attention op where it applies (ops/attention.cpp), else the composite below.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal);
+// matmul + softmax, materialising the (..., L, S) scores: the reference for the fused kernels.
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& attn_mask, bool is_causal);
 enum class Reduction : uint8_t { None, Mean, Sum };
 Reduction reduction_from_name(const std::string& name, const char* op);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,

@@ -4,7 +4,7 @@ Neural-network functions (fg.nn.functional).
 from __future__ import annotations
 import flowgrad._core
 import typing
-__all__: list[str] = ['avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'softmax', 'unfold']
+__all__: list[str] = ['avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'scaled_dot_product_attention_reference', 'softmax', 'unfold']
 def avg_pool2d(input: flowgrad._core.Tensor, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex | None = None) -> flowgrad._core.Tensor:
     """
     2-D average pooling.
@@ -71,7 +71,13 @@ def rms_norm(input: flowgrad._core.Tensor, normalized_shape: typing.Any, weight:
     """
 def scaled_dot_product_attention(query: flowgrad._core.Tensor, key: flowgrad._core.Tensor, value: flowgrad._core.Tensor, attn_mask: flowgrad._core.Tensor | None = None, is_causal: bool = False) -> flowgrad._core.Tensor:
     """
-    softmax(q k^T / sqrt(E) + mask) v; bool masks mark allowed positions.
+    softmax(q k^T / sqrt(E) + mask) v over q (..., L, E), k (..., S, E), v (..., S, Ev).
+    
+    attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is added to the scores; is_causal masks key j > query i. A query row with every key masked gives NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on cuda float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 and a float mask does not require grad; otherwise the composite scaled_dot_product_attention_reference. Raises ShapeError (ranks, E or S differ), DTypeError (q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).
+    """
+def scaled_dot_product_attention_reference(query: flowgrad._core.Tensor, key: flowgrad._core.Tensor, value: flowgrad._core.Tensor, attn_mask: flowgrad._core.Tensor | None = None, is_causal: bool = False) -> flowgrad._core.Tensor:
+    """
+    scaled_dot_product_attention as matmul + softmax (materialises the (..., L, S) scores): the reference the fused kernels are tested against; same arguments and errors.
     """
 def softmax(input: flowgrad._core.Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> flowgrad._core.Tensor:
     """

@@ -1,0 +1,100 @@
+// Fused (flash-style) scaled dot-product attention: online softmax over key blocks, so no
+// (L, S) score matrix is ever stored; the row logsumexp is kept for the backward pass, which
+// recomputes the probabilities block by block (FlashAttention-2).
+//
+// Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), lse (BH, L), all
+// contiguous; BH is the flattened batch (batch..., heads). The mask is read through
+// AttentionMask (broadcast strides), so it is never expanded to (BH, L, S).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "flowgrad/core/dtype.h"
+#include "kernels/common/fg_hd.h"
+
+namespace fg {
+
+enum class MaskKind : uint8_t { None, Bool, Additive };
+
+constexpr int kAttentionMaxBatchDims = 6;
+
+// Where mask element (bh, i, j) lives: bh is unflattened over `batch` (row-major), each dim
+// with its own stride (0 where the mask broadcasts). Strides are in elements.
+struct AttentionMask {
+  MaskKind kind = MaskKind::None;
+  const void* data = nullptr;  // bool (1 byte) or the compute type (Additive)
+  int batch_ndim = 0;
+  int64_t batch_shape[kAttentionMaxBatchDims] = {};
+  int64_t batch_stride[kAttentionMaxBatchDims] = {};
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+struct AttentionShape {
+  int64_t bh, L, S, E, Ev;
+  double scale;  // multiplies q k^T before the mask is added
+  bool causal;   // key j > query i is masked (top-left aligned, as the composite)
+};
+
+// Offset of mask row (bh, i, 0).
+FG_HD int64_t mask_row_offset(const AttentionMask& m, int64_t bh, int64_t i) {
+  int64_t off = i * m.row_stride;
+  for (int d = m.batch_ndim - 1; d >= 0; --d) {
+    off += (bh % m.batch_shape[d]) * m.batch_stride[d];
+    bh /= m.batch_shape[d];
+  }
+  return off;
+}
+
+// What the mask adds to score (i, j) whose mask row starts at `row`: 0 or -inf for a bool mask
+// (true = attend), the value for an additive one; the causal mask on top.
+template <class T>
+FG_HD T mask_bias(const AttentionMask& m, int64_t row, int64_t i, int64_t j, bool causal) {
+  if (causal && j > i) return -INFINITY;
+  if (m.kind == MaskKind::Bool)
+    return static_cast<const unsigned char*>(m.data)[row + j * m.col_stride] ? T(0) : T(-INFINITY);
+  if (m.kind == MaskKind::Additive) return static_cast<const T*>(m.data)[row + j * m.col_stride];
+  return T(0);
+}
+
+// Keys [0, key_end) can be unmasked for query rows [.., q_end): all of them unless causal.
+FG_HD int64_t attention_key_end(int64_t q_end, int64_t S, bool causal) {
+  return causal ? (q_end < S ? q_end : S) : S;
+}
+
+// The online-softmax rescale: exp(old_max - new_max), with a row that has seen only -inf
+// (everything masked so far) taken as max 0, so no -inf - -inf NaN appears before the end.
+template <class T>
+FG_HD T finite_max(T m) {
+  return m == -INFINITY ? T(0) : m;
+}
+
+// Forward: out = softmax(scale * q k^T + mask) v and lse = logsumexp of each score row
+// (-inf and NaN output for a row whose keys are all masked, like the composite).
+// dtype float32/float64 on the CPU; float32/bfloat16/float16 on CUDA (float32 math, lse float32).
+void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+                           const void* q,   // (BH, L, E)
+                           const void* k,   // (BH, S, E)
+                           const void* v,   // (BH, S, Ev)
+                           void* out,       // (BH, L, Ev), overwritten
+                           void* lse);      // (BH, L), overwritten; dtype's compute type
+
+// Backward (overwrites dq, dk, dv): with P recomputed from lse and D = rowsum(dout * out),
+// dV = P^T dO, dS = P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q.
+void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+                            const void* q, const void* k, const void* v,
+                            const void* out,   // (BH, L, Ev)
+                            const void* dout,  // (BH, L, Ev)
+                            const void* lse,   // (BH, L)
+                            void* dq, void* dk, void* dv,  // like q, k, v; overwritten
+                            float* workspace);  // CUDA: (BH, L, E + 1) float32 (dQ sums, D); CPU: unused
+
+// CUDA counterparts (CUDA builds only): head dims up to kAttentionCudaMaxHeadDim.
+constexpr int64_t kAttentionCudaMaxHeadDim = 128;
+void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+                            const void* q, const void* k, const void* v, void* out, void* lse);
+void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+                             const void* q, const void* k, const void* v, const void* out,
+                             const void* dout, const void* lse, void* dq, void* dk, void* dv,
+                             float* workspace);
+
+}  // namespace fg
