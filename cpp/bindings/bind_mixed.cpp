@@ -3,11 +3,30 @@
 #include <string>
 
 #include "common.h"
+#include "flowgrad/ops/autocast.h"
 #include "kernels/common/exact_math.h"
 
 namespace fg::py_bind {
 
+namespace {
+
+DeviceType autocast_device(const std::string& device_type) {
+  FG_CHECK(device_type == "cpu" || device_type == "cuda", Value,
+           "autocast: device_type must be 'cpu' or 'cuda', got '", device_type, "'");
+  return device_type == "cpu" ? DeviceType::CPU : DeviceType::CUDA;
+}
+
+}  // namespace
+
 void bind_mixed(py::module_& m) {
+  // The thread's autocast state per device type; fg.autocast (amp.py) is the public interface.
+  m.def("_set_autocast", [](const std::string& device_type, bool enabled, DType dtype) {
+    set_autocast_state(autocast_device(device_type), {enabled, dtype});
+  });
+  m.def("_autocast_state", [](const std::string& device_type) {
+    AutocastState s = autocast_state(autocast_device(device_type));
+    return py::make_tuple(s.enabled, s.dtype);
+  });
   // Test hook: exact_log / exact_sincos over a float64 array (tests compare them with libm).
   m.def("_exact_math", [](const std::string& fn, py::array_t<double, py::array::c_style | py::array::forcecast> x) {
     py::array_t<double> out(x.size());
