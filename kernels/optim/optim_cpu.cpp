@@ -101,8 +101,9 @@ void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const 
     parallel_for(starts.back(), kParallelGrain, [&](int64_t b, int64_t e) {
       for_slices(starts, b, e, [&](size_t k, int64_t lo, int64_t hi) {
         const AdamItem& it = items[k];
+        const AdamCoeffs<T> c = coeffs[k];
         adam_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo,
-                    static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo, coeffs[k]);
+                    static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo, c);
       });
     });
   });
