@@ -11,19 +11,23 @@ void bind_optim(py::module_& m) {
   optim.attr("SGD_SLOTS") = py::make_tuple("lr", "momentum", "dampening", "weight_decay", "nesterov", "first");
   optim.attr("ADAM_SLOTS") = py::make_tuple("lr", "beta1", "beta2", "eps", "weight_decay", "decoupled");
   static_assert(kSgdSlots == 6 && kAdamSlots == 6, "SGD_SLOTS / ADAM_SLOTS must list every slot");
-  optim.def("sgd_step", [](const Tensors& params, const Tensors& bufs, const Tensor& hyper) {
+  auto mode = [](bool foreach) { return foreach ? optim::UpdateMode::MultiTensor : optim::UpdateMode::PerParameter; };
+  optim.def("sgd_step", [mode](const Tensors& params, const Tensors& bufs, const Tensor& hyper, bool foreach) {
     py::gil_scoped_release release;
-    optim::sgd_step(params, bufs, hyper);
-  }, py::arg("params"), py::arg("momentum_buffers"), py::arg("hyper"),
-     "One SGD step over a group (one sgd_update op per parameter with a gradient); momentum_buffers is "
-     "empty without momentum; hyper holds SGD_SLOTS as float64.");
-  optim.def("adam_step", [](const Tensors& params, const Tensors& m1, const Tensors& m2, const Tensors& steps,
-                            const Tensor& hyper) {
+    optim::sgd_step(params, bufs, hyper, mode(foreach));
+  }, py::arg("params"), py::arg("momentum_buffers"), py::arg("hyper"), py::arg("foreach") = true,
+     "One SGD step over a group (parameters with a gradient); momentum_buffers is empty without momentum; "
+     "hyper holds SGD_SLOTS as float64. foreach: multi-tensor update ops when the parameters share a device "
+     "and dtype (few launches, the same numbers), else one sgd_update op per parameter.");
+  optim.def("adam_step", [mode](const Tensors& params, const Tensors& m1, const Tensors& m2, const Tensors& steps,
+                                const Tensor& hyper, bool foreach) {
     py::gil_scoped_release release;
-    optim::adam_step(params, m1, m2, steps, hyper);
+    optim::adam_step(params, m1, m2, steps, hyper, mode(foreach));
   }, py::arg("params"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("steps"), py::arg("hyper"),
-     "One Adam/AdamW step over a group, in place (one adam_update op per parameter with a gradient); hyper "
-     "holds ADAM_SLOTS as float64.");
+     py::arg("foreach") = true,
+     "One Adam/AdamW step over a group, in place (parameters with a gradient); hyper holds ADAM_SLOTS as "
+     "float64. foreach: multi-tensor update ops when the parameters share a device and dtype, else one "
+     "adam_update op per parameter.");
   optim.def("write_hyper", &optim::write_hyper, py::arg("hyper"), py::arg("values"),
             "Writes host values into a hyper-parameter tensor on any device.");
   optim.def("clip_grad_norm", &optim::clip_grad_norm, py::arg("params"), py::arg("max_norm"),

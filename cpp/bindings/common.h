@@ -105,5 +105,6 @@ void bind_graph(py::module_& m);
 void bind_plan(py::module_& m);
 void bind_pickle(py::module_& m);
 void bind_distributed(py::module_& m);
+void bind_mixed(py::module_& m);
 
 }  // namespace fg::py_bind

@@ -107,6 +107,7 @@ PYBIND11_MODULE(_core, m) {
   bind_plan(m);
   bind_pickle(m);
   bind_distributed(m);
+  bind_mixed(m);
 }
 
 }  // namespace fg::py_bind

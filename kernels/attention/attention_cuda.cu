@@ -375,7 +375,7 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
         auto kernel = attention_forward_tc_kernel<T, kD>;
         allow_shared(kernel, bytes, what);
         int64_t tiles = (s.L + kTcRows - 1) / kTcRows;
-        kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes>>>(
+        kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes, kernel_stream()>>>(
             s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
             static_cast<T*>(out), static_cast<float*>(lse));
         check_launch(what);
@@ -386,7 +386,7 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
     auto kernel = attention_forward_kernel<T, kD>;
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.L + kFwdRows - 1) / kFwdRows;
-    kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes>>>(
+    kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
         s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
         static_cast<T*>(out), static_cast<float*>(lse));
     check_launch(what);
@@ -405,7 +405,7 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
     int64_t rows = s.bh * s.L;
     float *dq_sum = workspace, *delta = workspace + rows * s.E;
     if (rows > 0) {
-      attention_backward_prepare<T><<<grid_for(rows), kThreads>>>(rows, s.E, s.Ev, static_cast<const T*>(out),
+      attention_backward_prepare<T><<<grid_for(rows), kThreads, 0, kernel_stream()>>>(rows, s.E, s.Ev, static_cast<const T*>(out),
                                                                  static_cast<const T*>(dout), dq_sum, delta);
       check_launch(what);
     }
@@ -414,14 +414,14 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.S + kKeys - 1) / kKeys;
     if (tiles > 0) {  // with L == 0 every key's dK, dV is written 0 by its block
-      kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes>>>(
+      kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
           s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
           static_cast<const T*>(dout), static_cast<const float*>(lse), delta, dq_sum, static_cast<T*>(dk),
           static_cast<T*>(dv));
       check_launch(what);
     }
     if (rows * s.E > 0) {
-      attention_backward_finish<T><<<grid_for(rows * s.E), kThreads>>>(rows * s.E, static_cast<float>(s.scale),
+      attention_backward_finish<T><<<grid_for(rows * s.E), kThreads, 0, kernel_stream()>>>(rows * s.E, static_cast<float>(s.scale),
                                                                         dq_sum, static_cast<T*>(dq));
       check_launch(what);
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exact_math.h"
 #include "fg_hd.h"
 
 namespace fg {
@@ -44,6 +45,16 @@ FG_HD double normal_from(const Philox4& r) {
   double u2 = uniform_double(r.v[2], r.v[3]);
   double radius = std::sqrt(-2.0 * std::log(1.0 - u1));  // 1 - u1 lies in (0, 1]: no log(0)
   return radius * std::cos(6.283185307179586 * u2);
+}
+
+// The same transform with exact_log/exact_sincos, which round identically on the CPU and CUDA:
+// float64 normals are bitwise equal on both devices. float32 normals keep normal_from, so a seed
+// gives the float32 values it always gave.
+FG_HD double normal64_from(const Philox4& r) {
+  double u1 = uniform_double(r.v[0], r.v[1]);
+  double u2 = uniform_double(r.v[2], r.v[3]);
+  double radius = std::sqrt(-2.0 * exact_log(1.0 - u1));
+  return radius * exact_sincos(6.283185307179586 * u2).cos;
 }
 
 }  // namespace fg

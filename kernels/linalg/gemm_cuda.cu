@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "flowgrad/core/errors.h"
@@ -28,6 +30,13 @@ using DgemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOper
 using MathModeFn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
 using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
 using SetWorkspaceFn = cublasStatus_t (*)(cublasHandle_t, void*, size_t);
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType_t, int, const void*, cudaDataType_t, int, const void*,
+                                    void*, cudaDataType_t, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                           const void*, const void*, cudaDataType_t, int, long long, const void*,
+                                           cudaDataType_t, int, long long, const void*, void*, cudaDataType_t, int,
+                                           long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 struct Cublas {
   CreateFn create = nullptr;
@@ -36,6 +45,8 @@ struct Cublas {
   MathModeFn set_math_mode = nullptr;
   SetStreamFn set_stream = nullptr;
   SetWorkspaceFn set_workspace = nullptr;  // optional (cuBLAS 11.4+)
+  GemmExFn gemm_ex = nullptr;
+  GemmBatchedExFn gemm_batched_ex = nullptr;
   std::string error;
 };
 
@@ -59,7 +70,9 @@ const Cublas& cublas() {
     c.set_math_mode = reinterpret_cast<MathModeFn>(dlsym(handle, "cublasSetMathMode"));
     c.set_stream = reinterpret_cast<SetStreamFn>(dlsym(handle, "cublasSetStream_v2"));
     c.set_workspace = reinterpret_cast<SetWorkspaceFn>(dlsym(handle, "cublasSetWorkspace_v2"));
-    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode || !c.set_stream)
+    c.gemm_ex = reinterpret_cast<GemmExFn>(dlsym(handle, "cublasGemmEx"));
+    c.gemm_batched_ex = reinterpret_cast<GemmBatchedExFn>(dlsym(handle, "cublasGemmStridedBatchedEx"));
+    if (!c.create || !c.sgemm || !c.dgemm || !c.set_math_mode || !c.set_stream || !c.gemm_ex || !c.gemm_batched_ex)
       c.error = "libcublas.so lacks the expected symbols";
     return c;
   }();
@@ -124,12 +137,35 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// cuBLAS's element and compute types for a dtype: halves and float32 accumulate in float32
+// (TF32 tensor cores for float32 when enabled), float64 in float64.
+struct GemmTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+
+GemmTypes gemm_types(DType dtype) {
+  switch (dtype) {
+    case DType::Float16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case DType::BFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    case DType::Float32: return {CUDA_R_32F, gemm_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::Float64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    default:
+      fail(ErrorKind::DType, "matmul on cuda: ", dtype_name(dtype),
+           " is not supported (cuBLAS multiplies float16, bfloat16, float32 and float64)");
+  }
+}
+
+void check_status(cublasStatus_t st, int64_t M, int64_t N, int64_t K) {
+  FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cuBLAS gemm failed with status ", static_cast<int>(st),
+           " (M=", M, ", N=", N, ", K=", K, ")");
+}
+
 }  // namespace
 
 void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
                const void* B, int64_t ldb, void* C, int64_t ldc) {
-  FG_CHECK(dtype == DType::Float32 || dtype == DType::Float64, DType, "matmul on cuda: ", dtype_name(dtype),
-           " is not supported (cuBLAS multiplies float32 and float64; half types go through float32)");
+  GemmTypes types = gemm_types(dtype);
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0) return;
   cublasHandle_t h = handle_for_current_device();
@@ -142,13 +178,37 @@ void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, in
     const float one = 1.0f, zero = 0.0f;
     st = cublas().sgemm(h, op_b, op_a, m, n, k, &one, static_cast<const float*>(B), lb, static_cast<const float*>(A), la,
                         &zero, static_cast<float*>(C), lc);
-  } else {
+  } else if (dtype == DType::Float64) {
     const double one = 1.0, zero = 0.0;
     st = cublas().dgemm(h, op_b, op_a, m, n, k, &one, static_cast<const double*>(B), lb, static_cast<const double*>(A),
                         la, &zero, static_cast<double*>(C), lc);
+  } else {  // half inputs and output, float32 accumulation (alpha and beta are float32)
+    const float one = 1.0f, zero = 0.0f;
+    st = cublas().gemm_ex(h, op_b, op_a, m, n, k, &one, B, types.data, lb, A, types.data, la, &zero, C, types.data, lc,
+                          types.compute, CUBLAS_GEMM_DEFAULT);
   }
-  FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cuBLAS gemm failed with status ", static_cast<int>(st),
-           " (M=", M, ", N=", N, ", K=", K, ")");
+  check_status(st, M, N, K);
+}
+
+void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                       int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, void* C,
+                       int64_t ldc, int64_t stride_c, int64_t batches) {
+  GemmTypes types = gemm_types(dtype);
+  FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
+  if (M == 0 || N == 0 || batches == 0) return;
+  cublasHandle_t h = handle_for_current_device();
+  cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
+  int la = as_int(lda, "lda"), lb = as_int(ldb, "ldb"), lc = as_int(ldc, "ldc"), count = as_int(batches, "batch");
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  bool f64 = dtype == DType::Float64;
+  const void* one = f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* zero = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  check_status(cublas().gemm_batched_ex(h, op_b, op_a, m, n, k, one, B, types.data, lb, stride_b, A, types.data, la,
+                                        stride_a, zero, C, types.data, lc, stride_c, count, types.compute,
+                                        CUBLAS_GEMM_DEFAULT),
+               M, N, K);
 }
 
 }  // namespace fg

@@ -79,6 +79,29 @@ void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_
 void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                       const double* hyper, int64_t* step);
 
+// Many parameters of one dtype in one call (multi-tensor apply): the same per-element updates
+// as sgd_update_* / adam_update_* on each item, so the numbers are bitwise those of one call per
+// item. CUDA takes at most kMaxMultiTensors items per call (its table is a kernel argument).
+constexpr int kMaxMultiTensors = 16;
+struct SgdItem {
+  void* param;
+  const void* grad;
+  void* momentum_buf;  // null without momentum
+  int64_t n;
+};
+struct AdamItem {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  int64_t* step;  // this parameter's counter, incremented by the call
+  int64_t n;
+};
+void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const double* hyper);
+void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const double* hyper);
+void sgd_update_multi_cuda(DType dtype, const SgdItem* items, int count, const double* hyper);
+void adam_update_multi_cuda(DType dtype, const AdamItem* items, int count, const double* hyper);
+
 // Sum of squares of a contiguous buffer, in double.
 double sum_squares_cpu(DType dtype, const void* x, int64_t n);
 

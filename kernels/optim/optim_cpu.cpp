@@ -1,6 +1,9 @@
 #include "kernels/optim/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/parallel.h"
@@ -47,6 +50,62 @@ void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, 
     T* v = static_cast<T*>(exp_avg_sq);
     const AdamCoeffs<T> c = adam_coeffs<T>(hyper, count);
     parallel_for(n, kParallelGrain, [=](int64_t b, int64_t e) { adam_run<T>(p + b, g + b, m + b, v + b, e - b, c); });
+  });
+}
+
+// Multi-tensor updates: one parallel_for over the elements of every item (one pool dispatch per
+// step), each slice running the loops above, so the numbers are those of one call per item.
+namespace {
+
+// Calls body(item, begin, end) for the slices of the items that [b, e) of their concatenation
+// covers. starts: prefix sums of the item sizes (count + 1 entries).
+template <class Body>
+void for_slices(const std::vector<int64_t>& starts, int64_t b, int64_t e, Body&& body) {
+  size_t k = 0;
+  while (starts[k + 1] <= b) ++k;
+  for (; k + 1 < starts.size() && starts[k] < e; ++k)
+    body(k, std::max(b, starts[k]) - starts[k], std::min(e, starts[k + 1]) - starts[k]);
+}
+
+template <class Item>
+std::vector<int64_t> prefix_sizes(const Item* items, int count) {
+  std::vector<int64_t> starts(count + 1, 0);
+  for (int i = 0; i < count; ++i) starts[i + 1] = starts[i] + items[i].n;
+  return starts;
+}
+
+}  // namespace
+
+void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const double* hyper) {
+  std::vector<int64_t> starts = prefix_sizes(items, count);
+  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
+    using T = decltype(tag);
+    const SgdCoeffs<T> c = sgd_coeffs<T>(hyper);
+    parallel_for(starts.back(), kParallelGrain, [&](int64_t b, int64_t e) {
+      for_slices(starts, b, e, [&](size_t k, int64_t lo, int64_t hi) {
+        const SgdItem& it = items[k];
+        T* buf = static_cast<T*>(it.momentum_buf);
+        sgd_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo, buf ? buf + lo : nullptr,
+                   hi - lo, c);
+      });
+    });
+  });
+}
+
+void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const double* hyper) {
+  std::vector<int64_t> starts = prefix_sizes(items, count);
+  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<AdamCoeffs<T>> coeffs;
+    for (int k = 0; k < count; ++k) coeffs.push_back(adam_coeffs<T>(hyper, ++*items[k].step));
+    parallel_for(starts.back(), kParallelGrain, [&](int64_t b, int64_t e) {
+      for_slices(starts, b, e, [&](size_t k, int64_t lo, int64_t hi) {
+        const AdamItem& it = items[k];
+        const AdamCoeffs<T> c = coeffs[k];
+        adam_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo,
+                    static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo, c);
+      });
+    });
   });
 }
 

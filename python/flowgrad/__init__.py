@@ -27,7 +27,8 @@ _sys.modules[__name__ + ".return_types"] = return_types  # so (values, indices) 
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
-from . import autograd, cuda, data, distributed, nn, optim, testing, viz
+from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz
+from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
 from .compile import compile

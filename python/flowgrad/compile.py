@@ -153,12 +153,16 @@ class CompiledStep(_PlanViews):
             grads = average(self._params, grads)
             if opt is not None:
                 saved = [p.grad for p in self._params]
+                # Plans record one update op per parameter, the form their passes and text know
+                # (sgd_update_multi / adam_update_multi serve eager steps).
+                foreach, opt.foreach = opt.foreach, False
                 try:
                     for p, g in zip(self._params, grads):
                         p.grad = g
                     for i in range(len(opt.param_groups)):
                         opt._update(i)
                 finally:
+                    opt.foreach = foreach
                     for p, g in zip(self._params, saved):
                         p.grad = g
             return loss, grads

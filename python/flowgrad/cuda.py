@@ -6,6 +6,7 @@ Streams follow PyTorch: each thread has a current stream per GPU (the default st
 Tensors move with t.to("cuda") / t.cuda() / t.cpu() and modules with m.to("cuda"); kernels for
 the ops on CUDA tensors arrive with the rest of the CUDA backend."""
 from . import _core
+from . import amp  # fg.cuda.amp.GradScaler / fg.cuda.amp.autocast, as in torch.cuda.amp
 
 _rt = _core.cuda_runtime
 

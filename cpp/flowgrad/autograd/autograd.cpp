@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
@@ -275,6 +276,7 @@ class Engine {
     const char* outer = t_backward_of;
     t_backward_of = node->name();
     Tensors input_grads;
+    AutocastSuspend autocast_off;  // gradients follow the dtypes of the forward
     try {
       input_grads = node->custom ? node->custom(grads) : node->op->backward(ctx);
     } catch (...) {

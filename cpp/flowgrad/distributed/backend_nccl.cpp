@@ -8,6 +8,7 @@
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/cuda/runtime.h"
+#include "flowgrad/cuda/stream.h"
 #include "flowgrad/distributed/process_group.h"
 #include "flowgrad/distributed/rendezvous.h"
 #include "flowgrad/ops/ops.h"
@@ -27,8 +28,10 @@ namespace {
 
 struct NcclUniqueId { char internal[128]; };
 using NcclComm = struct NcclCommOpaque*;
-using Stream = void*;  // cudaStream_t; 0 is the default stream flowgrad launches on
+using Stream = void*;  // cudaStream_t: the calling thread's current stream (cuda/stream.h)
 enum NcclResult : int { kNcclSuccess = 0 };
+// Collectives queue on the calling thread's current stream (a captured step's stream included).
+Stream stream() { return reinterpret_cast<Stream>(cuda::launch_stream()); }
 enum NcclDataType : int { kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBFloat16 = 9, kUint8 = 1 };
 enum NcclRedOp : int { kSum = 0, kMax = 2, kMin = 3, kAvg = 4 };
 
@@ -66,16 +69,16 @@ class NcclBackend final : public Backend {
   bool supports(ReduceOp) const override { return true; }  // ncclAvg since NCCL 2.10
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    check(AllReduce_(data, data, count, type(dtype), red_op(op), comm_, nullptr), "ncclAllReduce");
+    check(AllReduce_(data, data, count, type(dtype), red_op(op), comm_, stream()), "ncclAllReduce");
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
-    check(Broadcast_(data, data, count, type(dtype), root, comm_, nullptr), "ncclBroadcast");
+    check(Broadcast_(data, data, count, type(dtype), root, comm_, stream()), "ncclBroadcast");
   }
   void all_gather(const void* in, void* out, int64_t count, DType dtype) override {
-    check(AllGather_(in, out, count, type(dtype), comm_, nullptr), "ncclAllGather");
+    check(AllGather_(in, out, count, type(dtype), comm_, stream()), "ncclAllGather");
   }
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
-    check(ReduceScatter_(in, out, count, type(dtype), red_op(op), comm_, nullptr), "ncclReduceScatter");
+    check(ReduceScatter_(in, out, count, type(dtype), red_op(op), comm_, stream()), "ncclReduceScatter");
   }
   void barrier() override {  // NCCL has none: a one-element all-reduce, then wait for the stream
     Tensor one = zeros({1}, DType::Float32, Device{DeviceType::CUDA, device_});

@@ -5,6 +5,7 @@
 
 #include "flowgrad/nn/init.h"
 #include "flowgrad/nn/module.h"
+#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::nn::detail {
@@ -22,6 +23,9 @@ inline const Tensor& input(const Tensors& in, size_t i, const std::string& layer
 inline const Tensor& typed_input(const Tensors& in, size_t i, const std::string& layer, const Tensor& weight) {
   const Tensor& x = input(in, i, layer);
   if (!weight.defined() || x.dtype() == weight.dtype()) return x;
+  // Under autocast float32 and half activations meet float32 or half weights by design.
+  auto mixable = [](DType dt) { return dt == DType::Float32 || is_half(dt); };
+  if (autocast_state(x.device().type).enabled && mixable(x.dtype()) && mixable(weight.dtype())) return x;
   std::string target = std::string("fg.") + dtype_name(weight.dtype());
   std::string fix = weight.dtype() == DType::Float32 ? "x.float() or x.to(fg.float32)" : "x.to(" + target + ")";
   fail(ErrorKind::DType, layer, ": the input is ", dtype_name(x.dtype()), " but the layer's parameters are ",

@@ -1,6 +1,7 @@
 // Composite nn functions and losses, built only from registered ops: their gradients come
 // from the ops' own backward rules.
 
+#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 
@@ -84,7 +85,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   FG_CHECK(x.ndim() >= 1 && x.shape().back() == weight.shape()[1], Shape, "linear: input ",
            to_string(x.shape()), " does not end in in_features = ", weight.shape()[1]);
   Tensor y = matmul(x, transpose(weight, 0, 1));
-  return bias.defined() ? y + bias : y;
+  if (!bias.defined()) return y;
+  // Under autocast the whole of linear runs in the low dtype, bias included (as torch's linear).
+  bool low = autocast_state(y.device().type).enabled && is_half(y.dtype()) && bias.dtype() == DType::Float32;
+  return y + (low ? cast(bias, y.dtype()) : bias);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

@@ -1,4 +1,7 @@
 // matmul with NumPy semantics: 1-D operands, batched operands with broadcast batch dims.
+#include <algorithm>
+#include <cstdint>
+
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/common/parallel.h"
@@ -42,10 +45,45 @@ bool blas_layout(const Tensor& t, bool* trans, int64_t* ld) {
   return false;
 }
 
-template <decltype(&gemm_cpu) Gemm>
-void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
+using BatchedGemm = decltype(&gemm_batched_cuda);
+
+// Where matrix bi of t starts (elements), for an output batch shape broadcast from t's.
+int64_t batch_offset(const Tensor& t, const Dims& out_shape, int64_t bi) {
+  int n = static_cast<int>(out_shape.size());
+  int64_t offset = 0;
+  for (int d = n - 3; d >= 0; --d) {  // unravel the batch index, broadcasting size-1 dims
+    int64_t i = bi % out_shape[d];
+    bi /= out_shape[d];
+    int dt = d - (n - t.ndim());
+    if (dt >= 0 && t.shape()[dt] != 1) offset += i * t.strides()[dt];
+  }
+  return offset;
+}
+
+// The stride between consecutive matrices of t when the batch is one arithmetic sequence
+// (so one strided-batched call covers it), or -1.
+int64_t uniform_batch_stride(const Tensor& t, const Dims& out_shape, int64_t batches) {
+  int64_t stride = batches > 1 ? batch_offset(t, out_shape, 1) : 0;
+  for (int64_t bi = 2; bi < batches; ++bi)
+    if (batch_offset(t, out_shape, bi) != bi * stride) return -1;
+  return stride;
+}
+
+// Gemm multiplies one matrix; Batched (CUDA) a uniformly strided batch in one call. The CPU
+// multiplies float16/bfloat16 as float32 copies (exact products, float32 sums); cuBLAS reads
+// them directly and accumulates in float32.
+template <decltype(&gemm_cpu) Gemm, BatchedGemm Batched = nullptr>
+void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
+  if constexpr (Batched == nullptr) {
+    if (is_half(dt)) {
+      Tensor wide = Tensor::empty(c.shape(), DType::Float32, c.device());
+      matmul_kernel<Gemm>({converted(in[0], DType::Float32), converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
+      copy_into(c, wide);
+      return;
+    }
+  }
   Tensor a = converted(in[0], dt), b = converted(in[1], dt);
   bool ta, tb;
   int64_t lda, ldb;
@@ -61,20 +99,18 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs&) {
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = span(c.shape(), 0, n - 2);
   size_t item = itemsize(dt);
+  auto* pa = static_cast<char*>(a.data_ptr());
+  auto* pb = static_cast<char*>(b.data_ptr());
+  auto* pc = static_cast<char*>(c.data_ptr());
+  if constexpr (Batched != nullptr) {
+    int64_t stride_a = uniform_batch_stride(a, c.shape(), batches), stride_b = uniform_batch_stride(b, c.shape(), batches);
+    if (batches > 1 && stride_a >= 0 && stride_b >= 0)
+      return Batched(dt, ta, tb, M, N, K, pa, lda, stride_a, pb, ldb, stride_b, pc, N, M * N, batches);
+  }
   auto run = [&](int64_t b0, int64_t b1) {
-    for (int64_t bi = b0; bi < b1; ++bi) {
-      int64_t off_a = 0, off_b = 0, rest = bi;
-      for (int d = n - 3; d >= 0; --d) {  // unravel the batch index, broadcasting size-1 dims
-        int64_t i = rest % c.shape()[d];
-        rest /= c.shape()[d];
-        int da = d - (n - a.ndim()), db = d - (n - b.ndim());
-        if (da >= 0 && a.shape()[da] != 1) off_a += i * a.strides()[da];
-        if (db >= 0 && b.shape()[db] != 1) off_b += i * b.strides()[db];
-      }
-      Gemm(dt, ta, tb, M, N, K, static_cast<char*>(a.data_ptr()) + off_a * item, lda,
-               static_cast<char*>(b.data_ptr()) + off_b * item, ldb,
-               static_cast<char*>(c.data_ptr()) + bi * M * N * item, N);
-    }
+    for (int64_t bi = b0; bi < b1; ++bi)
+      Gemm(dt, ta, tb, M, N, K, pa + batch_offset(a, c.shape(), bi) * item, lda,
+           pb + batch_offset(b, c.shape(), bi) * item, ldb, pc + bi * M * N * item, N);
   };
   // Many small products: one BLAS thread per product, products spread over the pool.
   constexpr int64_t kSmallProduct = 128 * 128 * 128;
@@ -92,8 +128,8 @@ Tensors matmul_backward(const BackwardCtx& c) {
           c.needs_grad[1] ? sum_to(matmul(transpose(a, -1, -2), g), b.shape()) : Tensor()};
 }
 
-const OpDef k_matmul{.name = "matmul", .family = Family::Linalg, .shape_rule = matmul_shape,
-                     .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA(matmul_kernel<gemm_cuda>),
+const OpDef k_matmul{.name = "matmul", .family = Family::Linalg, .flags = kHalfNative, .shape_rule = matmul_shape,
+                     .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA((matmul_kernel<gemm_cuda, gemm_batched_cuda>)),
                      .backward = matmul_backward, .saved = Saved::Inputs};
 
 }  // namespace

@@ -3,6 +3,10 @@
 // compiled and captured steps share one path (the review's first example; ggml's opt-step ops).
 #include "flowgrad/ops/optim_ops.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "kernels/optim/optim.h"
 
 namespace fg {
@@ -68,9 +72,104 @@ const OpDef k_adam_update{.name = "adam_update", .family = Family::Optim, .flags
                           .cuda = FG_CUDA(adam_kernel<adam_update_cuda>), .not_differentiable = "optimizer update",
                           .mutated_inputs = 0b111001};  // param, step, exp_avg, exp_avg_sq
 
+// Multi-tensor forms: in = hyper, then one group per parameter holding the per-parameter op's
+// inputs without hyper: sgd (param, grad), sgd with momentum (param, grad, buf), adam (param,
+// grad, step, exp_avg, exp_avg_sq). Groups per call are capped so mutated_inputs (32 bits)
+// names every written tensor; the optimizer steps split longer lists.
+struct MultiLayout {
+  const char* name;
+  int per_group;
+  int max_groups;
+  uint32_t written;  // bits within a group
+  Specs (*single_shape)(TensorList, const Attrs&);
+};
+constexpr MultiLayout kSgdMulti{"sgd_update_multi", 2, 15, 0b1, sgd_update_shape};
+constexpr MultiLayout kSgdMomentumMulti{"sgd_momentum_update_multi", 3, 10, 0b101, sgd_update_shape};
+constexpr MultiLayout kAdamMulti{"adam_update_multi", 5, 6, 0b11101, adam_update_shape};
+
+constexpr uint32_t written_inputs(const MultiLayout& l) {
+  uint32_t mask = 0;
+  for (int g = 0; g < l.max_groups; ++g) mask |= l.written << (1 + l.per_group * g);
+  return mask;
+}
+
+// The per-parameter op's inputs for group g.
+Tensors single_inputs(TensorList in, int per_group, int g) {
+  const Tensor* group = in.begin() + 1 + per_group * g;
+  Tensors single{group[0], group[1], in[0]};
+  single.insert(single.end(), group + 2, group + per_group);
+  return single;
+}
+
+template <const MultiLayout& L>
+Specs multi_shape(TensorList in, const Attrs& attrs) {
+  int groups = in.empty() ? 0 : static_cast<int>(in.size() - 1) / L.per_group;
+  FG_CHECK(!in.empty() && groups >= 1 && groups <= L.max_groups && in.size() == size_t(1 + L.per_group * groups), Value,
+           L.name, ": expected hyper and 1 to ", L.max_groups, " groups of ", L.per_group, " tensors, got ",
+           in.size(), " inputs");
+  for (int g = 0; g < groups; ++g) {
+    Tensors single = single_inputs(in, L.per_group, g);
+    L.single_shape(single, attrs);
+    FG_CHECK(single[0].dtype() == in[1].dtype(), Value, L.name, ": parameters must share one dtype, got ",
+             describe(in[1]), " and ", describe(single[0]));
+  }
+  return {};
+}
+
+template <bool Momentum, decltype(&sgd_update_multi_cpu) Run>
+void sgd_multi_kernel(TensorList in, const Tensors&, const Attrs&) {
+  const int per = Momentum ? 3 : 2;
+  std::vector<SgdItem> items;
+  for (size_t i = 1; i < in.size(); i += per)
+    items.push_back({in[i].data_ptr(), in[i + 1].data_ptr(), Momentum ? in[i + 2].data_ptr() : nullptr, in[i].numel()});
+  Run(in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
+}
+
+template <decltype(&adam_update_multi_cpu) Run>
+void adam_multi_kernel(TensorList in, const Tensors&, const Attrs&) {
+  std::vector<AdamItem> items;
+  for (size_t i = 1; i < in.size(); i += 5)
+    items.push_back({in[i].data_ptr(), in[i + 1].data_ptr(), in[i + 3].data_ptr(), in[i + 4].data_ptr(),
+                     in[i + 2].data<int64_t>(), in[i].numel()});
+  Run(in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
+}
+
+const OpDef k_sgd_update_multi{.name = kSgdMulti.name, .family = Family::Optim, .flags = kHalfNative,
+                               .shape_rule = multi_shape<kSgdMulti>, .cpu = sgd_multi_kernel<false, sgd_update_multi_cpu>,
+                               .cuda = FG_CUDA((sgd_multi_kernel<false, sgd_update_multi_cuda>)),
+                               .not_differentiable = "optimizer update", .mutated_inputs = written_inputs(kSgdMulti)};
+const OpDef k_sgd_momentum_update_multi{
+    .name = kSgdMomentumMulti.name, .family = Family::Optim, .flags = kHalfNative,
+    .shape_rule = multi_shape<kSgdMomentumMulti>, .cpu = sgd_multi_kernel<true, sgd_update_multi_cpu>,
+    .cuda = FG_CUDA((sgd_multi_kernel<true, sgd_update_multi_cuda>)), .not_differentiable = "optimizer update",
+    .mutated_inputs = written_inputs(kSgdMomentumMulti)};
+const OpDef k_adam_update_multi{.name = kAdamMulti.name, .family = Family::Optim, .flags = kHalfNative,
+                                .shape_rule = multi_shape<kAdamMulti>, .cpu = adam_multi_kernel<adam_update_multi_cpu>,
+                                .cuda = FG_CUDA(adam_multi_kernel<adam_update_multi_cuda>),
+                                .not_differentiable = "optimizer update", .mutated_inputs = written_inputs(kAdamMulti)};
+
+// Runs op over groups, at most max_groups per call. groups: the inputs after hyper.
+void run_multi(const OpDef& op, const MultiLayout& l, const Tensor& hyper, const Tensors& groups) {
+  size_t per_call = static_cast<size_t>(l.per_group * l.max_groups);
+  for (size_t begin = 0; begin < groups.size(); begin += per_call) {
+    Tensors in{hyper};
+    in.insert(in.end(), groups.begin() + begin, groups.begin() + std::min(groups.size(), begin + per_call));
+    run_op(op, in);
+  }
+}
+
 }  // namespace
 
-std::vector<const OpDef*> optim_ops() { return {&k_sgd_update, &k_adam_update}; }
+std::vector<const OpDef*> optim_ops() {
+  return {&k_sgd_update, &k_adam_update, &k_sgd_update_multi, &k_sgd_momentum_update_multi, &k_adam_update_multi};
+}
+
+void sgd_update_multi(const Tensor& hyper, const Tensors& groups, bool momentum) {
+  if (momentum) run_multi(k_sgd_momentum_update_multi, kSgdMomentumMulti, hyper, groups);
+  else run_multi(k_sgd_update_multi, kSgdMulti, hyper, groups);
+}
+
+void adam_update_multi(const Tensor& hyper, const Tensors& groups) { run_multi(k_adam_update_multi, kAdamMulti, hyper, groups); }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& hyper, const Tensor& momentum_buf) {
   if (momentum_buf.defined())

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
+#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/kernel_args.h"
 
 namespace fg {
@@ -201,7 +203,8 @@ void notify_host_read(const Tensor& t, const char* what) {
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
-  // Before the shape rule: some rules read values (nonzero's count) with the device's kernels.
+  if (std::optional<Tensors> cast_in = autocast_inputs(op, in, device)) return run_op(op, *cast_in, attrs);
+  // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
   Specs specs = op.shape_rule(in, attrs);

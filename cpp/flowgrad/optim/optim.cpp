@@ -34,25 +34,59 @@ Tensor grad_for(const Tensor& p) {
 
 }  // namespace
 
-void sgd_step(const Tensors& params, const Tensors& bufs, const Tensor& hyper) {
+namespace {
+
+// Whether the multi-tensor ops may take these parameters: one device and one dtype.
+bool uniform(const Tensors& params) {
+  for (const Tensor& p : params)
+    if (p.device() != params[0].device() || p.dtype() != params[0].dtype()) return false;
+  return !params.empty();
+}
+
+}  // namespace
+
+void sgd_step(const Tensors& params, const Tensors& bufs, const Tensor& hyper, UpdateMode mode) {
   FG_CHECK(bufs.empty() || bufs.size() == params.size(), Value, "SGD: ", bufs.size(),
            " momentum buffers for ", params.size(), " parameters");
   NoGradScope no_grad;
+  Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
-    if (g.defined()) sgd_update(params[i], g, hyper, bufs.empty() ? Tensor() : bufs[i]);
+    if (!g.defined()) continue;
+    if (mode == UpdateMode::PerParameter) {
+      sgd_update(params[i], g, hyper, bufs.empty() ? Tensor() : bufs[i]);
+      continue;
+    }
+    with_grad.push_back(params[i]);
+    groups.insert(groups.end(), {params[i], g});
+    if (!bufs.empty()) groups.push_back(bufs[i]);
   }
+  if (with_grad.empty()) return;
+  if (uniform(with_grad)) return sgd_update_multi(hyper, groups, !bufs.empty());
+  size_t per = bufs.empty() ? 2 : 3;  // mixed devices or dtypes: one op per parameter
+  for (size_t i = 0; i < groups.size(); i += per) sgd_update(groups[i], groups[i + 1], hyper, per == 3 ? groups[i + 2] : Tensor());
 }
 
 void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
-               const Tensors& steps, const Tensor& hyper) {
+               const Tensors& steps, const Tensor& hyper, UpdateMode mode) {
   FG_CHECK(exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() && steps.size() == params.size(),
            Value, "Adam: state lists must match the parameter list");
   NoGradScope no_grad;
+  Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
-    if (g.defined()) adam_update(params[i], g, hyper, steps[i], exp_avgs[i], exp_avg_sqs[i]);
+    if (!g.defined()) continue;
+    if (mode == UpdateMode::PerParameter) {
+      adam_update(params[i], g, hyper, steps[i], exp_avgs[i], exp_avg_sqs[i]);
+      continue;
+    }
+    with_grad.push_back(params[i]);
+    groups.insert(groups.end(), {params[i], g, steps[i], exp_avgs[i], exp_avg_sqs[i]});
   }
+  if (with_grad.empty()) return;
+  if (uniform(with_grad)) return adam_update_multi(hyper, groups);
+  for (size_t i = 0; i < groups.size(); i += 5)  // mixed devices or dtypes: one op per parameter
+    adam_update(groups[i], groups[i + 1], hyper, groups[i + 2], groups[i + 3], groups[i + 4]);
 }
 
 void write_hyper(const Tensor& hyper, const std::vector<double>& values) {

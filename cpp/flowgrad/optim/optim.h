@@ -1,21 +1,27 @@
 // Multi-tensor optimizer steps: one call updates every parameter of a group in place (under
-// no_grad), reading each parameter's .grad, one sgd_update / adam_update op per parameter so a
-// compile tracer records them. State and hyper-parameters live in tensors the caller owns.
+// no_grad), reading each parameter's .grad, through the update ops (per parameter or multi-
+// tensor) so a compile tracer records them. State and hyper-parameters live in tensors the caller owns.
 // Parameters without a gradient are skipped.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "flowgrad/ops/registry.h"
 
 namespace fg::optim {
 
+// How a step runs its updates: one op per parameter, or multi-tensor ops over all of them (few
+// launches, the same numbers) when the parameters share one device and dtype.
+enum class UpdateMode : uint8_t { PerParameter, MultiTensor };
+
 // momentum_bufs: empty when momentum is 0, else one buffer per parameter.
 // hyper: float64 (kSgdSlots,) on the parameters' device.
-void sgd_step(const Tensors& params, const Tensors& momentum_bufs, const Tensor& hyper);
+void sgd_step(const Tensors& params, const Tensors& momentum_bufs, const Tensor& hyper,
+              UpdateMode mode = UpdateMode::MultiTensor);
 // steps[i]: a one-element int64 tensor counting parameter i's updates, on its device.
 // hyper: float64 (kAdamSlots,) on the parameters' device.
 void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
-               const Tensors& steps, const Tensor& hyper);
+               const Tensors& steps, const Tensor& hyper, UpdateMode mode = UpdateMode::MultiTensor);
 // Writes host values into a hyper-parameter tensor (on any device).
 void write_hyper(const Tensor& hyper, const std::vector<double>& values);
 // Scales the gradients so their global L2 norm is at most max_norm; returns the norm before.

@@ -18,9 +18,14 @@ def _invalid(message):
 
 
 class Optimizer:
-    """Base class: param_groups (list of dicts with 'params' and options) and per-parameter state."""
+    """Base class: param_groups (list of dicts with 'params' and options) and per-parameter state.
+
+    `foreach` (True unless set to False on the instance or in the constructor) updates a group's
+    parameters with multi-tensor ops (a few launches per step; the numbers are bitwise those of
+    one update op per parameter) when they share a device and dtype."""
 
     _state_keys = ()
+    foreach = True
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -152,8 +157,9 @@ class SGD(Optimizer):
     _state_keys = ("momentum_buffer",)
     _hyper_slots = _core.optim.SGD_SLOTS
 
-    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, foreach=None):
         self._fresh = set()  # ids of groups whose momentum buffers have not been used yet
+        self.foreach = foreach is not False
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
                                       weight_decay=weight_decay))
 
@@ -178,7 +184,7 @@ class SGD(Optimizer):
     def _update(self, index):
         params, bufs = self._group_state(index)
         _core.optim.sgd_step(params, bufs if self.param_groups[index]["momentum"] != 0 else [],
-                             self._hyper_tensor(index))
+                             self._hyper_tensor(index), foreach=self.foreach)
 
     def _after_step(self):
         self._fresh.clear()
@@ -194,7 +200,8 @@ class Adam(Optimizer):
     _state_keys = ("exp_avg", "exp_avg_sq", "step")
     _decoupled = False
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None):
+        self.foreach = foreach is not False
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def _validate(self, group):
@@ -216,7 +223,7 @@ class Adam(Optimizer):
 
     def _update(self, index):
         params, m1, m2, steps = self._group_state(index)
-        _core.optim.adam_step(params, m1, m2, steps, self._hyper_tensor(index))
+        _core.optim.adam_step(params, m1, m2, steps, self._hyper_tensor(index), foreach=self.foreach)
 
 
 class AdamW(Adam):
@@ -224,5 +231,5 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)

@@ -1,0 +1,45 @@
+// Autocast: inside fg.autocast(device_type, dtype), ops on that device run in a chosen precision.
+// The policy is PyTorch's: GEMM-like ops run in the low dtype (bfloat16/float16), ops that
+// need range or accumulate (reductions, softmax, norms, exp/log, pow) in float32, and every
+// other op follows its inputs. run_op applies it before the shape rule by casting inputs with
+// the public cast op, so autograd and the plan tracer see each cast as an ordinary op.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "flowgrad/core/device.h"
+#include "flowgrad/core/dtype.h"
+#include "flowgrad/ops/registry.h"
+
+namespace fg {
+
+enum class AutocastPolicy : uint8_t { FollowInputs, LowPrecision, Float32 };
+
+// An op's policy (a closed list by op name in autocast.cpp, resolved once per OpDef).
+AutocastPolicy autocast_policy(const OpDef& op);
+
+struct AutocastState {
+  bool enabled = false;
+  DType dtype = DType::BFloat16;
+};
+// Per thread and device type (cpu, cuda), like torch.autocast.
+AutocastState autocast_state(DeviceType type);
+void set_autocast_state(DeviceType type, AutocastState state);
+
+// The inputs op should run on under the current thread's autocast state, or nothing when they
+// are already right (the common case: autocast off, or a follow-inputs op).
+std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device device);
+
+// Turns autocast off for the scope (the autograd engine: gradients follow the forward's dtypes).
+class AutocastSuspend {
+ public:
+  AutocastSuspend();
+  ~AutocastSuspend();
+  AutocastSuspend(const AutocastSuspend&) = delete;
+  AutocastSuspend& operator=(const AutocastSuspend&) = delete;
+
+ private:
+  AutocastState saved_[2];
+};
+
+}  // namespace fg
