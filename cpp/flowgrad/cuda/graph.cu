@@ -4,27 +4,12 @@
 #include <map>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/graph.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg::cuda {
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
-}
-
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    cudaGetDevice(&previous_);
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
 
 // One capture stream per (thread, device); a capture never runs work, so it needs no ordering
 // with other streams (the replay is launched on the caller's stream).

@@ -2,6 +2,7 @@
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
@@ -10,25 +11,8 @@
 namespace fg::cuda {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
-}
-
-// Makes `device` current for the scope (allocations and copies happen on the right GPU).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    cudaGetDevice(&previous_);
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
 void* raw_allocate(size_t bytes, int device) {
-  DeviceGuard guard(device);
+  DeviceScope guard(device);
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
@@ -40,7 +24,7 @@ void* raw_allocate(size_t bytes, int device) {
 }
 
 void raw_release(void* p, int device) {
-  DeviceGuard guard(device);
+  DeviceScope guard(device);
   check(cudaFree(p), "cudaFree");
 }
 
@@ -106,7 +90,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   if (bytes == 0) return;
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
   require_device(device);
-  DeviceGuard guard(device);
+  DeviceScope guard(device);
   // On the current stream, after the work queued there; a copy to the host waits for it.
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 
@@ -14,10 +15,6 @@ namespace fg::cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
-
-void check(cudaError_t err, const char* what) {
-  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
-}
 
 void check_device(int device, const char* what) {
   std::string why;
@@ -31,19 +28,6 @@ cudaStream_t as_stream(StreamHandle h) { return reinterpret_cast<cudaStream_t>(h
 cudaEvent_t as_event(uintptr_t e) { return reinterpret_cast<cudaEvent_t>(e); }
 
 thread_local std::array<StreamHandle, kMaxDevices> t_current{};  // 0: the legacy default stream
-
-// Makes `device` current for the scope (stream and event calls act on the right GPU).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    cudaGetDevice(&previous_);
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace
 

@@ -1,0 +1,30 @@
+// Helpers shared by the CUDA runtime's .cu files (never included by host-only code).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "flowgrad/core/errors.h"
+
+namespace fg::cuda {
+
+// Raises a DeviceError naming the call and CUDA's message unless `err` is cudaSuccess.
+inline void check(cudaError_t err, const char* what) {
+  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+}
+
+// Makes `device` current for the scope (allocations, copies, stream and event calls act on the
+// right GPU), then restores the previous one.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    cudaGetDevice(&previous_);
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace fg::cuda
