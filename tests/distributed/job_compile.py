@@ -7,6 +7,8 @@ import flowgrad as fg
 import flowgrad.distributed as dist
 import flowgrad.nn.functional as F
 from flowgrad.nn.parallel import DistributedDataParallel as DDP
+import job_util
+from job_util import close, params
 
 dist.init("mpi")
 rank, size = dist.rank(), dist.world_size()
@@ -25,17 +27,7 @@ class MLP(fg.nn.Module):
 
 
 def batches(step):
-    g = np.random.default_rng(step)
-    return g.standard_normal((size * B, 7)).astype(np.float32), g.standard_normal((size * B, 3)).astype(np.float32)
-
-
-def params(m):
-    return {n: p.detach().numpy().copy() for n, p in m.named_parameters()}
-
-
-def close(a, b, what):
-    for name in b:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=f"{what}: {name}")
+    return job_util.batches(step, size * B)
 
 
 def train(make_opt, bucket_mb, how):

@@ -4,7 +4,7 @@
 // backward of every branch (of the body, recomputed from the saved iteration input) as the
 // blocks of a second branch instruction, which the plan runs as the forward decided.
 //
-// Values computed while tracing are placeholders (the first branch's output, zeros for
+// Values computed while tracing stand in for the real ones (the first branch's output, zeros for
 // gradients, the loop input for the loop output): a plan only keeps the calls and the shapes.
 #include <algorithm>
 

@@ -202,6 +202,14 @@ FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
 
 namespace {
 
+// Resolves `symbol` from the dlopen'ed `lib` into `fn`; the first one missing is recorded in `missing`
+// as "<what> has no <symbol>".
+template <class Fn>
+void load_symbol(void* lib, Fn& fn, const char* symbol, const char* what, std::string& missing) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  if (!fn && missing.empty()) missing = std::string(what) + " has no " + symbol;
+}
+
 struct Nvrtc {
   using Program = void*;
   int (*create)(Program*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
@@ -225,10 +233,7 @@ const Nvrtc& nvrtc() {
       n.missing = "NVRTC (libnvrtc.so, part of the CUDA toolkit) was not found";
       return n;
     }
-    auto load = [&](auto& fn, const char* symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-      if (!fn && n.missing.empty()) n.missing = std::string("libnvrtc has no ") + symbol;
-    };
+    auto load = [&](auto& fn, const char* symbol) { load_symbol(lib, fn, symbol, "libnvrtc", n.missing); };
     load(n.create, "nvrtcCreateProgram");
     load(n.compile, "nvrtcCompileProgram");
     load(n.ptx_size, "nvrtcGetPTXSize");
@@ -308,10 +313,7 @@ const Driver& driver() {
       d.missing = "the CUDA driver (libcuda.so.1) was not found";
       return d;
     }
-    auto load = [&](auto& fn, const char* symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-      if (!fn && d.missing.empty()) d.missing = std::string("libcuda has no ") + symbol;
-    };
+    auto load = [&](auto& fn, const char* symbol) { load_symbol(lib, fn, symbol, "libcuda", d.missing); };
     int (*init)(unsigned) = nullptr;
     load(init, "cuInit");
     load(d.ctx_get_current, "cuCtxGetCurrent");
