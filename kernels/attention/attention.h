@@ -61,11 +61,20 @@ FG_HD int64_t attention_key_end(int64_t q_end, int64_t S, bool causal) {
   return causal ? (q_end < S ? q_end : S) : S;
 }
 
-// The online-softmax rescale: exp(old_max - new_max), with a row that has seen only -inf
-// (everything masked so far) taken as max 0, so no -inf - -inf NaN appears before the end.
+// The exp base of a row whose max is m: a row that has seen only -inf (everything masked so far)
+// takes 0, so no -inf - -inf NaN appears before the end.
 template <class T>
 FG_HD T finite_max(T m) {
   return m == -INFINITY ? T(0) : m;
+}
+
+// The online-softmax rescale of the sums so far, exp(old_max - new_max) with exp = `exp_fn`: 0 while
+// the row has seen only -inf (its sums are 0). Never exp(0 - new_max), which overflows to inf (and
+// then 0 * inf = NaN) once a first key tile's scores are all finite and below about -88.7 (an
+// additive -1e4 or finfo.min padding mask, an ALiBi bias on a long row).
+template <class T, class Exp>
+FG_HD T online_rescale(T old_max, T new_base, Exp exp_fn) {
+  return old_max == -INFINITY ? T(0) : exp_fn(old_max - new_base);
 }
 
 // Forward: out = softmax(scale * q k^T + mask) v and lse = logsumexp of each score row
@@ -90,6 +99,40 @@ void attention_backward_cpu(DType dtype, const AttentionShape& s, const Attentio
 
 // CUDA counterparts (CUDA builds only): head dims up to kAttentionCudaMaxHeadDim.
 constexpr int64_t kAttentionCudaMaxHeadDim = 128;
+
+// The CUDA kernels' tiles: 64 query rows per forward block (four warps of 16 on tensor cores), 32
+// per backward block, 64 keys per tile; the head dim padded to 32, 64, 96 or 128.
+constexpr int64_t kAttentionFwdRows = 64, kAttentionBwdRows = 32, kAttentionKeys = 64;
+constexpr int64_t attention_padded_head_dim(int64_t head_dim) {
+  return head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 96 ? 96 : 128;
+}
+
+// Dynamic shared memory per block of the CUDA kernels at padded head dim kD: the launches request
+// these numbers and fused_problem compares them with the device's opt-in limit.
+struct AttentionSharedBytes {
+  int64_t forward, backward;
+};
+constexpr AttentionSharedBytes attention_cuda_shared_bytes(DType dtype, int64_t kD, bool tensor_cores) {
+  constexpr int64_t f = 4, rows = kAttentionFwdRows, keys = kAttentionKeys, brows = kAttentionBwdRows;
+  bool wmma = tensor_cores && (dtype == DType::BFloat16 || dtype == DType::Float16);
+  int64_t forward = wmma ? f * (rows * keys + 2 * rows * kD + rows) + 2 * ((rows + 2 * keys) * kD + rows * keys)
+                         : f * ((rows + 2 * keys) * (kD + 1) + rows * (keys + 1));
+  int64_t backward = f * (2 * (keys + brows) * (kD + 1) + 2 * keys * (brows + 1) + 2 * brows);
+  return {forward, backward};
+}
+
+// Why the CUDA kernels cannot run a head dim of `head_dim` when a block may use at most `limit`
+// bytes of shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin), or nullptr when they can.
+// sm_86/sm_89 allow 101,376 bytes: kD = 128 needs more (the composite runs instead).
+inline const char* attention_cuda_shared_problem(DType dtype, int64_t head_dim, bool tensor_cores, int64_t limit) {
+  AttentionSharedBytes need = attention_cuda_shared_bytes(dtype, attention_padded_head_dim(head_dim), tensor_cores);
+  if (need.forward > limit || need.backward > limit)
+    return "the head dim needs more shared memory per block than this GPU allows";
+  return nullptr;
+}
+
+// attention_cuda_shared_problem for the device with that index (CUDA builds only).
+const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int device);
 void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q, const void* k, const void* v, void* out, void* lse);
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,

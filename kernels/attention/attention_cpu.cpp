@@ -110,7 +110,7 @@ void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t b
     for (int64_t r = 0; r < rows; ++r) {
       T* p = scores.data() + r * cols;
       T new_max = std::max(m[r], max_row(p, cols)), base = finite_max(new_max);
-      alpha[r] = fn::exp_any(finite_max(m[r]) - base);
+      alpha[r] = online_rescale(m[r], base, [](T x) { return fn::exp_any(x); });
       l[r] = l[r] * alpha[r] + exp_row(p, cols, base);
       m[r] = new_max;
     }

@@ -25,7 +25,7 @@ namespace fg {
 namespace {
 
 constexpr int kBlockThreads = 256;
-constexpr int kFwdRows = 64, kKeys = 64, kBwdRows = 32;
+constexpr int kFwdRows = kAttentionFwdRows, kKeys = kAttentionKeys, kBwdRows = kAttentionBwdRows;
 
 template <class T>
 __device__ float load(const T* p, int64_t i) { return static_cast<float>(p[i]); }
@@ -86,7 +86,7 @@ attention_forward_kernel(AttentionShape s, AttentionMask mask, int64_t query_blo
       block_max = fmaxf(block_max, sc[t]);
     }
     float new_max = fmaxf(m, quad_max(block_max)), base = finite_max(new_max);
-    float alpha = expf(finite_max(m) - base), sum = 0.f;
+    float alpha = online_rescale(m, base, [](float x) { return expf(x); }), sum = 0.f;
 #pragma unroll
     for (int t = 0; t < kKeys / 4; ++t) {
       float p = expf(sc[t] - base);
@@ -117,6 +117,7 @@ template <> struct WmmaType<bfloat16> { using type = __nv_bfloat16; };
 template <> struct WmmaType<float16> { using type = __half; };
 
 constexpr int kTcWarps = 4, kTcRows = 16 * kTcWarps;
+static_assert(kTcRows == kFwdRows, "attention_cuda_shared_bytes counts one forward tile height");
 
 // The tensor-core forward for half types: smem holds Q, K, V tiles (half, (64, kD)), the scores
 // S (float, (64, 64)), P (half, (64, 64)), the output sums O and this tile's P V (float, (64, kD))
@@ -182,7 +183,8 @@ attention_forward_tc_kernel(AttentionShape s, AttentionMask mask, int64_t query_
       block_max = fmaxf(block_max, x);
     }
     float new_max = fmaxf(m, fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1)));
-    float base = finite_max(new_max), alpha = expf(finite_max(m) - base), sum = 0.f;
+    float base = finite_max(new_max), sum = 0.f;
+    float alpha = online_rescale(m, base, [](float x) { return expf(x); });
     for (int c = half * (kKeys / 2); c < (half + 1) * (kKeys / 2); ++c) {
       float p = expf(srow[c] - base);
       ps[r * kKeys + c] = T(p);
@@ -219,15 +221,22 @@ attention_forward_tc_kernel(AttentionShape s, AttentionMask mask, int64_t query_
 #endif
 }
 
-// Compute capability 8.0 or above on the current device (bf16/fp16 wmma): read once.
-bool has_tensor_cores() {
-  static const bool yes = [] {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    return major >= 8;
-  }();
-  return yes;
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int value = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&value, attr, device);
+  FG_CHECK(err == cudaSuccess, Device, "scaled_dot_product_attention on cuda:", device, ": reading a device attribute failed: ",
+           cudaGetErrorString(err));
+  return value;
+}
+
+// Compute capability 8.0 or above (bf16/fp16 wmma).
+bool has_tensor_cores(int device) { return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 8; }
+
+int current_device() {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  FG_CHECK(err == cudaSuccess, Device, "scaled_dot_product_attention on cuda: cudaGetDevice failed: ", cudaGetErrorString(err));
+  return device;
 }
 
 // D = rowsum(dO * O) per query row, and the dQ sums zeroed. One thread per row.
@@ -361,6 +370,11 @@ unsigned blocks_for(int64_t bh, int64_t tiles, const char* what) {
 
 }  // namespace
 
+const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int device) {
+  return attention_cuda_shared_problem(dtype, head_dim, has_tensor_cores(device),
+                                       device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+}
+
 void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q, const void* k, const void* v, void* out, void* lse) {
   if (s.bh == 0 || s.L == 0) return;
@@ -368,10 +382,10 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
   dispatch(dtype, std::max(s.E, s.Ev), what, [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int kD = decltype(dim)::value;
+    bool tensor_cores = has_tensor_cores(current_device());
+    size_t bytes = attention_cuda_shared_bytes(dtype, kD, tensor_cores).forward;
     if constexpr (!std::is_same_v<T, float>) {
-      if (has_tensor_cores()) {
-        size_t bytes = sizeof(float) * (kTcRows * kKeys + 2 * kTcRows * kD + kTcRows) +
-                       sizeof(T) * ((kTcRows + 2 * kKeys) * kD + kTcRows * kKeys);
+      if (tensor_cores) {
         auto kernel = attention_forward_tc_kernel<T, kD>;
         allow_shared(kernel, bytes, what);
         int64_t tiles = (s.L + kTcRows - 1) / kTcRows;
@@ -382,7 +396,6 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
         return;
       }
     }
-    size_t bytes = sizeof(float) * ((kFwdRows + 2 * kKeys) * (kD + 1) + kFwdRows * (kKeys + 1));
     auto kernel = attention_forward_kernel<T, kD>;
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.L + kFwdRows - 1) / kFwdRows;
@@ -409,7 +422,7 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
                                                                  static_cast<const T*>(dout), dq_sum, delta);
       check_launch(what);
     }
-    size_t bytes = sizeof(float) * (2 * (kKeys + kBwdRows) * (kD + 1) + 2 * kKeys * (kBwdRows + 1) + 2 * kBwdRows);
+    size_t bytes = attention_cuda_shared_bytes(dtype, kD, false).backward;
     auto kernel = attention_backward_kernel<T, kD>;
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.S + kKeys - 1) / kKeys;

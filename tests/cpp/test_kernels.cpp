@@ -1,5 +1,6 @@
 // C++ tests of engine internals that Python cannot reach directly: the blocked GEMM fallback
-// (used when no BLAS is linked), half-precision conversion, Philox and the CPU allocator.
+// (used when no BLAS is linked), half-precision conversion, Philox, the CPU allocator and the
+// shared-memory gate of the CUDA attention kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "flowgrad/core/allocator.h"
+#include "kernels/attention/attention.h"
 #include "kernels/common/half.h"
 #include "kernels/common/philox.h"
 #include "kernels/linalg/gemm.h"
@@ -83,6 +85,28 @@ TEST(CpuAllocator, ReusesFreedBlocksAndCountsBytes) {
     EXPECT_EQ(a, b) << bytes;
     alloc.release(b, second);
   }
+}
+
+// The byte counts the CUDA launches request (the 2026-11-23 review's figures) and the fallback
+// they decide: sm_86/sm_89 allow 101,376 bytes per block, an H100 232,448.
+TEST(AttentionSharedMemory, BytesPerKernelAndTheFallbackForSmallLimits) {
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::BFloat16, 64, true).forward, 82176);
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::Float16, 96, true).forward, 110848);
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::BFloat16, 128, true).forward, 139520);
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::Float32, 128, true).forward, 115712);
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::BFloat16, 128, false).forward, 115712);  // no tensor cores
+  EXPECT_EQ(attention_cuda_shared_bytes(DType::Float32, 128, true).backward, 116224);
+  constexpr int64_t sm86 = 101376, h100 = 232448;
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (int64_t head_dim : {1, 32, 33, 64, 65, 96, 97, 128}) EXPECT_EQ(attention_cuda_shared_problem(dt, head_dim, true, h100), nullptr);
+  EXPECT_EQ(attention_cuda_shared_problem(DType::BFloat16, 64, true, sm86), nullptr);
+  EXPECT_EQ(attention_cuda_shared_problem(DType::Float32, 96, true, sm86), nullptr);
+  EXPECT_NE(attention_cuda_shared_problem(DType::BFloat16, 96, true, sm86), nullptr);  // the wmma forward
+  EXPECT_NE(attention_cuda_shared_problem(DType::Float32, 128, true, sm86), nullptr);
+  EXPECT_NE(attention_cuda_shared_problem(DType::Float32, 128, true, 116223), nullptr);  // only the backward
+  EXPECT_EQ(attention_cuda_shared_problem(DType::Float32, 128, true, 116224), nullptr);
+  EXPECT_EQ(attention_cuda_shared_problem(DType::Float32, 32, true, 48 * 1024), nullptr);
+  EXPECT_NE(attention_cuda_shared_problem(DType::Float32, 33, true, 48 * 1024), nullptr);
 }
 
 }  // namespace

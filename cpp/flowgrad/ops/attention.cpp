@@ -1,6 +1,7 @@
 // scaled_dot_product_attention: the fused flash_attention op (forward and backward kernels in
 // kernels/attention/) where it applies, else the composite of matmul and softmax, which stays as
 // the reference the tests compare the fused kernels against.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -59,6 +60,10 @@ const char* fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
     if (q.dtype() == DType::Float64) return "float64 on cuda";
     if (q.shape().back() > kAttentionCudaMaxHeadDim || v.shape().back() > kAttentionCudaMaxHeadDim)
       return "head dim above 128 on cuda";
+#if defined(FLOWGRAD_HAVE_CUDA)
+    int64_t head_dim = std::max(q.shape().back(), v.shape().back());
+    if (const char* problem = attention_cuda_device_problem(q.dtype(), head_dim, q.device().index)) return problem;
+#endif
   }
   return nullptr;
 }
