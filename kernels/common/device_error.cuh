@@ -6,7 +6,7 @@ namespace fg {
 
 // The first report per device wins; later ones (this kernel's other threads, later kernels)
 // are dropped until the host has raised the first.
-__device__ __forceinline__ void report_bad_index(IndexErrorSink sink, uint64_t op, int dim,
+__device__ __forceinline__ void report_bad_index(IndexErrorSink sink, IndexCheckOp op, int dim,
                                                  int64_t value, int64_t size) {
   if (atomicCAS(sink.claimed, 0, 1) != 0) return;
   sink.record->value = value;

@@ -12,10 +12,31 @@
 
 namespace fg {
 
+// The ops that check indices on the device. A record carries the code, and the host maps it to
+// the name: never a pointer, since a string literal in device code is not host memory and a
+// host string may be gone by the next synchronisation.
+enum class IndexCheckOp : int32_t {
+  Gather, ScatterAdd, IndexSelect, IndexAdd, IndexPut, OneHot,
+  CrossEntropy,  // last: index_check_op walks the codes up to it
+};
+
+inline const char* index_check_op_name(IndexCheckOp op) {
+  switch (op) {  // no default: -Wswitch names a code added without its name
+    case IndexCheckOp::Gather: return "gather";
+    case IndexCheckOp::ScatterAdd: return "scatter_add";
+    case IndexCheckOp::IndexSelect: return "index_select";
+    case IndexCheckOp::IndexAdd: return "index_add";
+    case IndexCheckOp::IndexPut: return "index_put_";
+    case IndexCheckOp::OneHot: return "one_hot";
+    case IndexCheckOp::CrossEntropy: return "cross_entropy";
+  }
+  return "an unknown op";  // a corrupted record
+}
+
 struct IndexErrorRecord {
-  int64_t value;  // the bad index as given (before wrapping negatives)
-  int64_t size;   // the size of the dimension it indexes
-  uint64_t op;    // the op's name: a pointer to a string literal, so it outlives the kernel
+  int64_t value;     // the bad index as given (before wrapping negatives)
+  int64_t size;      // the size of the dimension it indexes
+  IndexCheckOp op;   // which op found it
   int32_t dim;
   volatile int32_t set;  // written last: the other fields are complete when it is 1
 };
@@ -27,6 +48,8 @@ struct IndexErrorSink {
 };
 
 #if defined(FLOWGRAD_HAVE_CUDA)
+// The code of the op named `name` (one of the names above; anything else is a bug of the caller).
+IndexCheckOp index_check_op(const char* name);
 // The sink of the current device (allocated on first use: warm up before capturing a graph).
 IndexErrorSink index_error_sink();
 // Raises the IndexError a kernel reported since the last call (and clears it). Host only; the

@@ -1,5 +1,6 @@
 // The per-device records behind device_error.h: a claim flag in device memory and a record in
 // pinned host memory mapped into the device's address space.
+#include <cstring>
 #include <mutex>
 
 #include "flowgrad/core/errors.h"
@@ -25,6 +26,14 @@ void check(cudaError_t err, const char* what) {
 }
 
 }  // namespace
+
+IndexCheckOp index_check_op(const char* name) {
+  for (int32_t code = 0; code <= static_cast<int32_t>(IndexCheckOp::CrossEntropy); ++code) {
+    auto op = static_cast<IndexCheckOp>(code);
+    if (std::strcmp(index_check_op_name(op), name) == 0) return op;
+  }
+  fail(ErrorKind::Runtime, "index check: no device error code for op ", name);
+}
 
 IndexErrorSink index_error_sink() {
   int device = 0;
@@ -64,7 +73,7 @@ void raise_device_errors() {
     cudaError_t err = cudaMemset(slot.claimed, 0, sizeof(int));  // synchronous for device memory
     cudaSetDevice(previous);
     check(err, "cudaMemset");
-    fail(ErrorKind::Index, reinterpret_cast<const char*>(seen.op), ": index ", seen.value,
+    fail(ErrorKind::Index, index_check_op_name(seen.op), ": index ", seen.value,
          " is out of range for dimension ", seen.dim, " of size ", seen.size,
          " (found on cuda:", device, " by a kernel that ran before this synchronisation)");
   }

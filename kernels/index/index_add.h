@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flowgrad/core/dtype.h"
+#include "kernels/common/device_error.h"
 
 namespace fg {
 
@@ -23,7 +24,7 @@ void index_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t ou
 // out[i] = idx[i] wrapped into [0, size); an index outside [-size, size) is reported through
 // the device error record (raised at the next host synchronisation, naming op and dim) and
 // replaced by 0 so the kernels that read `out` stay in bounds. Requires size > 0 when n > 0.
-void wrap_index_cuda(const int64_t* idx, int64_t n, int64_t size, const char* op, int dim,
+void wrap_index_cuda(const int64_t* idx, int64_t n, int64_t size, IndexCheckOp op, int dim,
                      int64_t* out);
 
 }  // namespace fg

@@ -11,7 +11,7 @@ namespace {
 using Key = unsigned long long;  // validated indices are non-negative: unsigned order is theirs
 
 __global__ void wrap_index_kernel(const int64_t* idx, // (n,)
-                                  int64_t n, int64_t size, uint64_t op, int dim, IndexErrorSink sink,
+                                  int64_t n, int64_t size, IndexCheckOp op, int dim, IndexErrorSink sink,
                                   int64_t* out) { // (n,)
   FG_GRID_LOOP(i, n) {
     int64_t v = idx[i];
@@ -97,11 +97,11 @@ void index_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t ou
   check_launch("index_add");
 }
 
-void wrap_index_cuda(const int64_t* idx, int64_t n, int64_t size, const char* op, int dim, int64_t* out) {
+void wrap_index_cuda(const int64_t* idx, int64_t n, int64_t size, IndexCheckOp op, int dim, int64_t* out) {
   if (n == 0) return;
-  wrap_index_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(idx, n, size, reinterpret_cast<uint64_t>(op), dim,
+  wrap_index_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(idx, n, size, op, dim,
                                                index_error_sink(), out);
-  check_launch(op);
+  check_launch(index_check_op_name(op));
 }
 
 }  // namespace fg

@@ -41,7 +41,7 @@ __device__ T warp_sum(T v) {
 __device__ bool row_ignored(int64_t t, const CrossEntropyArgs& a, IndexErrorSink sink) {
   if (t == a.ignore_index) return true;
   if (t >= 0 && t < a.classes) return false;
-  report_bad_index(sink, reinterpret_cast<uint64_t>("cross_entropy"), 1, t, a.classes);
+  report_bad_index(sink, IndexCheckOp::CrossEntropy, 1, t, a.classes);
   return true;
 }
 

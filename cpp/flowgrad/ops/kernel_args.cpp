@@ -75,7 +75,7 @@ Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim)
     FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
              " of size 0");
     Tensor wrapped = Tensor::empty(idx.shape(), DType::Int64, idx.device());
-    wrap_index_cuda(idx.data<int64_t>(), idx.numel(), size, op, dim, wrapped.data<int64_t>());
+    wrap_index_cuda(idx.data<int64_t>(), idx.numel(), size, index_check_op(op), dim, wrapped.data<int64_t>());
     return wrapped;
   }
 #endif
