@@ -8,7 +8,8 @@ namespace fg {
 
 // Sorts each line of x (outer, d, inner) along d into values/indices (outer, k, inner), keeping
 // the first k: stable, NaN the largest value, -0.0 equal to +0.0, as on the CPU. The lines
-// are sorted together by one CUB segmented stable sort of order-preserving unsigned keys.
+// are sorted together by two stable CUB radix sorts (order-preserving unsigned keys, then line
+// numbers), with no host synchronisation: sorts and topk can be captured.
 // `workspace` holds sort_cuda_workspace(...) bytes of device memory.
 int64_t sort_cuda_workspace(DType dtype, int64_t lines, int64_t d);
 void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,

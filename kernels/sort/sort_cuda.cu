@@ -1,7 +1,8 @@
-// CUDA sort/topk (CUB segmented stable sort), nonzero (CUB scan) and one_hot. See sort.h.
+// CUDA sort/topk (two CUB radix sorts), nonzero (CUB scan) and one_hot. See sort.h.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
-#include <cub/device/device_segmented_sort.cuh>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/common/block_reduce.cuh"
@@ -34,18 +35,21 @@ __device__ KeyOf<T> sort_key(T v) {
   }
 }
 
-// keys (lines, d) and positions (lines, d) of the lines of x (outer, d, inner); offsets (lines + 1).
+// The items of x (outer, d, inner) as lines (lines, d): keys (order-preserving) and item numbers.
 template <class T>
 __global__ void make_keys_kernel(const T* x, int64_t d, int64_t inner, int64_t lines, bool descending,
-                                 KeyOf<T>* keys, int32_t* positions, int* offsets) {
+                                 KeyOf<T>* keys, int32_t* items) {  // (lines, d), (lines, d)
   FG_GRID_LOOP(p, lines * d) {
     int64_t line = p / d, j = p % d, o = line / inner, i = line % inner;
     KeyOf<T> key = sort_key(x[(o * d + j) * inner + i]);
     keys[p] = descending ? ~key : key;  // stable ascending on inverted keys keeps ties in order
-    positions[p] = static_cast<int32_t>(j);
-    if (j == 0) offsets[line] = static_cast<int>(p);
-    if (p == lines * d - 1) offsets[lines] = static_cast<int>(lines * d);
+    items[p] = static_cast<int32_t>(p);
   }
+}
+
+// The line of each item, in the key order of the first pass: the second pass's keys.
+__global__ void line_keys_kernel(const int32_t* items, int64_t n, int64_t d, unsigned* lines) {  // (n,), (n,)
+  FG_GRID_LOOP(p, n) lines[p] = static_cast<unsigned>(items[p] / d);
 }
 
 template <class T>
@@ -53,33 +57,44 @@ __global__ void take_sorted_kernel(const T* x, const int32_t* order, int64_t d, 
                                    int64_t total, T* values, int64_t* indices) {  // (outer, k, inner)
   FG_GRID_LOOP(p, total) {
     int64_t i = p % inner, r = p / inner % k, o = p / (inner * k);
-    int64_t j = order[(o * inner + i) * d + r];
+    int64_t j = order[(o * inner + i) * d + r] % d;  // item numbers: line * d + position
     values[p] = x[(o * d + j) * inner + i];
     indices[p] = j;
   }
 }
 
+// Bits that hold every line number below `lines` (at least 1: CUB sorts a non-empty bit range).
+int line_bits(int64_t lines) {
+  int bits = 1;
+  while (bits < 31 && (int64_t{1} << bits) < lines) ++bits;
+  return bits;
+}
+
 template <class K>
-size_t segmented_temp_bytes(int64_t items, int64_t lines) {
+size_t radix_temp_bytes(int64_t items) {
   size_t bytes = 0;
-  cub::DeviceSegmentedSort::StableSortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
-                                            static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                            static_cast<int>(items), static_cast<int>(lines),
-                                            static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
+                                  static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+                                  static_cast<int>(items));
   return bytes;
 }
 
-// Sections of the sort workspace: keys in/out, positions in/out, offsets, CUB's temp storage.
+// Sections of the sort workspace: keys in/out, item numbers in/out, line keys in/out, CUB's temp
+// storage (shared by both passes).
 struct SortLayout {
-  size_t keys, positions, offsets, temp;
+  size_t keys, items, lines, temp;
   template <class K>
   static SortLayout of(int64_t lines, int64_t d) {
-    size_t items = static_cast<size_t>(lines * d);
-    return {align(items * sizeof(K)), align(items * sizeof(int32_t)), align((lines + 1) * sizeof(int)),
-            segmented_temp_bytes<K>(lines * d, lines)};
+    size_t n = static_cast<size_t>(lines * d);
+    return {align(n * sizeof(K)), align(n * sizeof(int32_t)), align(n * sizeof(unsigned)),
+            std::max(radix_temp_bytes<K>(lines * d), radix_temp_bytes<unsigned>(lines * d))};
   }
-  size_t total() const { return 2 * keys + 2 * positions + offsets + temp; }
+  size_t total() const { return 2 * keys + 2 * items + 2 * lines + temp; }
 };
+
+void check_sort(cudaError_t err) {
+  FG_CHECK(err == cudaSuccess, Device, "sort on cuda: radix sort failed: ", cudaGetErrorString(err));
+}
 
 template <class Fn>
 decltype(auto) visit_sortable(DType dtype, Fn&& fn) {
@@ -125,7 +140,7 @@ __global__ void one_hot_kernel(const int64_t* idx, int64_t total, int64_t classe
 }  // namespace
 
 int64_t sort_cuda_workspace(DType dtype, int64_t lines, int64_t d) {
-  FG_CHECK(lines * d <= INT32_MAX, Value, "sort on cuda: ", lines * d, " elements exceed one segmented sort");
+  FG_CHECK(lines * d <= INT32_MAX, Value, "sort on cuda: ", lines * d, " elements exceed one radix sort");
   return visit_sortable(dtype, [&](auto tag) {
     return static_cast<int64_t>(SortLayout::of<KeyOf<decltype(tag)>>(lines, d).total());
   });
@@ -142,18 +157,25 @@ void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inn
     char* w = static_cast<char*>(workspace);
     K* keys_in = reinterpret_cast<K*>(w);
     K* keys_out = reinterpret_cast<K*>(w + s.keys);
-    int32_t* pos_in = reinterpret_cast<int32_t*>(w + 2 * s.keys);
-    int32_t* pos_out = reinterpret_cast<int32_t*>(w + 2 * s.keys + s.positions);
-    int* offsets = reinterpret_cast<int*>(w + 2 * s.keys + 2 * s.positions);
-    void* temp = w + 2 * s.keys + 2 * s.positions + s.offsets;
+    int32_t* items_in = reinterpret_cast<int32_t*>(w + 2 * s.keys);
+    int32_t* items_out = reinterpret_cast<int32_t*>(w + 2 * s.keys + s.items);
+    unsigned* lines_in = reinterpret_cast<unsigned*>(w + 2 * s.keys + 2 * s.items);
+    unsigned* lines_out = reinterpret_cast<unsigned*>(w + 2 * s.keys + 2 * s.items + s.lines);
+    void* temp = w + 2 * s.keys + 2 * s.items + 2 * s.lines;
+    int n = static_cast<int>(lines * d);
     make_keys_kernel<T><<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), d, inner, lines, descending,
-                                                            keys_in, pos_in, offsets);
+                                                            keys_in, items_in);
+    // Two stable LSD passes make one (line, key) order: all items by key, then by line. Unlike
+    // cub::DeviceSegmentedSort (which reads segment sizes back on the host past ~300 lines),
+    // neither pass synchronises with the host, so a sort can be captured in a CUDA graph.
     size_t temp_bytes = s.temp;
-    cudaError_t err = cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys_in, keys_out, pos_in, pos_out,
-                                                                static_cast<int>(lines * d), static_cast<int>(lines),
-                                                                offsets, offsets + 1, kernel_stream());
-    FG_CHECK(err == cudaSuccess, Device, "sort on cuda: segmented sort failed: ", cudaGetErrorString(err));
-    take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), pos_out, d, inner, k, total,
+    check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, items_in, items_out, n, 0,
+                                               static_cast<int>(sizeof(K) * 8), kernel_stream()));
+    line_keys_kernel<<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(items_out, lines * d, d, lines_in);
+    temp_bytes = s.temp;
+    check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, lines_in, lines_out, items_out, items_in, n, 0,
+                                               line_bits(lines), kernel_stream()));
+    take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), items_in, d, inner, k, total,
                                                           static_cast<T*>(values), indices);
   });
   check_launch("sort");
