@@ -28,6 +28,22 @@ for shape in SHAPES:
             dist.all_reduce(t, op=op)
             check(t.numpy(), ref.astype(dtype), f"all_reduce {op} {shape} {dtype}")
 
+# the narrow integers (issue 18, F5): each has its own MPI type; values small enough that a sum
+# over three ranks stays in range, so NumPy's sums are exact
+for dtype, low, high in ((np.int8, -40, 40), (np.uint8, 0, 80), (np.int16, -9000, 9000)):
+    narrow = [np.random.default_rng(200 + r).integers(low, high, size=(5, 7)).astype(dtype) for r in range(size)]
+    for op, ref in (("sum", np.sum(narrow, 0)), ("max", np.max(narrow, 0)), ("min", np.min(narrow, 0))):
+        t = fg.tensor(narrow[rank])
+        dist.all_reduce(t, op=op)
+        assert t.dtype == fg.tensor(narrow[0]).dtype
+        np.testing.assert_array_equal(t.numpy(), ref.astype(dtype), err_msg=f"all_reduce {op} {dtype}")
+    out = fg.tensor(np.zeros((5 * size, 7), dtype))
+    dist.all_gather(out, fg.tensor(narrow[rank]))
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(narrow), err_msg=f"all_gather {dtype}")
+    t = fg.tensor(narrow[rank])
+    dist.broadcast(t, src=size - 1)
+    np.testing.assert_array_equal(t.numpy(), narrow[size - 1], err_msg=f"broadcast {dtype}")
+
 # non-contiguous input: the result lands in the strided view
 base = data(rank, (6, 5), np.float32)
 t = fg.tensor(np.ascontiguousarray(base.T)).transpose(0, 1)

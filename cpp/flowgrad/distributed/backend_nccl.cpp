@@ -32,7 +32,7 @@ using Stream = void*;  // cudaStream_t: the calling thread's current stream (cud
 enum NcclResult : int { kNcclSuccess = 0 };
 // Collectives queue on the calling thread's current stream (a captured step's stream included).
 Stream stream() { return reinterpret_cast<Stream>(cuda::launch_stream()); }
-enum NcclDataType : int { kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBFloat16 = 9, kUint8 = 1 };
+enum NcclDataType : int { kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBFloat16 = 9 };
 enum NcclRedOp : int { kSum = 0, kMax = 2, kMin = 3, kAvg = 4 };
 
 const char* kInstallHint = "install NCCL with `pip install nvidia-nccl-cu12` (or the system package "
@@ -67,15 +67,18 @@ class NcclBackend final : public Backend {
   bool host_buffers() const override { return false; }
   bool blocking() const override { return false; }
   bool supports(ReduceOp) const override { return true; }  // ncclAvg since NCCL 2.10
+  bool reduces(DType dtype) const override { return dtype != DType::Int16; }  // NCCL has no 16-bit integers
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     check(AllReduce_(data, data, count, type(dtype), red_op(op), comm_, stream()), "ncclAllReduce");
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
-    check(Broadcast_(data, data, count, type(dtype), root, comm_, stream()), "ncclBroadcast");
+    Moved m = moved(count, dtype);
+    check(Broadcast_(data, data, m.count, m.type, root, comm_, stream()), "ncclBroadcast");
   }
   void all_gather(const void* in, void* out, int64_t count, DType dtype) override {
-    check(AllGather_(in, out, count, type(dtype), comm_, stream()), "ncclAllGather");
+    Moved m = moved(count, dtype);
+    check(AllGather_(in, out, m.count, m.type, comm_, stream()), "ncclAllGather");
   }
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
     check(ReduceScatter_(in, out, count, type(dtype), red_op(op), comm_, stream()), "ncclReduceScatter");
@@ -134,17 +137,31 @@ class NcclBackend final : public Backend {
              launch_.rank, ": ", GetErrorString_(result));
   }
 
+  // NCCL's type for a reduction; every dtype is listed (no default), so -Wswitch names a new one.
   static int type(DType dtype) {
     switch (dtype) {
       case DType::Float32: return kFloat32;
       case DType::Float64: return kFloat64;
       case DType::Float16: return kFloat16;
       case DType::BFloat16: return kBFloat16;
-      case DType::Int32: return kInt32;
       case DType::Int64: return kInt64;
-      case DType::Bool: return kUint8;
+      case DType::Int32: return kInt32;
+      case DType::Int8: return kInt8;
+      case DType::UInt8: return kUint8;
+      case DType::Bool: return kUint8;  // moved only: the group refuses to reduce bool
+      case DType::Int16: break;         // moved as bytes; the group refuses to reduce it (reduces())
     }
-    return kUint8;
+    fail(ErrorKind::DType, "distributed (nccl): no NCCL type reduces ", dtype_name(dtype));
+  }
+
+  // A broadcast or gather only moves bytes: int16 (no NCCL type) goes as twice as many bytes.
+  struct Moved {
+    size_t count;
+    int type;
+  };
+  static Moved moved(int64_t count, DType dtype) {
+    if (dtype == DType::Int16) return {static_cast<size_t>(count) * 2, kUint8};
+    return {static_cast<size_t>(count), type(dtype)};
   }
 
   static int red_op(ReduceOp op) {

@@ -20,9 +20,11 @@ const char* op_name(ReduceOp op) {
 }
 
 
-void check_reducible(const Tensor& t, ReduceOp op, const char* what) {
+void check_reducible(const Backend& backend, const Tensor& t, ReduceOp op, const char* what) {
   FG_CHECK(t.dtype() != DType::Bool, DType, what, ": cannot reduce a bool tensor (", describe(t),
            "); cast it to int32 first");
+  FG_CHECK(backend.reduces(t.dtype()), DType, what, ": the ", backend.name(), " backend cannot reduce ",
+           dtype_name(t.dtype()), " (", describe(t), "); cast it to int32 first");
   FG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), DType, what,
            ": op 'avg' needs a floating tensor, got ", describe(t));
 }
@@ -152,7 +154,7 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
 }
 
 WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
-  check_reducible(t, op, "all_reduce");
+  check_reducible(*backend_, t, op, "all_reduce");
   Tensor buf = staged(t);
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
   ReduceOp sent = divide ? ReduceOp::Sum : op;
@@ -183,7 +185,7 @@ WorkPtr ProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
-  check_reducible(in, op, "reduce_scatter");
+  check_reducible(*backend_, in, op, "reduce_scatter");
   FG_CHECK(out.dtype() == in.dtype() && out.device() == in.device() &&
                in.numel() == out.numel() * size(), Shape, "reduce_scatter: input ", describe(in),
            " must hold world_size (", size(), ") times the output ", describe(out),

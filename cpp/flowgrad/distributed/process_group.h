@@ -29,6 +29,7 @@ class Backend {
   virtual bool host_buffers() const = 0;  // true: buffers must be in host memory (staging)
   virtual bool blocking() const = 0;      // true: calls run on the communication thread
   virtual bool supports(ReduceOp op) const { return op != ReduceOp::Avg; }
+  virtual bool reduces(DType) const { return true; }  // false: reductions of this dtype are refused
   virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
   virtual void broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   virtual void all_gather(const void* in, void* out, int64_t count, DType dtype) = 0;
