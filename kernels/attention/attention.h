@@ -1,8 +1,8 @@
 // Fused (flash-style) scaled dot-product attention: online softmax over key blocks, so no
-// (L, S) score matrix is ever stored; the row logsumexp is kept for the backward pass, which
-// recomputes the probabilities block by block (FlashAttention-2).
+// (L, S) score matrix is ever stored; each row's softmax statistics are kept for the backward
+// pass, which recomputes the probabilities block by block (FlashAttention-2).
 //
-// Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), lse (BH, L), all
+// Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), stats (BH, L, 2), all
 // contiguous; BH is the flattened batch (batch..., heads). The mask is read through
 // AttentionMask (broadcast strides), so it is never expanded to (BH, L, S).
 #pragma once
@@ -77,23 +77,33 @@ FG_HD T online_rescale(T old_max, T new_base, Exp exp_fn) {
   return old_max == -INFINITY ? T(0) : exp_fn(old_max - new_base);
 }
 
-// Forward: out = softmax(scale * q k^T + mask) v and lse = logsumexp of each score row
-// (-inf and NaN output for a row whose keys are all masked, like the composite).
-// dtype float32/float64 on the CPU; float32/bfloat16/float16 on CUDA (float32 math, lse float32).
+// A row's softmax statistics: its max m (0 while it has seen only -inf) and log l, l the sum of
+// exp(s - m); the backward's p = exp((s - m) - log l). Not one logsumexp m + log l: where |m| is
+// so large that log l is below its rounding (a row masked entirely by -1e9), that sum would
+// round to m and every p would be 1 instead of 1 / S.
+template <class T>
+FG_HD void store_row_stats(T* stats, int64_t row, T m, T log_l) {
+  stats[2 * row] = finite_max(m);
+  stats[2 * row + 1] = log_l;
+}
+
+// Forward: out = softmax(scale * q k^T + mask) v and each row's statistics (log l = -inf and NaN
+// output for a row whose keys are all masked, like the composite).
+// dtype float32/float64 on the CPU; float32/bfloat16/float16 on CUDA (float32 math, stats float32).
 void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                            const void* q,   // (BH, L, E)
                            const void* k,   // (BH, S, E)
                            const void* v,   // (BH, S, Ev)
                            void* out,       // (BH, L, Ev), overwritten
-                           void* lse);      // (BH, L), overwritten; dtype's compute type
+                           void* stats);    // (BH, L, 2), overwritten; dtype's compute type
 
-// Backward (overwrites dq, dk, dv): with P recomputed from lse and D = rowsum(dout * out),
+// Backward (overwrites dq, dk, dv): with P recomputed from stats and D = rowsum(dout * out),
 // dV = P^T dO, dS = P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q.
 void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q, const void* k, const void* v,
                             const void* out,   // (BH, L, Ev)
                             const void* dout,  // (BH, L, Ev)
-                            const void* lse,   // (BH, L)
+                            const void* stats,  // (BH, L, 2)
                             void* dq, void* dk, void* dv,  // like q, k, v; overwritten
                             float* workspace);  // CUDA: (BH, L, E + 1) float32 (dQ sums, D); CPU: unused
 
@@ -117,7 +127,7 @@ constexpr AttentionSharedBytes attention_cuda_shared_bytes(DType dtype, int64_t 
   bool wmma = tensor_cores && (dtype == DType::BFloat16 || dtype == DType::Float16);
   int64_t forward = wmma ? f * (rows * keys + 2 * rows * kD + rows) + 2 * ((rows + 2 * keys) * kD + rows * keys)
                          : f * ((rows + 2 * keys) * (kD + 1) + rows * (keys + 1));
-  int64_t backward = f * (2 * (keys + brows) * (kD + 1) + 2 * keys * (brows + 1) + 2 * brows);
+  int64_t backward = f * (2 * (keys + brows) * (kD + 1) + 2 * keys * (brows + 1) + 3 * brows);
   return {forward, backward};
 }
 
@@ -134,10 +144,10 @@ inline const char* attention_cuda_shared_problem(DType dtype, int64_t head_dim, 
 // attention_cuda_shared_problem for the device with that index (CUDA builds only).
 const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int device);
 void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                            const void* q, const void* k, const void* v, void* out, void* lse);
+                            const void* q, const void* k, const void* v, void* out, void* stats);
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                              const void* q, const void* k, const void* v, const void* out,
-                             const void* dout, const void* lse, void* dq, void* dk, void* dv,
+                             const void* dout, const void* stats, void* dq, void* dk, void* dv,
                              float* workspace);
 
 }  // namespace fg

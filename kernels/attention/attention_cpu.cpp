@@ -42,10 +42,10 @@ FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
   for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
   return m;
 }
-// x[c] = exp(x[c] - base); returns the sum of the new values.
+// x[c] = exp((x[c] - base) - shift); returns the sum of the new values.
 template <class T>
-FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base) {
-  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base);
+FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
+  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base - shift);
   T part[8] = {};
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)
@@ -99,7 +99,7 @@ void score_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 
 template <class T>
 void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh, int64_t i0,
-                   const T* q, const T* k, const T* v, T* out, T* lse) {
+                   const T* q, const T* k, const T* v, T* out, T* stats) {
   int64_t rows = std::min(kQueryBlock, s.L - i0);
   std::vector<T> scores(rows * kKeyBlock), pv(rows * s.Ev), acc(rows * s.Ev, T(0));
   std::vector<T> m(rows, -INFINITY), l(rows, T(0)), alpha(rows);
@@ -118,17 +118,17 @@ void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t b
                   pv.data(), s.Ev, nullptr);
     for (int64_t r = 0; r < rows; ++r) rescale_add(acc.data() + r * s.Ev, pv.data() + r * s.Ev, s.Ev, alpha[r]);
   }
-  for (int64_t r = 0; r < rows; ++r) {  // a fully masked row: 0 / 0 = NaN and lse = -inf
+  for (int64_t r = 0; r < rows; ++r) {  // a fully masked row: 0 / 0 = NaN and log l = -inf
     T inv = T(1) / l[r];
     for (int64_t e = 0; e < s.Ev; ++e) out[(i0 + r) * s.Ev + e] = acc[r * s.Ev + e] * inv;
-    lse[i0 + r] = finite_max(m[r]) + std::log(l[r]);
+    store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
   }
 }
 
 // One batch*head: FlashAttention-2 with key blocks outside and query blocks inside.
 template <class T>
 void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const T* q,
-                   const T* k, const T* v, const T* out, const T* dout, const T* lse, T* dq, T* dk, T* dv) {
+                   const T* k, const T* v, const T* out, const T* dout, const T* stats, T* dq, T* dk, T* dv) {
   int64_t widest = std::max(s.E, s.Ev);
   std::vector<T> d(s.L), p(kQueryBlock * kKeyBlock), dp(kQueryBlock * kKeyBlock);
   std::vector<T> scratch(std::max(kQueryBlock, kKeyBlock) * widest);
@@ -146,8 +146,8 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
     for (int64_t i0 = first; i0 < s.L; i0 += kQueryBlock) {
       int64_t rows = std::min(kQueryBlock, s.L - i0);
       score_block(s, mask, bh, q, i0, rows, k, j0, cols, p.data());
-      for (int64_t r = 0; r < rows; ++r)  // lse = -inf (all masked): exp(-inf + inf) = NaN, as the composite
-        exp_row(p.data() + r * cols, cols, lse[i0 + r]);
+      for (int64_t r = 0; r < rows; ++r)  // log l = -inf (all masked): exp(-inf + inf) = NaN, as the composite
+        exp_row(p.data() + r * cols, cols, stats[2 * (i0 + r)], stats[2 * (i0 + r) + 1]);
       block_gemm<T>(Into::Add, true, false, cols, s.Ev, rows, p.data(), cols, dout + i0 * s.Ev, s.Ev,
                     dv + j0 * s.Ev, s.Ev, scratch.data());
       block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.Ev, dout + i0 * s.Ev, s.Ev, v + j0 * s.Ev, s.Ev,
@@ -167,7 +167,7 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
 }  // namespace
 
 void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                           const void* q, const void* k, const void* v, void* out, void* lse) {
+                           const void* q, const void* k, const void* v, void* out, void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
     int64_t blocks = (s.L + kQueryBlock - 1) / kQueryBlock;
@@ -178,7 +178,7 @@ void attention_forward_cpu(DType dtype, const AttentionShape& s, const Attention
         int64_t bh = t / blocks, i0 = t % blocks * kQueryBlock;
         forward_block<T>(s, mask, bh, i0, static_cast<const T*>(q) + bh * s.L * s.E,
                          static_cast<const T*>(k) + bh * s.S * s.E, static_cast<const T*>(v) + bh * s.S * s.Ev,
-                         static_cast<T*>(out) + bh * s.L * s.Ev, static_cast<T*>(lse) + bh * s.L);
+                         static_cast<T*>(out) + bh * s.L * s.Ev, static_cast<T*>(stats) + bh * s.L * 2);
       }
     });
   });
@@ -186,7 +186,7 @@ void attention_forward_cpu(DType dtype, const AttentionShape& s, const Attention
 
 void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q, const void* k, const void* v, const void* out,
-                            const void* dout, const void* lse, void* dq, void* dk, void* dv,
+                            const void* dout, const void* stats, void* dq, void* dk, void* dv,
                             float* /*workspace*/) {
   visit_float_dtype(dtype, "scaled_dot_product_attention backward", [&](auto tag) {
     using T = decltype(tag);
@@ -197,7 +197,7 @@ void attention_backward_cpu(DType dtype, const AttentionShape& s, const Attentio
         int64_t qo = bh * s.L * s.E, ko = bh * s.S * s.E, vo = bh * s.S * s.Ev, oo = bh * s.L * s.Ev;
         backward_head<T>(s, mask, bh, static_cast<const T*>(q) + qo, static_cast<const T*>(k) + ko,
                          static_cast<const T*>(v) + vo, static_cast<const T*>(out) + oo,
-                         static_cast<const T*>(dout) + oo, static_cast<const T*>(lse) + bh * s.L,
+                         static_cast<const T*>(dout) + oo, static_cast<const T*>(stats) + bh * s.L * 2,
                          static_cast<T*>(dq) + qo, static_cast<T*>(dk) + ko, static_cast<T*>(dv) + vo);
       }
     });

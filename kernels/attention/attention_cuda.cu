@@ -54,7 +54,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(kBlockThreads)
 attention_forward_kernel(AttentionShape s, AttentionMask mask, int64_t query_blocks,
                          const T* q, const T* k, const T* v,  // (BH, L, E), (BH, S, E), (BH, S, Ev)
-                         T* out, float* lse) {                // (BH, L, Ev), (BH, L)
+                         T* out, float* stats) {              // (BH, L, Ev), (BH, L, 2)
   extern __shared__ __align__(128) float smem[];
   float* qs = smem;                       // (kFwdRows, kD + 1)
   float* ks = qs + kFwdRows * (kD + 1);   // (kKeys, kD + 1)
@@ -105,11 +105,11 @@ attention_forward_kernel(AttentionShape s, AttentionMask mask, int64_t query_blo
     }
   }
   if (!row_valid) return;
-  float inv = 1.f / l;  // a fully masked row: 0 * inf = NaN, lse = -inf, as on the CPU
+  float inv = 1.f / l;  // a fully masked row: 0 * inf = NaN, log l = -inf, as on the CPU
 #pragma unroll
   for (int t = 0; t < kD / 4; ++t)
     if (g + 4 * t < s.Ev) out[(bh * s.L + i) * s.Ev + g + 4 * t] = T(o[t] * inv);
-  if (g == 0) lse[bh * s.L + i] = finite_max(m) + logf(l);
+  if (g == 0) store_row_stats(stats, bh * s.L + i, m, logf(l));
 }
 
 template <class T> struct WmmaType { using type = T; };
@@ -126,7 +126,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(32 * kTcWarps)
 attention_forward_tc_kernel(AttentionShape s, AttentionMask mask, int64_t query_blocks,
                             const T* q, const T* k, const T* v,  // (BH, L, E), (BH, S, E), (BH, S, Ev)
-                            T* out, float* lse) {                // (BH, L, Ev), (BH, L)
+                            T* out, float* stats) {              // (BH, L, Ev), (BH, L, 2)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   namespace wmma = nvcuda::wmma;
   using H = typename WmmaType<T>::type;
@@ -214,10 +214,10 @@ attention_forward_tc_kernel(AttentionShape s, AttentionMask mask, int64_t query_
     __syncwarp();
   }
   if (!row_valid) return;
-  float inv = 1.f / l;  // a fully masked row: NaN, lse = -inf, as on the CPU
+  float inv = 1.f / l;  // a fully masked row: NaN, log l = -inf, as on the CPU
   for (int e = half * (kD / 2); e < (half + 1) * (kD / 2) && e < s.Ev; ++e)
     out[(bh * s.L + i) * s.Ev + e] = T(os[r * kD + e] * inv);
-  if (half == 0) lse[bh * s.L + i] = finite_max(m) + logf(l);
+  if (half == 0) store_row_stats(stats, bh * s.L + i, m, logf(l));
 #endif
 }
 
@@ -260,7 +260,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(kBlockThreads)
 attention_backward_kernel(AttentionShape s, AttentionMask mask, int64_t key_blocks,
                           const T* q, const T* k, const T* v, const T* dout,  // like the forward
-                          const float* lse, const float* delta,              // (BH, L)
+                          const float* stats, const float* delta,            // (BH, L, 2), (BH, L)
                           float* dq_sum, T* dk, T* dv) {                     // (BH, L, E) float32
   extern __shared__ __align__(128) float smem[];
   float* ks = smem;                         // (kKeys, kD + 1)
@@ -269,8 +269,9 @@ attention_backward_kernel(AttentionShape s, AttentionMask mask, int64_t key_bloc
   float* dos = qs + kBwdRows * (kD + 1);    // (kBwdRows, kD + 1)
   float* ps = dos + kBwdRows * (kD + 1);    // (kKeys, kBwdRows + 1): P^T
   float* dss = ps + kKeys * (kBwdRows + 1); // (kKeys, kBwdRows + 1): dS^T
-  float* row_lse = dss + kKeys * (kBwdRows + 1);  // (kBwdRows)
-  float* row_delta = row_lse + kBwdRows;          // (kBwdRows)
+  float* row_max = dss + kKeys * (kBwdRows + 1);  // (kBwdRows)
+  float* row_log_sum = row_max + kBwdRows;        // (kBwdRows)
+  float* row_delta = row_log_sum + kBwdRows;      // (kBwdRows)
   int64_t bh = blockIdx.x / key_blocks, j0 = blockIdx.x % key_blocks * kKeys;
   int c = threadIdx.x / 4, g = threadIdx.x % 4;  // this thread's key and quarter of columns
   int64_t j = j0 + c;
@@ -285,8 +286,9 @@ attention_backward_kernel(AttentionShape s, AttentionMask mask, int64_t key_bloc
     load_tile<T, kD>(qs, kBwdRows, q + bh * s.L * s.E, i0, s.L, s.E);
     load_tile<T, kD>(dos, kBwdRows, dout + bh * s.L * s.Ev, i0, s.L, s.Ev);
     for (int r = threadIdx.x; r < kBwdRows; r += kBlockThreads) {
-      bool valid = i0 + r < s.L;  // a padding row: s = -inf, lse = 0 gives p = 0
-      row_lse[r] = valid ? lse[bh * s.L + i0 + r] : 0.f;
+      bool valid = i0 + r < s.L;  // a padding row: s = -inf, statistics 0 give p = 0
+      row_max[r] = valid ? stats[2 * (bh * s.L + i0 + r)] : 0.f;
+      row_log_sum[r] = valid ? stats[2 * (bh * s.L + i0 + r) + 1] : 0.f;
       row_delta[r] = valid ? delta[bh * s.L + i0 + r] : 0.f;
     }
     __syncthreads();
@@ -303,7 +305,7 @@ attention_backward_kernel(AttentionShape s, AttentionMask mask, int64_t key_bloc
       float p = 0.f;
       if (key_valid && i < s.L) {
         int64_t mrow = mask.kind != MaskKind::None ? mask_row_offset(mask, bh, i) : 0;
-        p = expf(qk * scale + mask_bias<float>(mask, mrow, i, j, s.causal) - row_lse[r]);
+        p = expf(qk * scale + mask_bias<float>(mask, mrow, i, j, s.causal) - row_max[r] - row_log_sum[r]);
       }
       ps[c * (kBwdRows + 1) + r] = p;
       dss[c * (kBwdRows + 1) + r] = p * (dp - row_delta[r]);
@@ -376,7 +378,7 @@ const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int dev
 }
 
 void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                            const void* q, const void* k, const void* v, void* out, void* lse) {
+                            const void* q, const void* k, const void* v, void* out, void* stats) {
   if (s.bh == 0 || s.L == 0) return;
   const char* what = "scaled_dot_product_attention";
   dispatch(dtype, std::max(s.E, s.Ev), what, [&](auto tag, auto dim) {
@@ -391,7 +393,7 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
         int64_t tiles = (s.L + kTcRows - 1) / kTcRows;
         kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes, kernel_stream()>>>(
             s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-            static_cast<T*>(out), static_cast<float*>(lse));
+            static_cast<T*>(out), static_cast<float*>(stats));
         check_launch(what);
         return;
       }
@@ -401,14 +403,14 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
     int64_t tiles = (s.L + kFwdRows - 1) / kFwdRows;
     kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
         s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-        static_cast<T*>(out), static_cast<float*>(lse));
+        static_cast<T*>(out), static_cast<float*>(stats));
     check_launch(what);
   });
 }
 
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                              const void* q, const void* k, const void* v, const void* out,
-                             const void* dout, const void* lse, void* dq, void* dk, void* dv,
+                             const void* dout, const void* stats, void* dq, void* dk, void* dv,
                              float* workspace) {
   if (s.bh == 0 || (s.L == 0 && s.S == 0)) return;
   const char* what = "scaled_dot_product_attention backward";
@@ -429,7 +431,7 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
     if (tiles > 0) {  // with L == 0 every key's dK, dV is written 0 by its block
       kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
           s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<const T*>(dout), static_cast<const float*>(lse), delta, dq_sum, static_cast<T*>(dk),
+          static_cast<const T*>(dout), static_cast<const float*>(stats), delta, dq_sum, static_cast<T*>(dk),
           static_cast<T*>(dv));
       check_launch(what);
     }

@@ -70,7 +70,7 @@ const char* fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 DType accumulation_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
 
-// ---- flash_attention: (q, k, v[, mask]) -> (out, lse); attrs scale, causal ----
+// ---- flash_attention: (q, k, v[, mask]) -> (out, stats); attrs scale, causal ----
 Specs flash_attention_shape(TensorList in, const Attrs&) {
   const Tensor& q = in[0];
   Tensor mask = in.size() > 3 ? in[3] : Tensor();
@@ -78,10 +78,10 @@ Specs flash_attention_shape(TensorList in, const Attrs&) {
   const char* problem = fused_problem(q, in[1], in[2], mask);
   FG_CHECK(!problem, Shape, "flash_attention: ", problem, " (q ", to_string(q.shape()), ", k ",
            to_string(in[1].shape()), ", v ", to_string(in[2].shape()), ")");
-  Dims out = batch_dims(q), lse = batch_dims(q);
+  Dims out = batch_dims(q), stats = batch_dims(q);
   out.push_back(q.shape()[q.ndim() - 2]), out.push_back(in[2].shape().back());
-  lse.push_back(q.shape()[q.ndim() - 2]);
-  return {{out, q.dtype()}, {lse, accumulation_dtype(q.dtype())}};
+  stats.push_back(q.shape()[q.ndim() - 2]), stats.push_back(2);  // each row's max and log-sum (attention.h)
+  return {{out, q.dtype()}, {stats, accumulation_dtype(q.dtype())}};
 }
 
 // Contiguous operands in the dtype the device computes in (the CPU widens half types) and the
@@ -141,7 +141,7 @@ void flash_attention_kernel(TensorList in, const Tensors& out, const Attrs& attr
   finish(out[0], o);
 }
 
-// ---- flash_attention_backward: (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv) ----
+// ---- flash_attention_backward: (dout, q, k, v, out, stats[, mask]) -> (dq, dk, dv) ----
 Specs flash_attention_backward_shape(TensorList in, const Attrs&) {
   for (int i = 1; i <= 3; ++i) FG_CHECK(in[i].dtype() == in[1].dtype(), DType, "flash_attention_backward: dtypes differ");
   return {{in[1].shape(), in[1].dtype()}, {in[2].shape(), in[2].dtype()}, {in[3].shape(), in[3].dtype()}};
@@ -153,7 +153,7 @@ void flash_attention_backward_kernel(TensorList in, const Tensors& out, const At
   Tensors order{in[1], in[2], in[3], in[4], in[0], in[5]};
   if (in.size() > 6) order.push_back(in[6]);
   AttentionCall c = attention_call(order, 6, attrs);
-  const Tensors& x = c.operands;  // q, k, v, out, dout, lse
+  const Tensors& x = c.operands;  // q, k, v, out, dout, stats
   Tensor o = contiguous_raw(converted(x[3], c.dtype)), g = contiguous_raw(converted(x[4], c.dtype));
   Tensor dq = compute_target(out[0], c.dtype), dk = compute_target(out[1], c.dtype),
          dv = compute_target(out[2], c.dtype);
