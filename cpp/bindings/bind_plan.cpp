@@ -133,6 +133,7 @@ void bind_plan(py::module_& m) {
              d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
              if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
              d["allocations"] = s.allocations;  // by the last run's instructions
+             d["host_syncs"] = s.host_syncs;    // host waits on the GPU during the last run
              py::list allocating;
              for (int i : s.allocating) allocating.append(py::make_tuple(i, p.instructions()[i].op->name));
              d["allocating"] = allocating;

@@ -69,7 +69,7 @@ std::vector<double> time_steps(int device, int steps, const Body& body, std::str
   if (r.graph) {
     StreamHandle stream = current_stream_handle(device);
     r.graph->launch(stream);
-    check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
+    host_wait(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
     for (int i = 0; i < steps; ++i) {
       float t = 0;
       check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "profiling a captured step (cudaEventElapsedTime)");

@@ -2,8 +2,9 @@
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
-#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/core/storage.h"
+#include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 #include "kernels/common/device_error.h"
@@ -28,8 +29,31 @@ void raw_release(void* p, int device) {
   check(cudaFree(p), "cudaFree");
 }
 
+// record_stream's events: recorded at a block's release on each stream that used it.
+uintptr_t raw_record_event(uintptr_t stream, int device) {
+  DeviceScope guard(device);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "freeing a block used on other streams (cudaEventCreate)");
+  check(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)), "freeing a block used on other streams (cudaEventRecord)");
+  return reinterpret_cast<uintptr_t>(e);
+}
+
+bool raw_event_done(uintptr_t event) {
+  cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it so the next launch check does not see it
+    return false;
+  }
+  check(err, "reusing a block used on other streams (cudaEventQuery)");
+  return true;
+}
+
+void raw_destroy_event(uintptr_t event) { cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)); }
+
 CachingAllocator& allocator() {
-  static auto* a = new CachingAllocator({&raw_allocate, &raw_release}, env::cuda_caching());  // lives to exit
+  static auto* a = new CachingAllocator(
+      {&raw_allocate, &raw_release, &raw_record_event, &raw_event_done, &raw_destroy_event},
+      env::cuda_caching());  // lives to exit
   return *a;
 }
 
@@ -56,11 +80,16 @@ int device_count(std::string* why) {
   return count;
 }
 
+void host_wait(cudaError_t err, const char* what) {
+  count_host_sync();
+  check(err, what);
+  raise_device_errors();
+}
+
 void synchronize() {
   std::string why;
   if (device_count(&why) == 0) return;
-  check(cudaDeviceSynchronize(), "cuda.synchronize");
-  raise_device_errors();
+  host_wait(cudaDeviceSynchronize(), "cuda.synchronize");
 }
 
 void install() {
@@ -86,6 +115,11 @@ void empty_cache() {
   if (device_count(&why) > 0) allocator().empty_cache();
 }
 
+void record_stream(void* data, int device, uintptr_t stream) {
+  require_device(device);
+  allocator().record_stream(data, stream);
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
@@ -94,8 +128,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   // On the current stream, after the work queued there; a copy to the host waits for it.
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
-  if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
-  if (dst_device.is_cpu()) raise_device_errors();  // a host read: report what kernels found
+  if (dst_device.is_cpu()) host_wait(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
 }
 
 }  // namespace fg::cuda

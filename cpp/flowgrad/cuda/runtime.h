@@ -2,6 +2,7 @@
 // devices. Builds without CUDA answer "no devices" with the reason and report empty memory.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "flowgrad/core/device.h"
@@ -19,6 +20,8 @@ void install();
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache();
+// Tensor.record_stream: the allocator's block at `data` (a storage's base) is also used on `stream`.
+void record_stream(void* data, int device, uintptr_t stream);
 
 // Copies `bytes` between two buffers, either of which may be on the CPU; returns when done.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);

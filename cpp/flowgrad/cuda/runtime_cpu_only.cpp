@@ -23,6 +23,8 @@ MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}
 
+void record_stream(void*, int, uintptr_t) { fail(ErrorKind::Device, "Tensor.record_stream: ", kWhy); }
+
 void copy_bytes(void*, Device dst_device, const void*, Device src_device, size_t) {
   fail(ErrorKind::Device, "copy from ", src_device.str(), " to ", dst_device.str(), ": ", kWhy);
 }

@@ -40,7 +40,7 @@ Stream::~Stream() {
 
 void Stream::synchronize() const {
   DeviceScope scope(device);
-  check(cudaStreamSynchronize(as_stream(handle)), "Stream.synchronize (cudaStreamSynchronize)");
+  host_wait(cudaStreamSynchronize(as_stream(handle)), "Stream.synchronize (cudaStreamSynchronize)");
 }
 
 bool Stream::query() const {
@@ -120,7 +120,7 @@ void Event::wait(StreamHandle stream) const {
 }
 
 void Event::synchronize() const {
-  check(cudaEventSynchronize(as_event(event_)), "Event.synchronize (cudaEventSynchronize)");
+  host_wait(cudaEventSynchronize(as_event(event_)), "Event.synchronize (cudaEventSynchronize)");
 }
 
 bool Event::query() const {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
@@ -89,6 +90,7 @@ Tensors Plan::run_profiled(const Tensors& inputs, std::vector<double>* ms) { ret
 Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
            inputs.size());
+  const int64_t syncs_before = cuda::host_sync_count();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     const Tensor& slot = input_t_[i];
@@ -118,6 +120,7 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
     copy_into(copy, t);
     out.push_back(copy);
   }
+  stats_.host_syncs = cuda::host_sync_count() - syncs_before;
   return out;
 }
 

@@ -237,6 +237,7 @@ struct PlanStats {
   std::string cuda_fusion;  // CUDA plans: how fused runs execute, or why they are not fused
   uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;          // instructions of the last run that allocated
+  int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
 };
 
 // What the caller declares about a traced step.
