@@ -14,6 +14,7 @@ bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own
 bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels
 bool plan_debug();           // FLOWGRAD_DEBUG_PLAN=1: released arena ranges are filled with NaN
 bool cuda_graphs();          // FLOWGRAD_NO_CUDA_GRAPH=1: plans on CUDA are never captured
+bool capture_check();        // FLOWGRAD_CAPTURE_CHECK=0: a new capture is not checked against a plain step
 std::string mpi_library();   // FLOWGRAD_MPI_LIBRARY: libmpi to dlopen instead of the default
 std::string nccl_library();  // FLOWGRAD_NCCL_LIBRARY: libnccl to dlopen instead of the default
 
