@@ -54,6 +54,8 @@ bool cuda_caching() {
   return caching;
 }
 
+int64_t cublas_workspace_mb() { return read_text("FLOWGRAD_CUBLAS_WORKSPACE_MB").empty() ? -1 : read_int("FLOWGRAD_CUBLAS_WORKSPACE_MB", 0, 0); }
+
 bool plan_planner() { return read_int("FLOWGRAD_NO_PLANNER", 0, 0) == 0; }
 bool plan_fusion() { return read_int("FLOWGRAD_NO_FUSION", 0, 0) == 0; }
 bool plan_debug() { return read_int("FLOWGRAD_DEBUG_PLAN", 0, 0) != 0; }

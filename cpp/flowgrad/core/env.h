@@ -9,6 +9,7 @@ int num_threads();           // FLOWGRAD_NUM_THREADS, default: the machine's cor
 int64_t cpu_cache_bytes();   // FLOWGRAD_CPU_CACHE_MB, default 1024; 0 disables caching
 int debug_level();           // FLOWGRAD_DEBUG, default 0
 bool cuda_caching();         // FLOWGRAD_CUDA_NO_CACHING=1 turns the CUDA caching allocator off
+int64_t cublas_workspace_mb();  // FLOWGRAD_CUBLAS_WORKSPACE_MB; -1 (unset): 32 MiB on sm_90+, PyTorch's 8 MiB + 128 KiB before
 // Compiled plans read these when a plan is built (so tests can flip them between compiles).
 bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own bytes (no reuse)
 bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels

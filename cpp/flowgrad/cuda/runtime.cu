@@ -1,5 +1,9 @@
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
 #include "flowgrad/core/storage.h"
@@ -55,6 +59,25 @@ CachingAllocator& allocator() {
       {&raw_allocate, &raw_release, &raw_record_event, &raw_event_done, &raw_destroy_event},
       env::cuda_caching());  // lives to exit
   return *a;
+}
+
+struct Workspaces {
+  std::mutex mutex;
+  std::map<std::pair<int, uintptr_t>, Workspace> by_stream;
+  std::atomic<uint64_t> epoch{0};
+};
+Workspaces& workspaces() {
+  static auto* w = new Workspaces;  // lives to exit, like the allocator
+  return *w;
+}
+
+// PyTorch's defaults: 32 MiB from Hopper on (cuBLAS's guidance for sm_90), 2 x 4 MiB + 8 x 16 KiB before.
+size_t workspace_bytes(int device) {
+  int64_t mb = env::cublas_workspace_mb();
+  if (mb >= 0) return static_cast<size_t>(mb) << 20;
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cuBLAS workspace (cudaDeviceGetAttribute)");
+  return major >= 9 ? size_t{32} << 20 : size_t{4096 * 1024 * 2 + 16 * 1024 * 8};
 }
 
 void require_device(int device) {
@@ -114,6 +137,37 @@ void empty_cache() {
   std::string why;
   if (device_count(&why) > 0) allocator().empty_cache();
 }
+
+Workspace stream_workspace(int device, uintptr_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  auto [it, fresh] = w.by_stream.try_emplace({device, stream});
+  if (fresh && (it->second.bytes = workspace_bytes(device)) > 0) {
+    try {
+      it->second.ptr = allocator().allocate(it->second.bytes, device, stream);
+    } catch (const Error&) {  // out of memory: the handle keeps cuBLAS's own pool
+      it->second = Workspace{};
+    }
+  }
+  return it->second;
+}
+
+void release_stream_workspace(int device, uintptr_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  auto it = w.by_stream.find({device, stream});
+  if (it == w.by_stream.end()) return;
+  if (it->second.ptr) {
+    DeviceScope guard(device);
+    count_host_sync();  // the gemms queued on the stream may still use it
+    cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+    allocator().release(it->second.ptr);
+  }
+  w.by_stream.erase(it);
+  w.epoch += 1;
+}
+
+uint64_t workspace_epoch() { return workspaces().epoch.load(); }
 
 void record_stream(void* data, int device, uintptr_t stream) {
   require_device(device);

@@ -34,6 +34,7 @@ thread_local std::array<StreamHandle, kMaxDevices> t_current{};  // 0: the legac
 Stream::~Stream() {
   if (owned && handle) {
     DeviceScope scope(device);
+    release_stream_workspace(device, handle);  // F9: its cuBLAS workspace goes with it
     cudaStreamDestroy(as_stream(handle));  // queued work still completes
   }
 }
