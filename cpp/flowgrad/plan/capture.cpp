@@ -52,10 +52,8 @@ bool Capture::run() {
     case Phase::WarmUp: phase_ = Phase::Capture; return false;
     case Phase::Capture:
       try_capture();
-      if (phase_ == Phase::Replay && env::capture_check()) {
-        self_check();  // its captured side is this call's step
+      if (phase_ == Phase::Replay && env::capture_check() && self_check()) {  // its replay was this call's step
         plan_.stats_.cuda_graph = status_;
-        if (phase_ != Phase::Replay) return false;
         ++replays_;
         return true;
       }

@@ -53,7 +53,10 @@ class Capture {
  private:
   enum class Phase { Off, WarmUp, Capture, Replay };
   void try_capture();
-  void self_check();  // the first captured step against a plain one (FLOWGRAD_CAPTURE_CHECK)
+  // The first captured step against a plain one (FLOWGRAD_CAPTURE_CHECK); true when its replay
+  // was this call's step (they agreed), false after a mismatch (phase Off) or when the snapshots
+  // did not fit in memory (nothing ran: the check is skipped and the graph kept).
+  bool self_check();
   void sync_philox();
   // The capture body: the instructions with random fills reading the device Philox pair.
   std::function<void(const std::function<void(int)>&)> device_rng_body();

@@ -61,6 +61,10 @@ std::string first_difference(const Tensor& expected, const Tensor& got, double t
   return "";
 }
 
+void copy_all(const Tensors& dst, const Tensors& src) {
+  for (size_t k = 0; k < dst.size(); ++k) copy_into(dst[k], src[k]);
+}
+
 }  // namespace
 
 std::string Capture::check_against_plain(const std::function<void()>& step) {
@@ -91,9 +95,17 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
   }
   const Tensors before = snapshot(left.kept);
   const RngState rng = rng_state();
-  p.draw_rng();
-  p.execute();
-  const Tensors plain = snapshot(left.values);
+  Tensors plain;
+  try {
+    plain = snapshot(left.values);  // allocated before the step, so a failure leaves the state as it was
+    p.draw_rng();
+    p.execute();
+    copy_all(plain, left.values);
+  } catch (...) {
+    restore(left.kept, before);
+    set_rng_state(rng);
+    throw;
+  }
   restore(left.kept, before);
   set_rng_state(rng);
   step();
@@ -111,20 +123,28 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
   return "";
 }
 
-void Capture::self_check() {
+bool Capture::self_check() {
   const cuda::StreamHandle stream = cuda::current_stream_handle(plan_.device().index);
-  std::string diff = check_against_plain([&] {
-    sync_philox();
-    graph_->launch(stream);
-  });
+  std::string diff;
+  try {
+    diff = check_against_plain([&] {
+      sync_philox();
+      graph_->launch(stream);
+    });
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::OutOfMemory) throw;
+    status_ += "; self-check skipped: no memory for the snapshots it compares (" + std::string(e.what()) + ")";
+    return false;
+  }
   if (diff.empty()) {
     status_ += "; self-check passed (the first captured step agreed with a plain one)";
-    return;
+    return true;
   }
   phase_ = Phase::Off;
   graph_.reset();
   status_ = "fallback to plain execution: the capture self-check found that the captured step differs from a "
             "plain one: " + diff;
+  return false;
 }
 
 }  // namespace fg::plan
