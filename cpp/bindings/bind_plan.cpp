@@ -97,6 +97,15 @@ void bind_plan(py::module_& m) {
            "Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; "
            "CUDA: timing events inside a captured graph of the step).")
       .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
+      .def("check_step", [](plan::Plan& p, const Tensors& inputs, const py::object& after) {
+             std::function<void()> fn;
+             if (!after.is_none()) fn = [after] { after(); };
+             return p.check_step(inputs, fn);
+           }, py::arg("inputs"), py::arg("after") = py::none(),
+           "The capture self-check's comparison on any device: runs one step plainly, then again from the same "
+           "state (parameters, optimizer state, gradients, random counters) followed by after() (a side effect "
+           "to plant a difference), and compares what both leave. Returns '' when they agree, else the first "
+           "buffer that differs and the instruction that wrote it. Applies exactly one step either way.")
       .def("capture_blocker", [](const plan::Plan& p, const py::object& device) {
              return plan::capture_blocker(p, device_arg(device, p.device()));
            }, py::arg("device") = py::none(),
@@ -133,6 +142,7 @@ void bind_plan(py::module_& m) {
              d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
              if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
              d["allocations"] = s.allocations;  // by the last run's instructions
+             d["host_syncs"] = s.host_syncs;    // host waits on the GPU during the last run
              py::list allocating;
              for (int i : s.allocating) allocating.append(py::make_tuple(i, p.instructions()[i].op->name));
              d["allocating"] = allocating;

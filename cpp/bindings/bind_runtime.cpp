@@ -4,6 +4,7 @@
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/linalg/gemm.h"
 
@@ -100,6 +101,9 @@ void bind_runtime(py::module_& m) {
     return cuda::device_count(&why) > 0 ? std::string() : why;
   }, "Why no GPU can be used ('' when one can).");
   cuda.def("synchronize", &cuda::synchronize, "Waits for all queued GPU work.");
+  cuda.def("sync_count", &cuda::host_sync_count,
+           "How many times this thread's host waited for the GPU (item, numpy, copies to the host, stream, event "
+           "and device synchronize); 0 in builds without CUDA.");
   cuda.def("memory_stats", [](int device) {
     cuda::MemoryStats s = cuda::memory_stats(device);
     py::dict d;
@@ -111,6 +115,7 @@ void bind_runtime(py::module_& m) {
     d["allocations"] = s.allocations;
     d["backend_allocations"] = s.backend_calls;
     d["retries"] = s.retries;
+    d["deferred_frees"] = s.deferred_frees;  // freed blocks waiting for other streams (record_stream)
     return d;
   }, py::arg("device"), "The caching allocator's statistics for one GPU (zeros without CUDA).");
   cuda.def("reset_peak_memory_stats", &cuda::reset_peak_memory_stats, py::arg("device"),

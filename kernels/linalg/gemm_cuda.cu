@@ -12,6 +12,7 @@
 #include <string>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/runtime.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/linalg/gemm.h"
 
@@ -81,18 +82,16 @@ const Cublas& cublas() {
 
 // One handle per (thread, device): a cuBLAS handle must not be used by two threads at once
 // (level-parallel FlowBuilder branches call gemm from pool threads). The handle follows the
-// thread's current stream, with a workspace of our own per stream, allocated the first time the
-// stream is seen (before capture: gemm_cuda_prepare_stream), so a gemm inside CUDA graph capture
-// never asks cuBLAS to allocate. cublasSetStream resets the workspace to cuBLAS's default pool,
-// so it is set again after every stream change. Handles and workspaces live until exit.
-constexpr size_t kWorkspaceBytes = size_t{8} << 20;
-
+// thread's current stream, with the stream's workspace (cuda::stream_workspace: one per stream,
+// counted by the allocator, made the first time the stream is seen, before capture:
+// gemm_cuda_prepare_stream), so a gemm inside CUDA graph capture never asks cuBLAS to allocate.
+// cublasSetStream resets the workspace to cuBLAS's default pool, so it is set again after every
+// stream change, and after a destroyed stream released its workspace (the epoch moved).
 struct ThreadHandle {
   cublasHandle_t handle = nullptr;
-  // One workspace per stream: gemms queued on two streams may run at once.
-  std::map<cudaStream_t, void*> workspaces;
   cudaStream_t stream = nullptr;
   bool bound = false;  // bound to `stream` at least once
+  uint64_t epoch = 0;  // cuda::workspace_epoch() when bound
 };
 
 cublasHandle_t handle_for_current_device() {
@@ -107,19 +106,17 @@ cublasHandle_t handle_for_current_device() {
   }
   cublas().set_math_mode(h.handle, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   cudaStream_t stream = kernel_stream();
-  if (!h.bound || stream != h.stream) {
+  const uint64_t epoch = cuda::workspace_epoch();
+  if (!h.bound || stream != h.stream || epoch != h.epoch) {
     cublasStatus_t st = cublas().set_stream(h.handle, stream);
     FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasSetStream failed with status ", static_cast<int>(st));
     if (cublas().set_workspace) {
-      auto [it, fresh] = h.workspaces.try_emplace(stream, nullptr);
-      if (fresh && cudaMalloc(&it->second, kWorkspaceBytes) != cudaSuccess) {
-        it->second = nullptr;
-        cudaGetLastError();  // without a workspace of its own the handle uses cuBLAS's pool
-      }
-      if (it->second) cublas().set_workspace(h.handle, it->second, kWorkspaceBytes);
+      cuda::Workspace ws = cuda::stream_workspace(device, reinterpret_cast<uintptr_t>(stream));
+      if (ws.ptr) cublas().set_workspace(h.handle, ws.ptr, ws.bytes);
     }
     h.stream = stream;
     h.bound = true;
+    h.epoch = epoch;
   }
   return h.handle;
 }

@@ -13,7 +13,7 @@ _rt = _core.cuda_runtime
 __all__ = ["is_available", "device_count", "synchronize", "built_with_cuda", "unavailable_reason", "memory_stats",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache",
            "set_allow_tf32", "allow_tf32", "Stream", "Event", "stream", "StreamContext", "current_stream",
-           "default_stream", "set_stream"]
+           "default_stream", "set_stream", "sync_count"]
 
 Stream = _rt.Stream
 Event = _rt.Event
@@ -75,6 +75,13 @@ def synchronize():
     _rt.synchronize()
 
 
+def sync_count():
+    """How many times this thread's host has waited for the GPU: every ``.item()``, ``.numpy()``,
+    copy to the host, stream, event or device synchronize counts one. Take the difference around
+    a block of code to check that it never waits (a captured training step should not). 0 without
+    a GPU; ``step.stats["host_syncs"]`` gives the count of a compiled step's last call."""
+    return _rt.sync_count()
+
 
 def _index(device):
     if device is None:
@@ -89,7 +96,8 @@ def _index(device):
 
 def memory_stats(device=None):
     """The caching allocator's statistics for a GPU: allocated/reserved bytes (and peaks),
-    segments, live allocations, backend allocations and out-of-memory retries."""
+    segments, live allocations, backend allocations, out-of-memory retries, and deferred frees
+    (freed blocks waiting for the work of streams named by ``Tensor.record_stream``)."""
     return _rt.memory_stats(_index(device))
 
 

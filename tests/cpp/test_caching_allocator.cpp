@@ -1,6 +1,6 @@
 // The CUDA caching allocator's policy over a fake backend: host memory with a byte budget, so
-// that reuse, splitting, merging, per-stream pools, release-and-retry on out-of-memory and the
-// statistics are checked on any machine.
+// that reuse, splitting, merging, per-stream pools, deferred reuse after record_stream (fake
+// events), release-and-retry on out-of-memory and the statistics are checked on any machine.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -37,8 +37,32 @@ struct Fake {
   }
 };
 
+// Events of the fake backend: each remembers its stream; a test completes a stream's work by
+// hand (finish), the way a GPU would finish what was queued on it.
+struct FakeEvents {
+  static inline std::map<uintptr_t, uintptr_t> stream_of;  // live event -> stream
+  static inline std::map<uintptr_t, bool> done;
+  static inline uintptr_t next = 1;
+  static uintptr_t record(uintptr_t stream, int) {
+    stream_of[next] = stream;
+    done[next] = false;
+    return next++;
+  }
+  static bool query(uintptr_t e) { return done.at(e); }
+  static void destroy(uintptr_t e) {
+    stream_of.erase(e);
+    done.erase(e);
+  }
+  static void finish(uintptr_t stream) {
+    for (auto& [e, s] : stream_of)
+      if (s == stream) done[e] = true;
+  }
+};
+
 constexpr size_t MiB = size_t{1} << 20;
-RawBackend fake() { return {&Fake::allocate, &Fake::release}; }
+RawBackend fake() {
+  return {&Fake::allocate, &Fake::release, &FakeEvents::record, &FakeEvents::query, &FakeEvents::destroy};
+}
 
 TEST(CachingAllocator, RoundsAndReusesFreedBlocks) {
   Fake::reset(64 * MiB);
@@ -100,6 +124,48 @@ TEST(CachingAllocator, StreamsHaveTheirOwnPools) {
   a.release(q);
 }
 
+TEST(CachingAllocator, RecordedStreamsDeferReuseUntilTheirWorkIsDone) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* x = a.allocate(4096, 0, /*stream=*/1);
+  a.record_stream(x, 2);  // read on stream 2 as well
+  a.record_stream(x, 2);  // recorded once
+  a.record_stream(x, 1);  // its own stream: nothing to record
+  a.release(x);
+  EXPECT_EQ(FakeEvents::stream_of.size(), 1u);  // one event, on stream 2, at release
+  EXPECT_EQ(a.stats(0).deferred_frees, 1);
+  EXPECT_EQ(a.stats(0).allocated, 0);
+  void* y = a.allocate(4096, 0, 1);
+  EXPECT_NE(y, x);  // stream 2 may still read x
+  FakeEvents::finish(2);
+  void* z = a.allocate(4096, 0, 1);
+  EXPECT_EQ(z, x);  // reused once stream 2's work at release time has finished
+  EXPECT_EQ(a.stats(0).deferred_frees, 0);
+  EXPECT_TRUE(FakeEvents::stream_of.empty());  // events destroyed after use
+  a.release(y);
+  a.release(z);
+  EXPECT_EQ(a.stats(0).deferred_frees, 0);  // the record does not outlive the block
+}
+
+TEST(CachingAllocator, DeferredBlockWaitsForEveryRecordedStream) {
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* x = a.allocate(4096, 0, 1);
+  a.record_stream(x, 2);
+  a.record_stream(x, 3);
+  a.release(x);
+  FakeEvents::finish(2);
+  void* y = a.allocate(4096, 0, 1);
+  EXPECT_NE(y, x);  // stream 3 has not finished
+  FakeEvents::finish(3);
+  a.empty_cache();  // reclaims it (the segment stays: y lives in it)
+  EXPECT_EQ(a.stats(0).deferred_frees, 0);
+  void* z = a.allocate(4096, 0, 1);
+  EXPECT_EQ(z, x);
+  a.release(y);
+  a.release(z);
+}
+
 TEST(CachingAllocator, ReleasesCacheAndRetriesBeforeOutOfMemory) {
   Fake::reset(6 * MiB);
   CachingAllocator a(fake(), true);
@@ -143,6 +209,11 @@ TEST(CachingAllocator, WithoutCachingEveryRequestGoesToTheBackend) {
   EXPECT_EQ(Fake::calls, 2);
   EXPECT_EQ(Fake::frees, 2);
   EXPECT_EQ(a.stats(0).reserved, 0);
+  void* r = a.allocate(1000, 0, 1);
+  a.record_stream(r, 2);  // the backend's free waits for the device: nothing to defer
+  a.release(r);
+  EXPECT_EQ(a.stats(0).deferred_frees, 0);
+  EXPECT_EQ(Fake::frees, 3);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ needs_gpu = pytest.mark.skipif(not fg.cuda.is_available(), reason="no usable GPU
 def test_memory_api_shapes():
     stats = fg.cuda.memory_stats()
     assert set(stats) == {"allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes",
-                          "segments", "allocations", "backend_allocations", "retries"}
+                          "segments", "allocations", "backend_allocations", "retries", "deferred_frees"}
     assert fg.cuda.memory_allocated() == stats["allocated_bytes"] >= 0
     assert fg.cuda.max_memory_allocated() >= fg.cuda.memory_allocated()
     assert fg.cuda.memory_reserved() >= fg.cuda.memory_allocated()

@@ -9,11 +9,13 @@ int num_threads();           // FLOWGRAD_NUM_THREADS, default: the machine's cor
 int64_t cpu_cache_bytes();   // FLOWGRAD_CPU_CACHE_MB, default 1024; 0 disables caching
 int debug_level();           // FLOWGRAD_DEBUG, default 0
 bool cuda_caching();         // FLOWGRAD_CUDA_NO_CACHING=1 turns the CUDA caching allocator off
+int64_t cublas_workspace_mb();  // FLOWGRAD_CUBLAS_WORKSPACE_MB; -1 (unset): 32 MiB on sm_90+, PyTorch's 8 MiB + 128 KiB before
 // Compiled plans read these when a plan is built (so tests can flip them between compiles).
 bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own bytes (no reuse)
 bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels
 bool plan_debug();           // FLOWGRAD_DEBUG_PLAN=1: released arena ranges are filled with NaN
 bool cuda_graphs();          // FLOWGRAD_NO_CUDA_GRAPH=1: plans on CUDA are never captured
+bool capture_check();        // FLOWGRAD_CAPTURE_CHECK=0: a new capture is not checked against a plain step
 std::string mpi_library();   // FLOWGRAD_MPI_LIBRARY: libmpi to dlopen instead of the default
 std::string nccl_library();  // FLOWGRAD_NCCL_LIBRARY: libnccl to dlopen instead of the default
 

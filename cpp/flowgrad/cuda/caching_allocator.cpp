@@ -20,6 +20,8 @@ std::string mib(int64_t bytes) {
 }  // namespace
 
 CachingAllocator::~CachingAllocator() {
+  for (const DeferredFree& d : deferred_)
+    for (uintptr_t e : d.events) backend_.destroy_event(e);
   for (Block* first : segments_) {
     backend_.release(first->ptr, first->device);
     for (Block* b = first; b;) {
@@ -74,6 +76,7 @@ void* CachingAllocator::allocate(size_t bytes, int device, uintptr_t stream) {
     s.backend_calls += 1;
     return p;
   }
+  reclaim_deferred();
   bool small = size <= kSmall;
   Pool& pool = pools_[PoolKey{device, stream, small}];
   Block* b = take_free(pool, size);
@@ -119,6 +122,47 @@ void CachingAllocator::release(void* ptr) {
     delete b;
     return;
   }
+  if (!b->uses.empty()) {
+    DeferredFree d{b, {}};
+    for (uintptr_t stream : b->uses) d.events.push_back(backend_.record_event(stream, b->device));
+    b->uses.clear();
+    deferred_.push_back(std::move(d));
+    s.deferred_frees += 1;
+    return;
+  }
+  free_block(b);
+}
+
+void CachingAllocator::record_stream(void* ptr, uintptr_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end() || !caching_) return;
+  Block* b = it->second;
+  FG_ASSERT(backend_.record_event);
+  if (stream != b->stream && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end())
+    b->uses.push_back(stream);
+}
+
+void CachingAllocator::reclaim_deferred() {
+  auto done = [&](const DeferredFree& d) {
+    for (uintptr_t e : d.events)
+      if (!backend_.event_done(e)) return false;
+    return true;
+  };
+  std::vector<DeferredFree> waiting;
+  for (DeferredFree& d : deferred_) {
+    if (!done(d)) {
+      waiting.push_back(std::move(d));
+      continue;
+    }
+    for (uintptr_t e : d.events) backend_.destroy_event(e);
+    stats_of(d.block->device).deferred_frees -= 1;
+    free_block(d.block);
+  }
+  deferred_ = std::move(waiting);
+}
+
+void CachingAllocator::free_block(Block* b) {
   Pool& pool = pools_[PoolKey{b->device, b->stream, b->small}];
   for (Block* n : {b->prev, b->next}) {  // merge with free neighbours of the same segment
     if (!n || !n->free) continue;
@@ -159,6 +203,7 @@ void CachingAllocator::release_free_segments(int device) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  reclaim_deferred();
   release_free_segments(-1);
 }
 

@@ -8,8 +8,11 @@
 // remainder when that is worth keeping. When the backend cannot provide a segment, every
 // wholly free segment is released and the request retried once; after that OutOfMemoryError
 // reports the statistics. Blocks belong to the stream they were allocated on, and are reused
-// only there, so a captured CUDA graph keeps stable addresses. With `caching` off every
-// request goes straight to the backend (for compute-sanitizer).
+// only there, so a captured CUDA graph keeps stable addresses. A block used on other streams
+// too (record_stream, PyTorch's semantics) is not reused at release: an event is recorded on
+// each of those streams then, and the block returns to its pool once they have all completed
+// (checked before each allocation). With `caching` off every request goes straight to the
+// backend (for compute-sanitizer; its free waits for the device, so nothing is deferred).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +28,11 @@ struct RawBackend {
   // Returns nullptr when the device is out of memory.
   void* (*allocate)(size_t bytes, int device) = nullptr;
   void (*release)(void* ptr, int device) = nullptr;
+  // Events for record_stream: one recorded after the work queued so far on `stream` of `device`,
+  // whether it has completed, and its release.
+  uintptr_t (*record_event)(uintptr_t stream, int device) = nullptr;
+  bool (*event_done)(uintptr_t event) = nullptr;
+  void (*destroy_event)(uintptr_t event) = nullptr;
 };
 
 struct MemoryStats {
@@ -36,6 +44,7 @@ struct MemoryStats {
   int64_t allocations = 0;     // live blocks
   int64_t backend_calls = 0;   // segments ever requested from the backend
   int64_t retries = 0;         // times the cache was released to satisfy a request
+  int64_t deferred_frees = 0;  // released blocks waiting for other streams' work (record_stream)
 };
 
 class CachingAllocator {
@@ -53,6 +62,10 @@ class CachingAllocator {
   // A block of at least `bytes` on `device` for use on `stream` (an opaque handle; 0 = default).
   void* allocate(size_t bytes, int device, uintptr_t stream = 0);
   void release(void* ptr);
+  // Marks the live block starting at `ptr` as used on `stream` too: its release defers reuse until
+  // the work queued on `stream` by then has finished. Memory this allocator does not own (a view
+  // into a plan's arena, a DLPack import) is never reused by it, so nothing is recorded for it.
+  void record_stream(void* ptr, uintptr_t stream);
   void empty_cache();  // returns every wholly free segment to the backend
   MemoryStats stats(int device) const;
   void reset_peak(int device);
@@ -69,6 +82,11 @@ class CachingAllocator {
     bool small;
     Block* prev = nullptr;  // neighbours within the segment
     Block* next = nullptr;
+    std::vector<uintptr_t> uses = {};  // other streams it was recorded on since allocation
+  };
+  struct DeferredFree {
+    Block* block;
+    std::vector<uintptr_t> events;  // one per stream of block->uses, recorded at release
   };
   struct BySize {
     bool operator()(const Block* a, const Block* b) const {
@@ -88,6 +106,8 @@ class CachingAllocator {
   using Pool = std::set<Block*, BySize>;
 
   Block* take_free(Pool& pool, size_t size);
+  void free_block(Block* b);  // back to its pool, merged with free neighbours
+  void reclaim_deferred();    // frees the deferred blocks whose events have all completed
   Block* new_segment(size_t segment_bytes, int device, uintptr_t stream, bool small);
   void release_free_segments(int device);  // every device when device < 0
   [[noreturn]] void out_of_memory(size_t bytes, int device) const;
@@ -99,6 +119,7 @@ class CachingAllocator {
   std::map<PoolKey, Pool> pools_;
   std::map<void*, Block*> live_;
   std::vector<Block*> segments_;  // first block of each segment
+  std::vector<DeferredFree> deferred_;
   std::map<int, MemoryStats> stats_;
 };
 

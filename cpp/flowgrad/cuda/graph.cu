@@ -4,20 +4,21 @@
 #include <map>
 
 #include "flowgrad/core/errors.h"
-#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/graph.h"
+#include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "kernels/linalg/gemm.h"
 
 namespace fg::cuda {
 namespace {
 
-// One capture stream per (thread, device); a capture never runs work, so it needs no ordering
-// with other streams (the replay is launched on the caller's stream).
-cudaStream_t capture_stream(int device) {
-  thread_local std::map<int, cudaStream_t> streams;
-  cudaStream_t& s = streams[device];
-  if (!s) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "CUDA graph capture (cudaStreamCreate)");
-  return s;
+// A capture stream per capture (F13): its cuBLAS workspace (cuda::stream_workspace) is baked into
+// the graph's gemm nodes, so each graph keeps a stream, and a workspace, of its own. A capture
+// never runs work, so the stream needs no ordering with others (replays run on the caller's).
+std::shared_ptr<Stream> new_capture_stream(int device) {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "CUDA graph capture (cudaStreamCreate)");
+  return std::make_shared<Stream>(device, reinterpret_cast<StreamHandle>(s), true);
 }
 
 bool invalidated(cudaStream_t s) {
@@ -35,6 +36,8 @@ struct Broken {};  // thrown by progress() when the previous step invalidated th
 
 CapturedGraph::~CapturedGraph() {
   DeviceScope scope(device_);
+  count_host_sync();
+  cudaDeviceSynchronize();  // no replay still uses the workspace released with stream_
   cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(exec_));
   cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph_));
 }
@@ -69,7 +72,7 @@ std::vector<double> time_steps(int device, int steps, const Body& body, std::str
   if (r.graph) {
     StreamHandle stream = current_stream_handle(device);
     r.graph->launch(stream);
-    check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
+    host_wait(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "profiling a captured step (cudaStreamSynchronize)");
     for (int i = 0; i < steps; ++i) {
       float t = 0;
       check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "profiling a captured step (cudaEventElapsedTime)");
@@ -88,7 +91,8 @@ namespace {
 CaptureResult capture_with(int device, const Body& body, const std::function<void(int, cudaStream_t)>& on_step) {
   CaptureResult r;
   DeviceScope scope(device);
-  cudaStream_t s = capture_stream(device);
+  std::shared_ptr<Stream> stream = new_capture_stream(device);
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream->handle);
   {
     StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
     gemm_cuda_prepare_stream();  // cuBLAS handle and workspace for this stream, made outside capture
@@ -135,7 +139,7 @@ CaptureResult capture_with(int device, const Body& body, const std::function<voi
     return r;
   }
   r.graph = std::make_unique<CapturedGraph>(device, reinterpret_cast<uintptr_t>(graph), reinterpret_cast<uintptr_t>(exec),
-                                            nodes);
+                                            nodes, std::move(stream));
   return r;
 }
 

@@ -14,9 +14,11 @@ namespace fg::cuda {
 
 class CapturedGraph {
  public:
-  CapturedGraph(int device, uintptr_t graph, uintptr_t exec, size_t nodes)
-      : device_(device), graph_(graph), exec_(exec), nodes_(nodes) {}
-  ~CapturedGraph();
+  // `stream`: the capture stream, kept with the graph because its cuBLAS workspace (F13: one per
+  // captured graph, so graphs replayed at once on two streams never share one) is baked in.
+  CapturedGraph(int device, uintptr_t graph, uintptr_t exec, size_t nodes, std::shared_ptr<Stream> stream = nullptr)
+      : device_(device), graph_(graph), exec_(exec), nodes_(nodes), stream_(std::move(stream)) {}
+  ~CapturedGraph();  // waits for the device first: a replay may still use the workspace
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   void launch(StreamHandle stream) const;  // queues one replay on `stream`
@@ -26,6 +28,7 @@ class CapturedGraph {
   int device_;
   uintptr_t graph_, exec_;
   size_t nodes_;
+  std::shared_ptr<Stream> stream_;
 };
 
 // What a capture attempt produced: a graph, or why not (`step` says which step of the body

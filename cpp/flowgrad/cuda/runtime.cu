@@ -1,9 +1,14 @@
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/errors.h"
-#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/core/storage.h"
+#include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 #include "kernels/common/device_error.h"
@@ -28,9 +33,51 @@ void raw_release(void* p, int device) {
   check(cudaFree(p), "cudaFree");
 }
 
+// record_stream's events: recorded at a block's release on each stream that used it.
+uintptr_t raw_record_event(uintptr_t stream, int device) {
+  DeviceScope guard(device);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "freeing a block used on other streams (cudaEventCreate)");
+  check(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)), "freeing a block used on other streams (cudaEventRecord)");
+  return reinterpret_cast<uintptr_t>(e);
+}
+
+bool raw_event_done(uintptr_t event) {
+  cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it so the next launch check does not see it
+    return false;
+  }
+  check(err, "reusing a block used on other streams (cudaEventQuery)");
+  return true;
+}
+
+void raw_destroy_event(uintptr_t event) { cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event)); }
+
 CachingAllocator& allocator() {
-  static auto* a = new CachingAllocator({&raw_allocate, &raw_release}, env::cuda_caching());  // lives to exit
+  static auto* a = new CachingAllocator(
+      {&raw_allocate, &raw_release, &raw_record_event, &raw_event_done, &raw_destroy_event},
+      env::cuda_caching());  // lives to exit
   return *a;
+}
+
+struct Workspaces {
+  std::mutex mutex;
+  std::map<std::pair<int, uintptr_t>, Workspace> by_stream;
+  std::atomic<uint64_t> epoch{0};
+};
+Workspaces& workspaces() {
+  static auto* w = new Workspaces;  // lives to exit, like the allocator
+  return *w;
+}
+
+// PyTorch's defaults: 32 MiB from Hopper on (cuBLAS's guidance for sm_90), 2 x 4 MiB + 8 x 16 KiB before.
+size_t workspace_bytes(int device) {
+  int64_t mb = env::cublas_workspace_mb();
+  if (mb >= 0) return static_cast<size_t>(mb) << 20;
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cuBLAS workspace (cudaDeviceGetAttribute)");
+  return major >= 9 ? size_t{32} << 20 : size_t{4096 * 1024 * 2 + 16 * 1024 * 8};
 }
 
 void require_device(int device) {
@@ -56,11 +103,16 @@ int device_count(std::string* why) {
   return count;
 }
 
+void host_wait(cudaError_t err, const char* what) {
+  count_host_sync();
+  check(err, what);
+  raise_device_errors();
+}
+
 void synchronize() {
   std::string why;
   if (device_count(&why) == 0) return;
-  check(cudaDeviceSynchronize(), "cuda.synchronize");
-  raise_device_errors();
+  host_wait(cudaDeviceSynchronize(), "cuda.synchronize");
 }
 
 void install() {
@@ -86,6 +138,42 @@ void empty_cache() {
   if (device_count(&why) > 0) allocator().empty_cache();
 }
 
+Workspace stream_workspace(int device, uintptr_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  auto [it, fresh] = w.by_stream.try_emplace({device, stream});
+  if (fresh && (it->second.bytes = workspace_bytes(device)) > 0) {
+    try {
+      it->second.ptr = allocator().allocate(it->second.bytes, device, stream);
+    } catch (const Error&) {  // out of memory: the handle keeps cuBLAS's own pool
+      it->second = Workspace{};
+    }
+  }
+  return it->second;
+}
+
+void release_stream_workspace(int device, uintptr_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  auto it = w.by_stream.find({device, stream});
+  if (it == w.by_stream.end()) return;
+  if (it->second.ptr) {
+    DeviceScope guard(device);
+    count_host_sync();  // the gemms queued on the stream may still use it
+    cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+    allocator().release(it->second.ptr);
+  }
+  w.by_stream.erase(it);
+  w.epoch += 1;
+}
+
+uint64_t workspace_epoch() { return workspaces().epoch.load(); }
+
+void record_stream(void* data, int device, uintptr_t stream) {
+  require_device(device);
+  allocator().record_stream(data, stream);
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
@@ -94,8 +182,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   // On the current stream, after the work queued there; a copy to the host waits for it.
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
-  if (dst_device.is_cpu()) check(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
-  if (dst_device.is_cpu()) raise_device_errors();  // a host read: report what kernels found
+  if (dst_device.is_cpu()) host_wait(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
 }
 
 }  // namespace fg::cuda

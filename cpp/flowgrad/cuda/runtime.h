@@ -2,6 +2,7 @@
 // devices. Builds without CUDA answer "no devices" with the reason and report empty memory.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "flowgrad/core/device.h"
@@ -19,6 +20,21 @@ void install();
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache();
+// Tensor.record_stream: the allocator's block at `data` (a storage's base) is also used on `stream`.
+void record_stream(void* data, int device, uintptr_t stream);
+
+// cuBLAS workspaces (review F9): one per (device, stream), shared by every thread's handle (work on
+// one stream runs in order), taken from the caching allocator so memory_stats counts it, made
+// before any gemm on the stream (so never during capture) and released with the stream.
+struct Workspace {
+  void* ptr = nullptr;  // null: cuBLAS's own pool (size 0, or the device was out of memory)
+  size_t bytes = 0;
+};
+Workspace stream_workspace(int device, uintptr_t stream);
+// Releases the stream's workspace once the stream's queued work has finished (a host wait).
+void release_stream_workspace(int device, uintptr_t stream);
+// Moves at every release: a handle bound to a released workspace binds again.
+uint64_t workspace_epoch();
 
 // Copies `bytes` between two buffers, either of which may be on the CPU; returns when done.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);

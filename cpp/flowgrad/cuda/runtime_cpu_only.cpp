@@ -23,6 +23,11 @@ MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}
 
+Workspace stream_workspace(int, uintptr_t) { return {}; }
+void release_stream_workspace(int, uintptr_t) {}
+uint64_t workspace_epoch() { return 0; }
+void record_stream(void*, int, uintptr_t) { fail(ErrorKind::Device, "Tensor.record_stream: ", kWhy); }
+
 void copy_bytes(void*, Device dst_device, const void*, Device src_device, size_t) {
   fail(ErrorKind::Device, "copy from ", src_device.str(), " to ", dst_device.str(), ": ", kWhy);
 }

@@ -11,6 +11,11 @@ inline void check(cudaError_t err, const char* what) {
   FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
 }
 
+// The one door for host waits on the GPU: `err` is the result of the blocking call (a stream,
+// event or device synchronize). Counts the wait for this thread (host_sync.h), checks the call,
+// then raises what kernels reported since the last wait (device_error.h). Defined in runtime.cu.
+void host_wait(cudaError_t err, const char* what);
+
 // Makes `device` current for the scope (allocations, copies, stream and event calls act on the
 // right GPU), then restores the previous one.
 class DeviceScope {

@@ -34,13 +34,14 @@ thread_local std::array<StreamHandle, kMaxDevices> t_current{};  // 0: the legac
 Stream::~Stream() {
   if (owned && handle) {
     DeviceScope scope(device);
+    release_stream_workspace(device, handle);  // F9: its cuBLAS workspace goes with it
     cudaStreamDestroy(as_stream(handle));  // queued work still completes
   }
 }
 
 void Stream::synchronize() const {
   DeviceScope scope(device);
-  check(cudaStreamSynchronize(as_stream(handle)), "Stream.synchronize (cudaStreamSynchronize)");
+  host_wait(cudaStreamSynchronize(as_stream(handle)), "Stream.synchronize (cudaStreamSynchronize)");
 }
 
 bool Stream::query() const {
@@ -120,7 +121,7 @@ void Event::wait(StreamHandle stream) const {
 }
 
 void Event::synchronize() const {
-  check(cudaEventSynchronize(as_event(event_)), "Event.synchronize (cudaEventSynchronize)");
+  host_wait(cudaEventSynchronize(as_event(event_)), "Event.synchronize (cudaEventSynchronize)");
 }
 
 bool Event::query() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
@@ -93,6 +94,22 @@ double host_mean(const Tensor& t) {
   });
 }
 
+// The values of one-element float64 device tensors, read with one device-to-host copy per
+// device (one host sync on a single GPU) instead of one item() each.
+std::vector<double> read_device_values(const Tensors& values) {
+  std::vector<double> out(values.size());
+  std::map<int, std::vector<size_t>> by_device;
+  for (size_t i = 0; i < values.size(); ++i) by_device[values[i].device().index].push_back(i);
+  for (const auto& [device, at] : by_device) {
+    Tensors column;
+    for (size_t i : at) column.push_back(reshape(values[i], {1}));
+    Tensor host = to_device(column.size() == 1 ? column[0] : cat(column, 0), cpu_device());
+    const double* p = host.data<double>();
+    for (size_t k = 0; k < at.size(); ++k) out[at[k]] = p[k];
+  }
+  return out;
+}
+
 }  // namespace
 
 void Observer::record(const std::string& tag, const Tensor& value) {
@@ -102,6 +119,7 @@ void Observer::record(const std::string& tag, const Tensor& value) {
   if (value.device().is_cpu()) return record(tag, host_mean(value));
   Tensor v = detach(value);
   if (v.numel() != 1) v = mean(is_floating(v.dtype()) ? v : cast(v, DType::Float64), Dims{}, false);
+  if (v.dtype() != DType::Float64) v = cast(v, DType::Float64);  // flush reads them all as one block
   start_clock();
   series_of(tag).pending_device.push_back(v);
 }
@@ -110,7 +128,7 @@ std::vector<double> Observer::collected(const std::string& tag) const {
   auto it = series_.find(tag);
   if (it == series_.end()) return {};
   std::vector<double> out = it->second.pending;
-  for (const Tensor& t : it->second.pending_device) out.push_back(item(t));
+  for (double v : read_device_values(it->second.pending_device)) out.push_back(v);
   return out;
 }
 
@@ -131,16 +149,23 @@ std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<st
   int64_t epoch = flush_count();
   std::vector<std::pair<std::string, double>> out;
   std::vector<std::string> names = chosen(tags);
-  std::vector<double> stats;  // sum, count per tag
+  Tensors on_device;  // every tag's device values, read together
   for (const std::string& tag : names) {
-    std::vector<double> batch = collected(tag);
+    const Series& s = series_of(tag);
+    on_device.insert(on_device.end(), s.pending_device.begin(), s.pending_device.end());
+  }
+  std::vector<double> device_values = read_device_values(on_device);
+  std::vector<double> stats;  // sum, count per tag
+  size_t next = 0;
+  for (const std::string& tag : names) {
     Series& s = series_of(tag);
+    double sum = 0;
+    for (double v : s.pending) sum += v;
+    for (size_t k = 0; k < s.pending_device.size(); ++k) sum += device_values[next++];
+    stats.push_back(sum);
+    stats.push_back(static_cast<double>(s.pending.size() + s.pending_device.size()));
     s.pending.clear();
     s.pending_device.clear();
-    double sum = 0;
-    for (double v : batch) sum += v;
-    stats.push_back(sum);
-    stats.push_back(static_cast<double>(batch.size()));
   }
   if (combine) combine(stats);
   for (size_t i = 0; i < names.size(); ++i) {

@@ -1,7 +1,8 @@
 // Observer: goDl's two-level history. record() appends to a per-tag batch buffer; flush()
 // appends each buffer's mean to that tag's epoch history and stamps the time. A value that
-// lives on the CPU is read at once (no copy is involved); a device value stays a 0-d device
-// tensor until flush, so collecting in a training loop causes no host sync.
+// lives on the CPU is read at once (no copy is involved); a device value stays a one-element
+// float64 device tensor until flush, so collecting in a training loop causes no host sync, and
+// flush reads every pending device value of every tag with one copy (one host sync per GPU).
 #pragma once
 #include <chrono>
 #include <functional>

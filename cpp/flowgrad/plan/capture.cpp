@@ -3,7 +3,8 @@
 // inputs into their slots, writes the Philox pair only if the host's generator moved elsewhere,
 // and launches the graph. Hyper-parameters and step counters are device tensors the optimizer
 // kernels read, so replays see scheduler changes; the Philox base is advanced by a kernel inside
-// the graph, so replays draw fresh, reproducible random values.
+// the graph, so replays draw fresh, reproducible random values. The first captured step is checked
+// against a plain one from the same state (capture_check.cpp).
 #include "flowgrad/plan/capture.h"
 
 #include <chrono>
@@ -51,6 +52,11 @@ bool Capture::run() {
     case Phase::WarmUp: phase_ = Phase::Capture; return false;
     case Phase::Capture:
       try_capture();
+      if (phase_ == Phase::Replay && env::capture_check() && self_check()) {  // its replay was this call's step
+        plan_.stats_.cuda_graph = status_;
+        ++replays_;
+        return true;
+      }
       plan_.stats_.cuda_graph = status_;
       if (phase_ != Phase::Replay) return false;
       break;

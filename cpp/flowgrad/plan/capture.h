@@ -39,12 +39,24 @@ class Capture {
   // events recorded inside a captured graph of the step (the last instruction's time includes
   // the Philox advance). Raises when a CUDA plan is not captured (kill switch, failed capture).
   std::vector<double> profile();
+  // The capture self-check: runs `step` and the plan's plain step from the same state (every
+  // buffer the step writes that outlives it, and the host generator), then compares what each
+  // left (those buffers and the outputs): bitwise, or within kCheckTolerance of each buffer's
+  // largest magnitude when the plan adds floats with atomics (order-dependent sums). Returns ""
+  // when they agree (`step`'s result stays: one step applied), else the first buffer that
+  // differs and the instruction that wrote it, with the state from before both restored.
+  std::string check_against_plain(const std::function<void()>& step);
+  static constexpr double kCheckTolerance = 1e-4;
   const std::string& status() const { return status_; }
   int replays() const { return replays_; }
 
  private:
   enum class Phase { Off, WarmUp, Capture, Replay };
   void try_capture();
+  // The first captured step against a plain one (FLOWGRAD_CAPTURE_CHECK); true when its replay
+  // was this call's step (they agreed), false after a mismatch (phase Off) or when the snapshots
+  // did not fit in memory (nothing ran: the check is skipped and the graph kept).
+  bool self_check();
   void sync_philox();
   // The capture body: the instructions with random fills reading the device Philox pair.
   std::function<void(const std::function<void(int)>&)> device_rng_body();

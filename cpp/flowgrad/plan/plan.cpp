@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
@@ -86,7 +87,7 @@ bool Plan::up_to_date() const {
 Tensors Plan::run(const Tensors& inputs) { return run_with(inputs, nullptr); }
 Tensors Plan::run_profiled(const Tensors& inputs, std::vector<double>* ms) { return run_with(inputs, ms); }
 
-Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
+void Plan::load_inputs(const Tensors& inputs) {
   FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
            inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -101,6 +102,25 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
              ", the plan runs on ", slot.device().str());
     copy_into(slot, x);
   }
+}
+
+std::string Plan::check_step(const Tensors& inputs, const std::function<void()>& after) {
+  load_inputs(inputs);
+  std::string diff = capture_->check_against_plain([&] {
+    draw_rng();
+    execute();
+    if (after) after();
+  });
+  if (!diff.empty()) {  // the state from before both: the step is applied once, plainly
+    draw_rng();
+    execute();
+  }
+  return diff;
+}
+
+Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
+  const int64_t syncs_before = cuda::host_sync_count();
+  load_inputs(inputs);
   if (ms) {
     *ms = capture_->profile();
   } else if (!capture_->run()) {
@@ -118,6 +138,7 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
     copy_into(copy, t);
     out.push_back(copy);
   }
+  stats_.host_syncs = cuda::host_sync_count() - syncs_before;
   return out;
 }
 

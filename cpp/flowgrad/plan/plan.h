@@ -237,6 +237,7 @@ struct PlanStats {
   std::string cuda_fusion;  // CUDA plans: how fused runs execute, or why they are not fused
   uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;          // instructions of the last run that allocated
+  int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
 };
 
 // What the caller declares about a traced step.
@@ -256,6 +257,10 @@ class Plan {
   Tensors run(const Tensors& inputs);
   // The same, also writing each instruction's milliseconds into *ms (capture.h: Capture::profile).
   Tensors run_profiled(const Tensors& inputs, std::vector<double>* ms);
+  // The capture self-check's comparison on any device (capture.h): one plain step, then the same
+  // step again from the same state followed by `after` (a side effect to plant a difference);
+  // "" when both leave the same state. Applies exactly one step either way.
+  std::string check_step(const Tensors& inputs, const std::function<void()>& after);
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
@@ -278,6 +283,7 @@ class Plan {
   friend struct Builder;
   friend class Capture;
   Tensors run_with(const Tensors& inputs, std::vector<double>* ms);
+  void load_inputs(const Tensors& inputs);  // checked against the signature, copied into their slots
   void draw_rng();  // random instructions take this run's seed and counters
   // The instructions in order on the current stream; `progress(i)` is called before each (capture).
   void execute(const std::function<void(int)>* progress = nullptr);

@@ -1,0 +1,150 @@
+// The capture self-check (capture.h): a newly captured step and a plain step, from the same
+// state, must leave the same parameters, optimizer state, gradients and outputs. Stream capture
+// silently drops work queued outside the capture stream (review finding F1), so a graph can
+// replay without some kernels and still report "captured"; this check turns that into a
+// fallback that names the buffer. Plain C++ over a plan: the CPU tests run it with two plain
+// steps (Plan::check_step).
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "flowgrad/autograd/autograd.h"
+#include "flowgrad/cuda/graph.h"
+#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/ops.h"
+#include "flowgrad/plan/capture.h"
+#include "flowgrad/plan/plan.h"
+
+namespace fg::plan {
+namespace {
+
+// What a step leaves behind, as views over the plan's memory.
+struct Left {
+  std::vector<std::string> names;
+  std::vector<int> writers;  // the last top-level instruction writing each (-1: none)
+  Tensors values;
+  Tensors kept;              // the buffers to restore (outputs are rewritten by every step)
+};
+
+Tensor whole(const Buffer& b, int id) {
+  int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+  return layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype});
+}
+
+// Ops whose CUDA kernels add floats with atomics: their sums depend on the order blocks run.
+bool order_dependent(const Instruction& ins) {
+  const std::string name = ins.op->name;
+  bool floats = !ins.out.empty() && is_floating(ins.out[0].dtype);
+  return floats && (name == "scatter_add" || name == "flash_attention_backward");
+}
+
+// The first element where `expected` and `got` differ (bitwise, or beyond `tolerance` times the
+// largest magnitude of `expected`), as "element k: a vs b"; "" when none.
+std::string first_difference(const Tensor& expected, const Tensor& got, double tolerance) {
+  Tensor a = to_device(expected, cpu_device()), b = to_device(got, cpu_device());
+  const size_t size = itemsize(a.dtype()), bytes = static_cast<size_t>(a.numel()) * size;
+  if (std::memcmp(a.data_ptr(), b.data_ptr(), bytes) == 0) return "";
+  Tensor a64 = cast(a, DType::Float64), b64 = cast(b, DType::Float64);
+  const double* x = a64.data<double>();
+  const double* y = b64.data<double>();
+  double scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) scale = std::max(scale, std::fabs(x[i]));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    bool same_bits = std::memcmp(static_cast<const char*>(a.data_ptr()) + i * size,
+                                 static_cast<const char*>(b.data_ptr()) + i * size, size) == 0;
+    if (same_bits || (tolerance > 0 && std::fabs(x[i] - y[i]) <= tolerance * scale)) continue;
+    std::ostringstream os;
+    os.precision(9);
+    os << "element " << i << ": " << x[i] << " (plain) vs " << y[i] << " (checked)";
+    return os.str();
+  }
+  return "";
+}
+
+void copy_all(const Tensors& dst, const Tensors& src) {
+  for (size_t k = 0; k < dst.size(); ++k) copy_into(dst[k], src[k]);
+}
+
+}  // namespace
+
+std::string Capture::check_against_plain(const std::function<void()>& step) {
+  Plan& p = plan_;
+  std::vector<int> writer(p.buffers_.size(), -1);
+  bool exact = true;
+  for (int i = 0; i < static_cast<int>(p.code_.size()); ++i) {
+    const Instruction& ins = p.code_[i];
+    for (const Value& v : ins.out) writer[v.buffer] = i;
+    const uint32_t written = written_inputs(*ins.op);  // optimizer updates write their inputs
+    for (size_t k = 0; k < ins.in.size() && k < 32; ++k)
+      if (written >> k & 1u) writer[ins.in[k].buffer] = i;
+    exact = exact && !order_dependent(ins);
+  }
+  Left left;
+  for (int id = 0; id < static_cast<int>(p.buffers_.size()); ++id) {
+    const Buffer& b = p.buffers_[id];
+    if (b.kind == BufferKind::Arena || !b.written || b.bytes < itemsize(b.dtype)) continue;
+    left.names.push_back(b.name);
+    left.writers.push_back(writer[id]);
+    left.values.push_back(whole(b, id));
+    left.kept.push_back(left.values.back());
+  }
+  for (size_t k = 0; k < p.outputs_.size(); ++k) {
+    left.names.push_back("output " + std::to_string(k) + " (" + p.describe(p.outputs_[k]) + ")");
+    left.writers.push_back(writer[p.outputs_[k].buffer]);
+    left.values.push_back(p.output_t_[k]);
+  }
+  const Tensors before = snapshot(left.kept);
+  const RngState rng = rng_state();
+  Tensors plain;
+  try {
+    plain = snapshot(left.values);  // allocated before the step, so a failure leaves the state as it was
+    p.draw_rng();
+    p.execute();
+    copy_all(plain, left.values);
+  } catch (...) {
+    restore(left.kept, before);
+    set_rng_state(rng);
+    throw;
+  }
+  restore(left.kept, before);
+  set_rng_state(rng);
+  step();
+  for (size_t k = 0; k < left.values.size(); ++k) {
+    std::string at = first_difference(plain[k], left.values[k], exact ? 0.0 : kCheckTolerance);
+    if (at.empty()) continue;
+    restore(left.kept, before);
+    set_rng_state(rng);
+    std::ostringstream os;
+    os << left.names[k] << " differs at " << at;
+    int w = left.writers[k];
+    if (w >= 0) os << "; written by instruction " << w << " (" << p.code_[w].op->name << ")";
+    return os.str();
+  }
+  return "";
+}
+
+bool Capture::self_check() {
+  const cuda::StreamHandle stream = cuda::current_stream_handle(plan_.device().index);
+  std::string diff;
+  try {
+    diff = check_against_plain([&] {
+      sync_philox();
+      graph_->launch(stream);
+    });
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::OutOfMemory) throw;
+    status_ += "; self-check skipped: no memory for the snapshots it compares (" + std::string(e.what()) + ")";
+    return false;
+  }
+  if (diff.empty()) {
+    status_ += "; self-check passed (the first captured step agreed with a plain one)";
+    return true;
+  }
+  phase_ = Phase::Off;
+  graph_.reset();
+  status_ = "fallback to plain execution: the capture self-check found that the captured step differs from a "
+            "plain one: " + diff;
+  return false;
+}
+
+}  // namespace fg::plan
