@@ -8,7 +8,11 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <sched.h>
+
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <vector>
 
 #include "flowgrad/core/env.h"
@@ -28,6 +32,7 @@ constexpr const char* kSoname = "libmpi.so.12";
 const char* kInstallHint = "install Open MPI (apt-get install openmpi-bin libopenmpi-dev) or set "
                            "FLOWGRAD_MPI_LIBRARY to the libmpi.so to use";
 bool g_finalized = false;  // MPI allows one init per process
+constexpr int kLeftTag = 1;  // on the control communicator: "I left after n collectives"
 
 class MpiBackend final : public Backend {
  public:
@@ -48,6 +53,8 @@ class MpiBackend final : public Backend {
     }
     check(Comm_rank_(comm_, &rank_), "MPI_Comm_rank");
     check(Comm_size_(comm_, &size_), "MPI_Comm_size");
+    check(Comm_dup_(comm_, &control_), "MPI_Comm_dup");
+    left_after_.assign(static_cast<size_t>(size_), -1);
   }
 
   const char* name() const override { return "mpi"; }
@@ -58,29 +65,42 @@ class MpiBackend final : public Backend {
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     for_chunks(data, count, dtype, [&](void* p, int n) {
-      check(Allreduce_(MPI_IN_PLACE, p, n, datatype(dtype), mpi_op(op), comm_), "MPI_Allreduce");
+      MPI_Request r;
+      check(Iallreduce_(MPI_IN_PLACE, p, n, datatype(dtype), mpi_op(op), comm_, &r), "MPI_Iallreduce");
+      wait(r, "all_reduce");
     });
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     for_chunks(data, count, dtype, [&](void* p, int n) {
-      check(Bcast_(p, n, datatype(dtype), root, comm_), "MPI_Bcast");
+      MPI_Request r;
+      check(Ibcast_(p, n, datatype(dtype), root, comm_, &r), "MPI_Ibcast");
+      wait(r, "broadcast");
     });
   }
   void all_gather(const void* in, void* out, int64_t count, DType dtype) override {
-    check(Allgather_(in, int_count(count), datatype(dtype), out, int_count(count), datatype(dtype), comm_),
-          "MPI_Allgather");
+    MPI_Request r;
+    check(Iallgather_(in, int_count(count), datatype(dtype), out, int_count(count), datatype(dtype), comm_, &r),
+          "MPI_Iallgather");
+    wait(r, "all_gather");
   }
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
-    check(Reduce_scatter_block_(in, out, int_count(count), datatype(dtype), mpi_op(op), comm_),
-          "MPI_Reduce_scatter_block");
+    MPI_Request r;
+    check(Ireduce_scatter_block_(in, out, int_count(count), datatype(dtype), mpi_op(op), comm_, &r),
+          "MPI_Ireduce_scatter_block");
+    wait(r, "reduce_scatter");
   }
-  void barrier() override { check(Barrier_(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request r;
+    check(Ibarrier_(comm_, &r), "MPI_Ibarrier");
+    wait(r, "barrier");
+  }
   void abort(int code) override {
     Abort_(comm_, code);
     std::_Exit(code);  // MPI_Abort does not return; should it, the process still must end
   }
   void finalize() override {
     if (!owns_init_ || g_finalized) return;
+    leave();
     int finalized = 0;
     Finalized_(&finalized);
     if (!finalized) check(Finalize_(), "MPI_Finalize");
@@ -119,16 +139,97 @@ class MpiBackend final : public Backend {
     FG_MPI_RESOLVE(Init_thread);
     FG_MPI_RESOLVE(Comm_rank);
     FG_MPI_RESOLVE(Comm_size);
-    FG_MPI_RESOLVE(Allreduce);
-    FG_MPI_RESOLVE(Bcast);
-    FG_MPI_RESOLVE(Allgather);
-    FG_MPI_RESOLVE(Reduce_scatter_block);
-    FG_MPI_RESOLVE(Barrier);
+    FG_MPI_RESOLVE(Comm_dup);
+    FG_MPI_RESOLVE(Iallreduce);
+    FG_MPI_RESOLVE(Ibcast);
+    FG_MPI_RESOLVE(Iallgather);
+    FG_MPI_RESOLVE(Ireduce_scatter_block);
+    FG_MPI_RESOLVE(Ibarrier);
+    FG_MPI_RESOLVE(Test);
+    FG_MPI_RESOLVE(Iprobe);
+    FG_MPI_RESOLVE(Recv);
+    FG_MPI_RESOLVE(Isend);
     FG_MPI_RESOLVE(Abort);
     FG_MPI_RESOLVE(Finalize);
     FG_MPI_RESOLVE(Error_string);
 #undef FG_MPI_RESOLVE
   }
+
+  // Waits for a collective without holding a core: MPI progresses only inside its calls, so
+  // this tests the request, yielding the core between tests for the first millisecond (a peer
+  // that is about to arrive) and then sleeping between tests, up to 1 ms. Blocking MPI calls
+  // instead poll in a loop that, even with mpi_yield_when_idle, keeps a core busy for as long
+  // as a peer is late, or forever when it is gone.
+  void wait(MPI_Request& request, const char* what) {
+    auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      int done = 0;
+      check(Test_(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (std::chrono::steady_clock::now() < spin_until) {
+        sched_yield();
+        continue;
+      }
+      check_peers_present(what);
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+    ++completed_;
+  }
+
+  // Records the departure notes that ranks which finalized have sent (see leave()).
+  void receive_departures() {
+    for (;;) {
+      int found = 0;
+      MPI_Status status;
+      check(Iprobe_(MPI_ANY_SOURCE, kLeftTag, control_, &found, &status), "MPI_Iprobe");
+      if (!found) return;
+      int64_t collectives = 0;
+      check(Recv_(&collectives, 1, int64_type(), status.MPI_SOURCE, kLeftTag, control_, MPI_STATUS_IGNORE), "MPI_Recv");
+      left_after_[static_cast<size_t>(status.MPI_SOURCE)] = collectives;
+    }
+  }
+
+  // A rank that left after fewer collectives than this one is waiting in will never join it.
+  void check_peers_present(const char* what) {
+    receive_departures();
+    for (int r = 0; r < size_; ++r) {
+      int64_t n = left_after_[static_cast<size_t>(r)];
+      if (n >= 0 && n <= completed_)
+        fail(ErrorKind::Runtime, "distributed (mpi): rank ", r, " left the job (its script ended or it called "
+             "destroy()) after ", n, " collectives, while rank ", rank_, " waits for it in collective ",
+             completed_ + 1, " (", what, "); every rank must make the same collective calls");
+    }
+  }
+
+  // Before MPI_Finalize (which waits for every rank): tells every other rank after how many
+  // collectives this one leaves, then waits, sleeping, until each has said the same. A rank
+  // still waiting in a collective that this one never made learns it from the note and raises.
+  void leave() {
+    std::vector<MPI_Request> sends(static_cast<size_t>(size_));
+    int64_t mine = completed_;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) check(Isend_(&mine, 1, int64_type(), r, kLeftTag, control_, &sends[static_cast<size_t>(r)]), "MPI_Isend");
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      receive_departures();
+      int heard = 0;
+      for (int r = 0; r < size_; ++r) heard += r != rank_ && left_after_[static_cast<size_t>(r)] >= 0;
+      if (heard == size_ - 1) break;
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(5000));
+    }
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) wait_send(sends[static_cast<size_t>(r)]);
+  }
+
+  void wait_send(MPI_Request& request) {
+    for (int done = 0; !done; std::this_thread::sleep_for(std::chrono::microseconds(100)))
+      check(Test_(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  }
+
+  MPI_Datatype int64_type() { return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_int64_t, MPI_INT64_T); }
 
   void check(int code, const char* call) {
     if (code == MPI_SUCCESS) return;
@@ -143,7 +244,7 @@ class MpiBackend final : public Backend {
       case DType::Float32: return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_float, MPI_FLOAT);
       case DType::Float64: return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_double, MPI_DOUBLE);
       case DType::Int32: return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_int32_t, MPI_INT32_T);
-      case DType::Int64: return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_int64_t, MPI_INT64_T);
+      case DType::Int64: return int64_type();
       case DType::Bool: return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_byte, MPI_BYTE);
       default: fail(ErrorKind::DType, "distributed (mpi): no MPI type for ", dtype_name(dtype));
     }
@@ -176,18 +277,26 @@ class MpiBackend final : public Backend {
 
   void* lib_ = nullptr;
   MPI_Comm comm_{};
+  MPI_Comm control_{};  // departure notes only, apart from the collectives
   int rank_ = 0, size_ = 1;
   bool owns_init_ = false;
+  int64_t completed_ = 0;            // collectives this rank has finished
+  std::vector<int64_t> left_after_;  // per rank: collectives it finished before leaving, -1: still here
   decltype(&::MPI_Initialized) Initialized_ = nullptr;
   decltype(&::MPI_Finalized) Finalized_ = nullptr;
   decltype(&::MPI_Init_thread) Init_thread_ = nullptr;
   decltype(&::MPI_Comm_rank) Comm_rank_ = nullptr;
   decltype(&::MPI_Comm_size) Comm_size_ = nullptr;
-  decltype(&::MPI_Allreduce) Allreduce_ = nullptr;
-  decltype(&::MPI_Bcast) Bcast_ = nullptr;
-  decltype(&::MPI_Allgather) Allgather_ = nullptr;
-  decltype(&::MPI_Reduce_scatter_block) Reduce_scatter_block_ = nullptr;
-  decltype(&::MPI_Barrier) Barrier_ = nullptr;
+  decltype(&::MPI_Comm_dup) Comm_dup_ = nullptr;
+  decltype(&::MPI_Iallreduce) Iallreduce_ = nullptr;
+  decltype(&::MPI_Ibcast) Ibcast_ = nullptr;
+  decltype(&::MPI_Iallgather) Iallgather_ = nullptr;
+  decltype(&::MPI_Ireduce_scatter_block) Ireduce_scatter_block_ = nullptr;
+  decltype(&::MPI_Ibarrier) Ibarrier_ = nullptr;
+  decltype(&::MPI_Test) Test_ = nullptr;
+  decltype(&::MPI_Iprobe) Iprobe_ = nullptr;
+  decltype(&::MPI_Recv) Recv_ = nullptr;
+  decltype(&::MPI_Isend) Isend_ = nullptr;
   decltype(&::MPI_Abort) Abort_ = nullptr;
   decltype(&::MPI_Finalize) Finalize_ = nullptr;
   decltype(&::MPI_Error_string) Error_string_ = nullptr;
