@@ -65,34 +65,30 @@ class MpiBackend final : public Backend {
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     for_chunks(data, count, dtype, [&](void* p, int n) {
-      MPI_Request r;
-      check(Iallreduce_(MPI_IN_PLACE, p, n, datatype(dtype), mpi_op(op), comm_, &r), "MPI_Iallreduce");
-      wait(r, "all_reduce");
+      collective("all_reduce", [&] {
+        check(Allreduce_(MPI_IN_PLACE, p, n, datatype(dtype), mpi_op(op), comm_), "MPI_Allreduce");
+      });
     });
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     for_chunks(data, count, dtype, [&](void* p, int n) {
-      MPI_Request r;
-      check(Ibcast_(p, n, datatype(dtype), root, comm_, &r), "MPI_Ibcast");
-      wait(r, "broadcast");
+      collective("broadcast", [&] { check(Bcast_(p, n, datatype(dtype), root, comm_), "MPI_Bcast"); });
     });
   }
   void all_gather(const void* in, void* out, int64_t count, DType dtype) override {
-    MPI_Request r;
-    check(Iallgather_(in, int_count(count), datatype(dtype), out, int_count(count), datatype(dtype), comm_, &r),
-          "MPI_Iallgather");
-    wait(r, "all_gather");
+    collective("all_gather", [&] {
+      check(Allgather_(in, int_count(count), datatype(dtype), out, int_count(count), datatype(dtype), comm_),
+            "MPI_Allgather");
+    });
   }
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
-    MPI_Request r;
-    check(Ireduce_scatter_block_(in, out, int_count(count), datatype(dtype), mpi_op(op), comm_, &r),
-          "MPI_Ireduce_scatter_block");
-    wait(r, "reduce_scatter");
+    collective("reduce_scatter", [&] {
+      check(Reduce_scatter_block_(in, out, int_count(count), datatype(dtype), mpi_op(op), comm_),
+            "MPI_Reduce_scatter_block");
+    });
   }
   void barrier() override {
-    MPI_Request r;
-    check(Ibarrier_(comm_, &r), "MPI_Ibarrier");
-    wait(r, "barrier");
+    collective("barrier", [] {});
   }
   void abort(int code) override {
     Abort_(comm_, code);
@@ -139,11 +135,11 @@ class MpiBackend final : public Backend {
     FG_MPI_RESOLVE(Init_thread);
     FG_MPI_RESOLVE(Comm_rank);
     FG_MPI_RESOLVE(Comm_size);
+    FG_MPI_RESOLVE(Allreduce);
+    FG_MPI_RESOLVE(Bcast);
+    FG_MPI_RESOLVE(Allgather);
+    FG_MPI_RESOLVE(Reduce_scatter_block);
     FG_MPI_RESOLVE(Comm_dup);
-    FG_MPI_RESOLVE(Iallreduce);
-    FG_MPI_RESOLVE(Ibcast);
-    FG_MPI_RESOLVE(Iallgather);
-    FG_MPI_RESOLVE(Ireduce_scatter_block);
     FG_MPI_RESOLVE(Ibarrier);
     FG_MPI_RESOLVE(Test);
     FG_MPI_RESOLVE(Iprobe);
@@ -155,18 +151,29 @@ class MpiBackend final : public Backend {
 #undef FG_MPI_RESOLVE
   }
 
-  // Waits for a collective without holding a core: MPI progresses only inside its calls, so
-  // this tests the request, yielding the core between tests for the first millisecond (a peer
-  // that is about to arrive) and then sleeping between tests, up to 1 ms. Blocking MPI calls
-  // instead poll in a loop that, even with mpi_yield_when_idle, keeps a core busy for as long
-  // as a peer is late, or forever when it is gone.
+  // Every collective starts with a non-blocking barrier that waits for the other ranks without
+  // holding a core; the data then moves in MPI's blocking call (its tuned algorithms), which
+  // polls a core only while the data moves, since every rank has arrived. A blocking call alone
+  // polls, even with mpi_yield_when_idle, for as long as a peer is late, or forever when it is
+  // gone; the barrier's wait notices a peer that left instead.
+  template <class F>
+  void collective(const char* what, F&& call) {
+    MPI_Request arrival;
+    check(Ibarrier_(comm_, &arrival), "MPI_Ibarrier");
+    wait(arrival, what);
+    call();
+    ++completed_;
+  }
+
+  // MPI progresses only inside its calls: this tests the request with the core yielded between
+  // tests for the first millisecond (a peer about to arrive), then sleeps between tests (up to 1 ms).
   void wait(MPI_Request& request, const char* what) {
     auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
     auto nap = std::chrono::microseconds(20);
     for (;;) {
       int done = 0;
       check(Test_(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
+      if (done) return;
       if (std::chrono::steady_clock::now() < spin_until) {
         sched_yield();
         continue;
@@ -175,7 +182,6 @@ class MpiBackend final : public Backend {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
-    ++completed_;
   }
 
   // Records the departure notes that ranks which finalized have sent (see leave()).
@@ -287,11 +293,11 @@ class MpiBackend final : public Backend {
   decltype(&::MPI_Init_thread) Init_thread_ = nullptr;
   decltype(&::MPI_Comm_rank) Comm_rank_ = nullptr;
   decltype(&::MPI_Comm_size) Comm_size_ = nullptr;
+  decltype(&::MPI_Allreduce) Allreduce_ = nullptr;
+  decltype(&::MPI_Bcast) Bcast_ = nullptr;
+  decltype(&::MPI_Allgather) Allgather_ = nullptr;
+  decltype(&::MPI_Reduce_scatter_block) Reduce_scatter_block_ = nullptr;
   decltype(&::MPI_Comm_dup) Comm_dup_ = nullptr;
-  decltype(&::MPI_Iallreduce) Iallreduce_ = nullptr;
-  decltype(&::MPI_Ibcast) Ibcast_ = nullptr;
-  decltype(&::MPI_Iallgather) Iallgather_ = nullptr;
-  decltype(&::MPI_Ireduce_scatter_block) Ireduce_scatter_block_ = nullptr;
   decltype(&::MPI_Ibarrier) Ibarrier_ = nullptr;
   decltype(&::MPI_Test) Test_ = nullptr;
   decltype(&::MPI_Iprobe) Iprobe_ = nullptr;
