@@ -30,7 +30,7 @@ def die_with_parent():
 
 def exit_status(code):
     """The process exit status SystemExit(code) gives (None: 0, an int: itself, anything else: 1)."""
-    return 0 if code is None else code if isinstance(code, int) else 1
+    return 0 if code is None else int(code) if isinstance(code, int) else 1
 
 
 def main():
