@@ -34,6 +34,19 @@ const char* kInstallHint = "install Open MPI (apt-get install openmpi-bin libope
 bool g_finalized = false;  // MPI allows one init per process
 constexpr int kLeftTag = 1;  // on the control communicator: "I left after n collectives"
 
+// Sleeps between tests of MPI state: 20 us at first, doubling up to `longest`.
+class Nap {
+ public:
+  explicit Nap(std::chrono::microseconds longest) : longest_(longest) {}
+  void operator()() {
+    std::this_thread::sleep_for(next_);
+    next_ = std::min(next_ * 2, longest_);
+  }
+
+ private:
+  std::chrono::microseconds next_{20}, longest_;
+};
+
 class MpiBackend final : public Backend {
  public:
   MpiBackend() {
@@ -169,7 +182,7 @@ class MpiBackend final : public Backend {
   // tests for the first millisecond (a peer about to arrive), then sleeps between tests (up to 1 ms).
   void wait(MPI_Request& request, const char* what) {
     auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-    auto nap = std::chrono::microseconds(20);
+    Nap nap(std::chrono::microseconds(1000));
     for (;;) {
       int done = 0;
       check(Test_(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -179,8 +192,7 @@ class MpiBackend final : public Backend {
         continue;
       }
       check_peers_present(what);
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      nap();
     }
   }
 
@@ -217,22 +229,18 @@ class MpiBackend final : public Backend {
     int64_t mine = completed_;
     for (int r = 0; r < size_; ++r)
       if (r != rank_) check(Isend_(&mine, 1, int64_type(), r, kLeftTag, control_, &sends[static_cast<size_t>(r)]), "MPI_Isend");
-    auto nap = std::chrono::microseconds(20);
-    for (;;) {
+    for (Nap nap(std::chrono::microseconds(5000));; nap()) {
       receive_departures();
       int heard = 0;
       for (int r = 0; r < size_; ++r) heard += r != rank_ && left_after_[static_cast<size_t>(r)] >= 0;
       if (heard == size_ - 1) break;
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(5000));
     }
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) wait_send(sends[static_cast<size_t>(r)]);
-  }
-
-  void wait_send(MPI_Request& request) {
-    for (int done = 0; !done; std::this_thread::sleep_for(std::chrono::microseconds(100)))
-      check(Test_(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int sent = 0;
+      for (Nap nap(std::chrono::microseconds(1000)); !sent; nap())
+        check(Test_(&sends[static_cast<size_t>(r)], &sent, MPI_STATUS_IGNORE), "MPI_Test");
+    }
   }
 
   MPI_Datatype int64_type() { return FG_MPI_HANDLE(MPI_Datatype, ompi_mpi_int64_t, MPI_INT64_T); }
