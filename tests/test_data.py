@@ -102,3 +102,37 @@ def test_big_endian_arrays_are_converted():
     x = np.arange(6, dtype=">f8").reshape(3, 2)
     (batch,) = next(iter(fg.data.DataLoader(x, batch_size=3)))
     np.testing.assert_array_equal(batch.numpy(), np.arange(6.0).reshape(3, 2))
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+def test_threads_iterating_one_loader_share_its_epoch(shuffle):
+    import threading
+    x = np.arange(1003, dtype=np.float32)
+    loader = fg.data.DataLoader(x, x * 2, batch_size=7, shuffle=shuffle, seed=5)
+    started = threading.Barrier(8)  # every thread is inside the epoch before any can finish it
+    got, errors = {}, []
+
+    def take(k):
+        try:
+            it = iter(loader)
+            mine = [next(it)]
+            started.wait(timeout=30)
+            mine += list(it)
+            got[k] = mine
+        except Exception as e:  # noqa: BLE001 — reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=take, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    batches = [b for mine in got.values() for b in mine]
+    assert len(batches) == len(loader) == 144
+    assert sorted(len(a) for a, _ in batches)[1:] == [7] * 143  # whole batches; one short tail
+    for a, b in batches:
+        np.testing.assert_array_equal(b.numpy(), a.numpy() * 2)  # rows stay paired
+    np.testing.assert_array_equal(np.sort(np.concatenate([a.numpy() for a, _ in batches])), x)
+    assert (loader.epoch, loader.position) == (1, 144)
+    assert len(list(loader)) == 144 and loader.epoch == 2  # a later loop begins a new epoch

@@ -64,8 +64,8 @@ void bind_distributed(py::module_& m) {
   d.def("barrier", [] { return dist::group().barrier(); }, "Issues a barrier.");
 
   d.def("_rendezvous", [](const std::string& secret, int rank, int world_size, const std::string& addr, int port,
-                          double timeout_s) {
-    env::Launch launch{rank, world_size, 0, addr, port};
+                          double timeout_s, const std::string& token) {
+    env::Launch launch{rank, world_size, 0, addr, port, token};
     std::string got;
     {
       py::gil_scoped_release release;
@@ -73,7 +73,9 @@ void bind_distributed(py::module_& m) {
     }
     return py::bytes(got);
   }, py::arg("secret"), py::arg("rank"), py::arg("world_size"), py::arg("addr"), py::arg("port"),
-     py::arg("timeout_s"), "NCCL's id exchange over TCP: rank 0 serves secret, the others receive it (for tests).");
+     py::arg("timeout_s"), py::arg("token"),
+     "NCCL's id exchange over TCP: rank 0 serves secret to clients that send token, the others "
+     "receive it (for tests).");
 
   py::class_<dist::Reducer>(d, "Reducer", "Averages gradients in buckets during backward (used by DistributedDataParallel).")
       .def(py::init<std::vector<Tensor>, std::vector<std::string>, int64_t>(), py::arg("params"),

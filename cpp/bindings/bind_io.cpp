@@ -5,11 +5,24 @@
 namespace fg::py_bind {
 namespace {
 
+// A str's UTF-8 bytes; a str that has none (a lone surrogate such as '\udc80', which
+// os.fsdecode makes of undecodable file names) raises CheckpointError naming `what`.
+std::string utf8_text(const py::handle& s, const char* what) {
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(s.ptr(), &size);
+  if (!text) {
+    PyErr_Clear();
+    fail(ErrorKind::Checkpoint, "save: ", what, " ", py::repr(s).cast<std::string>(),
+         " is not valid UTF-8 (it holds a lone surrogate), which safetensors requires");
+  }
+  return std::string(text, static_cast<size_t>(size));
+}
+
 io::NamedTensors named_tensors(const py::dict& tensors) {
   io::NamedTensors out;
   for (auto [k, v] : tensors) {
     FG_CHECK(py::isinstance<py::str>(k), Checkpoint, "save: keys must be strings, got ", py::repr(k).cast<std::string>());
-    out.emplace_back(k.cast<std::string>(), as_tensor(v));
+    out.emplace_back(utf8_text(k, "tensor name"), as_tensor(v));
   }
   return out;
 }
@@ -23,7 +36,7 @@ io::Metadata metadata_of(const py::object& metadata) {
     FG_CHECK(py::isinstance<py::str>(k) && py::isinstance<py::str>(v), Checkpoint,
              "save: metadata must map strings to strings, got ", py::repr(k).cast<std::string>(), ": ",
              py::repr(v).cast<std::string>());
-    out.emplace_back(k.cast<std::string>(), v.cast<std::string>());
+    out.emplace_back(utf8_text(k, "metadata key"), utf8_text(v, "metadata value"));
   }
   return out;
 }

@@ -36,29 +36,44 @@ from .compile import compile
 __version__ = "0.1.0"
 
 
+def _like(fn, t, dtype, device):
+    """(shape, dtype, device) for fn_like(t, ...): t must be a Tensor (TypeError naming fn otherwise)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}: argument 't' must be an fg.Tensor, got {type(t).__name__} {t!r:.80}")
+    return t.shape, dtype or t.dtype, device or t.device
+
+
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
-    """A tensor of zeros with t's shape (and dtype/device unless given)."""
-    return zeros(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    """A tensor of zeros with t's shape (and dtype/device unless given); TypeError unless t is a Tensor."""
+    shape, dtype, device = _like("zeros_like", t, dtype, device)
+    return zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def ones_like(t, dtype=None, device=None, requires_grad=False):
-    """A tensor of ones with t's shape (and dtype/device unless given)."""
-    return ones(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    """A tensor of ones with t's shape (and dtype/device unless given); TypeError unless t is a Tensor."""
+    shape, dtype, device = _like("ones_like", t, dtype, device)
+    return ones(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def full_like(t, value, dtype=None, device=None, requires_grad=False):
-    """A tensor filled with value, with t's shape (and dtype/device unless given)."""
-    return full(t.shape, value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    """A tensor filled with value, with t's shape (and dtype/device unless given); TypeError unless t is
+    a Tensor."""
+    shape, dtype, device = _like("full_like", t, dtype, device)
+    return full(shape, value, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def rand_like(t, dtype=None, device=None, requires_grad=False):
-    """Uniform [0, 1) samples with t's shape (and dtype/device unless given)."""
-    return rand(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    """Uniform [0, 1) samples with t's shape (and dtype/device unless given); TypeError unless t is a
+    Tensor."""
+    shape, dtype, device = _like("rand_like", t, dtype, device)
+    return rand(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def randn_like(t, dtype=None, device=None, requires_grad=False):
-    """Standard normal samples with t's shape (and dtype/device unless given)."""
-    return randn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    """Standard normal samples with t's shape (and dtype/device unless given); TypeError unless t is a
+    Tensor."""
+    shape, dtype, device = _like("randn_like", t, dtype, device)
+    return randn(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

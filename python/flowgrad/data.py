@@ -1,5 +1,6 @@
 """fg.data: DataLoader over NumPy arrays or tensors; shuffling and batch gathering run in C++."""
 import math
+import threading
 
 import numpy as np
 
@@ -22,6 +23,10 @@ class DataLoader:
     permutations is reproducible and independent of the global generator. state_dict() holds
     the epoch and the position in it, so a loader restored with load_state_dict() continues an
     interrupted epoch with the same order and the same remaining batches.
+
+    Several threads may iterate one loader at once: their loops share one epoch, and each batch
+    goes to exactly one thread (so every sample is seen once per epoch across them). A loop left
+    early (break) ends its part; the next loop started when no other is running begins a new epoch.
     """
 
     def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None, sampler=None):
@@ -44,6 +49,9 @@ class DataLoader:
             raise _core.InvalidArgumentError("DataLoader: shuffle=True and a sampler exclude each other; "
                                              "the sampler decides the order")
         self.sampler = sampler  # any object with indices() -> int64 tensor, e.g. DistributedSampler
+        self._lock = threading.Lock()  # iterations in several threads share the epoch and its position
+        self._iterating = 0  # iterations begun and not yet finished or closed
+        self._epoch_order = None
 
     def _count(self):
         return len(self.sampler) if self.sampler is not None else self.n
@@ -62,19 +70,37 @@ class DataLoader:
         return _core.randperm(self.n)
 
     def __iter__(self):
+        """Batches of the next epoch; an iteration begun while another is unfinished (another thread's
+        loop) joins that epoch instead: the threads share its batches, each batch going to one of them."""
+        with self._lock:
+            if not (self._iterating and self.position < len(self)):
+                self._start_epoch()
+            epoch, order = self.epoch, self._epoch_order
+            self._iterating += 1
+        try:
+            while True:
+                with self._lock:
+                    if self.epoch != epoch or self.position >= len(self):
+                        return
+                    b, self.position = self.position, self.position + 1
+                yield self._batch(b, order)
+        finally:
+            with self._lock:
+                self._iterating -= 1
+
+    def _start_epoch(self):
         if not self._resume:
             self.epoch, self.position = self.epoch + 1, 0
-        order = self.sampler.indices() if self.sampler is not None else self._order() if self.shuffle else None
+        self._epoch_order = self.sampler.indices() if self.sampler is not None else self._order() if self.shuffle else None
         self._resume = False
-        for b in range(self.position, len(self)):
-            start = b * self.batch_size
-            size = min(self.batch_size, self._count() - start)
-            self.position = b + 1
-            if order is not None:
-                idx = order.narrow(0, start, size)
-                yield tuple(_core.index_select(t, 0, idx) for t in self.tensors)
-            else:
-                yield tuple(t.narrow(0, start, size) for t in self.tensors)
+
+    def _batch(self, b, order):
+        start = b * self.batch_size
+        size = min(self.batch_size, self._count() - start)
+        if order is None:
+            return tuple(t.narrow(0, start, size) for t in self.tensors)
+        idx = order.narrow(0, start, size)
+        return tuple(_core.index_select(t, 0, idx) for t in self.tensors)
 
     def _layout(self):
         return {"n": self.n, "batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last}

@@ -38,6 +38,14 @@ def test_like_constructors():
     assert fg.zeros_like(base, dtype=fg.int32).dtype == fg.int32
 
 
+@pytest.mark.parametrize("fn", ["zeros_like", "ones_like", "full_like", "rand_like", "randn_like"])
+@pytest.mark.parametrize("bad", [None, 2**31, "", [1.0, 2.0]], ids=["None", "int", "str", "list"])
+def test_like_constructors_reject_non_tensors(fn, bad):
+    args = (bad, 1) if fn == "full_like" else (bad,)
+    with pytest.raises(TypeError, match=f"{fn}: argument 't' must be an fg.Tensor, got {type(bad).__name__}"):
+        getattr(fg, fn)(*args)
+
+
 @pytest.mark.parametrize("args", [(5,), (2, 9), (1, 2, 0.25), (10, 0, -3), (0.5, 2.5, 0.5), (3, 3)])
 def test_arange(args):
     out = fg.arange(*args)

@@ -72,6 +72,7 @@ Launch launch() {
   l.master_addr = read_text("MASTER_ADDR");
   if (l.master_addr.empty()) l.master_addr = "127.0.0.1";
   l.master_port = read_first({"MASTER_PORT"}, 29500, 1);
+  l.token = read_text("FLOWGRAD_RENDEZVOUS_TOKEN");
   return l;
 }
 

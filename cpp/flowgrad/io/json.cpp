@@ -39,9 +39,14 @@ class Parser {
 
   Json document() {
     Json j = value(0);
-    skip_space();
-    if (pos_ != s_.size()) error("unexpected trailing characters");
+    end();
     return j;
+  }
+
+  void members(const Json::MemberSink& sink) {
+    if (peek() != '{') error("expected '{'");
+    object(0, sink, Keys::Unchecked);
+    end();
   }
 
  private:
@@ -60,6 +65,10 @@ class Parser {
     if (peek() != c) error(std::string("expected '") + c + "'");
     ++pos_;
   }
+  void end() {
+    skip_space();
+    if (pos_ != s_.size()) error("unexpected trailing characters");
+  }
   bool literal(std::string_view word) {
     if (s_.substr(pos_, word.size()) != word) return false;
     pos_ += word.size();
@@ -72,19 +81,9 @@ class Parser {
     char c = peek();
     if (c == '{') {
       j.kind = Json::Kind::Object;
-      ++pos_;
-      if (peek() == '}') return ++pos_, j;
-      std::unordered_set<std::string> keys;  // linear in the key count: headers may hold 100k names
-      while (true) {
-        if (peek() != '"') error("expected a string key");
-        std::string key = string();
-        if (!keys.insert(key).second) error("duplicate key \"" + key + "\"");
-        expect(':');
-        j.members.emplace_back(std::move(key), value(depth + 1));
-        if (peek() == ',') { ++pos_; continue; }
-        expect('}');
-        return j;
-      }
+      object(depth, [&j](std::string&& key, Json&& v) { j.members.emplace_back(std::move(key), std::move(v)); },
+             Keys::Unique);
+      return j;
     }
     if (c == '[') {
       j.kind = Json::Kind::Array;
@@ -107,6 +106,30 @@ class Parser {
     if (literal("null")) return j;
     if (c == '-' || (c >= '0' && c <= '9')) return number();
     error("unexpected character '" + printable_utf8(std::string_view(&c, 1)) + "'");
+  }
+
+  // The members of the object at pos_, each handed to `sink` as soon as it is parsed.
+  enum class Keys { Unique, Unchecked };  // Unchecked: the caller finds duplicates (cheaper in bulk)
+
+  template <class Sink>
+  void object(int depth, Sink&& sink, Keys keys_rule) {
+    ++pos_;
+    if (peek() == '}') {
+      ++pos_;
+      return;
+    }
+    std::unordered_set<std::string> keys;  // linear in the key count: headers may hold 100k names
+    while (true) {
+      if (peek() != '"') error("expected a string key");
+      std::string key = string();
+      if (keys_rule == Keys::Unique && !keys.insert(key).second) error("duplicate key \"" + key + "\"");
+      expect(':');
+      Json v = value(depth + 1);
+      sink(std::move(key), std::move(v));
+      if (peek() == ',') { ++pos_; continue; }
+      expect('}');
+      return;
+    }
   }
 
   Json number() {
@@ -231,6 +254,10 @@ class Parser {
 }  // namespace
 
 Json Json::parse(std::string_view text, const std::string& source) { return Parser(text, source).document(); }
+
+void Json::parse_members(std::string_view text, const std::string& source, const MemberSink& sink) {
+  Parser(text, source).members(sink);
+}
 
 std::string printable_utf8(std::string_view s) {
   std::string out;

@@ -1,8 +1,9 @@
 // A strict JSON reader for safetensors headers: objects, arrays, strings, integers, and the
-// literals. Duplicate keys (found in linear time), strings that are not well-formed UTF-8, trailing
+// literals. Duplicate keys, strings that are not well-formed UTF-8, trailing
 // garbage and deep nesting are errors (CheckpointError).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,6 +31,11 @@ struct Json {
   ~Json();
 
   static Json parse(std::string_view text, const std::string& source);
+  // Parses a JSON object, handing each member to `sink` instead of keeping it (a tree of a
+  // 400k-tensor safetensors header holds ~900 bytes per name). The caller checks the top-level
+  // keys for duplicates: sorting the names it keeps costs less than hashing copies of them.
+  using MemberSink = std::function<void(std::string&& key, Json&& value)>;
+  static void parse_members(std::string_view text, const std::string& source, const MemberSink& sink);
 };
 
 std::string json_quote(const std::string& s);

@@ -57,7 +57,7 @@ const Json* member(const Json& obj, const char* key) {
   return nullptr;
 }
 
-Entry entry_of(const std::string& name, const Json& j, const std::string& source) {
+Entry entry_of(std::string&& name, const Json& j, const std::string& source) {
   auto bad = [&](const std::string& what) -> Entry {
     fail(ErrorKind::Checkpoint, source, ": tensor '", name, "': ", what);
   };
@@ -70,7 +70,7 @@ Entry entry_of(const std::string& name, const Json& j, const std::string& source
   if (!dtype || dtype->kind != Json::Kind::String) return bad("missing or non-string dtype");
   if (!shape || shape->kind != Json::Kind::Array) return bad("missing or non-array shape");
   if (!offsets || offsets->kind != Json::Kind::Array || offsets->items.size() != 2) return bad("data_offsets must be [begin, end]");
-  Entry e{name, st_dtype(dtype->text, source, name), Dims{}, 0, 0};
+  Entry e{std::string(), st_dtype(dtype->text, source, name), Dims{}, 0, 0};
   if (shape->items.size() > static_cast<size_t>(Dims::kMaxRank)) return bad("more than 8 dimensions");
   uint64_t numel = 1;
   bool overflow = false;
@@ -94,7 +94,24 @@ Entry entry_of(const std::string& name, const Json& j, const std::string& source
   if (numel * item != e.end - e.begin)
     return bad("shape " + to_string(e.shape) + " of " + dtype->text + " needs " + std::to_string(numel * item) +
                " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+  e.name = std::move(name);  // last: error messages above name the tensor
   return e;
+}
+
+// Open addressing over the names in place: no copies and no allocation per name (a header may
+// hold 400k of them).
+void check_unique_names(const std::vector<Entry>& entries, const std::string& source) {
+  size_t slots = 16;
+  while (slots < 2 * entries.size()) slots *= 2;
+  std::vector<uint32_t> table(slots, 0);  // index into entries + 1; 0: empty
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i].name;
+    size_t at = std::hash<std::string>{}(name) & (slots - 1);
+    for (; table[at] != 0; at = (at + 1) & (slots - 1))
+      FG_CHECK(entries[table[at] - 1].name != name, Checkpoint, source, ": invalid JSON header: duplicate key \"",
+               name, "\"");
+    table[at] = static_cast<uint32_t>(i + 1);
+  }
 }
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
@@ -156,6 +173,12 @@ void remove_stale_temps(const std::string& dir, const std::string& path) {
   ::closedir(d);
 }
 
+std::string directory_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 void write_all(int fd, const char* data, size_t n, const std::string& path) {
   while (n > 0) {
     ssize_t w = ::write(fd, data, n);
@@ -211,25 +234,27 @@ TensorFile parse_safetensors(std::string_view bytes, const std::string& source) 
   FG_CHECK(n <= bytes.size() - 8, Checkpoint, source, ": header length ", n, " runs past the end of the ", bytes.size(), "-byte file");
   std::string_view header = bytes.substr(8, n);
   FG_CHECK(!header.empty() && header[0] == '{', Checkpoint, source, ": header must start with '{'");
-  Json root = Json::parse(header, source);
-  FG_CHECK(root.kind == Json::Kind::Object, Checkpoint, source, ": header is not a JSON object");
   TensorFile file;
   std::vector<Entry> entries;
-  for (const auto& [name, value] : root.members) {
+  bool has_metadata = false;
+  Json::parse_members(header, source, [&](std::string&& name, Json&& value) {
     if (name == "__metadata__") {
+      FG_CHECK(!has_metadata, Checkpoint, source, ": invalid JSON header: duplicate key \"__metadata__\"");
+      has_metadata = true;
       FG_CHECK(value.kind == Json::Kind::Object, Checkpoint, source, ": __metadata__ must be an object of strings");
-      for (const auto& [k, v] : value.members) {
+      for (auto& [k, v] : value.members) {
         FG_CHECK(v.kind == Json::Kind::String, Checkpoint, source, ": __metadata__['", k, "'] is not a string");
-        file.metadata.emplace_back(k, v.text);
+        file.metadata.emplace_back(std::move(k), std::move(v.text));
       }
-      continue;
+      return;
     }
-    entries.push_back(entry_of(name, value, source));
-  }
-  uint64_t data_size = bytes.size() - 8 - n;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    entries.push_back(entry_of(std::move(name), value, source));
   });
+  check_unique_names(entries, source);
+  uint64_t data_size = bytes.size() - 8 - n;
+  auto by_offset = [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; };
+  if (!std::is_sorted(entries.begin(), entries.end(), by_offset))  // writers keep data order: usually sorted
+    std::sort(entries.begin(), entries.end(), by_offset);
   uint64_t expected = 0;
   for (const Entry& e : entries) {
     FG_CHECK(e.begin == expected, Checkpoint, source, ": tensor '", e.name, "' starts at byte ", e.begin,
@@ -255,6 +280,9 @@ TensorFile parse_safetensors(std::string_view bytes, const std::string& source) 
 
 TensorFile load_safetensors(const std::string& path) {
   check_path(path, "load");
+  // A save killed mid-write leaves its temporary file; when no later save to this path comes,
+  // the next load is where it is found.
+  remove_stale_temps(directory_of(path), path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) io_error("cannot open", path);
   struct stat st {};
@@ -283,9 +311,7 @@ TensorFile load_safetensors(const std::string& path) {
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
   check_path(path, "save");
   std::string bytes = serialize_safetensors(tensors, metadata);
-  std::string dir = ".";
-  size_t slash = path.find_last_of('/');
-  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  std::string dir = directory_of(path);
   remove_stale_temps(dir, path);
   std::string tmp = temp_name(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -3,7 +3,7 @@
 // The reader validates every field and raises CheckpointError; it never allocates more than
 // the file holds. Writes are atomic (a temporary file unique to the process and the call in the
 // same directory, fsync, rename); device tensors are copied to the host; temporary files of
-// processes that died mid-save are removed by the next save to the same path.
+// processes that died mid-save are removed by the next save or load of the same path.
 #pragma once
 #include <string>
 #include <string_view>

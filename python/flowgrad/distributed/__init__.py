@@ -27,8 +27,11 @@ def init(backend="mpi"):
 
     Raises fg.DeviceError naming the missing library (or GPU) and how to install it. After init,
     an exception that reaches the top of any rank ends the whole job (MPI_Abort), so a failing
-    rank never leaves the others waiting in a collective. Unless FLOWGRAD_NUM_THREADS is set,
-    each rank then computes with cores / (ranks on this machine) threads.
+    rank never leaves the others waiting in a collective (under python -m
+    flowgrad.distributed.run, a non-zero exit status too); a rank that waits in a collective
+    which a departed rank never made raises an error naming it. Unless FLOWGRAD_NUM_THREADS is
+    set, each rank then computes with cores / (ranks on this machine) threads. With 'nccl' and
+    several ranks, FLOWGRAD_RENDEZVOUS_TOKEN must hold the job's secret (the launcher sets it).
     """
     _share_the_machine()
     _d.init(backend, _nccl_wheel_dirs() if backend == "nccl" else [])

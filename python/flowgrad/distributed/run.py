@@ -2,12 +2,14 @@
 
 Starts N copies of script.py under mpirun (Open MPI), one rank each; with --hostfile the ranks
 spread over the machines it lists (Open MPI's host file format: `host slots=K` per line). Every
-rank also gets MASTER_ADDR / MASTER_PORT for the NCCL rendezvous. The job's exit status is
-mpirun's: a rank that fails makes mpirun stop the others and report it; --timeout ends a job
-that runs too long.
+rank also gets MASTER_ADDR / MASTER_PORT and a fresh secret FLOWGRAD_RENDEZVOUS_TOKEN for the
+NCCL rendezvous. The job's exit status is mpirun's: a rank that fails (an uncaught exception, a
+non-zero exit status, a signal) makes the job stop and names it; --timeout ends a job that runs
+too long. Ending the launcher (Ctrl-C, SIGTERM, even SIGKILL) ends mpirun and every rank.
 """
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,17 +37,44 @@ def command(args, mpirun):
     env = dict(os.environ)
     env.setdefault("MASTER_ADDR", _first_host(args.hostfile) if args.hostfile else "127.0.0.1")
     env.setdefault("MASTER_PORT", str(_free_port()))
+    env.setdefault("FLOWGRAD_RENDEZVOUS_TOKEN", secrets.token_hex(16))  # in the environment, not on a command line
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # see fg.distributed.init: never spin on a shared core
     cmd = [mpirun, "-n", str(args.nproc)]
     cmd += ["--hostfile", args.hostfile] if args.hostfile else ["--oversubscribe"]
-    for name in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "FLOWGRAD_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle"):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "FLOWGRAD_RENDEZVOUS_TOKEN", "PYTHONPATH", "FLOWGRAD_NUM_THREADS",
+                 "OMPI_MCA_mpi_yield_when_idle"):
         if name in env:
             cmd += ["-x", name]
-    cmd += args.mpirun_args + [sys.executable, args.script] + args.script_args
+    cmd += args.mpirun_args + [sys.executable, "-m", "flowgrad.distributed._rank", args.script] + args.script_args
     return cmd, env
+
+
+def _arm_parent_death_signal():
+    """In the child before exec: mpirun gets SIGTERM (and then stops its ranks) when the launcher
+    ends, even by SIGKILL, which the launcher itself cannot catch."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _interrupt(signum, frame):
+    """SIGTERM (a scheduler's or a harness's stop) ends the job as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _stop(job, grace_s=10):
+    """SIGTERM to mpirun's process group (mpirun stops its ranks), SIGKILL after grace_s."""
+    try:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    except ProcessLookupError:
+        pass
 
 
 def main(argv=None):
@@ -66,21 +95,19 @@ def main(argv=None):
         raise SystemExit("flowgrad.distributed.run: mpirun not found; install Open MPI "
                          "(apt-get install openmpi-bin libopenmpi-dev)")
     cmd, env = command(args, mpirun)
-    job = subprocess.Popen(cmd, env=env, start_new_session=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    job = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_arm_parent_death_signal)
     try:
         code = job.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
+        _stop(job)
         sys.stderr.write(f"flowgrad.distributed.run: the job ran past --timeout {args.timeout} s "
                          "and was stopped\n")
         return 124
     except KeyboardInterrupt:
-        os.killpg(job.pid, signal.SIGTERM)
-        raise
+        _stop(job)
+        sys.stderr.write("flowgrad.distributed.run: interrupted; the job was stopped\n")
+        return 130
     if code != 0:
         sys.stderr.write(f"flowgrad.distributed.run: the job failed (mpirun exit status {code}); "
                          "the failing rank is named above\n")
