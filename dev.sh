@@ -6,6 +6,7 @@
 #                          with clang, and makes a manylinux wheel that a scratch venv installs.
 #                          ARGS go to pytest. This is what CI runs (.ci/run).
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
+#   ./dev.sh stubs         the set-up and CPU-only build, then regenerates python/flowgrad/_core/*.pyi
 # Repeat runs are incremental: build requirements live in .venv, pip builds without isolation, and
 # each configuration keeps its CMake build directory (build/<wheel tag>-cpu, -cuda) and ccache.
 set -euo pipefail
@@ -152,6 +153,11 @@ case "$command" in
   wheel)
     setup test
     make_wheel
+    ;;
+  stubs)  # regenerates python/flowgrad/_core/*.pyi from the built module (tests/test_stubs.py checks them)
+    setup test
+    build install cpu
+    "$PY" scripts/gen_stubs.py
     ;;
   *)
     echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel" >&2

@@ -3,7 +3,6 @@
 
 #include "common.h"
 #include "flowgrad/graph/builder.h"
-#include "flowgrad/distributed/process_group.h"
 #include "flowgrad/graph/builtins.h"
 
 namespace fg::py_bind {
@@ -81,12 +80,6 @@ observe::Trend single_trend(const Graph& g, const Observer& obs, const std::stri
            "s('", tag, "') for its trends");
   g.observed({tag}, obs, what);
   return obs.trend(tag);
-}
-
-// A log line from a collect or record, printed unless on_log callbacks take it.
-void print_progress(Graph& g) {
-  std::string line = g.progress();
-  if (!line.empty() && !g.has_log_callbacks()) py::print(line);
 }
 
 py::dict observation_state(const Observer& obs) {
@@ -186,8 +179,9 @@ void bind_graph_class(py::module_& m) {
       .def_property("parallel", &Graph::parallel, &Graph::set_parallel,
                     "Run independent nodes of a level concurrently on the CPU pool (default True).")
       .def("tagged", &Graph::tagged, py::arg("tag"), "The tagged value of the last forward (detached).")
-      .def("_set_tagged", &Graph::set_tagged, py::arg("tag"), py::arg("value"),
-           "Replaces a tagged value of the last forward (compiled steps deliver theirs this way).")
+      .def("set_tagged", &Graph::set_tagged, py::arg("tag"), py::arg("value"),
+           "Replaces a tagged value of the last forward: collect and tagged then see it (fg.compile's steps "
+           "deliver their tagged values this way).")
       .def("sub", &Graph::sub, py::arg("tag"), "The module of the tagged node (a nested Graph stays observable).")
       .def("traces", &Graph::traces, py::arg("tag"), "Per-iteration outputs of the tagged loop in the last forward.")
       .def("tag_group", &Graph::group, py::arg("name"), "The tags of a tag group (empty when no such group).")
@@ -217,19 +211,16 @@ void bind_graph_class(py::module_& m) {
          "After each flush, prints (or passes to on_log callbacks) a line with these tags' epoch values; "
          "every=N also gives a progress line every N steps (collect/record calls) with the running means.")
       .def("on_log", &Graph::on_log, py::arg("fn"), "fn(line) receives each log line instead of print.")
-      .def("collect", [](Graph& self, py::args tags) {
-        self.collect(strings(tags, "collect"));
-        print_progress(self);
-      },
+      .def("collect", [](Graph& self, py::args tags) { self.collect(strings(tags, "collect")); },
            "Adds the last forward's tagged values (their means) to the batch buffers; stays in C++.")
       .def("record", [](Graph& self, const std::string& tag, py::args values) {
-        FG_CHECK(!values.empty(), Value, "record('", tag, "'): expected at least one value");
+        std::vector<Graph::Recorded> recorded;
         for (py::handle v : values) {
-          if (py::isinstance<Tensor>(v)) self.observer().record(tag, v.cast<Tensor>());
-          else if (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)) self.observer().record(tag, v.cast<double>());
-          else self.observer().record(tag, as_tensor(v));
+          if (py::isinstance<Tensor>(v)) recorded.emplace_back(v.cast<Tensor>());
+          else if (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)) recorded.emplace_back(v.cast<double>());
+          else recorded.emplace_back(as_tensor(v));
         }
-        print_progress(self);
+        self.record(tag, recorded);
       }, py::arg("tag"), "Adds values (numbers or tensors, by their mean) to a tag's batch buffer.")
       .def("collected", [](Graph& self, const std::string& tag) {
         self.observed({tag}, self.observer(), "collected");
@@ -238,19 +229,8 @@ void bind_graph_class(py::module_& m) {
            py::arg("tag"), "The values collected for tag since the last flush.")
       .def("flush", [](Graph& self, py::args tags, const std::string& reduce) {
         FG_CHECK(reduce == "none" || reduce == "mean", Value, "flush: reduce must be 'none' or 'mean', got '", reduce, "'");
-        Observer::Combine over_ranks;
-        if (reduce == "mean" && dist::is_initialized()) {
-          over_ranks = [](std::vector<double>& stats) {
-            Tensor t = Tensor::empty({static_cast<int64_t>(stats.size())}, DType::Float64, cpu_device());
-            std::copy(stats.begin(), stats.end(), t.data<double>());
-            dist::group().all_reduce(t, dist::ReduceOp::Sum)->wait();
-            std::copy_n(t.data<double>(), stats.size(), stats.begin());
-          };
-        }
-        std::string line;
-        py::dict out = flushed_dict(self.flush(strings(tags, "flush"), &line, over_ranks));
-        if (!line.empty() && !self.has_log_callbacks()) py::print(line);
-        return out;
+        return flushed_dict(self.flush(strings(tags, "flush"),
+                                       reduce == "mean" ? observe::Reduce::MeanOverRanks : observe::Reduce::None));
       }, py::kw_only(), py::arg("reduce") = "none",
          "Ends an epoch: each tag's batch mean joins its history; returns {tag: mean}. "
          "reduce='mean' averages over the ranks of fg.distributed (every rank must flush the same tags).")
@@ -319,19 +299,6 @@ void bind_graph_class(py::module_& m) {
       .def("_restore_timings", [](Graph& self, const py::dict& s) { restore_observation(self.timings(), s); })
       .def("dot_with_profile", [](const Graph& self) { return self.dot(true); },
            "DOT with each node's last timing, slower nodes redder.");
-  // Display lives in Python (flowgrad._flow, flowgrad.viz); these forward to it.
-  auto display = [&g](const char* name, const char* doc) {
-    g.def(name, [name](py::object self, py::args rest, py::kwargs options) {
-      return py::module_::import("flowgrad._flow").attr(name)(self, *rest, **options);
-    }, doc);
-  };
-  display("svg", "The graph drawn as SVG by Graphviz's `dot` (written to path when given); FlowgradError without dot.");
-  display("svg_with_profile", "Like svg(), annotated with each node's last profiled time.");
-  display("plot_html", "Writes a self-contained HTML chart of the tags' histories (plot_html(path, *tags)): axes, "
-                       "legend, log-scale toggle, no network needed.");
-  display("plot_timings_html", "Writes an HTML chart of the per-epoch timing histories (plot_timings_html(path, *tags)).");
-  display("_repr_svg_", "Jupyter: the graph as SVG (None without Graphviz).");
-  display("_repr_html_", "Jupyter: the graph as SVG, or its DOT text without Graphviz.");
 }
 
 void bind_builtins(py::module_& m) {
@@ -376,6 +343,10 @@ void bind_graph(py::module_& m) {
     if (PyThread_get_thread_ident() != main_thread) return;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // KeyboardInterrupt after Ctrl-C
+  });
+  graph::set_default_log([](const std::string& line) {
+    py::gil_scoped_acquire gil;
+    py::print(line);
   });
   bind_graph_class(m);
   bind_builder(m);

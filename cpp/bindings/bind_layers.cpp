@@ -33,11 +33,13 @@ Tensors call_released(nn::Module& layer, const Tensors& in) {
 
 void bind_layers(py::module_& m) {
   py::class_<nn::BatchNorm, nn::Module, py::smart_holder>(m, "_BatchNorm")
-      .def_readonly("num_features", &nn::BatchNorm::num_features)
-      .def_readonly("eps", &nn::BatchNorm::eps)
-      .def_readwrite("momentum", &nn::BatchNorm::momentum)
-      .def_readonly("affine", &nn::BatchNorm::affine)
-      .def_readonly("track_running_stats", &nn::BatchNorm::track_running_stats);
+      .def_readonly("num_features", &nn::BatchNorm::num_features, "Channels C normalised.")
+      .def_readonly("eps", &nn::BatchNorm::eps, "Added to the variance before its square root.")
+      .def_readwrite("momentum", &nn::BatchNorm::momentum,
+                     "Weight of each batch in the running statistics (None: cumulative average).")
+      .def_readonly("affine", &nn::BatchNorm::affine, "Whether it has a learned per-channel weight and bias.")
+      .def_readonly("track_running_stats", &nn::BatchNorm::track_running_stats,
+                    "Whether it keeps running_mean/running_var (else eval mode uses batch statistics too).");
   bind_batch_norm<nn::BatchNorm1d>(m, "BatchNorm1d",
       "Batch normalisation of (N, C) or (N, C, L) input per channel; running_mean/running_var buffers "
       "(momentum=None: cumulative average), batch statistics in training, running ones in eval.");
@@ -48,16 +50,16 @@ void bind_layers(py::module_& m) {
       "Group normalisation of (N, C, *) input: channels in num_groups groups, per-channel weight and bias.")
       .def(py::init<int64_t, int64_t, double, bool>(), py::arg("num_groups"), py::arg("num_channels"),
            py::arg("eps") = 1e-5, py::arg("affine") = true)
-      .def_readonly("num_groups", &nn::GroupNorm::num_groups)
-      .def_readonly("num_channels", &nn::GroupNorm::num_channels)
-      .def_readonly("eps", &nn::GroupNorm::eps);
+      .def_readonly("num_groups", &nn::GroupNorm::num_groups, "Groups the channels are split into.")
+      .def_readonly("num_channels", &nn::GroupNorm::num_channels, "Channels C of the input.")
+      .def_readonly("eps", &nn::GroupNorm::eps, "Added to the variance before its square root.");
   py::class_<nn::Recurrent, nn::Module, py::smart_holder>(m, "_Recurrent")
-      .def_readonly("input_size", &nn::Recurrent::input_size)
-      .def_readonly("hidden_size", &nn::Recurrent::hidden_size)
-      .def_readonly("num_layers", &nn::Recurrent::num_layers)
-      .def_readonly("batch_first", &nn::Recurrent::batch_first)
-      .def_readonly("bidirectional", &nn::Recurrent::bidirectional)
-      .def_readwrite("dropout", &nn::Recurrent::dropout);
+      .def_readonly("input_size", &nn::Recurrent::input_size, "Features of each input step.")
+      .def_readonly("hidden_size", &nn::Recurrent::hidden_size, "Features of the hidden state.")
+      .def_readonly("num_layers", &nn::Recurrent::num_layers, "Stacked layers.")
+      .def_readonly("batch_first", &nn::Recurrent::batch_first, "Input and output are (N, L, *) instead of (L, N, *).")
+      .def_readonly("bidirectional", &nn::Recurrent::bidirectional, "Whether each layer also runs backwards in time.")
+      .def_readwrite("dropout", &nn::Recurrent::dropout, "Dropout probability between layers (training only).");
   bind_recurrent<nn::LSTM>(m, "LSTM",
       "Multi-layer LSTM (PyTorch layout, gate order i, f, g, o and parameter names): "
       "lstm(x, (h0, c0)=None) -> (output, (h_n, c_n)).",

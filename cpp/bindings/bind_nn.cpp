@@ -265,8 +265,8 @@ void bind_nn(py::module_& m) {
   auto nn = m;  // layers live beside Module in _core; flowgrad.nn re-exports them
   py::class_<nn::Linear, Module, py::smart_holder>(nn, "Linear", "y = x W^T + b.")
       .def(py::init<int64_t, int64_t, bool>(), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true)
-      .def_readonly("in_features", &nn::Linear::in_features)
-      .def_readonly("out_features", &nn::Linear::out_features);
+      .def_readonly("in_features", &nn::Linear::in_features, "Size of each input's last dim.")
+      .def_readonly("out_features", &nn::Linear::out_features, "Size of each output's last dim.");
   py::class_<nn::Embedding, Module, py::smart_holder>(nn, "Embedding", "Rows of a (num_embeddings, dim) table.")
       .def(py::init<int64_t, int64_t>(), py::arg("num_embeddings"), py::arg("embedding_dim"));
   py::class_<nn::LayerNorm, Module, py::smart_holder>(nn, "LayerNorm", "Layer normalisation with weight and bias.")
@@ -277,7 +277,8 @@ void bind_nn(py::module_& m) {
       .def(py::init([](const py::object& shape, double eps) { return std::make_shared<nn::RMSNorm>(dims_arg(shape), eps); }),
            py::arg("normalized_shape"), py::arg("eps") = 1e-6);
   py::class_<nn::Dropout, Module, py::smart_holder>(nn, "Dropout", "Zeroes entries with probability p in training.")
-      .def(py::init<double>(), py::arg("p") = 0.5).def_readwrite("p", &nn::Dropout::p);
+      .def(py::init<double>(), py::arg("p") = 0.5)
+      .def_readwrite("p", &nn::Dropout::p, "Probability of zeroing each element (in training).");
   py::class_<nn::Conv2d, Module, py::smart_holder>(nn, "Conv2d", "2-D convolution over NCHW input.")
       .def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, bool>(), py::arg("in_channels"),
            py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride") = 1, py::arg("padding") = 0,

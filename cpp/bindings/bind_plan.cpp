@@ -1,5 +1,4 @@
 // Compiled plans (fg.compile builds on these): the tracer as a context manager, and the plan.
-#include <algorithm>
 
 #include "common.h"
 #include "flowgrad/plan/capture.h"
@@ -116,38 +115,8 @@ void bind_plan(py::module_& m) {
       .def("__str__", &plan::Plan::str)
       .def("dot", &plan::Plan::dot, "The plan as a Graphviz DOT graph.")
       .def_property_readonly("device", [](const plan::Plan& p) { return p.device().str(); }, "The plan's device.")
-      .def("stats", [](const plan::Plan& p) {
-             const plan::PlanStats& s = p.stats();
-             py::dict d;
-             d["instructions"] = p.instructions().size();
-             int kernels = 0, runs = 0;  // a fused run is one kernel per tile pass
-             for (const auto& ins : p.instructions()) {
-               kernels += ins.run < 0;
-               runs = std::max(runs, ins.run + 1);
-             }
-             d["kernels"] = kernels + runs;
-             d["fused_runs"] = runs;
-             d["fused"] = s.fused;
-             d["traced"] = s.traced;
-             d["views_folded"] = s.views;
-             d["constants_folded"] = s.folded;
-             d["dead_eliminated"] = s.eliminated;
-             d["common_eliminated"] = s.common;
-             d["transposes_folded"] = s.transposes;
-             d["arena_bytes"] = s.arena_bytes;
-             d["naive_bytes"] = s.naive_bytes;
-             d["cuda_graph"] = s.cuda_graph;
-             d["cuda_graph_replays"] = p.capture().replays();
-             d["cuda_fusion"] = s.cuda_fusion;
-             d["branches"] = s.branches;  // branch instructions (switch, loops, guarded updates)
-             if (p.poisons()) d["poisoned_bytes"] = s.poisoned_bytes;
-             d["allocations"] = s.allocations;  // by the last run's instructions
-             d["host_syncs"] = s.host_syncs;    // host waits on the GPU during the last run
-             py::list allocating;
-             for (int i : s.allocating) allocating.append(py::make_tuple(i, p.instructions()[i].op->name));
-             d["allocating"] = allocating;
-             return d;
-           }, "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
+      .def("stats", [](const plan::Plan& p) { return p.stats().to_map(); },
+           "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
       .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
            "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, "
            "input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it "

@@ -27,10 +27,14 @@ cuda::StreamHandle handle_or_current(const py::handle& stream, int device) {
 void bind_streams(py::module_& m) {
   using cuda::Event;
   using cuda::Stream;
-  py::class_<Stream, std::shared_ptr<Stream>>(m, "Stream",
+  // Both classes exist before any method is bound, so signatures name the Python types.
+  py::class_<Stream, std::shared_ptr<Stream>> stream(m, "Stream",
       "A CUDA stream: kernels queued on one stream run in order; different streams may overlap. Make it "
-      "current with `with fg.cuda.stream(s):`.")
-      .def(py::init([](const py::object& device, int priority) {
+      "current with `with fg.cuda.stream(s):`.");
+  py::class_<Event, std::shared_ptr<Event>> event(m, "Event",
+      "A CUDA event: marks a point in a stream's work; other streams can wait for it, the host can wait for "
+      "it, and two timing events measure the GPU time between them.");
+  stream.def(py::init([](const py::object& device, int priority) {
              return cuda::create_stream(cuda_index(device, "fg.cuda.Stream"), priority);
            }), py::arg("device") = py::none(), py::arg("priority") = 0,
            "A new stream on a CUDA device (lower priority numbers run first).")
@@ -48,11 +52,12 @@ void bind_streams(py::module_& m) {
              e.record(other.handle);
              e.wait(s.handle);
            }, py::arg("stream"), "Work queued on this stream from now on waits for the work queued on `stream` so far.")
-      .def("record_event", [](const Stream& s, std::shared_ptr<Event> e) {
+      .def("record_event", [](const Stream& s, std::optional<std::shared_ptr<Event>> given) {
+             std::shared_ptr<Event> e = given.value_or(nullptr);
              if (!e) e = std::make_shared<Event>(s.device, false);
              e->record(s.handle);
              return e;
-           }, py::arg("event") = nullptr, "Records an event (a new one when None) on the stream and returns it.")
+           }, py::arg("event") = py::none(), "Records an event (a new one when None) on the stream and returns it.")
       .def("__eq__", [](const Stream& a, const py::object& b) {
              if (!py::isinstance<Stream>(b)) return false;
              const auto& s = b.cast<const Stream&>();
@@ -63,10 +68,7 @@ void bind_streams(py::module_& m) {
              return "<fg.cuda.Stream device=cuda:" + std::to_string(s.device) + " cuda_stream=" + std::to_string(s.handle) + ">";
            });
 
-  py::class_<Event, std::shared_ptr<Event>>(m, "Event",
-      "A CUDA event: marks a point in a stream's work; other streams can wait for it, the host can wait for "
-      "it, and two timing events measure the GPU time between them.")
-      .def(py::init([](bool enable_timing, const py::object& device) {
+  event.def(py::init([](bool enable_timing, const py::object& device) {
              return std::make_shared<Event>(cuda_index(device, "fg.cuda.Event"), enable_timing);
            }), py::arg("enable_timing") = false, py::arg("device") = py::none(),
            "A new event; enable_timing=True lets elapsed_time measure it.")

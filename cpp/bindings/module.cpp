@@ -74,10 +74,10 @@ void bind_dtypes(py::module_& m) {
 
   py::class_<Device>(m, "device", "A device: fg.device('cpu'), fg.device('cuda:0').")
       .def(py::init([](const py::object& spec) { return device_arg(spec); }), py::arg("spec"))
-      .def_property_readonly("type", [](const Device& d) { return d.is_cpu() ? "cpu" : "cuda"; })
+      .def_property_readonly("type", [](const Device& d) { return d.is_cpu() ? "cpu" : "cuda"; }, "'cpu' or 'cuda'.")
       .def_property_readonly("index", [](const Device& d) -> py::object {
         return d.is_cpu() ? py::object(py::none()) : py::object(py::int_(d.index));
-      })
+      }, "The CUDA device number (None for the CPU).")
       .def("__eq__", [](const Device& d, const py::object& o) {
         if (py::isinstance<Device>(o) || py::isinstance<py::str>(o)) return d == device_arg(o);
         return false;

@@ -56,7 +56,8 @@ def _dot_to_svg(dot_text, path, what):
 
 
 def svg(self, path=None):
-    """The graph drawn as SVG by Graphviz's `dot` (also written to path when given)."""
+    """The graph drawn as SVG by Graphviz's `dot` (also written to path when given); FlowgradError
+    without `dot`."""
     return _dot_to_svg(self.dot(), path, "svg")
 
 
@@ -74,17 +75,20 @@ def plot_html(self, path, *tags):
 
 
 def plot_timings_html(self, path, *tags):
-    """Writes an HTML chart of the per-epoch timing histories (seconds)."""
+    """Writes an HTML chart of the per-epoch timing histories in seconds (all timed tags when none
+    are given)."""
     series = viz.series_of(self._timing_state(), self._observed("plot_timings_html", *tags))
     with open(path, "w", encoding="utf-8") as f:
         f.write(viz.html_page(series, "flowgrad node timings", y_label="seconds"))
 
 
 def _repr_svg_(self):
+    """Jupyter: the graph as SVG (None without Graphviz)."""
     return _dot_to_svg(self.dot(), None, "svg") if shutil.which("dot") else None
 
 
 def _repr_html_(self):
+    """Jupyter: the graph as SVG, or its DOT text without Graphviz."""
     svg = _repr_svg_(self)
     if svg is not None:
         return svg
@@ -105,6 +109,13 @@ def _group_svg(self):
     return viz.svg_chart({str(i): _trend_series(t) for i, t in enumerate(self)}, f"TrendGroup ({len(self)} trends)")
 
 
+# Display is Python's: attached here to the C++ classes (the bindings stay argument conversion).
+Graph.svg = svg
+Graph.svg_with_profile = svg_with_profile
+Graph.plot_html = plot_html
+Graph.plot_timings_html = plot_timings_html
+Graph._repr_svg_ = _repr_svg_
+Graph._repr_html_ = _repr_html_
 Trend._repr_svg_ = _trend_svg
 Trend._repr_html_ = _trend_svg
 TrendGroup._repr_svg_ = _group_svg

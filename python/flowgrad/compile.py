@@ -106,34 +106,11 @@ class CompiledStep(_PlanViews):
         self._plans = {}
         self._plan = self._build(_as_tensors(example_inputs, "compile"))
 
-    def _state(self):
-        if self.optimizer is None:
-            return []
-        state = []
-        for i in range(len(self.optimizer.param_groups)):
-            for tensors in self.optimizer._group_state(i)[1:]:  # creates missing state before tracing
-                state += [t for t in tensors if t is not None]
-        return state
-
-    def _state_names(self):
-        """Labels for the optimizer's tensors in the plan's text: 'exp_avg[3]' (parameter 3), 'hyper0'."""
-        if self.optimizer is None:
-            return []
-        names, index = [], 0
-        for i, group in enumerate(self.optimizer.param_groups):
-            names.append((f"hyper{i}", self.optimizer._hyper_tensor(i)))
-            _, *lists = self.optimizer._group_state(i)
-            for key, tensors in zip(self.optimizer._state_keys, lists):
-                names += [(f"{key}[{index + k}]", t) for k, t in enumerate(tensors) if t is not None]
-            index += len(group["params"])
-        return names
-
     def _build(self, inputs):
         model_inputs, targets = (inputs[:-1], inputs[-1:]) if self.loss_fn is not None else (inputs, [])
         opt = self.optimizer
-        state = self._state()
-        if opt is not None:
-            opt._write_hypers()  # hyper-parameter tensors exist (and are read in place) before the trace
+        # Creates missing state and the hyper-parameter tensors (read in place) before the trace.
+        state, state_names = opt.plan_state() if opt is not None else ([], [])
         buffers = [b for _, b in self.model.named_buffers()] if hasattr(self.model, "named_buffers") else []
 
         def step(tracer):
@@ -152,24 +129,12 @@ class CompiledStep(_PlanViews):
             grads = [g if g is None else g.contiguous() for g in _grad([loss], self._params, allow_unused=True)]
             grads = average(self._params, grads)
             if opt is not None:
-                saved = [p.grad for p in self._params]
-                # Plans record one update op per parameter, the form their passes and text know
-                # (sgd_update_multi / adam_update_multi serve eager steps).
-                foreach, opt.foreach = opt.foreach, False
-                try:
-                    for p, g in zip(self._params, grads):
-                        p.grad = g
-                    for i in range(len(opt.param_groups)):
-                        opt._update(i)
-                finally:
-                    opt.foreach = foreach
-                    for p, g in zip(self._params, saved):
-                        p.grad = g
+                opt.traced_step(grads)
             return loss, grads
 
         tracer, (loss, grads) = _Traced(self._params + state + buffers)(step)
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
-        names = list(self.model.named_parameters()) + self._state_names()
+        names = list(self.model.named_parameters()) + state_names
         self._tagged = _tagged_values(self.model)
         outputs = [loss] + [value for _, _, value in self._tagged]
         plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers)
@@ -210,17 +175,17 @@ class CompiledStep(_PlanViews):
     def _step(self, inputs, timings):
         inputs = _as_tensors(inputs, "compiled step")
         plan = self._plan_for(inputs)
-        if self.optimizer is not None:
-            self.optimizer._write_hypers()
-        if timings is None:
-            loss, *tagged = plan.run(inputs)
-        else:
-            (loss, *tagged), ms = plan.run_profiled(inputs)
+
+        def run():
+            if timings is None:
+                return plan.run(inputs)
+            outputs, ms = plan.run_profiled(inputs)
             timings.extend(ms)
-        if self.optimizer is not None:
-            self.optimizer._after_step()
+            return outputs
+
+        loss, *tagged = run() if self.optimizer is None else self.optimizer.run_compiled(run)
         for (graph, tag, _), value in zip(self._tagged, tagged):
-            graph._set_tagged(tag, value)  # g.collect / g.tagged see this call's values
+            graph.set_tagged(tag, value)  # g.collect / g.tagged see this call's values
         return loss
 
     def forward_plan(self, *example_inputs):
@@ -269,7 +234,7 @@ def _tagged_values(model):
 def _gradient_sync(model):
     """A block that yields `average(params, grads)`: DistributedDataParallel's gradient all-reduce
     as traced ops; the gradients as they are for other models."""
-    sync = getattr(model, "_traced_sync", None)
+    sync = getattr(model, "traced_sync", None)
     return sync() if sync is not None else contextlib.nullcontext(lambda params, grads: grads)
 
 

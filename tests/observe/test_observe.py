@@ -86,6 +86,18 @@ def test_flush_callbacks_and_log(capsys):
     assert lines[0].startswith("epoch 2/3  loss 0.25  (") and capsys.readouterr().out == ""
 
 
+def test_progress_lines_print_without_on_log_callbacks(capsys):
+    g = graph()
+    g.log("loss", total_epochs=2, every=2)
+    g.record("loss", 1.0, fg.tensor([2.0, 4.0]))  # a number and a tensor (its mean): two steps
+    assert capsys.readouterr().out.startswith("epoch 1/2  step 2  loss 2  (")
+    g.record("loss", 6.0)
+    assert capsys.readouterr().out == ""  # step 3: no line
+    assert g.collected("loss") == [1.0, 3.0, 6.0]
+    with pytest.raises(fg.InvalidArgumentError, match=r"record\('loss'\): expected at least one value"):
+        g.record("loss")
+
+
 def test_elapsed_eta_and_durations(monkeypatch):
     g = graph()
     assert g.elapsed() == 0.0 and g.eta(10) == 0.0 and g.last_flush_duration() == 0.0

@@ -62,11 +62,10 @@ def test_the_step_runs_the_op_its_mode_names(foreach, expected):
     params = make_params("cpu", fg.float32, seed=1, shapes=[(3, 2), (2,)])
     set_grads(params, 0)
     opt = fg.optim.Adam(params, foreach=foreach)
-    opt._write_hypers()
-    state = [t for s in opt._group_state(0)[1:] for t in s]
+    state, _ = opt.plan_state()
     tracer = fg._core.plan.Tracer()
     with tracer:
-        opt._update(0)
+        opt._update(0, opt.foreach)
     text = str(fg._core.plan.Plan(tracer, [], [], [], [], params + state))
     assert expected in text and text.count("adam_update") == (1 if foreach else 2)
 

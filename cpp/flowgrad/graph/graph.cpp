@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 ReleaseInterpreter g_release = nullptr;
 std::atomic<ControlFlow*> g_control_flow{nullptr};
 CheckInterrupt g_interrupt = nullptr;
+DefaultLog g_default_log = nullptr;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -67,6 +68,7 @@ void set_release_interpreter(ReleaseInterpreter fn) { g_release = fn; }
 ControlFlow* control_flow() { return g_control_flow.load(); }
 void set_control_flow(ControlFlow* cf) { g_control_flow = cf; }
 void set_interrupt_check(CheckInterrupt fn) { g_interrupt = fn; }
+void set_default_log(DefaultLog fn) { g_default_log = fn; }
 
 const char* kind_name(NodeKind kind) {
   switch (kind) {
@@ -575,18 +577,21 @@ void Graph::collect(const std::vector<std::string>& tags) {
              "'): the tag has no value yet: run the graph first");
     observer_.record(tag, last_[id]);
   }
+  log_progress();
 }
 
-std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, std::string* line,
-                                                         const observe::Observer::Combine& combine) {
+void Graph::record(const std::string& tag, const std::vector<Recorded>& values) {
+  FG_CHECK(!values.empty(), Value, "record('", tag, "'): expected at least one value");
+  for (const Recorded& v : values) std::visit([&](const auto& x) { observer_.record(tag, x); }, v);
+  log_progress();
+}
+
+std::vector<std::pair<std::string, double>> Graph::flush(const std::vector<std::string>& tags, observe::Reduce reduce) {
   std::vector<std::string> chosen = observed(tags, observer_, "flush");
   if (logging_) observed(log_tags_, observer_, "log");  // log() may name tags recorded later: checked now
-  auto flushed = observer_.flush(chosen, combine);
+  auto flushed = observer_.flush(chosen, reduce);
   last_progress_step_ = 0;
-  if (logging_) {
-    *line = observer_.log_line(observer_.flush_count(), log_total_, log_tags_);
-    for (auto& fn : log_callbacks_) fn(*line);
-  }
+  if (logging_) emit_log(observer_.log_line(observer_.flush_count(), log_total_, log_tags_));
   return flushed;
 }
 
@@ -599,14 +604,18 @@ void Graph::log(const std::vector<std::string>& tags, int64_t total_epochs, int6
   log_every_ = every;
 }
 
-std::string Graph::progress() {
-  if (!logging_ || log_every_ == 0) return "";
+void Graph::emit_log(const std::string& line) const {
+  for (const auto& fn : log_callbacks_) fn(line);
+  if (log_callbacks_.empty() && g_default_log) g_default_log(line);
+}
+
+// The progress line when the open batch reached a multiple of log(every=N) steps.
+void Graph::log_progress() {
+  if (!logging_ || log_every_ == 0) return;
   int64_t step = observer_.pending_steps(log_tags_);
-  if (step == last_progress_step_ || step % log_every_ != 0) return "";
+  if (step == last_progress_step_ || step % log_every_ != 0) return;
   last_progress_step_ = step;
-  std::string line = observer_.progress_line(step, log_total_, log_tags_);
-  for (auto& fn : log_callbacks_) fn(line);
-  return line;
+  emit_log(observer_.progress_line(step, log_total_, log_tags_));
 }
 
 double Graph::timing(const std::string& tag) const {

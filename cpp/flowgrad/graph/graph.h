@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "flowgrad/nn/module.h"
@@ -115,23 +116,23 @@ class Graph : public nn::Module {
 
   // Observation: values collected from tags or recorded, flushed to per-epoch histories.
   observe::Observer& observer() { return observer_; }
+  // collect and record add to the batch buffers, then log a progress line when log(every=N)
+  // asks for one.
   void collect(const std::vector<std::string>& tags);  // none: every tag
+  using Recorded = std::variant<double, Tensor>;  // a number, or a tensor (by its mean)
+  void record(const std::string& tag, const std::vector<Recorded>& values);
   // `tags_or_groups` expanded, each checked to be a graph tag or a tag recorded in `obs`:
   // GraphError naming `what`, the unknown tag and the known ones, closest first.
   std::vector<std::string> observed(const std::vector<std::string>& tags_or_groups,
                                     const observe::Observer& obs, const char* what) const;
-  // Flushes the observer (tag groups expand). With logging on, the epoch's line goes to the
-  // on_log callbacks and into *line.
-  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags, std::string* line,
-                                                    const observe::Observer::Combine& combine = nullptr);
+  // Flushes the observer (tag groups expand). With logging on, the epoch's line is logged.
+  std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags,
+                                                    observe::Reduce reduce = observe::Reduce::None);
   // none: every flushed tag. every > 0 also logs a progress line every `every` steps (values
-  // in the open batch) within an epoch; see progress().
+  // in the open batch) within an epoch.
   void log(const std::vector<std::string>& tags, int64_t total_epochs, int64_t every = 0);
-  // After a collect or record: the progress line when a multiple of log(every=N) steps is
-  // reached (also sent to the on_log callbacks), else "".
-  std::string progress();
+  // Log lines go to the on_log callbacks, or to the default log (set_default_log) without any.
   void on_log(std::function<void(const std::string&)> fn) { log_callbacks_.push_back(std::move(fn)); }
-  bool has_log_callbacks() const { return !log_callbacks_.empty(); }
 
   // Profiling (off by default; costs one branch per node when off).
   bool profiling() const { return profiling_; }
@@ -174,6 +175,8 @@ class Graph : public nn::Module {
   int64_t log_total_ = 0;
   int64_t log_every_ = 0, last_progress_step_ = 0;
   std::vector<std::function<void(const std::string&)>> log_callbacks_;
+  void emit_log(const std::string& line) const;
+  void log_progress();
   bool profiling_ = false;
   Profile profile_;
   std::vector<std::function<void(const Profile&)>> profile_callbacks_;
@@ -193,5 +196,8 @@ void set_release_interpreter(ReleaseInterpreter fn);
 // throws when the user asked to stop (Ctrl-C), so a long forward can be interrupted.
 using CheckInterrupt = void (*)();
 void set_interrupt_check(CheckInterrupt fn);
+// And where a graph's log lines go when it has no on_log callbacks (Python's print).
+using DefaultLog = void (*)(const std::string& line);
+void set_default_log(DefaultLog fn);
 
 }  // namespace fg::graph

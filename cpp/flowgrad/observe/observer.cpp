@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
+#include "flowgrad/distributed/process_group.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::observe {
@@ -15,6 +16,15 @@ namespace {
 
 double seconds_between(Observer::Clock::time_point a, Observer::Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// Replaces this process's values by their sums over every rank (no-op outside fg.distributed).
+void sum_over_ranks(std::vector<double>& values) {
+  if (!dist::is_initialized()) return;
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::Float64, cpu_device());
+  std::copy(values.begin(), values.end(), t.data<double>());
+  dist::group().all_reduce(t, dist::ReduceOp::Sum)->wait();
+  std::copy_n(t.data<double>(), values.size(), values.begin());
 }
 
 std::string number(double v) {
@@ -143,7 +153,7 @@ std::vector<std::string> Observer::chosen(const std::vector<std::string>& tags) 
 }
 
 std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<std::string>& tags,
-                                                              const Combine& combine) {
+                                                              Reduce reduce) {
   start_clock();
   flush_times_.push_back(Clock::now());
   int64_t epoch = flush_count();
@@ -167,7 +177,7 @@ std::vector<std::pair<std::string, double>> Observer::flush(const std::vector<st
     s.pending.clear();
     s.pending_device.clear();
   }
-  if (combine) combine(stats);
+  if (reduce == Reduce::MeanOverRanks) sum_over_ranks(stats);
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& tag = names[i];
     if (stats[2 * i + 1] == 0) continue;

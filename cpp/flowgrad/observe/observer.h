@@ -19,6 +19,9 @@ namespace fg::observe {
 // suggestions of an unknown-tag error.
 std::vector<std::string> closest_first(const std::string& name, std::vector<std::string> names);
 
+// How flush() combines batch means across the processes of fg.distributed.
+enum class Reduce { None, MeanOverRanks };
+
 class Observer {
  public:
   using Clock = std::chrono::steady_clock;
@@ -28,12 +31,11 @@ class Observer {
   std::vector<double> collected(const std::string& tag) const;  // the unflushed batch
 
   // Appends the batch means of `tags` (every tag with pending values when empty) to their
-  // histories, one epoch stamp for all, and returns them in tag order.
-  // combine (optional) receives this process's [sum, count] per flushed tag, in order, and
-  // replaces them with the totals over every process (fg.distributed), so that all agree.
-  using Combine = std::function<void(std::vector<double>& sums_and_counts)>;
+  // histories, one epoch stamp for all, and returns them in tag order. Reduce::MeanOverRanks
+  // sums every rank's [sum, count] per tag (one all-reduce when fg.distributed is initialized)
+  // so that all ranks agree on the means; every rank must then flush the same tags.
   std::vector<std::pair<std::string, double>> flush(const std::vector<std::string>& tags,
-                                                    const Combine& combine = nullptr);
+                                                    Reduce reduce = Reduce::None);
   void on_flush(std::function<void(const std::vector<std::pair<std::string, double>>&)> fn) {
     flush_callbacks_.push_back(std::move(fn));
   }

@@ -1,6 +1,7 @@
 // The executor: inputs copied into their slots, then a flat loop of kernel calls over tensors
 // bound once to planned memory (no shape rule, no allocation, no autograd per call). Also the
 // plan's text and DOT forms.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -85,6 +86,35 @@ bool Plan::up_to_date() const {
 }
 
 Tensors Plan::run(const Tensors& inputs) { return run_with(inputs, nullptr); }
+
+PlanStats Plan::stats() const {
+  PlanStats s = stats_;
+  s.instructions = static_cast<int64_t>(code_.size());
+  for (const Instruction& ins : code_) {
+    s.kernels += ins.run < 0;
+    s.fused_runs = std::max<int64_t>(s.fused_runs, ins.run + 1);
+  }
+  s.kernels += s.fused_runs;
+  s.cuda_graph_replays = static_cast<int64_t>(capture_->replays());
+  s.poisons = poison_;
+  for (int i : s.allocating) s.allocating_ops.emplace_back(i, code_[i].op->name);
+  return s;
+}
+
+std::map<std::string, StatValue> PlanStats::to_map() const {
+  auto count = [](auto n) { return StatValue(static_cast<int64_t>(n)); };
+  std::map<std::string, StatValue> out{
+      {"instructions", count(instructions)}, {"kernels", count(kernels)}, {"fused_runs", count(fused_runs)},
+      {"fused", count(fused)}, {"traced", count(traced)}, {"views_folded", count(views)},
+      {"constants_folded", count(folded)}, {"dead_eliminated", count(eliminated)},
+      {"common_eliminated", count(common)}, {"transposes_folded", count(transposes)},
+      {"arena_bytes", count(arena_bytes)}, {"naive_bytes", count(naive_bytes)}, {"cuda_graph", cuda_graph},
+      {"cuda_graph_replays", count(cuda_graph_replays)}, {"cuda_fusion", cuda_fusion},
+      {"branches", count(branches)}, {"allocations", count(allocations)}, {"allocating", allocating_ops},
+      {"host_syncs", count(host_syncs)}};
+  if (poisons) out.emplace("poisoned_bytes", count(poisoned_bytes));
+  return out;
+}
 Tensors Plan::run_profiled(const Tensors& inputs, std::vector<double>* ms) { return run_with(inputs, ms); }
 
 void Plan::load_inputs(const Tensors& inputs) {

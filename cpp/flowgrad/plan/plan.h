@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "flowgrad/core/allocator.h"
@@ -228,6 +230,9 @@ Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
                       bool attrs_change);
 
+// One entry of PlanStats::to_map(): a count, a description, or (instruction, op name) pairs.
+using StatValue = std::variant<int64_t, std::string, std::vector<std::pair<int64_t, std::string>>>;
+
 struct PlanStats {
   int branches = 0;
   size_t poisoned_bytes = 0;  // FLOWGRAD_DEBUG_PLAN: bytes filled with NaN so far
@@ -238,6 +243,14 @@ struct PlanStats {
   uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;          // instructions of the last run that allocated
   int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
+  // Filled by Plan::stats() from the program and its capture:
+  int64_t instructions = 0, kernels = 0, fused_runs = 0;  // a fused run is one kernel per tile pass
+  int64_t cuda_graph_replays = 0;
+  bool poisons = false;  // FLOWGRAD_DEBUG_PLAN: poisoned_bytes is reported
+  std::vector<std::pair<int64_t, std::string>> allocating_ops;  // (instruction, op name)
+
+  // Everything by the names fg.compile's step.stats uses ("views_folded", "arena_bytes", ...).
+  std::map<std::string, StatValue> to_map() const;
 };
 
 // What the caller declares about a traced step.
@@ -268,7 +281,7 @@ class Plan {
 
   const std::vector<Instruction>& instructions() const { return code_; }
   const std::vector<Buffer>& buffers() const { return buffers_; }
-  const PlanStats& stats() const { return stats_; }
+  PlanStats stats() const;  // the build's counts plus those of the program and its capture
   Device device() const { return device_; }
   bool poisons() const { return poison_; }  // FLOWGRAD_DEBUG_PLAN was set when it was built
   std::string str() const;

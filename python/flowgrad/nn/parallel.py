@@ -47,11 +47,13 @@ class DistributedDataParallel(_core.Module):
         return out
 
     @contextlib.contextmanager
-    def _traced_sync(self):
-        """fg.compile traces the step inside this block: the forward arms no hooks (autograd.grad
-        leaves .grad alone) and the yielded function averages the traced gradients with
-        registry ops the plan records. Per bucket (the eager reducer's buckets): the gradients
-        packed into one flat tensor, one all_reduce_ ('avg') in place, then views of it."""
+    def traced_sync(self):
+        """For compiling a step (fg.compile uses it): a block to trace the step in, yielding
+        ``average(params, grads) -> grads``. Inside it the forward arms no backward hooks (so
+        ``autograd.grad`` leaves .grad alone), and `average` returns the gradients averaged over
+        ranks by registry ops a tracer records: per bucket of the eager reducer, the gradients
+        packed into one flat tensor, one in-place ``all_reduce_`` ('avg'), then views of it. A
+        None gradient stays None (its parameter adds zeros to its bucket)."""
         previous, self._sync = self._sync, False
         try:
             yield self._average_traced

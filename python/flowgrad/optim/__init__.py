@@ -147,8 +147,56 @@ class Optimizer:
         """One update of every parameter that has a gradient."""
         self._write_hypers()
         for i in range(len(self.param_groups)):
-            self._update(i)
+            self._update(i, self.foreach)
         self._after_step()
+
+    # The hooks fg.compile uses: the state a plan reads and writes, the update ops it records,
+    # and the frame around each run of the plan.
+
+    def plan_state(self):
+        """For compiling a step: ``(state, names)``. `state` lists the tensors the update ops change
+        in place (momentum buffers, Adam moments and step counters), creating missing ones; `names`
+        labels those and each group's hyper-parameter tensor for the plan's text, as
+        ``(label, tensor)`` pairs: ``'exp_avg[3]'`` belongs to parameter 3 (counted over
+        param_groups), ``'hyper0'`` holds group 0's options. The hyper-parameter tensors exist and
+        hold the current options on return."""
+        state, names, index = [], [], 0
+        for i, group in enumerate(self.param_groups):
+            _, *lists = self._group_state(i)
+            for key, tensors in zip(self._state_keys, lists):
+                pairs = [(f"{key}[{index + k}]", t) for k, t in enumerate(tensors) if t is not None]
+                state += [t for _, t in pairs]
+                names += pairs
+            index += len(group["params"])
+        self._write_hypers()
+        names = [(f"hyper{i}", self._hyper_tensor(i)) for i in range(len(self.param_groups))] + names
+        return state, names
+
+    def traced_step(self, grads):
+        """For compiling a step: runs the update ops for `grads`, one gradient (or None) per
+        parameter of param_groups in order, as a tracer records them: one update op per parameter
+        (whatever `foreach` says, the form plans know). Each parameter's .grad is left as it was."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        if len(grads) != len(params):
+            raise _invalid(f"{type(self).__name__}.traced_step: got {len(grads)} gradients for {len(params)} parameters")
+        saved = [p.grad for p in params]
+        try:
+            for p, g in zip(params, grads):
+                p.grad = g
+            for i in range(len(self.param_groups)):
+                self._update(i, False)
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+
+    def run_compiled(self, run):
+        """For running a compiled step: ``run()`` performs this optimizer's updates (a plan that
+        recorded traced_step). Writes the current options first (a scheduler may have changed
+        them), does the host bookkeeping of a step after, and returns what run returned."""
+        self._write_hypers()
+        out = run()
+        self._after_step()
+        return out
 
 
 class SGD(Optimizer):
@@ -181,10 +229,10 @@ class SGD(Optimizer):
         return [group["lr"], group["momentum"], group["dampening"], group["weight_decay"],
                 float(group["nesterov"]), float(id(group) in self._fresh)]
 
-    def _update(self, index):
+    def _update(self, index, foreach):
         params, bufs = self._group_state(index)
         _core.optim.sgd_step(params, bufs if self.param_groups[index]["momentum"] != 0 else [],
-                             self._hyper_tensor(index), foreach=self.foreach)
+                             self._hyper_tensor(index), foreach=foreach)
 
     def _after_step(self):
         self._fresh.clear()
@@ -221,9 +269,9 @@ class Adam(Optimizer):
         b1, b2 = group["betas"]
         return [group["lr"], b1, b2, group["eps"], group["weight_decay"], float(self._decoupled)]
 
-    def _update(self, index):
+    def _update(self, index, foreach):
         params, m1, m2, steps = self._group_state(index)
-        _core.optim.adam_step(params, m1, m2, steps, self._hyper_tensor(index), foreach=self.foreach)
+        _core.optim.adam_step(params, m1, m2, steps, self._hyper_tensor(index), foreach=foreach)
 
 
 class AdamW(Adam):
