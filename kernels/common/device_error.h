@@ -27,7 +27,7 @@ struct IndexErrorSink {
 };
 
 #if defined(FLOWGRAD_HAVE_CUDA)
-// The sink of the current device (allocated on first use: warm up before capturing a graph).
+// The sink of the current device (allocated on first use; CUDA graph capture makes it first).
 IndexErrorSink index_error_sink();
 // Raises the IndexError a kernel reported since the last call (and clears it). Host only; the
 // caller has synchronised with the device.

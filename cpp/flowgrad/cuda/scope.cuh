@@ -6,9 +6,12 @@
 
 namespace fg::cuda {
 
-// Raises a DeviceError naming the call and CUDA's message unless `err` is cudaSuccess.
+// Raises a DeviceError naming the call and CUDA's message unless `err` is cudaSuccess. The error
+// is cleared first (if it is not sticky): it is reported here, not again by the next launch check.
 inline void check(cudaError_t err, const char* what) {
-  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  fail(ErrorKind::Device, what, ": ", cudaGetErrorString(err));
 }
 
 // Makes `device` current for the scope (allocations, copies, stream and event calls act on the
