@@ -194,7 +194,7 @@ void bind_plan(py::module_& m) {
              "set_fused_fault: stage must be 'none', 'load', 'launch' or 'legacy_stream', got '", stage, "'");
     plan::set_fused_fault(it->second);
   }, py::arg("stage"),
-  "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (a truncated image) or "
+  "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or "
   "'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy "
   "default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.");
   pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");

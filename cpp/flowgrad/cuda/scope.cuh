@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg::cuda {
 
@@ -16,18 +17,6 @@ inline void check(cudaError_t err, const char* what) {
 
 // Makes `device` current for the scope (allocations, copies, stream and event calls act on the
 // right GPU), then restores the previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    cudaGetDevice(&previous_);
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using DeviceScope = DeviceGuard;
 
 }  // namespace fg::cuda

@@ -100,7 +100,7 @@ bool capturing(StreamHandle stream) {
 
 DeviceGuard::DeviceGuard(int device) {
   int current = 0;
-  check(cudaGetDevice(&current), "cudaGetDevice");
+  cudaGetDevice(&current);
   if (current == device) return;
   check(cudaSetDevice(device), "cudaSetDevice");
   previous_ = current;

@@ -404,14 +404,19 @@ class ContextScope {
  public:
   explicit ContextScope(void* context) {
     check(driver().ctx_get_current(&previous_), "cuCtxGetCurrent");
-    if (previous_ != context) check(driver().ctx_set_current(context), "cuCtxSetCurrent");
+    if (previous_ == context) return;
+    check(driver().ctx_set_current(context), "cuCtxSetCurrent");
+    changed_ = true;
   }
-  ~ContextScope() { driver().ctx_set_current(previous_); }
+  ~ContextScope() {
+    if (changed_) driver().ctx_set_current(previous_);
+  }
   ContextScope(const ContextScope&) = delete;
   ContextScope& operator=(const ContextScope&) = delete;
 
  private:
   void* previous_ = nullptr;
+  bool changed_ = false;
 };
 
 FusedFault g_fault = FusedFault::None;
@@ -470,10 +475,11 @@ std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, co
   auto f = std::make_shared<FusedModule>();
   f->context = primary_context(device);
   ContextScope on_device(f->context);
-  // The fault test loads a truncated image: the driver rejects it as it would a broken one.
-  std::string image = g_fault == FusedFault::Load ? binary.image.substr(0, 16) : binary.image;
+  // The fault test loads text that is neither a CUBIN nor valid PTX: the driver rejects it as
+  // it would a broken module (a complete C string, so the driver reads nothing past it).
+  const char* image = g_fault == FusedFault::Load ? "not a module" : binary.image.c_str();
   void* module = nullptr;
-  check(d.module_load_data(&module, image.c_str()), "cuModuleLoadData");
+  check(d.module_load_data(&module, image), "cuModuleLoadData");
   f->module = std::shared_ptr<void>(module, [unload = d.module_unload](void* m) { unload(m); });
   check(d.module_function(&f->function, module, kernel.name.c_str()), "cuModuleGetFunction");
   return f;

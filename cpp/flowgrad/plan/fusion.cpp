@@ -44,6 +44,19 @@ int broadcast_dims(const Value& v, const Dims& shape) {
   return k;
 }
 
+// Why fused CUDA runs cannot be used ("not used: ..."), else "" and the architecture of the plan's
+// device (not of whichever device is current) in *arch.
+std::string cuda_fusion_blocker(int device, int* arch) {
+  std::string why = cuda_fusion_unavailable();
+  if (!why.empty()) return "not used: " + why;
+  try {
+    *arch = cuda_arch(device);
+  } catch (const Error& e) {
+    return std::string("not used: ") + e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 // How many leading dims of `shape` the instruction can be tiled over (0: it cannot join a run
@@ -63,15 +76,7 @@ void Plan::fuse() {
   const bool cuda = !device_.is_cpu();
   int arch = 0;
   std::string target;  // what NVRTC made: "CUBIN for sm_90", ...
-  if (cuda) {
-    stats_.cuda_fusion = cuda_fusion_unavailable();
-    if (stats_.cuda_fusion.empty()) try {
-        arch = cuda_arch(device_.index);  // the plan's device, whichever is current
-      } catch (const Error& e) {
-        stats_.cuda_fusion = e.what();
-      }
-    if (!stats_.cuda_fusion.empty()) return void(stats_.cuda_fusion = "not used: " + stats_.cuda_fusion);
-  }
+  if (cuda && !(stats_.cuda_fusion = cuda_fusion_blocker(device_.index, &arch)).empty()) return;
   const int end = static_cast<int>(code_.size());
   for (int i = 0; i < end;) {
     const Dims shape = code_[i].out.empty() ? Dims{} : code_[i].out[0].shape;

@@ -208,7 +208,7 @@ int cuda_arch(int device);  // of cuda:<device>: 80, 90, ...
 std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, const FusedBinary& binary);
 Launch bind_fused(const std::shared_ptr<const void>& loaded, const FusedKernel& kernel,
                   const std::vector<void*>& pointers);
-// Fault injection for tests: a truncated image at load, a 0-block grid at launch (the real
+// Fault injection for tests: an image that is no module at load, a 0-block grid at launch (the real
 // driver call fails, and the run falls back), or launches on the legacy stream (review finding
 // F1: the capture self-check must refuse the graph).
 enum class FusedFault { None, Load, Launch, LegacyStream };
