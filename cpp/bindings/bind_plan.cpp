@@ -1,4 +1,6 @@
 // Compiled plans (fg.compile builds on these): the tracer as a context manager, and the plan.
+#include <algorithm>
+#include <map>
 
 #include "common.h"
 #include "flowgrad/plan/capture.h"
@@ -152,6 +154,29 @@ void bind_plan(py::module_& m) {
     py::gil_scoped_release release;
     return plan::compile_ptx(source, name, arch);
   }, py::arg("source"), py::arg("name"), py::arg("arch"), "PTX of CUDA source compiled by NVRTC for compute_<arch>.");
+  pm.def("nvrtc_archs", &plan::nvrtc_archs, "The GPU architectures (80, 90, ...) NVRTC can compile SASS for.");
+  pm.def("compile_fused", [](const std::string& source, const std::string& name, int arch) {
+    plan::FusedBinary binary;
+    {
+      py::gil_scoped_release release;
+      binary = plan::compile_fused(source, name, arch);
+    }
+    return py::make_tuple(binary.target, py::bytes(binary.image));
+  }, py::arg("source"), py::arg("name"), py::arg("arch"),
+  "(target, image): what compiled plans load for a GPU of architecture `arch`: a CUBIN for sm_<arch> when NVRTC "
+  "knows it, else PTX for the newest architecture it knows below `arch`. `target` says which.");
+  pm.def("set_fused_fault", [](const std::string& stage) {
+    static const std::map<std::string, plan::FusedFault> stages = {
+        {"none", plan::FusedFault::None}, {"load", plan::FusedFault::Load}, {"launch", plan::FusedFault::Launch},
+        {"legacy_stream", plan::FusedFault::LegacyStream}};
+    auto it = stages.find(stage);
+    FG_CHECK(it != stages.end(), Value,
+             "set_fused_fault: stage must be 'none', 'load', 'launch' or 'legacy_stream', got '", stage, "'");
+    plan::set_fused_fault(it->second);
+  }, py::arg("stage"),
+  "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or "
+  "'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy "
+  "default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.");
   pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");
   pm.def("restore", &plan::restore, py::arg("tensors"), py::arg("copies"), "Writes copies back into the tensors.");
 }

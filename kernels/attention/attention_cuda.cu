@@ -362,6 +362,7 @@ void dispatch(DType dtype, int64_t head_dim, const char* what, Fn&& fn) {
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) cudaGetLastError();  // reported here, not again by the next launch check
   FG_CHECK(err == cudaSuccess, Device, what, " on cuda: ", bytes, " bytes of shared memory: ", cudaGetErrorString(err));
 }
 

@@ -50,7 +50,7 @@ struct IndexErrorSink {
 #if defined(FLOWGRAD_HAVE_CUDA)
 // The code of the op named `name` (one of the names above; anything else is a bug of the caller).
 IndexCheckOp index_check_op(const char* name);
-// The sink of the current device (allocated on first use: warm up before capturing a graph).
+// The sink of the current device (allocated on first use; CUDA graph capture makes it first).
 IndexErrorSink index_error_sink();
 // Raises the IndexError a kernel reported since the last call (and clears it). Host only; the
 // caller has synchronised with the device.

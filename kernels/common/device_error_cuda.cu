@@ -22,7 +22,30 @@ std::mutex g_mutex;
 DeviceErrorSlot g_slots[kMaxDevices];
 
 void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) cudaGetLastError();  // reported here, not again by the next launch check
   FG_CHECK(err == cudaSuccess, Device, "index error record: ", what, " failed: ", cudaGetErrorString(err));
+}
+
+// A device's record and claim flag, complete or not at all (what was made is freed on an error).
+DeviceErrorSlot make_slot() {
+  void* host = nullptr;
+  void* claimed = nullptr;
+  try {
+    check(cudaHostAlloc(&host, sizeof(IndexErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc");
+    static_cast<IndexErrorRecord*>(host)->set = 0;
+    void* mapped = nullptr;
+    check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
+    check(cudaMalloc(&claimed, sizeof(int)), "cudaMalloc");
+    cudaStream_t stream = library_stream();
+    check(cudaMemsetAsync(claimed, 0, sizeof(int), stream), "cudaMemsetAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the zero lands before any kernel reads it
+    return {static_cast<int*>(claimed), static_cast<IndexErrorRecord*>(host), static_cast<IndexErrorRecord*>(mapped)};
+  } catch (const Error&) {
+    if (claimed) cudaFree(claimed);
+    if (host) cudaFreeHost(host);
+    throw;
+  }
 }
 
 }  // namespace
@@ -43,19 +66,11 @@ IndexErrorSink index_error_sink() {
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceErrorSlot& slot = g_slots[device];
   if (!slot.claimed) {
-    void* host = nullptr;
-    check(cudaHostAlloc(&host, sizeof(IndexErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable),
-          "cudaHostAlloc");
-    slot.host = static_cast<IndexErrorRecord*>(host);
-    slot.host->set = 0;
-    void* mapped = nullptr;
-    check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
-    slot.device = static_cast<IndexErrorRecord*>(mapped);
-    void* claimed = nullptr;
-    check(cudaMalloc(&claimed, sizeof(int)), "cudaMalloc");
-    check(cudaMemset(claimed, 0, sizeof(int)), "cudaMemset");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the zero lands before any kernel reads it
-    slot.claimed = static_cast<int*>(claimed);
+    // Allocations and a device sync cannot be captured: capture prepares the sink beforehand
+    // (cuda/graph.cu), so this only meets a capture that did not.
+    FG_CHECK(!cuda::capturing(cuda::launch_stream()), Device, "index error record: cuda:", device,
+             " first used inside a CUDA graph capture; run the step once uncaptured first");
+    slot = make_slot();
   }
   return {slot.claimed, slot.device};
 }
@@ -67,12 +82,12 @@ void raise_device_errors() {
     if (!slot.host || !slot.host->set) continue;
     IndexErrorRecord seen = {slot.host->value, slot.host->size, slot.host->op, slot.host->dim, 1};
     slot.host->set = 0;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device);
-    cudaError_t err = cudaMemset(slot.claimed, 0, sizeof(int));  // synchronous for device memory
-    cudaSetDevice(previous);
-    check(err, "cudaMemset");
+    {  // the flag is clear once this returns, so a report from any stream after it is kept
+      cuda::DeviceGuard on_device(device);
+      cudaStream_t stream = library_stream();
+      check(cudaMemsetAsync(slot.claimed, 0, sizeof(int), stream), "cudaMemsetAsync");
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    }
     fail(ErrorKind::Index, index_check_op_name(seen.op), ": index ", seen.value,
          " is out of range for dimension ", seen.dim, " of size ", seen.size,
          " (found on cuda:", device, " by a kernel that ran before this synchronisation)");

@@ -1,4 +1,4 @@
-// Launch helpers shared by the CUDA kernel files: the stream, the block size, a grid for n elements
+// Launch helpers shared by the CUDA kernel files: the streams, the block size, a grid for n elements
 // (grid-stride loops cover the rest), the grid-stride loop itself, and the launch check that
 // turns a failed launch into a DeviceError naming the op.
 #pragma once
@@ -24,9 +24,21 @@ inline unsigned grid_rows(int64_t rows, const char* what) {
   return static_cast<unsigned>(rows);
 }
 
-// The stream every launch goes to: this thread's current stream of the current device (the
-// legacy default stream unless fg.cuda.stream / a graph branch / a capture set another).
-inline cudaStream_t kernel_stream() { return reinterpret_cast<cudaStream_t>(cuda::launch_stream()); }
+// Every kernel launch, CUB call, memset, copy and cuBLAS call takes its stream from
+// cuda::launch_stream(): this thread's current stream of the current device (the op dispatch,
+// branch tasks and plans make their tensors' device current; the stream is the legacy default
+// stream unless fg.cuda.stream / a graph branch / a capture set another). Never an implicit
+// stream: scripts/check_cuda_streams.py fails the build's tests on one.
+//
+// kernel_stream() is the stream argument of a <<<...>>> launch and of nothing else: it counts the
+// launch for the capture self-check (graph.cu), which compares the count with the kernel nodes
+// the graph captured. Library calls and memsets take library_stream() inside a
+// cuda::LibraryKernels scope, which measures the kernels the library queued.
+inline cudaStream_t kernel_stream() {
+  cuda::count_launch();
+  return reinterpret_cast<cudaStream_t>(cuda::launch_stream());
+}
+inline cudaStream_t library_stream() { return reinterpret_cast<cudaStream_t>(cuda::launch_stream()); }
 
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();

@@ -62,7 +62,7 @@ size_t sort_temp_bytes(int64_t n, int64_t d) {
   size_t bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
                                   static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                  static_cast<int>(n), 0, key_bits(d));
+                                  static_cast<int>(n), 0, key_bits(d), library_stream());
   return bytes;
 }
 
@@ -83,9 +83,12 @@ void index_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t ou
   void* temp = w + align(n * sizeof(Key)) + 2 * align(n * sizeof(int32_t));
   size_t temp_bytes = sort_temp_bytes(n, d);
   iota_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(positions, n);
-  cudaError_t err = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, reinterpret_cast<const Key*>(idx), sorted,
-                                                    positions, order, static_cast<int>(n), 0, key_bits(d),
-                                                    kernel_stream());
+  cudaError_t err;
+  {
+    cuda::LibraryKernels library;
+    err = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, reinterpret_cast<const Key*>(idx), sorted, positions,
+                                          order, static_cast<int>(n), 0, key_bits(d), library_stream());
+  }
   FG_CHECK(err == cudaSuccess, Device, "index_add on cuda: radix sort failed: ", cudaGetErrorString(err));
   int threads = inner >= kThreads ? kThreads : static_cast<int>((inner + 31) / 32 * 32);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outer * n, int64_t{1} << 20));

@@ -105,7 +105,7 @@ cublasHandle_t handle_for_current_device() {
     FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasCreate failed with status ", static_cast<int>(st));
   }
   cublas().set_math_mode(h.handle, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-  cudaStream_t stream = kernel_stream();
+  cudaStream_t stream = library_stream();
   const uint64_t epoch = cuda::workspace_epoch();
   if (!h.bound || stream != h.stream || epoch != h.epoch) {
     cublasStatus_t st = cublas().set_stream(h.handle, stream);
@@ -166,6 +166,7 @@ void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, in
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0) return;
   cublasHandle_t h = handle_for_current_device();
+  cuda::LibraryKernels library;  // the kernels cuBLAS queues, for the capture self-check
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
@@ -194,6 +195,7 @@ void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0 || batches == 0) return;
   cublasHandle_t h = handle_for_current_device();
+  cuda::LibraryKernels library;  // the kernels cuBLAS queues, for the capture self-check
   cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   int la = as_int(lda, "lda"), lb = as_int(ldb, "ldb"), lc = as_int(ldc, "ldc"), count = as_int(batches, "batch");

@@ -75,7 +75,7 @@ size_t radix_temp_bytes(int64_t items) {
   size_t bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
                                   static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                  static_cast<int>(items));
+                                  static_cast<int>(items), 0, static_cast<int>(sizeof(K) * 8), library_stream());
   return bytes;
 }
 
@@ -169,12 +169,18 @@ void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inn
     // cub::DeviceSegmentedSort (which reads segment sizes back on the host past ~300 lines),
     // neither pass synchronises with the host, so a sort can be captured in a CUDA graph.
     size_t temp_bytes = s.temp;
-    check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, items_in, items_out, n, 0,
-                                               static_cast<int>(sizeof(K) * 8), kernel_stream()));
+    {
+      cuda::LibraryKernels library;  // CUB's kernels, for the capture launch count
+      check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, items_in, items_out, n, 0,
+                                                 static_cast<int>(sizeof(K) * 8), library_stream()));
+    }
     line_keys_kernel<<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(items_out, lines * d, d, lines_in);
     temp_bytes = s.temp;
-    check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, lines_in, lines_out, items_out, items_in, n, 0,
-                                               line_bits(lines), kernel_stream()));
+    {
+      cuda::LibraryKernels library;
+      check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, lines_in, lines_out, items_out, items_in, n, 0,
+                                                 line_bits(lines), library_stream()));
+    }
     take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), items_in, d, inner, k, total,
                                                           static_cast<T*>(values), indices);
   });
@@ -182,7 +188,7 @@ void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inn
 }
 
 void count_true_cuda(const bool* mask, int64_t n, int64_t* count) {
-  cudaError_t err = cudaMemsetAsync(count, 0, sizeof(int64_t), kernel_stream());
+  cudaError_t err = cudaMemsetAsync(count, 0, sizeof(int64_t), library_stream());
   FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: clearing the count failed: ", cudaGetErrorString(err));
   if (n > 0)
     count_true_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, reinterpret_cast<unsigned long long*>(count));
@@ -193,7 +199,7 @@ int64_t nonzero_cuda_workspace(int64_t n) {
   FG_CHECK(n <= INT32_MAX, Value, "nonzero on cuda: ", n, " elements exceed one scan");
   size_t bytes = 0;
   cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
-                                static_cast<int>(n));
+                                static_cast<int>(n), library_stream());
   return static_cast<int64_t>(2 * align(n * sizeof(int64_t)) + bytes);
 }
 
@@ -208,9 +214,13 @@ void nonzero_cuda(const bool* mask, const int64_t* shape, int ndim, int64_t* coo
   int64_t* rows = reinterpret_cast<int64_t*>(w + align(n * sizeof(int64_t)));
   void* temp = w + 2 * align(n * sizeof(int64_t));
   size_t temp_bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, rows, static_cast<int>(n));
+  cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, rows, static_cast<int>(n), library_stream());
   mask_to_flags_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, flags);
-  cudaError_t err = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, rows, static_cast<int>(n), kernel_stream());
+  cudaError_t err;
+  {
+    cuda::LibraryKernels library;
+    err = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, rows, static_cast<int>(n), library_stream());
+  }
   FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: scan failed: ", cudaGetErrorString(err));
   write_coords_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, rows, n, s, ndim, coords);
   check_launch("nonzero");

@@ -7,6 +7,7 @@
 #include "flowgrad/cuda/graph.h"
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/scope.cuh"
+#include "kernels/common/device_error.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg::cuda {
@@ -31,6 +32,16 @@ bool invalidated(cudaStream_t s) {
 }
 
 struct Broken {};  // thrown by progress() when the previous step invalidated the capture
+
+// "" when the graph holds exactly the kernels launched between `before` and `after`.
+std::string launch_mismatch(cudaGraph_t graph, LaunchCount before, LaunchCount after) {
+  const uint64_t ours = after.ours - before.ours, library = after.library - before.library;
+  const size_t captured = kernel_nodes(reinterpret_cast<uintptr_t>(graph));
+  if (captured == ours + library) return "";
+  return "launch count mismatch: flowgrad launched " + std::to_string(ours) + " kernel(s) and library calls added " +
+         std::to_string(library) + " while capturing, but the graph holds " + std::to_string(captured) +
+         " kernel node(s); a launch on a stream outside the capture would run once now and never in a replay";
+}
 
 }  // namespace
 
@@ -96,7 +107,9 @@ CaptureResult capture_with(int device, const Body& body, const std::function<voi
   {
     StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
     gemm_cuda_prepare_stream();  // cuBLAS handle and workspace for this stream, made outside capture
+    index_error_sink();          // the device-error record, likewise
   }
+  const LaunchCount before = launch_count();
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture (cudaStreamBeginCapture)");
   int step = -1;
   try {
@@ -128,6 +141,11 @@ CaptureResult capture_with(int device, const Body& body, const std::function<voi
   if (nodes == 0) {
     cudaGraphDestroy(graph);
     r.why = "the capture recorded no work";
+    return r;
+  }
+  r.why = launch_mismatch(graph, before, launch_count());
+  if (!r.why.empty()) {
+    cudaGraphDestroy(graph);
     return r;
   }
   cudaGraphExec_t exec = nullptr;

@@ -39,12 +39,15 @@ struct CaptureResult {
   int step = -1;
 };
 
-// Captures `body` on a dedicated capture stream of `device`, which first waits for the work
-// queued so far on this thread's current stream; while the body runs, that capture stream is the
-// current stream. The body calls `progress(i)` before step i, and capture stops at the first
+// Captures `body` on a dedicated capture stream of `device` (a capture executes nothing, so it
+// waits for no other stream); while the body runs, that capture stream is the current stream. The body calls `progress(i)` before step i, and capture stops at the first
 // step that throws or invalidates the capture. Mode cudaStreamCaptureModeThreadLocal: unsafe
 // calls (cudaMalloc, synchronous copies) from this thread fail the capture, while other host
 // threads (data loading, other models) may keep using CUDA freely, which Global would forbid.
+// Self-check: the graph must hold one kernel node per kernel flowgrad launched during the body,
+// plus those library calls added (stream.h, LaunchCount); a launch that went to another stream
+// ran once at capture time and would be missing from every replay, so a mismatch refuses the
+// graph and `why` gives both counts.
 CaptureResult capture(int device, const std::function<void(const std::function<void(int)>& progress)>& body);
 
 // Profiling: captures `body` as capture() does, with a timing event recorded inside the graph

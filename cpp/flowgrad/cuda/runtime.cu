@@ -87,6 +87,21 @@ void require_device(int device) {
   FG_CHECK(device >= 0 && device < count, Device, "cuda:", device, " does not exist (", count, " device(s) visible)");
 }
 
+// Stream `to` of cuda:<to_device> waits for the work queued so far on stream `from` of
+// cuda:<from_device> (each call with its stream's device current: handle 0 is that device's
+// legacy stream).
+void order(int from_device, StreamHandle from, int to_device, StreamHandle to) {
+  cudaEvent_t done = nullptr;
+  {
+    DeviceScope on_source(from_device);
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "copy between devices (cudaEventCreate)");
+    check(cudaEventRecord(done, reinterpret_cast<cudaStream_t>(from)), "copy between devices (cudaEventRecord)");
+  }
+  DeviceScope on_target(to_device);
+  check(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(to), done, 0), "copy between devices (cudaStreamWaitEvent)");
+  cudaEventDestroy(done);  // released once the wait is satisfied
+}
+
 }  // namespace
 
 bool built_with_cuda() { return true; }
@@ -181,7 +196,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   DeviceScope guard(device);
   // On the current stream, after the work queued there; a copy to the host waits for it.
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
+  // Between two GPUs: after the work that made the source on its device's stream, and before
+  // that stream's later work (which may reuse the source's block).
+  const bool peer = src_device.is_cuda() && src_device.index != device;
+  const StreamHandle source = peer ? current_stream_handle(src_device.index) : 0;
+  if (peer) order(src_device.index, source, device, reinterpret_cast<StreamHandle>(stream));
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
+  if (peer) order(device, reinterpret_cast<StreamHandle>(stream), src_device.index, source);
   if (dst_device.is_cpu()) host_wait(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
 }
 

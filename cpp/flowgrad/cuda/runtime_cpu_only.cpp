@@ -47,6 +47,14 @@ void set_current_stream(int, StreamHandle) { no_streams("fg.cuda.set_stream"); }
 StreamHandle launch_stream() { return 0; }
 StreamHandle current_stream_handle(int) { return 0; }
 bool capturing(StreamHandle) { return false; }
+DeviceGuard::DeviceGuard(int) {}
+DeviceGuard::~DeviceGuard() {}
+void count_launch() {}
+LaunchCount launch_count() { return {}; }
+LibraryKernels::LibraryKernels() {}
+LibraryKernels::~LibraryKernels() {}
+size_t captured_kernel_nodes(StreamHandle) { return 0; }
+size_t kernel_nodes(uintptr_t) { return 0; }
 Event::Event(int device, bool timing) : device_(device), timing_(timing) { no_streams("fg.cuda.Event"); }
 Event::~Event() {}
 void Event::record(StreamHandle) { no_streams("Event.record"); }

@@ -3,12 +3,16 @@
 #include <cuda_runtime.h>
 
 #include "flowgrad/core/errors.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg::cuda {
 
-// Raises a DeviceError naming the call and CUDA's message unless `err` is cudaSuccess.
+// Raises a DeviceError naming the call and CUDA's message unless `err` is cudaSuccess. The error
+// is cleared first (if it is not sticky): it is reported here, not again by the next launch check.
 inline void check(cudaError_t err, const char* what) {
-  FG_CHECK(err == cudaSuccess, Device, what, ": ", cudaGetErrorString(err));
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  fail(ErrorKind::Device, what, ": ", cudaGetErrorString(err));
 }
 
 // The one door for host waits on the GPU: `err` is the result of the blocking call (a stream,
@@ -18,18 +22,6 @@ void host_wait(cudaError_t err, const char* what);
 
 // Makes `device` current for the scope (allocations, copies, stream and event calls act on the
 // right GPU), then restores the previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    cudaGetDevice(&previous_);
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using DeviceScope = DeviceGuard;
 
 }  // namespace fg::cuda

@@ -47,7 +47,10 @@ void Stream::synchronize() const {
 bool Stream::query() const {
   DeviceScope scope(device);
   cudaError_t err = cudaStreamQuery(as_stream(handle));
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is an answer, not an error the next launch check may report
+    return false;
+  }
   check(err, "Stream.query (cudaStreamQuery)");
   return true;
 }
@@ -96,6 +99,59 @@ bool capturing(StreamHandle stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+DeviceGuard::DeviceGuard(int device) {
+  int current = 0;
+  cudaGetDevice(&current);
+  if (current == device) return;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  previous_ = current;
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+namespace {
+thread_local LaunchCount t_launches;
+}  // namespace
+
+void count_launch() { ++t_launches.ours; }
+LaunchCount launch_count() { return t_launches; }
+
+size_t kernel_nodes(uintptr_t graph) {
+  cudaGraph_t g = reinterpret_cast<cudaGraph_t>(graph);
+  size_t count = 0;
+  check(cudaGraphGetNodes(g, nullptr, &count), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count) check(cudaGraphGetNodes(g, nodes.data(), &count), "cudaGraphGetNodes");
+  size_t kernels = 0;
+  for (cudaGraphNode_t n : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    check(cudaGraphNodeGetType(n, &type), "cudaGraphNodeGetType");
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
+
+size_t captured_kernel_nodes(StreamHandle stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamGetCaptureInfo(as_stream(stream), &status, nullptr, &graph), "cudaStreamGetCaptureInfo");
+  return status == cudaStreamCaptureStatusActive && graph ? kernel_nodes(reinterpret_cast<uintptr_t>(graph)) : 0;
+}
+
+LibraryKernels::LibraryKernels() : stream_(launch_stream()), capturing_(capturing(stream_)) {
+  if (capturing_) before_ = captured_kernel_nodes(stream_);
+}
+LibraryKernels::~LibraryKernels() {
+  if (!capturing_) return;
+  try {
+    size_t after = captured_kernel_nodes(stream_);  // 0 when the call broke the capture
+    if (after > before_) t_launches.library += after - before_;
+  } catch (const Error&) {  // the capture broke in the call; it is reported when it ends
+    cudaGetLastError();
+  }
+}
+
 Event::Event(int device, bool timing) : device_(device), timing_(timing) {
   check_device(device, "fg.cuda.Event");
   DeviceScope scope(device);
@@ -125,8 +181,12 @@ void Event::synchronize() const {
 }
 
 bool Event::query() const {
+  DeviceScope scope(device_);
   cudaError_t err = cudaEventQuery(as_event(event_));
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // as in Stream::query
+    return false;
+  }
   check(err, "Event.query (cudaEventQuery)");
   return true;
 }

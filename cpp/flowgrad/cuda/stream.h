@@ -38,6 +38,47 @@ StreamHandle current_stream_handle(int device);
 // Whether work queued on `stream` is being captured into a CUDA graph.
 bool capturing(StreamHandle stream);
 
+// Makes `device` current for the scope (kernels launch on the current device's current stream),
+// then restores the previous one. Ops, branch tasks and plans take one for their tensors' device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+};
+
+// The capture self-check's bookkeeping (graph.cu), per thread. kernel_stream() counts every
+// kernel flowgrad launches (kernels/common/launch.cuh; the NVRTC fused launch counts too); a
+// LibraryKernels scope around a library call (cuBLAS, CUB, NCCL) adds the kernel nodes that the
+// call put into the graph being captured, measured from that graph, since a library decides
+// how many kernels it queues. Outside capture the scope costs one cudaStreamIsCapturing.
+struct LaunchCount {
+  uint64_t ours = 0;     // kernels flowgrad launched
+  uint64_t library = 0;  // kernel nodes library calls added while capturing
+};
+void count_launch();
+LaunchCount launch_count();
+class LibraryKernels {
+ public:
+  LibraryKernels();
+  ~LibraryKernels();
+  LibraryKernels(const LibraryKernels&) = delete;
+  LibraryKernels& operator=(const LibraryKernels&) = delete;
+
+ private:
+  StreamHandle stream_ = 0;
+  size_t before_ = 0;
+  bool capturing_ = false;
+};
+// The kernel nodes of the graph `stream` is capturing into (0 when it is not capturing), and of
+// a graph (a cudaGraph_t).
+size_t captured_kernel_nodes(StreamHandle stream);
+size_t kernel_nodes(uintptr_t graph);
+
 // A CUDA event (optionally timing) on one device.
 class Event {
  public:

@@ -70,17 +70,21 @@ class NcclBackend final : public Backend {
   bool reduces(DType dtype) const override { return dtype != DType::Int16; }  // NCCL has no 16-bit integers
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    cuda::LibraryKernels library;  // NCCL's kernels, for the capture self-check
     check(AllReduce_(data, data, count, type(dtype), red_op(op), comm_, stream()), "ncclAllReduce");
   }
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
+    cuda::LibraryKernels library;  // NCCL's kernels, for the capture self-check
     Moved m = moved(count, dtype);
     check(Broadcast_(data, data, m.count, m.type, root, comm_, stream()), "ncclBroadcast");
   }
   void all_gather(const void* in, void* out, int64_t count, DType dtype) override {
+    cuda::LibraryKernels library;  // NCCL's kernels, for the capture self-check
     Moved m = moved(count, dtype);
     check(AllGather_(in, out, m.count, m.type, comm_, stream()), "ncclAllGather");
   }
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
+    cuda::LibraryKernels library;  // NCCL's kernels, for the capture self-check
     check(ReduceScatter_(in, out, count, type(dtype), red_op(op), comm_, stream()), "ncclReduceScatter");
   }
   void barrier() override {  // NCCL has none: a one-element all-reduce, then wait for the stream

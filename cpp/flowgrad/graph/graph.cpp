@@ -502,8 +502,9 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   if (x0 && x0->defined() && x0->device().is_cuda()) fork.emplace(x0->device().index, static_cast<int>(ids.size()));
   auto task = [&](int i) {
     GradMode mode(grad);
+    std::optional<cuda::DeviceGuard> on_device;  // a pool thread's current device is cuda:0
     std::optional<cuda::StreamGuard> on_branch;
-    if (fork) on_branch.emplace(fork->device(), fork->branch(i));
+    if (fork) on_device.emplace(fork->device()), on_branch.emplace(fork->device(), fork->branch(i));
     RngStream stream({mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
     try {
       timed(ids[i]);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/kernel_args.h"
 
@@ -208,6 +209,8 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
   Specs specs = op.shape_rule(in, attrs);
+  std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
+  if (device.is_cuda()) on_device.emplace(device.index);
   if (op.flags & kInPlace) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);

@@ -11,11 +11,14 @@
 // them, and a machine without them (or without a GPU) runs the unfused launches instead.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <sstream>
 
+#include "flowgrad/cuda/stream.h"
 #include "flowgrad/plan/plan.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -216,6 +219,10 @@ struct Nvrtc {
   int (*compile)(Program, int, const char* const*) = nullptr;
   int (*ptx_size)(Program, size_t*) = nullptr;
   int (*ptx)(Program, char*) = nullptr;
+  int (*cubin_size)(Program, size_t*) = nullptr;
+  int (*cubin)(Program, char*) = nullptr;
+  int (*num_archs)(int*) = nullptr;
+  int (*archs)(int*) = nullptr;
   int (*log_size)(Program, size_t*) = nullptr;
   int (*log)(Program, char*) = nullptr;
   int (*destroy)(Program*) = nullptr;
@@ -238,6 +245,10 @@ const Nvrtc& nvrtc() {
     load(n.compile, "nvrtcCompileProgram");
     load(n.ptx_size, "nvrtcGetPTXSize");
     load(n.ptx, "nvrtcGetPTX");
+    load(n.cubin_size, "nvrtcGetCUBINSize");
+    load(n.cubin, "nvrtcGetCUBIN");
+    load(n.num_archs, "nvrtcGetNumSupportedArchs");
+    load(n.archs, "nvrtcGetSupportedArchs");
     load(n.log_size, "nvrtcGetProgramLogSize");
     load(n.log, "nvrtcGetProgramLog");
     load(n.destroy, "nvrtcDestroyProgram");
@@ -247,29 +258,25 @@ const Nvrtc& nvrtc() {
   return api;
 }
 
-}  // namespace
-
-bool nvrtc_available(std::string* why) {
-  if (why) *why = nvrtc().missing;
-  return nvrtc().missing.empty();
-}
-
-std::string compile_ptx(const std::string& source, const std::string& name, int arch) {
+// NVRTC's output for `source` compiled with --gpu-architecture=<target>: a CUBIN for sm_XY, PTX
+// for compute_XY.
+std::string nvrtc_compile(const std::string& source, const std::string& name, const std::string& target) {
   const Nvrtc& n = nvrtc();
   FG_CHECK(n.missing.empty(), Runtime, "compile: cannot compile the fused CUDA kernel ", name, ": ", n.missing);
+  const bool cubin = target.rfind("sm_", 0) == 0;
   Nvrtc::Program program = nullptr;
   int rc = n.create(&program, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
   FG_CHECK(rc == 0, Runtime, "compile: nvrtcCreateProgram failed for ", name, ": ", n.error(rc));
-  std::string arch_flag = "--gpu-architecture=compute_" + std::to_string(arch);
+  std::string arch_flag = "--gpu-architecture=" + target;
   // 177: an index variable of the run's shape that no operand needs
   const char* options[] = {arch_flag.c_str(), "--std=c++17", "-default-device", "-diag-suppress=177"};
   rc = n.compile(program, 4, options);
-  std::string ptx;
+  std::string image;
   if (rc == 0) {
     size_t size = 0;
-    n.ptx_size(program, &size);
-    ptx.resize(size);
-    n.ptx(program, ptx.data());
+    (cubin ? n.cubin_size : n.ptx_size)(program, &size);
+    image.resize(size);
+    (cubin ? n.cubin : n.ptx)(program, image.data());
   } else {
     size_t size = 0;
     n.log_size(program, &size);
@@ -280,7 +287,45 @@ std::string compile_ptx(const std::string& source, const std::string& name, int 
          "):\n", log);
   }
   n.destroy(&program);
-  return ptx;
+  return image;
+}
+
+}  // namespace
+
+bool nvrtc_available(std::string* why) {
+  if (why) *why = nvrtc().missing;
+  return nvrtc().missing.empty();
+}
+
+std::vector<int> nvrtc_archs() {
+  const Nvrtc& n = nvrtc();
+  FG_CHECK(n.missing.empty(), Runtime, "NVRTC: ", n.missing);
+  int count = 0;
+  n.num_archs(&count);
+  std::vector<int> archs(std::max(count, 0));
+  if (count > 0) n.archs(archs.data());
+  return archs;
+}
+
+std::string compile_ptx(const std::string& source, const std::string& name, int arch) {
+  return nvrtc_compile(source, name, "compute_" + std::to_string(arch));
+}
+
+// SASS for the GPU itself when this NVRTC knows its architecture: no PTX JIT in the driver, so an
+// NVRTC newer than the driver still works. Otherwise (a GPU newer than NVRTC) PTX for the newest
+// architecture NVRTC knows below it, which the driver JIT-compiles.
+FusedBinary compile_fused(const std::string& source, const std::string& name, int arch) {
+  std::vector<int> archs = nvrtc_archs();
+  if (std::find(archs.begin(), archs.end(), arch) != archs.end()) {
+    std::string target = "sm_" + std::to_string(arch);
+    return {nvrtc_compile(source, name, target), "CUBIN for " + target};
+  }
+  int ptx_arch = 0;
+  for (int a : archs)
+    if (a <= arch) ptx_arch = std::max(ptx_arch, a);
+  FG_CHECK(ptx_arch > 0, Runtime, "compile: NVRTC knows no architecture at or below sm_", arch, " for ", name);
+  std::string target = "compute_" + std::to_string(ptx_arch);
+  return {nvrtc_compile(source, name, target), "PTX for " + target};
 }
 
 // ---- the CUDA driver: module loading and launches, opened on first use ----
@@ -294,7 +339,8 @@ constexpr int kComputeMajor = 75, kComputeMinor = 76;  // CU_DEVICE_ATTRIBUTE_CO
 struct Driver {
   int (*ctx_get_current)(void**) = nullptr;
   int (*ctx_set_current)(void*) = nullptr;
-  int (*ctx_get_device)(int*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*primary_ctx_retain)(void**, int) = nullptr;
   int (*device_attribute)(int*, int, int) = nullptr;
   int (*module_load_data)(void**, const void*) = nullptr;
   int (*module_unload)(void*) = nullptr;
@@ -318,7 +364,8 @@ const Driver& driver() {
     load(init, "cuInit");
     load(d.ctx_get_current, "cuCtxGetCurrent");
     load(d.ctx_set_current, "cuCtxSetCurrent");
-    load(d.ctx_get_device, "cuCtxGetDevice");
+    load(d.device_get, "cuDeviceGet");
+    load(d.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
     load(d.device_attribute, "cuDeviceGetAttribute");
     load(d.module_load_data, "cuModuleLoadData");
     load(d.module_unload, "cuModuleUnload");
@@ -338,28 +385,75 @@ void check(int rc, const char* call) {
   fail(ErrorKind::Device, "fused CUDA kernel: ", call, " failed: ", text ? text : "unknown error", " (", rc, ")");
 }
 
+// The primary context of cuda:<device>, the one the CUDA runtime uses (retained once, kept).
+void* primary_context(int device) {
+  static std::mutex mutex;
+  static std::map<int, void*> contexts;
+  std::lock_guard<std::mutex> lock(mutex);
+  void*& context = contexts[device];
+  if (!context) {
+    int handle = 0;
+    check(driver().device_get(&handle, device), "cuDeviceGet");
+    check(driver().primary_ctx_retain(&context, handle), "cuDevicePrimaryCtxRetain");
+  }
+  return context;
+}
+
+// Makes `context` current on this thread for the scope.
+class ContextScope {
+ public:
+  explicit ContextScope(void* context) {
+    check(driver().ctx_get_current(&previous_), "cuCtxGetCurrent");
+    if (previous_ == context) return;
+    check(driver().ctx_set_current(context), "cuCtxSetCurrent");
+    changed_ = true;
+  }
+  ~ContextScope() {
+    if (changed_) driver().ctx_set_current(previous_);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  void* previous_ = nullptr;
+  bool changed_ = false;
+};
+
+FusedFault g_fault = FusedFault::None;
+
+// A generated kernel loaded into its device's primary context.
+struct FusedModule {
+  std::shared_ptr<void> module;  // unloaded with the last plan holding it
+  void* function = nullptr;
+  void* context = nullptr;
+};
+
 // A loaded fused kernel and its arguments (fixed: plan memory does not move).
 struct FusedLaunch {
-  std::shared_ptr<void> module;  // unloaded with the plan
-  void* function = nullptr;
-  void* context = nullptr;        // the context the module was loaded in
-  std::vector<void*> pointers;    // one per kernel parameter
-  std::vector<void*> params;      // &pointers[i], what cuLaunchKernel reads
+  std::shared_ptr<const FusedModule> loaded;
+  std::vector<void*> pointers;  // one per kernel parameter
+  std::vector<void*> params;    // &pointers[i], what cuLaunchKernel reads
   unsigned blocks = 1;
 };
 
-// The one place fused runs launch, on the legacy default stream like the library's other kernels.
+// The one place fused runs launch: on the current stream of the current device (the plan made
+// its device current), like every other kernel, and counted for the capture self-check.
 void launch_fused(const void* p) {
   auto* f = static_cast<const FusedLaunch*>(p);
-  const Driver& d = driver();
-  void* current = nullptr;
-  check(d.ctx_get_current(&current), "cuCtxGetCurrent");
-  if (current != f->context) check(d.ctx_set_current(f->context), "cuCtxSetCurrent");
-  check(d.launch(f->function, f->blocks, 1, 1, kThreads, 1, 1, 0, nullptr, const_cast<void**>(f->params.data()), nullptr),
+  ContextScope on_device(f->loaded->context);
+  unsigned blocks = g_fault == FusedFault::Launch ? 0 : f->blocks;  // a grid of 0 blocks is invalid
+  // FusedFault::LegacyStream replays review finding F1 (a launch outside the capture) for the
+  // capture self-check's test.
+  check(driver().launch(f->loaded->function, blocks, 1, 1, kThreads, 1, 1, 0,
+                        g_fault == FusedFault::LegacyStream ? nullptr : reinterpret_cast<void*>(cuda::launch_stream()),
+                        const_cast<void**>(f->params.data()), nullptr),
         "cuLaunchKernel");
+  cuda::count_launch();
 }
 
 }  // namespace
+
+void set_fused_fault(FusedFault fault) { g_fault = fault; }
 
 std::string cuda_fusion_unavailable() {
   std::string why;
@@ -367,24 +461,34 @@ std::string cuda_fusion_unavailable() {
   return driver().missing;
 }
 
-// The compute capability of the current context's device, as NVRTC's architecture number (80, 90).
-int current_cuda_arch() {
+int cuda_arch(int device) {
   const Driver& d = driver();
-  int device = 0, major = 0, minor = 0;
-  check(d.ctx_get_device(&device), "cuCtxGetDevice");
-  check(d.device_attribute(&major, kComputeMajor, device), "cuDeviceGetAttribute");
-  check(d.device_attribute(&minor, kComputeMinor, device), "cuDeviceGetAttribute");
+  int handle = 0, major = 0, minor = 0;
+  check(d.device_get(&handle, device), "cuDeviceGet");
+  check(d.device_attribute(&major, kComputeMajor, handle), "cuDeviceGetAttribute");
+  check(d.device_attribute(&minor, kComputeMinor, handle), "cuDeviceGetAttribute");
   return major * 10 + minor;
 }
 
-Launch load_fused(const FusedKernel& kernel, const std::string& ptx, const std::vector<void*>& pointers) {
+std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, const FusedBinary& binary) {
   const Driver& d = driver();
-  auto f = std::make_shared<FusedLaunch>();
-  check(d.ctx_get_current(&f->context), "cuCtxGetCurrent");
+  auto f = std::make_shared<FusedModule>();
+  f->context = primary_context(device);
+  ContextScope on_device(f->context);
+  // The fault test loads text that is neither a CUBIN nor valid PTX: the driver rejects it as
+  // it would a broken module (a complete C string, so the driver reads nothing past it).
+  const char* image = g_fault == FusedFault::Load ? "not a module" : binary.image.c_str();
   void* module = nullptr;
-  check(d.module_load_data(&module, ptx.c_str()), "cuModuleLoadData");
+  check(d.module_load_data(&module, image), "cuModuleLoadData");
   f->module = std::shared_ptr<void>(module, [unload = d.module_unload](void* m) { unload(m); });
   check(d.module_function(&f->function, module, kernel.name.c_str()), "cuModuleGetFunction");
+  return f;
+}
+
+Launch bind_fused(const std::shared_ptr<const void>& loaded, const FusedKernel& kernel,
+                  const std::vector<void*>& pointers) {
+  auto f = std::make_shared<FusedLaunch>();
+  f->loaded = std::static_pointer_cast<const FusedModule>(loaded);
   f->pointers = pointers;
   for (void*& ptr : f->pointers) f->params.push_back(&ptr);
   f->blocks = static_cast<unsigned>(std::min<int64_t>((kernel.numel + kThreads - 1) / kThreads, 65535));

@@ -44,6 +44,19 @@ int broadcast_dims(const Value& v, const Dims& shape) {
   return k;
 }
 
+// Why fused CUDA runs cannot be used ("not used: ..."), else "" and the architecture of the plan's
+// device (not of whichever device is current) in *arch.
+std::string cuda_fusion_blocker(int device, int* arch) {
+  std::string why = cuda_fusion_unavailable();
+  if (!why.empty()) return "not used: " + why;
+  try {
+    *arch = cuda_arch(device);
+  } catch (const Error& e) {
+    return std::string("not used: ") + e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 // How many leading dims of `shape` the instruction can be tiled over (0: it cannot join a run
@@ -62,11 +75,8 @@ void Plan::fuse() {
   if (!env::plan_fusion()) return;
   const bool cuda = !device_.is_cpu();
   int arch = 0;
-  if (cuda) {
-    stats_.cuda_fusion = cuda_fusion_unavailable();
-    if (!stats_.cuda_fusion.empty()) return void(stats_.cuda_fusion = "not used: " + stats_.cuda_fusion);
-    arch = current_cuda_arch();
-  }
+  std::string target;  // what NVRTC made: "CUBIN for sm_90", ...
+  if (cuda && !(stats_.cuda_fusion = cuda_fusion_blocker(device_.index, &arch)).empty()) return;
   const int end = static_cast<int>(code_.size());
   for (int i = 0; i < end;) {
     const Dims shape = code_[i].out.empty() ? Dims{} : code_[i].out[0].shape;
@@ -111,25 +121,28 @@ void Plan::fuse() {
     }
     for (int k = i; k <= j; ++k) code_[k].run = static_cast<int>(runs_.size());
     runs_.push_back(std::move(run));
-    if (cuda && !compile_cuda_run(arch)) {
+    if (cuda && !compile_cuda_run(arch, target)) {
       i = j + 1;
       continue;
     }
     stats_.fused += j - i + 1;
     i = j + 1;
   }
-  if (cuda) stats_.cuda_fusion = std::to_string(runs_.size()) + " fused run(s) compiled with NVRTC for compute_" +
-                                 std::to_string(arch) + (stats_.cuda_fusion.empty() ? "" : "; " + stats_.cuda_fusion);
+  if (cuda) stats_.cuda_fusion = std::to_string(runs_.size()) + " fused run(s) compiled with NVRTC (" +
+                                 (target.empty() ? "none" : target) + ")" +
+                                 (stats_.cuda_fusion.empty() ? "" : "; " + stats_.cuda_fusion);
 }
 
-// Generates and compiles the kernel of the last run formed; on failure the run is undone (its
-// ops launch one by one) and the reason kept for step.stats.
-bool Plan::compile_cuda_run(int arch) {
+// Generates, compiles and loads the kernel of the last run formed; on any failure the run is
+// undone (its ops launch one by one) and the reason kept for step.stats.
+bool Plan::compile_cuda_run(int arch, std::string& target) {
   FusedRun& run = runs_.back();
   int index = static_cast<int>(runs_.size()) - 1;
   try {
     run.kernel = fused_kernel(index, "fg_fused_" + std::to_string(index));
-    run.ptx = compile_ptx(run.kernel.source, run.kernel.name, arch);
+    FusedBinary binary = compile_fused(run.kernel.source, run.kernel.name, arch);
+    run.loaded = load_fused(device_.index, run.kernel, binary);
+    target = binary.target;
     return true;
   } catch (const Error& e) {
     stats_.cuda_fusion = e.what();
@@ -140,6 +153,20 @@ bool Plan::compile_cuda_run(int arch) {
   return false;
 }
 
+// A CUDA run whose kernel failed to launch runs as its ops from now on. Its local values get
+// bytes of their own (they have none in the arena), its ops' launches are bound again, and the
+// reason goes to step.stats.
+void Plan::unfuse(FusedRun& run, const std::string& why) {
+  for (int b : run.local) buffers_[b].storage = Storage::allocate(std::max<size_t>(buffers_[b].bytes, 1), device_);
+  for (int k = run.first; k <= run.last; ++k) {
+    code_[k].run = -1;
+    bind_instruction(code_[k]);
+  }
+  run.launch = {};
+  stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
+                        " fell back to unfused launches: " + why;
+}
+
 // Tile tensors for every op of every run: workers own contiguous ranges of tiles and one
 // scratch each, so the tensors and launches are built once here and the executor only launches.
 void Plan::bind_runs() {
@@ -147,7 +174,7 @@ void Plan::bind_runs() {
     for (FusedRun& run : runs_) {
       std::vector<void*> pointers;
       for (int b : run.kernel.params) pointers.push_back(buffers_[b].storage->data());
-      run.launch = load_fused(run.kernel, run.ptx, pointers);
+      run.launch = bind_fused(run.loaded, run.kernel, pointers);
     }
     return;
   }
@@ -200,7 +227,14 @@ void Plan::bind_runs() {
 }
 
 void Plan::execute_run(FusedRun& run) {
-  if (run.launch) return run.launch.run(run.launch.args.get());  // CUDA: one generated kernel
+  if (run.launch) {  // CUDA: one generated kernel
+    try {
+      return run.launch.run(run.launch.args.get());
+    } catch (const Error& e) {
+      unfuse(run, e.what());
+    }
+    return code_[run.first].launch.run(code_[run.first].launch.args.get());  // the loop runs the rest
+  }
   detail::run_tasks(run.workers, [](void* p, int w) {
     const FusedRun& r = *static_cast<const FusedRun*>(p);
     int64_t tiles = static_cast<int64_t>(r.tiles.size());

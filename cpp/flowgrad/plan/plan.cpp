@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
@@ -64,19 +66,22 @@ void Plan::bind() {
     b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
   }
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
-  for (Instruction& ins : code_) {
-    ins.in_t.clear();
-    ins.out_t.clear();
-    for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
-    for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-    ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
-  }
+  for (Instruction& ins : code_) bind_instruction(ins);
   for (const auto& branch : branches_) bind_branch(*branch);
   input_t_.clear();  // the traced examples held the shapes until now
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
   capture_ = std::make_shared<Capture>(*this);  // sets stats_.cuda_graph
+}
+
+void Plan::bind_instruction(Instruction& ins) {
+  auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
+  ins.in_t.clear();
+  ins.out_t.clear();
+  for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
+  for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
+  ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
 }
 
 bool Plan::up_to_date() const {
@@ -187,6 +192,8 @@ void Plan::draw_rng() {
 // instruction's blocks (branch.cpp); `progress(i)` is called before each (capture.cpp). Counts the
 // storages the kernels allocate (their temporaries come from the scratch once it is measured).
 void Plan::execute(const std::function<void(int)>* progress) {
+  std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the plan's device, whichever thread runs it
+  if (device_.is_cuda()) on_device.emplace(device_.index);
   const uint64_t allocations_before = storage_allocations();
   stats_.allocating.clear();
   ScratchGuard guard(&scratch_);

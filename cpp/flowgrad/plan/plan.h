@@ -191,14 +191,30 @@ struct FusedKernel {
   std::vector<int> params;  // the buffer each pointer parameter points at (its start), in order
   int64_t numel = 0;        // elements of the run: the kernel's loop bound
 };
-// NVRTC (opened on first use): whether it can be used, else why not; PTX for compute_<arch>.
+// NVRTC (opened on first use): whether it can be used, else why not; the architectures it can
+// make SASS for; PTX for compute_<arch>.
 bool nvrtc_available(std::string* why);
+std::vector<int> nvrtc_archs();
 std::string compile_ptx(const std::string& source, const std::string& name, int arch);
+// A fused kernel compiled for a GPU of architecture `arch`: a CUBIN when NVRTC knows the
+// architecture, else PTX for the newest one it knows below it. `target` says which.
+struct FusedBinary {
+  std::string image, target;  // target: "CUBIN for sm_90", "PTX for compute_90"
+};
+FusedBinary compile_fused(const std::string& source, const std::string& name, int arch);
 // Why fused runs cannot run on CUDA here ("" when they can: NVRTC and the driver were found).
 std::string cuda_fusion_unavailable();
-int current_cuda_arch();  // of the current context's device: 80, 90, ...
-// Loads the kernel's PTX and returns its launch with one device pointer per parameter.
-Launch load_fused(const FusedKernel& kernel, const std::string& ptx, const std::vector<void*>& pointers);
+int cuda_arch(int device);  // of cuda:<device>: 80, 90, ...
+// Loads a compiled kernel into cuda:<device>'s primary context (the runtime's), and binds it to
+// one device pointer per parameter. Loading raises DeviceError on any driver failure.
+std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, const FusedBinary& binary);
+Launch bind_fused(const std::shared_ptr<const void>& loaded, const FusedKernel& kernel,
+                  const std::vector<void*>& pointers);
+// Fault injection for tests: an image that is no module at load, a 0-block grid at launch (the real
+// driver call fails, and the run falls back), or launches on the legacy stream (review finding
+// F1: the capture self-check must refuse the graph).
+enum class FusedFault { None, Load, Launch, LegacyStream };
+void set_fused_fault(FusedFault fault);
 
 // A run of elementwise instructions executed tile by tile (fusion.cpp).
 struct TileCall {
@@ -212,10 +228,10 @@ struct FusedRun {
   std::vector<int> local;  // buffers kept in per-worker tile scratch
   int workers = 1;
   std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
-  // CUDA plans: one generated kernel for the whole run (cuda_fusion.cpp), compiled when the run
-  // is formed and loaded when the plan is bound.
+  // CUDA plans: one generated kernel for the whole run (cuda_fusion.cpp), compiled and loaded
+  // when the run is formed (a failure undoes the run) and bound to the arena with the plan.
   FusedKernel kernel;
-  std::string ptx;
+  std::shared_ptr<const void> loaded;
   Launch launch;
 };
 
@@ -304,9 +320,11 @@ class Plan {
   void bind();
   int fusable_split(const Instruction& ins, const Dims& shape) const;
   void fuse();
-  bool compile_cuda_run(int arch);
+  bool compile_cuda_run(int arch, std::string& target);
   void bind_runs();
+  void bind_instruction(Instruction& ins);
   void execute_run(FusedRun& run);
+  void unfuse(FusedRun& run, const std::string& why);
   void poison(const std::vector<int>& released);
   void run_branch(Instruction& ins);  // branch.cpp
   void run_block(Branch& b, size_t index);
