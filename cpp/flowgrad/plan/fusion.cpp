@@ -49,7 +49,7 @@ int broadcast_dims(const Value& v, const Dims& shape) {
 // How many leading dims of `shape` the instruction can be tiled over (0: it cannot join a run
 // writing `shape`).
 int Plan::fusable_split(const Instruction& ins, const Dims& shape) const {
-  if (!(ins.op->flags & kFusable) || ins.out.size() != 1 || shape.size() == 0 || shape.numel() == 0) return 0;
+  if (!ins.op->in(Group::Elementwise) || ins.out.size() != 1 || shape.size() == 0 || shape.numel() == 0) return 0;
   const Value& out = ins.out[0];
   const Buffer& b = buffers_[out.buffer];
   if ((device_.is_cpu() && shape.numel() < kMinFused) || b.kind != BufferKind::Arena || !whole(out, b, shape)) return 0;
