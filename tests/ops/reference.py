@@ -53,6 +53,8 @@ UNARY = {
     "cos": (fg.cos, np.cos, (-3, 3)),
     "tanh": (fg.tanh, np.tanh, (-3, 3)),
     "erf": (fg.erf, erf, (-2, 2)),
+    "log1p": (fg.log1p, np.log1p, (-0.9, 3)),
+    "expm1": (fg.expm1, np.expm1, (-3, 3)),
     "sigmoid": (fg.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-5, 5)),
     "silu": (fg.silu, lambda x: x / (1 + np.exp(-x)), (-5, 5)),
     "softplus": (fg.softplus, lambda x: np.log1p(np.exp(x)), (-5, 5)),

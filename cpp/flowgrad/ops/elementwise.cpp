@@ -82,6 +82,8 @@ Tensors unary_backward_erf(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
   return {c.grads[0] * exp(-(x * x)) * 1.1283791670955126};  // 2 / sqrt(pi)
 }
+Tensors unary_backward_log1p(const BackwardCtx& c) { return {c.grads[0] / (c.inputs[0] + 1.0)}; }
+Tensors unary_backward_expm1(const BackwardCtx& c) { return {c.grads[0] * (c.outputs[0] + 1.0)}; }
 Tensors unary_backward_sigmoid(const BackwardCtx& c) {
   const Tensor& y = c.outputs[0];
   return {c.grads[0] * y * (1.0 - y)};
