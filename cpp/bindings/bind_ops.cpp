@@ -42,31 +42,36 @@ DType scalar_dtype(const py::handle& v) {
 }
 
 void bind_elementwise(py::module_& m, Cls& cls) {
+  // The op table's rows whose api is Generated or Bound (ops.def), and the logical composites.
   using Unary = Tensor (*)(const Tensor&);
-  const std::pair<const char*, Unary> unary[] = {
-      {"neg", neg}, {"abs", abs}, {"square", square}, {"sign", sign}, {"relu", relu},
-      {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"sin", sin},
-      {"cos", cos}, {"tanh", tanh}, {"erf", erf}, {"sigmoid", sigmoid}, {"silu", silu},
-      {"softplus", softplus}, {"bitwise_not", bitwise_not}, {"logical_not", logical_not}};
-  for (const auto& [name, fn] : unary) {
-    std::string doc = std::string("Elementwise ") + name + "(x).";
-    both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc.c_str(), ReleaseGil());
-  }
+  const std::tuple<const char*, Unary, const char*> unary[] = {
+#define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) FG_BIND_##api(name, doc)
+#define FG_BINARY(name, Functor, groups, autocast, api, saved, doc)
+#define FG_BIND_Generated(name, doc) {#name, name, doc},
+#define FG_BIND_Bound FG_BIND_Generated
+#define FG_BIND_Hand(name, doc)
+#include "flowgrad/ops/ops.def"
+      {"logical_not", logical_not, "Elementwise logical NOT: True where input is zero (any dtype)."}};
+  for (const auto& [name, fn, doc] : unary)
+    both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc, ReleaseGil());
   using Binary = Tensor (*)(const Tensor&, const Tensor&);
-  const std::pair<const char*, Binary> binary[] = {
-      {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"pow", pow},
-      {"maximum", maximum}, {"minimum", minimum}, {"eq", eq}, {"ne", ne}, {"lt", lt},
-      {"le", le}, {"gt", gt}, {"ge", ge}, {"bitwise_and", bitwise_and}, {"bitwise_or", bitwise_or},
-      {"bitwise_xor", bitwise_xor}, {"logical_and", logical_and}, {"logical_or", logical_or},
-      {"logical_xor", logical_xor}};
-  for (const auto& [name, fn] : binary) {
-    std::string doc = std::string("Elementwise ") + name + "(input, other) with NumPy broadcasting.";
+  const std::tuple<const char*, Binary, const char*> binary[] = {
+#define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) FG_BIND_##api(name, doc)
+#include "flowgrad/ops/ops.def"
+#undef FG_BIND_Generated
+#undef FG_BIND_Bound
+#undef FG_BIND_Hand
+      {"logical_and", logical_and, "Elementwise logical AND of input and other (any dtype, nonzero is True)."},
+      {"logical_or", logical_or, "Elementwise logical OR of input and other (any dtype, nonzero is True)."},
+      {"logical_xor", logical_xor, "Elementwise logical XOR of input and other (any dtype, nonzero is True)."}};
+  for (const auto& [name, fn, doc] : binary) {
+    std::string with_broadcasting = std::string(doc) + " Operands broadcast as in NumPy.";
     auto call = [fn = fn](const py::object& a, const py::object& b) {
       std::pair<Tensor, Tensor> operands = binary_operands(a, b);  // no structured binding: lambdas capture it
       return released([&] { return fn(operands.first, operands.second); });
     };
-    m.def(name, named(name, call), py::arg("input"), py::arg("other"), doc.c_str());
-    cls.def(name, named(name, call), py::arg("other"), doc.c_str());
+    m.def(name, named(name, call), py::arg("input"), py::arg("other"), with_broadcasting.c_str());
+    cls.def(name, named(name, call), py::arg("other"), with_broadcasting.c_str());
   }
   both(m, cls, "gelu", [](const Tensor& x, const std::string& approximate) {
     FG_CHECK(approximate == "none" || approximate == "tanh", Value,

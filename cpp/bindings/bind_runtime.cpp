@@ -80,13 +80,13 @@ void bind_runtime(py::module_& m) {
       d["cuda_missing"] = op->cuda_missing ? py::object(py::str(op->cuda_missing)) : py::object(py::none());
       d["has_backward"] = op->backward != nullptr;
       d["not_differentiable"] = op->not_differentiable ? py::str(op->not_differentiable) : py::object(py::none());
-      d["fusable"] = (op->flags & kFusable) != 0;
-      d["view"] = (op->flags & kView) != 0;
-      d["random"] = (op->flags & kRandom) != 0;
-      d["data_dependent"] = (op->flags & kDataDependent) != 0;
-      d["in_place"] = (op->flags & kInPlace) != 0;
+      d["fusable"] = op->in(Group::Elementwise);
+      d["view"] = op->in(Group::View);
+      d["random"] = op->in(Group::Random);
+      d["data_dependent"] = op->in(Group::DataDependent);
+      d["in_place"] = op->in(Group::InPlace);
       d["saves_original"] = (op->flags & kSavesOriginal) != 0;
-      d["host_sync"] = (op->flags & kHostSync) != 0;
+      d["host_sync"] = op->in(Group::HostSync);
       d["written_inputs"] = written_inputs(*op);
       ops.append(d);
     }

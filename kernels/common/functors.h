@@ -99,6 +99,18 @@ struct Sin { template <class T> FG_HD T operator()(T x) const { return sin(x); }
 struct Cos { template <class T> FG_HD T operator()(T x) const { return cos(x); } };
 struct Tanh { template <class T> FG_HD T operator()(T x) const { return tanh_any(x); } };
 struct Erf { template <class T> FG_HD T operator()(T x) const { return erf_any(x); } };
+struct Log1p { template <class T> FG_HD T operator()(T x) const { return log1p(x); } };
+// e^x - 1 without the cancellation near 0 (Kahan): (u - 1) * x / log(u) with u = e^x; the error of
+// u cancels in the ratio. Only exp and log, which NVRTC's prelude (cuda_fusion.cpp) provides.
+struct Expm1 {
+  template <class T> FG_HD T operator()(T x) const {
+    T u = exp_any(x);
+    if (u == T(1)) return x;
+    T um1 = u - T(1);
+    if (um1 == T(-1) || um1 - um1 != T(0)) return um1;  // -1 (x very negative), inf or NaN
+    return um1 * x / log(u);
+  }
+};
 struct Sigmoid {
   template <class T> FG_HD T operator()(T x) const {
     // Branches keep exp's argument <= 0: no overflow for large |x|.

@@ -4,23 +4,10 @@
 #include <cstdint>
 
 #include "flowgrad/core/dtype.h"
+#include "flowgrad/ops/op_table.h"  // UnaryFn, BinaryFn and their groups
 #include "kernels/common/strided.h"
 
 namespace fg {
-
-enum class UnaryFn : uint8_t {
-  Neg, Abs, Square, Sign, Relu, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Erf, Sigmoid, Silu,
-  Softplus, Gelu, GeluTanh, Clamp, BitwiseNot
-};
-// Float-valued functions: Exp .. GeluTanh (their integer inputs compute in the default float).
-inline bool is_float_only(UnaryFn fn) { return fn >= UnaryFn::Exp && fn <= UnaryFn::GeluTanh; }
-enum class BinaryFn : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, GeluGrad, GeluTanhGrad, BitwiseAnd, BitwiseOr,
-  BitwiseXor, Eq, Ne, Lt, Le, Gt, Ge
-};
-inline bool is_comparison(BinaryFn fn) { return fn >= BinaryFn::Eq; }
-// bool and integer operands only.
-inline bool is_bitwise(BinaryFn fn) { return fn >= BinaryFn::BitwiseAnd && fn <= BinaryFn::BitwiseXor; }
 
 // y = fn(x): (out, x), both of `dtype`. clamp_lo/hi are used by Clamp (NaN = unbounded).
 void unary_cpu(UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);

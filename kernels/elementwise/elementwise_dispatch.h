@@ -12,82 +12,56 @@
 
 namespace fg::elementwise {
 
+// Whether the function of table row `op` is defined for T: FloatOnly rows on floating types,
+// Bitwise rows on bool and integers, Arithmetic rows on all but bool, the others on all.
+template <OpId op, class T>
+constexpr bool defined_for() {
+  if (in_group(op, Group::FloatOnly)) return std::is_floating_point_v<T>;
+  if (in_group(op, Group::Bitwise)) return std::is_integral_v<T>;  // bool included
+  if (in_group(op, Group::Arithmetic)) return !std::is_same_v<T, bool>;
+  return true;
+}
+
+template <class Map, class T, OpId op, class F>
+void unary_apply(const Strided<2>& s, double lo, double hi) {
+  if constexpr (!defined_for<op, T>()) {
+    FG_ASSERT(false && "unary function not defined for this dtype");
+  } else if constexpr (std::is_same_v<F, fn::Clamp>) {  // the only function with arguments
+    Map::template map1<T, T>(s, F{lo, hi});
+  } else {
+    Map::template map1<T, T>(s, F{});
+  }
+}
+
+template <class Map, class T, OpId op, class F>
+void binary_apply(const Strided<3>& s) {
+  if constexpr (!defined_for<op, T>()) {
+    FG_ASSERT(false && "binary function not defined for this dtype");
+  } else if constexpr (in_group(op, Group::Comparison)) {
+    Map::template map2<bool, T>(s, F{});
+  } else {
+    Map::template map2<T, T>(s, F{});
+  }
+}
+
+// One case per FG_UNARY/FG_BINARY row of the op table (flowgrad/ops/ops.def).
 template <class Map, class T>
 void unary_typed(UnaryFn fn, const Strided<2>& s, double lo, double hi) {
   switch (fn) {
-    case UnaryFn::Neg: return Map::template map1<T, T>(s, fn::Neg{});
-    case UnaryFn::Abs: return Map::template map1<T, T>(s, fn::Abs{});
-    case UnaryFn::Square: return Map::template map1<T, T>(s, fn::Square{});
-    case UnaryFn::Sign: return Map::template map1<T, T>(s, fn::Sign{});
-    case UnaryFn::Relu: return Map::template map1<T, T>(s, fn::Relu{});
-    case UnaryFn::Clamp: return Map::template map1<T, T>(s, fn::Clamp{lo, hi});
-    default: break;
+#define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) \
+  case UnaryFn::Functor: return unary_apply<Map, T, OpId::name, fn::Functor>(s, lo, hi);
+#include "flowgrad/ops/ops.def"
   }
-  if constexpr (std::is_integral_v<T>) {  // bool included
-    if (fn == UnaryFn::BitwiseNot) return Map::template map1<T, T>(s, fn::BitwiseNot{});
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (fn) {
-      case UnaryFn::Exp: return Map::template map1<T, T>(s, fn::Exp{});
-      case UnaryFn::Log: return Map::template map1<T, T>(s, fn::Log{});
-      case UnaryFn::Sqrt: return Map::template map1<T, T>(s, fn::Sqrt{});
-      case UnaryFn::Rsqrt: return Map::template map1<T, T>(s, fn::Rsqrt{});
-      case UnaryFn::Sin: return Map::template map1<T, T>(s, fn::Sin{});
-      case UnaryFn::Cos: return Map::template map1<T, T>(s, fn::Cos{});
-      case UnaryFn::Tanh: return Map::template map1<T, T>(s, fn::Tanh{});
-      case UnaryFn::Erf: return Map::template map1<T, T>(s, fn::Erf{});
-      case UnaryFn::Sigmoid: return Map::template map1<T, T>(s, fn::Sigmoid{});
-      case UnaryFn::Silu: return Map::template map1<T, T>(s, fn::Silu{});
-      case UnaryFn::Softplus: return Map::template map1<T, T>(s, fn::Softplus{});
-      case UnaryFn::Gelu: return Map::template map1<T, T>(s, fn::Gelu{});
-      case UnaryFn::GeluTanh: return Map::template map1<T, T>(s, fn::GeluTanh{});
-      default: break;
-    }
-  }
-  FG_ASSERT(false && "unary function not defined for this dtype");
 }
 
 template <class Map, class T>
 void binary_typed(BinaryFn fn, const Strided<3>& s) {
   switch (fn) {
-    case BinaryFn::Eq: return Map::template map2<bool, T>(s, fn::Eq{});
-    case BinaryFn::Ne: return Map::template map2<bool, T>(s, fn::Ne{});
-    case BinaryFn::Lt: return Map::template map2<bool, T>(s, fn::Lt{});
-    case BinaryFn::Le: return Map::template map2<bool, T>(s, fn::Le{});
-    case BinaryFn::Gt: return Map::template map2<bool, T>(s, fn::Gt{});
-    case BinaryFn::Ge: return Map::template map2<bool, T>(s, fn::Ge{});
-    case BinaryFn::Maximum: return Map::template map2<T, T>(s, fn::Maximum{});
-    case BinaryFn::Minimum: return Map::template map2<T, T>(s, fn::Minimum{});
-    default: break;
+#define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) \
+  case BinaryFn::Functor: return binary_apply<Map, T, OpId::name, fn::Functor>(s);
+#include "flowgrad/ops/ops.def"
   }
-  if constexpr (!std::is_same_v<T, bool>) {
-    switch (fn) {
-      case BinaryFn::Add: return Map::template map2<T, T>(s, fn::Add{});
-      case BinaryFn::Sub: return Map::template map2<T, T>(s, fn::Sub{});
-      case BinaryFn::Mul: return Map::template map2<T, T>(s, fn::Mul{});
-      case BinaryFn::Div: return Map::template map2<T, T>(s, fn::Div{});
-      case BinaryFn::Pow: return Map::template map2<T, T>(s, fn::Pow{});
-      default: break;
-    }
-  }
-  if constexpr (std::is_integral_v<T>) {  // bool included
-    switch (fn) {
-      case BinaryFn::BitwiseAnd: return Map::template map2<T, T>(s, fn::BitwiseAnd{});
-      case BinaryFn::BitwiseOr: return Map::template map2<T, T>(s, fn::BitwiseOr{});
-      case BinaryFn::BitwiseXor: return Map::template map2<T, T>(s, fn::BitwiseXor{});
-      default: break;
-    }
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (fn) {
-      case BinaryFn::GeluGrad: return Map::template map2<T, T>(s, fn::GeluGrad{});
-      case BinaryFn::GeluTanhGrad: return Map::template map2<T, T>(s, fn::GeluTanhGrad{});
-      default: break;
-    }
-  }
-  FG_ASSERT(false && "binary function not defined for this dtype");
 }
-
 
 template <class T>
 constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;

@@ -14,14 +14,13 @@ from ._core import (
     rand, randn, randint, randperm, manual_seed, get_rng_state, set_rng_state,
     get_num_threads, set_num_threads, blas_name, build_config, cpu_memory_stats, cpu_empty_cache,
     Trend, TrendGroup, format_duration,
-    neg, abs, square, sign, relu, exp, log, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu,
-    softplus, gelu, clamp, add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
-    where, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, logical_and, logical_or, logical_xor,
-    logical_not, sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
+    gelu, clamp, where, logical_and, logical_or, logical_xor, logical_not,
+    sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
     reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
     flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select, index_add,
     scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types, clone,
 )
+from ._ops import *  # noqa: F401,F403  (the op table's functions: neg, exp, add, eq, ...)
 import sys as _sys
 _sys.modules[__name__ + ".return_types"] = return_types  # so (values, indices) tuples pickle
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled

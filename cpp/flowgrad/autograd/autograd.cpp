@@ -90,7 +90,7 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
       check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
   Tensors in_place_inputs;
   TensorList inputs = in;
-  if (op.flags & kInPlace) {
+  if (op.in(Group::InPlace)) {
     in_place_inputs = in.vec();
     in_place_inputs[0] = out[0];
     inputs = in_place_inputs;
@@ -110,7 +110,7 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
     for (const Tensor& t : out) node->saved_outputs.push_back(t.alias());
   for (size_t i = 0; i < node->saved_inputs.size(); ++i) watch_version(*node, node->saved_inputs[i], false, i);
   for (size_t i = 0; i < node->saved_outputs.size(); ++i) watch_version(*node, node->saved_outputs[i], true, i);
-  if (op.flags & kView) watch_version(*node, in[0], false, 0);  // the view reads its base's memory
+  if (op.in(Group::View)) watch_version(*node, in[0], false, 0);  // the view reads its base's memory
   attach_outputs(node, out);
 }
 
@@ -122,7 +122,7 @@ Tensor prepare_in_place(const OpDef& op, TensorList in) {
     FG_CHECK(!is_leaf(target), Value, op.name, ": a leaf tensor that requires grad cannot be modified in place; "
              "wrap the update in fg.no_grad()");
     const OpDef* producer = grad_fn(target)->op;
-    FG_CHECK(!(producer && (producer->flags & kView)), Value, op.name, ": cannot modify in place a view ('",
+    FG_CHECK(!(producer && producer->in(Group::View)), Value, op.name, ": cannot modify in place a view ('",
              producer->name, "') of a tensor that requires grad: the viewed tensor's gradient would miss the "
              "change; write into the base tensor (base[index] = value) or use out-of-place ops");
     FG_CHECK(op.backward, Value, op.name, ": is not differentiable (", op.not_differentiable,

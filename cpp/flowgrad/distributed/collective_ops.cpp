@@ -26,7 +26,7 @@ void all_reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
 }
 
 // kHalfNative: the group stages half tensors through float32 itself and writes the result back.
-const OpDef k_all_reduce{.name = "all_reduce_", .family = Family::Copy, .flags = kInPlace | kHalfNative,
+const OpDef k_all_reduce{.id = OpId::all_reduce_, .name = "all_reduce_", .family = Family::Copy, .flags = kHalfNative,
                          .shape_rule = all_reduce_shape, .cpu = all_reduce_kernel,
                          .cuda = FG_CUDA(all_reduce_kernel), .not_differentiable = "a collective across processes"};
 
@@ -39,5 +39,5 @@ Tensor all_reduce_(const Tensor& t, ReduceOp op) {
 }  // namespace fg::dist
 
 namespace fg {
-std::vector<const OpDef*> distributed_ops() { return {&dist::k_all_reduce}; }
+const OpDef* const op_rows::all_reduce_ = &dist::k_all_reduce;  // its row in the op table (ops.def)
 }  // namespace fg

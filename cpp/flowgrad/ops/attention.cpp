@@ -166,7 +166,8 @@ void flash_attention_backward_kernel(TensorList in, const Tensors& out, const At
 }
 
 const OpDef k_flash_attention_backward{
-    .name = "flash_attention_backward", .family = Family::NN, .flags = kHalfNative,
+    .id = OpId::flash_attention_backward, .name = "flash_attention_backward", .family = Family::NN,
+    .flags = kHalfNative,
     .shape_rule = flash_attention_backward_shape,
     .cpu = flash_attention_backward_kernel<attention_backward_cpu>,
     .cuda = FG_CUDA(flash_attention_backward_kernel<attention_backward_cuda>),
@@ -210,14 +211,16 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_flash_attention{
-    .name = "flash_attention", .family = Family::NN, .flags = kHalfNative,
+    .id = OpId::flash_attention, .name = "flash_attention", .family = Family::NN, .flags = kHalfNative,
     .shape_rule = flash_attention_shape, .cpu = flash_attention_kernel<attention_forward_cpu>,
     .cuda = FG_CUDA(flash_attention_kernel<attention_forward_cuda>), .backward = flash_attention_backward,
     .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 3};
 
 }  // namespace
 
-std::vector<const OpDef*> attention_ops() { return {&k_flash_attention, &k_flash_attention_backward}; }
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(flash_attention);
+FG_REGISTER(flash_attention_backward);
 
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& attn_mask, bool is_causal) {

@@ -1,48 +1,16 @@
 #include "flowgrad/ops/autocast.h"
 
-#include <cstring>
-#include <unordered_map>
-
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
 namespace {
-
-// PyTorch's autocast lists, restricted to flowgrad's ops (names of ops that other branches may
-// add are listed too; a name no op has is ignored).
-constexpr const char* kLowPrecisionOps[] = {"matmul", "linear", "conv2d", "bmm", "baddbmm", "addmm",
-                                            "scaled_dot_product_attention", "flash_attention"};
-constexpr const char* kFloat32Ops[] = {"exp", "log", "rsqrt", "pow", "softplus", "sum", "mean", "var",
-                                       "logsumexp", "softmax", "log_softmax", "layer_norm", "rms_norm",
-                                       "cross_entropy", "nll_loss", "mse_loss", "cumsum"};
 
 thread_local AutocastState t_state[2];  // indexed by DeviceType::CPU, DeviceType::CUDA
 thread_local bool t_any = false;       // either enabled: the fast exit of autocast_inputs
 
 size_t slot(DeviceType type) { return type == DeviceType::CPU ? 0 : 1; }
 
-template <size_t N>
-bool listed(const char* name, const char* const (&names)[N]) {
-  for (const char* n : names)
-    if (std::strcmp(n, name) == 0) return true;
-  return false;
-}
-
 }  // namespace
-
-AutocastPolicy autocast_policy(const OpDef& op) {
-  static const std::unordered_map<const OpDef*, AutocastPolicy> table = [] {
-    std::unordered_map<const OpDef*, AutocastPolicy> policies;
-    for (const OpDef* def : all_ops()) {
-      if ((def->flags & kInPlace) || mutates_inputs(*def)) continue;  // never cast a written tensor
-      if (listed(def->name, kLowPrecisionOps)) policies.emplace(def, AutocastPolicy::LowPrecision);
-      else if (listed(def->name, kFloat32Ops)) policies.emplace(def, AutocastPolicy::Float32);
-    }
-    return policies;
-  }();
-  auto it = table.find(&op);
-  return it == table.end() ? AutocastPolicy::FollowInputs : it->second;
-}
 
 AutocastState autocast_state(DeviceType type) { return t_state[slot(type)]; }
 
@@ -56,7 +24,7 @@ std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device de
   if (!t_any || in.empty()) return std::nullopt;
   const AutocastState& state = t_state[slot(device.type)];
   if (!state.enabled) return std::nullopt;
-  AutocastPolicy policy = autocast_policy(op);
+  AutocastPolicy policy = autocast_policy(op.id);
   if (policy == AutocastPolicy::FollowInputs) return std::nullopt;
   DType target = policy == AutocastPolicy::LowPrecision ? state.dtype : DType::Float32;
   // float64 stays float64 (as in PyTorch): only float32 and the half types are cast.

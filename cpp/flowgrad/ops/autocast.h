@@ -13,11 +13,7 @@
 
 namespace fg {
 
-enum class AutocastPolicy : uint8_t { FollowInputs, LowPrecision, Float32 };
-
-// An op's policy (a closed list by op name in autocast.cpp, resolved once per OpDef).
-AutocastPolicy autocast_policy(const OpDef& op);
-
+// An op's policy is its op table row's (autocast_policy(op.id), op_table.h).
 struct AutocastState {
   bool enabled = false;
   DType dtype = DType::BFloat16;

@@ -19,7 +19,7 @@ template <decltype(&fill_cpu) Fill>
 void full_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   Fill(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
 }
-const OpDef k_full{.name = "full", .family = Family::Creation, .flags = kHalfNative,
+const OpDef k_full{.id = OpId::full, .name = "full", .family = Family::Creation, .flags = kHalfNative,
                    .shape_rule = full_shape, .cpu = full_kernel<fill_cpu>, .cuda = FG_CUDA(full_kernel<fill_cuda>),
                    .not_differentiable = "creation op"};
 
@@ -30,7 +30,7 @@ template <decltype(&arange_cpu) Run>
 void arange_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   Run(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
 }
-const OpDef k_arange{.name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
+const OpDef k_arange{.id = OpId::arange, .name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
                      .cpu = arange_kernel<arange_cpu>, .cuda = FG_CUDA(arange_kernel<arange_cuda>),
                      .not_differentiable = "creation op"};
 
@@ -38,7 +38,7 @@ template <decltype(&linspace_cpu) Run>
 void linspace_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
   Run(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
 }
-const OpDef k_linspace{.name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
+const OpDef k_linspace{.id = OpId::linspace, .name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
                        .cpu = linspace_kernel<linspace_cpu>, .cuda = FG_CUDA(linspace_kernel<linspace_cuda>),
                        .not_differentiable = "creation op"};
 
@@ -46,7 +46,7 @@ template <decltype(&eye_cpu) Run>
 void eye_kernel(TensorList, const Tensors& out, const Attrs&) {
   Run(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
 }
-const OpDef k_eye{.name = "eye", .family = Family::Creation, .flags = kHalfNative,
+const OpDef k_eye{.id = OpId::eye, .name = "eye", .family = Family::Creation, .flags = kHalfNative,
                   .shape_rule = full_shape, .cpu = eye_kernel<eye_cpu>, .cuda = FG_CUDA(eye_kernel<eye_cuda>),
                   .not_differentiable = "creation op"};
 
@@ -70,15 +70,15 @@ void random_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
              static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,
              integer ? attrs.i("high") : 0, out[0].data_ptr());
 }
-const OpDef k_rand{.name = "rand", .family = Family::Creation, .flags = kRandom,
+const OpDef k_rand{.id = OpId::rand, .name = "rand", .family = Family::Creation,
                    .shape_rule = random_shape<RandomKind::Uniform>,
                    .cpu = random_kernel<RandomKind::Uniform, random_cpu>,
                    .cuda = FG_CUDA((random_kernel<RandomKind::Uniform, random_cuda>)), .not_differentiable = "creation op"};
-const OpDef k_randn{.name = "randn", .family = Family::Creation, .flags = kRandom,
+const OpDef k_randn{.id = OpId::randn, .name = "randn", .family = Family::Creation,
                     .shape_rule = random_shape<RandomKind::Normal>,
                     .cpu = random_kernel<RandomKind::Normal, random_cpu>,
                    .cuda = FG_CUDA((random_kernel<RandomKind::Normal, random_cuda>)), .not_differentiable = "creation op"};
-const OpDef k_randint{.name = "randint", .family = Family::Creation, .flags = kRandom,
+const OpDef k_randint{.id = OpId::randint, .name = "randint", .family = Family::Creation,
                       .shape_rule = random_shape<RandomKind::Integer>,
                       .cpu = random_kernel<RandomKind::Integer, random_cpu>,
                    .cuda = FG_CUDA((random_kernel<RandomKind::Integer, random_cuda>)), .not_differentiable = "creation op"};
@@ -95,9 +95,14 @@ Attrs random_attrs(const Dims& shape, DType dtype, Device device, int64_t low, i
 
 }  // namespace
 
-std::vector<const OpDef*> creation_ops() {
-  return {&k_full, &k_arange, &k_linspace, &k_eye, &k_rand, &k_randn, &k_randint};
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(full);
+FG_REGISTER(arange);
+FG_REGISTER(linspace);
+FG_REGISTER(eye);
+FG_REGISTER(rand);
+FG_REGISTER(randn);
+FG_REGISTER(randint);
 
 Tensor full(const Dims& shape, double value, DType dtype, Device device) {
   return run_op1(k_full, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}, {"device", device}});

@@ -12,19 +12,18 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-const char* unary_name(UnaryFn fn);
-
 template <UnaryFn Fn>
 Specs unary_shape(TensorList in, const Attrs&) {
+  constexpr OpId op = op_of(Fn);
   DType dt = in[0].dtype();
-  if constexpr (Fn == UnaryFn::BitwiseNot) {
-    FG_CHECK(!is_floating(dt), DType, "bitwise_not: expected a bool or integer tensor, got ",
+  if constexpr (in_group(op, Group::Bitwise)) {
+    FG_CHECK(!is_floating(dt), DType, op_name(op), ": expected a bool or integer tensor, got ",
              describe(in[0]), "; compare first (x > 0) or cast with .int()");
     return {{in[0].shape(), dt}};
   }
-  FG_CHECK(dt != DType::Bool, DType, unary_name(Fn), ": not defined for bool tensors (got ",
+  FG_CHECK(dt != DType::Bool, DType, op_name(op), ": not defined for bool tensors (got ",
            describe(in[0]), "); cast with .int() or .float() first");
-  return {{in[0].shape(), is_float_only(Fn) ? float_result(dt) : dt}};
+  return {{in[0].shape(), in_group(op, Group::FloatOnly) ? float_result(dt) : dt}};
 }
 
 // One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
@@ -83,6 +82,8 @@ Tensors unary_backward_erf(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
   return {c.grads[0] * exp(-(x * x)) * 1.1283791670955126};  // 2 / sqrt(pi)
 }
+Tensors unary_backward_log1p(const BackwardCtx& c) { return {c.grads[0] / (c.inputs[0] + 1.0)}; }
+Tensors unary_backward_expm1(const BackwardCtx& c) { return {c.grads[0] * (c.outputs[0] + 1.0)}; }
 Tensors unary_backward_sigmoid(const BackwardCtx& c) {
   const Tensor& y = c.outputs[0];
   return {c.grads[0] * y * (1.0 - y)};
@@ -122,76 +123,25 @@ Tensors unary_backward_clamp(const BackwardCtx& c) {
   return {g};
 }
 
-#define FG_UNARY(NAME, FN, SAVED)                                                          \
-  const OpDef k_##NAME{.name = #NAME, .family = Family::Unary, .flags = kFusable,          \
-                       .shape_rule = unary_shape<UnaryFn::FN>, .cpu = unary_kernel<UnaryFn::FN, unary_cpu>, \
-                       .cuda = FG_CUDA((unary_kernel<UnaryFn::FN, unary_cuda>)),                         \
-                       .backward = unary_backward_##NAME, .saved = Saved::SAVED,                     \
-                       .prepare_cpu = unary_prepare<UnaryFn::FN, unary_cpu>,                           \
-                       .prepare_cuda = FG_CUDA((unary_prepare<UnaryFn::FN, unary_cuda>)),                \
-                       .functor = static_cast<int>(UnaryFn::FN)};
-FG_UNARY(neg, Neg, Nothing)
-FG_UNARY(abs, Abs, Inputs)
-FG_UNARY(square, Square, Inputs)
-FG_UNARY(sign, Sign, Nothing)
-FG_UNARY(relu, Relu, Inputs)
-FG_UNARY(exp, Exp, Outputs)
-FG_UNARY(log, Log, Inputs)
-FG_UNARY(sqrt, Sqrt, Outputs)
-FG_UNARY(rsqrt, Rsqrt, Outputs)
-FG_UNARY(sin, Sin, Inputs)
-FG_UNARY(cos, Cos, Inputs)
-FG_UNARY(tanh, Tanh, Outputs)
-FG_UNARY(erf, Erf, Inputs)
-FG_UNARY(sigmoid, Sigmoid, Outputs)
-FG_UNARY(silu, Silu, Inputs)
-FG_UNARY(softplus, Softplus, Inputs)
-FG_UNARY(gelu, Gelu, Inputs)
-FG_UNARY(gelu_tanh, GeluTanh, Inputs)
-FG_UNARY(clamp, Clamp, Inputs)
-#undef FG_UNARY
-const OpDef k_bitwise_not{.name = "bitwise_not", .family = Family::Unary, .flags = kFusable,
-                          .shape_rule = unary_shape<UnaryFn::BitwiseNot>,
-                          .cpu = unary_kernel<UnaryFn::BitwiseNot, unary_cpu>,
-                          .cuda = FG_CUDA((unary_kernel<UnaryFn::BitwiseNot, unary_cuda>)),
-                          .not_differentiable = "bitwise ops act on bool and integer tensors",
-                          .prepare_cpu = unary_prepare<UnaryFn::BitwiseNot, unary_cpu>,
-                          .prepare_cuda = FG_CUDA((unary_prepare<UnaryFn::BitwiseNot, unary_cuda>)),
-                          .functor = static_cast<int>(UnaryFn::BitwiseNot)};
-
-const char* unary_name(UnaryFn fn) {
-  static const char* names[] = {"neg", "abs", "square", "sign", "relu", "exp", "log",
-                                "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
-                                "silu", "softplus", "gelu", "gelu_tanh", "clamp", "bitwise_not"};
-  return names[static_cast<int>(fn)];
-}
-
 // ---- binary ----
 
-const char* binary_name(BinaryFn fn) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                                "gelu_backward", "gelu_tanh_backward", "bitwise_and", "bitwise_or",
-                                "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"};
-  return names[static_cast<int>(fn)];
-}
-
 DType compute_dtype(BinaryFn fn, const Tensor& a, const Tensor& b) {
+  OpId op = op_of(fn);
   DType dt = promote(a.dtype(), b.dtype());
-  FG_CHECK(!(is_bitwise(fn) && is_floating(dt)), DType, binary_name(fn),
+  FG_CHECK(!(in_group(op, Group::Bitwise) && is_floating(dt)), DType, op_name(op),
            ": expected bool or integer tensors, got ", describe(a), " and ", describe(b),
            "; compare first (x > 0) or cast with .int()");
-  bool arithmetic = fn <= BinaryFn::Pow;
-  FG_CHECK(!(arithmetic && dt == DType::Bool), DType, binary_name(fn),
+  FG_CHECK(!(in_group(op, Group::Arithmetic) && dt == DType::Bool), DType, op_name(op),
            ": arithmetic on two bool tensors is not defined (got ", describe(a), " and ",
            describe(b), "); cast with .int() or .float() first");
-  return fn == BinaryFn::Div ? float_result(dt) : dt;
+  return in_group(op, Group::FloatOnly) ? float_result(dt) : dt;
 }
 
 template <BinaryFn Fn>
 Specs binary_shape(TensorList in, const Attrs&) {
-  Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), binary_name(Fn));
+  Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), op_name(op_of(Fn)).data());
   DType dt = compute_dtype(Fn, in[0], in[1]);
-  return {{shape, is_comparison(Fn) ? DType::Bool : dt}};
+  return {{shape, in_group(op_of(Fn), Group::Comparison) ? DType::Bool : dt}};
 }
 
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
@@ -255,47 +205,34 @@ Tensors select_backward(const BackwardCtx& c, bool is_max) {
 Tensors binary_backward_maximum(const BackwardCtx& c) { return select_backward(c, true); }
 Tensors binary_backward_minimum(const BackwardCtx& c) { return select_backward(c, false); }
 
-#define FG_BINARY(NAME, FN, SAVED)                                                          \
-  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
-                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
-                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)),                     \
-                       .backward = binary_backward_##NAME, .saved = Saved::SAVED,                   \
-                       .prepare_cpu = binary_prepare<BinaryFn::FN, binary_cpu>,                        \
-                       .prepare_cuda = FG_CUDA((binary_prepare<BinaryFn::FN, binary_cuda>)),             \
-                       .functor = static_cast<int>(BinaryFn::FN)};
-FG_BINARY(add, Add, Nothing)
-FG_BINARY(sub, Sub, Nothing)
-FG_BINARY(mul, Mul, Inputs)
-FG_BINARY(div, Div, Inputs)
-FG_BINARY(pow, Pow, InputsAndOutputs)
-FG_BINARY(maximum, Maximum, Inputs)
-FG_BINARY(minimum, Minimum, Inputs)
-#undef FG_BINARY
-
-// Binary ops without a backward rule: fused gradient kernels and comparisons.
-#define FG_NONDIFF_BINARY(NAME, FN, REASON)                                                 \
-  const OpDef k_##NAME{.name = #NAME, .family = Family::Binary, .flags = kFusable,          \
-                       .shape_rule = binary_shape<BinaryFn::FN>,                            \
-                       .cpu = binary_kernel<BinaryFn::FN, binary_cpu>,                                     \
-                       .cuda = FG_CUDA((binary_kernel<BinaryFn::FN, binary_cuda>)), .not_differentiable = REASON, \
-                       .prepare_cpu = binary_prepare<BinaryFn::FN, binary_cpu>,                        \
-                       .prepare_cuda = FG_CUDA((binary_prepare<BinaryFn::FN, binary_cuda>)),             \
-                       .functor = static_cast<int>(BinaryFn::FN)};
-constexpr const char* kFirstOrderOnly = "used for first-order gradients only; second order uses the composite rule";
-FG_NONDIFF_BINARY(gelu_backward, GeluGrad, kFirstOrderOnly)
-FG_NONDIFF_BINARY(gelu_tanh_backward, GeluTanhGrad, kFirstOrderOnly)
-constexpr const char* kBitwise = "bitwise ops act on bool and integer tensors";
-FG_NONDIFF_BINARY(bitwise_and, BitwiseAnd, kBitwise)
-FG_NONDIFF_BINARY(bitwise_or, BitwiseOr, kBitwise)
-FG_NONDIFF_BINARY(bitwise_xor, BitwiseXor, kBitwise)
-FG_NONDIFF_BINARY(eq, Eq, "comparisons return bool")
-FG_NONDIFF_BINARY(ne, Ne, "comparisons return bool")
-FG_NONDIFF_BINARY(lt, Lt, "comparisons return bool")
-FG_NONDIFF_BINARY(le, Le, "comparisons return bool")
-FG_NONDIFF_BINARY(gt, Gt, "comparisons return bool")
-FG_NONDIFF_BINARY(ge, Ge, "comparisons return bool")
-#undef FG_NONDIFF_BINARY
+// The FG_UNARY and FG_BINARY rows of the op table (ops.def): one OpDef each over the kernels of
+// its function, with the backward rule <unary|binary>_backward_<name> above, or none and a reason.
+using BackwardRule = Tensors (*)(const BackwardCtx&);
+template <UnaryFn Fn>
+constexpr OpDef unary_def(BackwardRule backward, Saved saved, const char* not_differentiable) {
+  return {.id = op_of(Fn), .name = op_name(op_of(Fn)).data(), .family = Family::Unary,
+          .shape_rule = unary_shape<Fn>, .cpu = unary_kernel<Fn, unary_cpu>,
+          .cuda = FG_CUDA((unary_kernel<Fn, unary_cuda>)), .backward = backward,
+          .not_differentiable = not_differentiable, .saved = saved, .prepare_cpu = unary_prepare<Fn, unary_cpu>,
+          .prepare_cuda = FG_CUDA((unary_prepare<Fn, unary_cuda>)), .functor = static_cast<int>(Fn)};
+}
+template <BinaryFn Fn>
+constexpr OpDef binary_def(BackwardRule backward, Saved saved, const char* not_differentiable) {
+  return {.id = op_of(Fn), .name = op_name(op_of(Fn)).data(), .family = Family::Binary,
+          .shape_rule = binary_shape<Fn>, .cpu = binary_kernel<Fn, binary_cpu>,
+          .cuda = FG_CUDA((binary_kernel<Fn, binary_cuda>)), .backward = backward,
+          .not_differentiable = not_differentiable, .saved = saved, .prepare_cpu = binary_prepare<Fn, binary_cpu>,
+          .prepare_cuda = FG_CUDA((binary_prepare<Fn, binary_cuda>)), .functor = static_cast<int>(Fn)};
+}
+#define FG_UNARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) \
+  constexpr OpDef k_##NAME = unary_def<UnaryFn::FN>(unary_backward_##NAME, Saved::SAVED, nullptr);
+#define FG_UNARY_NODIFF(NAME, FN, GROUPS, AUTOCAST, API, REASON, DOC) \
+  constexpr OpDef k_##NAME = unary_def<UnaryFn::FN>(nullptr, Saved::Nothing, REASON);
+#define FG_BINARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) \
+  constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(binary_backward_##NAME, Saved::SAVED, nullptr);
+#define FG_BINARY_NODIFF(NAME, FN, GROUPS, AUTOCAST, API, REASON, DOC) \
+  constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(nullptr, Saved::Nothing, REASON);
+#include "flowgrad/ops/ops.def"
 
 // ---- where, cast ----
 
@@ -318,7 +255,7 @@ Tensors where_backward(const BackwardCtx& c) {
   return {Tensor(), sum_to(where(cond, g, zero), c.input_specs[1].shape),
           sum_to(where(cond, zero, g), c.input_specs[2].shape)};
 }
-const OpDef k_where{.name = "where", .family = Family::Ternary, .flags = kFusable | kHalfNative,
+const OpDef k_where{.id = OpId::where, .name = "where", .family = Family::Ternary, .flags = kHalfNative,
                     .shape_rule = where_shape, .cpu = where_kernel<where_cpu>,
                     .cuda = FG_CUDA(where_kernel<where_cuda>), .backward = where_backward,
                     .saved = Saved::Inputs, .nondiff_inputs = 1u};
@@ -328,54 +265,63 @@ Specs cast_shape(TensorList in, const Attrs& attrs) {
 }
 void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
-const OpDef k_cast{.name = "cast", .family = Family::Unary, .flags = kFusable | kHalfNative,
+const OpDef k_cast{.id = OpId::cast, .name = "cast", .family = Family::Unary, .flags = kHalfNative,
                    .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),
                    .backward = cast_backward};
 
 // ---- in-place twins: the same rule, kernels and backward, writing into input 0 (see run_op) ----
 
-OpDef in_place(OpDef op, const char* name, uint32_t flags) {
-  op.name = name;
-  op.flags = kInPlace | flags | (op.flags & kHalfNative);
+OpDef in_place(OpDef op, OpId id, uint32_t flags) {
+  op.id = id;
+  op.name = op_name(id).data();
+  op.flags = flags | (op.flags & kHalfNative);
   return op;
 }
-const OpDef k_add_ = in_place(k_add, "add_", 0);
-const OpDef k_sub_ = in_place(k_sub, "sub_", 0);
-const OpDef k_mul_ = in_place(k_mul, "mul_", kSavesOriginal);
-const OpDef k_div_ = in_place(k_div, "div_", kSavesOriginal);
-const OpDef k_pow_ = in_place(k_pow, "pow_", kSavesOriginal);
-const OpDef k_neg_ = in_place(k_neg, "neg_", 0);
-const OpDef k_relu_ = in_place(k_relu, "relu_", kSavesOriginal);
-const OpDef k_clamp_ = in_place(k_clamp, "clamp_", kSavesOriginal);
+const OpDef k_add_ = in_place(k_add, OpId::add_, 0);
+const OpDef k_sub_ = in_place(k_sub, OpId::sub_, 0);
+const OpDef k_mul_ = in_place(k_mul, OpId::mul_, kSavesOriginal);
+const OpDef k_div_ = in_place(k_div, OpId::div_, kSavesOriginal);
+const OpDef k_pow_ = in_place(k_pow, OpId::pow_, kSavesOriginal);
+const OpDef k_neg_ = in_place(k_neg, OpId::neg_, 0);
+const OpDef k_relu_ = in_place(k_relu, OpId::relu_, kSavesOriginal);
+const OpDef k_clamp_ = in_place(k_clamp, OpId::clamp_, kSavesOriginal);
 
 }  // namespace
 
-std::vector<const OpDef*> elementwise_ops() {
-  return {&k_neg, &k_abs, &k_square, &k_sign, &k_relu, &k_exp, &k_log, &k_sqrt, &k_rsqrt,
-          &k_sin, &k_cos, &k_tanh, &k_erf, &k_sigmoid, &k_silu, &k_softplus, &k_gelu,
-          &k_gelu_tanh, &k_clamp, &k_bitwise_not, &k_add, &k_sub, &k_mul, &k_div, &k_pow, &k_maximum,
-          &k_minimum, &k_gelu_backward, &k_gelu_tanh_backward, &k_bitwise_and, &k_bitwise_or,
-          &k_bitwise_xor, &k_eq, &k_ne, &k_lt, &k_le, &k_gt,
-          &k_ge, &k_where, &k_cast, &k_add_, &k_sub_, &k_mul_, &k_div_, &k_pow_, &k_neg_, &k_relu_,
-          &k_clamp_};
-}
+// Registration of this file's rows of the op table (ops.def).
+#define FG_UNARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
+#define FG_BINARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
+#include "flowgrad/ops/ops.def"
+FG_REGISTER(where);
+FG_REGISTER(cast);
+FG_REGISTER(add_);
+FG_REGISTER(sub_);
+FG_REGISTER(mul_);
+FG_REGISTER(div_);
+FG_REGISTER(pow_);
+FG_REGISTER(neg_);
+FG_REGISTER(relu_);
+FG_REGISTER(clamp_);
 
-Tensor neg(const Tensor& x) { return run_op1(k_neg, {x}); }
-Tensor abs(const Tensor& x) { return run_op1(k_abs, {x}); }
-Tensor square(const Tensor& x) { return run_op1(k_square, {x}); }
-Tensor sign(const Tensor& x) { return run_op1(k_sign, {x}); }
-Tensor relu(const Tensor& x) { return run_op1(k_relu, {x}); }
-Tensor exp(const Tensor& x) { return run_op1(k_exp, {x}); }
-Tensor log(const Tensor& x) { return run_op1(k_log, {x}); }
-Tensor sqrt(const Tensor& x) { return run_op1(k_sqrt, {x}); }
-Tensor rsqrt(const Tensor& x) { return run_op1(k_rsqrt, {x}); }
-Tensor sin(const Tensor& x) { return run_op1(k_sin, {x}); }
-Tensor cos(const Tensor& x) { return run_op1(k_cos, {x}); }
-Tensor tanh(const Tensor& x) { return run_op1(k_tanh, {x}); }
-Tensor erf(const Tensor& x) { return run_op1(k_erf, {x}); }
-Tensor sigmoid(const Tensor& x) { return run_op1(k_sigmoid, {x}); }
-Tensor silu(const Tensor& x) { return run_op1(k_silu, {x}); }
-Tensor softplus(const Tensor& x) { return run_op1(k_softplus, {x}); }
+// The functions of the rows whose api is Generated.
+#define FG_UNARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_UNARY_FUNCTION_##API(NAME)
+#define FG_UNARY_FUNCTION_Generated(NAME) \
+  Tensor NAME(const Tensor& x) { return run_op1(k_##NAME, {x}); }
+#define FG_UNARY_FUNCTION_Bound(NAME)
+#define FG_UNARY_FUNCTION_Hand(NAME)
+#define FG_BINARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_BINARY_FUNCTION_##API(NAME)
+#define FG_BINARY_FUNCTION_Generated(NAME) \
+  Tensor NAME(const Tensor& a, const Tensor& b) { return run_op1(k_##NAME, {a, b}); }
+#define FG_BINARY_FUNCTION_Bound(NAME)
+#define FG_BINARY_FUNCTION_Hand(NAME)
+#include "flowgrad/ops/ops.def"
+#undef FG_UNARY_FUNCTION_Generated
+#undef FG_UNARY_FUNCTION_Bound
+#undef FG_UNARY_FUNCTION_Hand
+#undef FG_BINARY_FUNCTION_Generated
+#undef FG_BINARY_FUNCTION_Bound
+#undef FG_BINARY_FUNCTION_Hand
+
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   return run_op1(tanh_approximation ? k_gelu_tanh : k_gelu, {x});
 }
@@ -387,10 +333,6 @@ Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   return run_op1(k_clamp, {x}, {{"min", lo.value_or(kNaN)}, {"max", hi.value_or(kNaN)}});
 }
-Tensor add(const Tensor& a, const Tensor& b) { return run_op1(k_add, {a, b}); }
-Tensor sub(const Tensor& a, const Tensor& b) { return run_op1(k_sub, {a, b}); }
-Tensor mul(const Tensor& a, const Tensor& b) { return run_op1(k_mul, {a, b}); }
-Tensor div(const Tensor& a, const Tensor& b) { return run_op1(k_div, {a, b}); }
 Tensor pow(const Tensor& a, const Tensor& b) {
   // NumPy raises rather than truncating 2 ** -1 to 0. Reading the exponents is a host sync on
   // CUDA, paid by integer powers only.
@@ -399,18 +341,6 @@ Tensor pow(const Tensor& a, const Tensor& b) {
              "allowed (exponent ", describe(b), " has a negative value); use a float base");
   return run_op1(k_pow, {a, b});
 }
-Tensor maximum(const Tensor& a, const Tensor& b) { return run_op1(k_maximum, {a, b}); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return run_op1(k_minimum, {a, b}); }
-Tensor eq(const Tensor& a, const Tensor& b) { return run_op1(k_eq, {a, b}); }
-Tensor ne(const Tensor& a, const Tensor& b) { return run_op1(k_ne, {a, b}); }
-Tensor lt(const Tensor& a, const Tensor& b) { return run_op1(k_lt, {a, b}); }
-Tensor le(const Tensor& a, const Tensor& b) { return run_op1(k_le, {a, b}); }
-Tensor gt(const Tensor& a, const Tensor& b) { return run_op1(k_gt, {a, b}); }
-Tensor ge(const Tensor& a, const Tensor& b) { return run_op1(k_ge, {a, b}); }
-Tensor bitwise_and(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_and, {a, b}); }
-Tensor bitwise_or(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_or, {a, b}); }
-Tensor bitwise_xor(const Tensor& a, const Tensor& b) { return run_op1(k_bitwise_xor, {a, b}); }
-Tensor bitwise_not(const Tensor& x) { return run_op1(k_bitwise_not, {x}); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return bitwise_and(cast(a, DType::Bool), cast(b, DType::Bool));
 }

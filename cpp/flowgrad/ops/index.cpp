@@ -41,7 +41,7 @@ Tensors gather_backward(const BackwardCtx& c) {
   Tensor zero = zeros(spec.shape, c.grads[0].dtype(), c.grads[0].device());
   return {scatter_add(zero, c.attrs.i("dim"), c.inputs[1], c.grads[0]), Tensor()};
 }
-const OpDef k_gather{.name = "gather", .family = Family::Index, .flags = kHalfNative,
+const OpDef k_gather{.id = OpId::gather, .name = "gather", .family = Family::Index, .flags = kHalfNative,
                      .shape_rule = gather_shape, .cpu = gather_kernel<gather_cpu>,
                      .cuda = FG_CUDA(gather_kernel<gather_cuda>), .backward = gather_backward,
                      .saved = Saved::Inputs, .nondiff_inputs = 2u};
@@ -70,7 +70,7 @@ Tensors scatter_add_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
   return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
-const OpDef k_scatter_add{.name = "scatter_add", .family = Family::Index,
+const OpDef k_scatter_add{.id = OpId::scatter_add, .name = "scatter_add", .family = Family::Index,
                           .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel<scatter_add_cpu>,
                           .cuda = FG_CUDA(scatter_add_kernel<scatter_add_cuda>),
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
@@ -103,7 +103,8 @@ Tensors index_select_backward(const BackwardCtx& c) {
   Tensor zero = zeros(c.input_specs[0].shape, g.dtype(), g.device());
   return {index_add(zero, c.attrs.i("dim"), c.inputs[1], g), Tensor()};
 }
-const OpDef k_index_select{.name = "index_select", .family = Family::Index, .flags = kHalfNative,
+const OpDef k_index_select{.id = OpId::index_select, .name = "index_select", .family = Family::Index,
+                           .flags = kHalfNative,
                            .shape_rule = index_select_shape, .cpu = index_select_kernel<index_select_cpu>,
                            .cuda = FG_CUDA(index_select_kernel<index_select_cuda>),
                            .backward = index_select_backward, .saved = Saved::Inputs,
@@ -139,7 +140,8 @@ Tensors index_add_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
   return {g, Tensor(), c.needs_grad[2] ? index_select(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
-const OpDef k_index_add{.name = "index_add", .family = Family::Index, .shape_rule = index_add_shape,
+const OpDef k_index_add{.id = OpId::index_add, .name = "index_add", .family = Family::Index,
+                        .shape_rule = index_add_shape,
                         .cpu = index_add_kernel, .cuda = FG_CUDA(index_add_kernel),
                         .backward = index_add_backward, .saved = Saved::Inputs, .nondiff_inputs = 2u};
 
@@ -163,7 +165,7 @@ void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0, n = idx.numel(); i < n; ++i) y[i * classes + p[i]] = 1;
 }
-const OpDef k_one_hot{.name = "one_hot", .family = Family::Index, .shape_rule = one_hot_shape,
+const OpDef k_one_hot{.id = OpId::one_hot, .name = "one_hot", .family = Family::Index, .shape_rule = one_hot_shape,
                       .cpu = one_hot_kernel, .cuda = FG_CUDA(one_hot_kernel),
                       .not_differentiable = "returns integers"};
 
@@ -205,7 +207,7 @@ Tensors sort_backward(const BackwardCtx& c) {
   if (zero.ndim() == 0) return {g};
   return {scatter_add(zero, c.attrs.i("dim"), c.outputs[1], g)};
 }
-const OpDef k_sort{.name = "sort", .family = Family::Index, .shape_rule = sort_shape,
+const OpDef k_sort{.id = OpId::sort, .name = "sort", .family = Family::Index, .shape_rule = sort_shape,
                    .cpu = sort_kernel, .cuda = FG_CUDA(sort_kernel), .backward = sort_backward,
                    .saved = Saved::Outputs};
 
@@ -215,7 +217,7 @@ Specs nonzero_shape(TensorList in, const Attrs&) {
   Tensor c = contiguous_raw(m);
   int64_t count = 0;
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (c.device().is_cuda()) {  // the output's size is data: a host read (hence kDataDependent)
+  if (c.device().is_cuda()) {  // the output's size is data: a host read (hence the DataDependent group)
     Tensor on_device = Tensor::empty(Dims{1}, DType::Int64, c.device());
     count_true_cuda(c.data<bool>(), c.numel(), on_device.data<int64_t>());
     count = *device_copy(on_device, cpu_device()).data<int64_t>();
@@ -234,15 +236,20 @@ void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
 #endif
   nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
 }
-const OpDef k_nonzero{.name = "nonzero", .family = Family::Index, .flags = kDataDependent | kHostSync,
+const OpDef k_nonzero{.id = OpId::nonzero, .name = "nonzero", .family = Family::Index,
                       .shape_rule = nonzero_shape, .cpu = nonzero_kernel, .cuda = FG_CUDA(nonzero_kernel),
                       .not_differentiable = "returns indices"};
 
 }  // namespace
 
-std::vector<const OpDef*> index_ops() {
-  return {&k_gather, &k_scatter_add, &k_index_select, &k_index_add, &k_one_hot, &k_sort, &k_nonzero};
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(gather);
+FG_REGISTER(scatter_add);
+FG_REGISTER(index_select);
+FG_REGISTER(index_add);
+FG_REGISTER(one_hot);
+FG_REGISTER(sort);
+FG_REGISTER(nonzero);
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return run_op1(k_gather, {x, index}, {{"dim", dim}});

@@ -1,5 +1,5 @@
 // In-place ops that have no out-of-place twin in an elementwise family: fill_, copy_,
-// masked_fill_ and index_put_ (the op behind t[idx] = value). Each is kInPlace: run_op hands the
+// masked_fill_ and index_put_ (the op behind t[idx] = value). Each is in the InPlace group: run_op hands the
 // kernel input 0 as its output (or a temporary copied back), checks that the target may be
 // written, and bumps its version. Elementwise twins (add_, mul_, ...) live in elementwise.cpp.
 #include "flowgrad/ops/kernel_args.h"
@@ -28,17 +28,18 @@ Tensor overwritten(const BackwardCtx& c) {
 // ---- fill_ ----
 void fill_kernel(TensorList, const Tensors& out, const Attrs& attrs) { fill_raw(out[0], attrs.f("value")); }
 Tensors fill_backward(const BackwardCtx& c) { return {overwritten(c)}; }
-const OpDef k_fill_{.name = "fill_", .family = Family::Creation, .flags = kInPlace | kHalfNative,
+const OpDef k_fill_{.id = OpId::fill_, .name = "fill_", .family = Family::Creation, .flags = kHalfNative,
                     .shape_rule = same_as_target, .cpu = fill_kernel, .cuda = FG_CUDA(fill_kernel),
                     .backward = fill_backward};
 
 // The same op under another name, for errors and traces: zero_ is fill_ with 0, uniform_ and
 // normal_ copy_ fresh random values in.
-OpDef renamed(OpDef op, const char* name) {
-  op.name = name;
+OpDef renamed(OpDef op, OpId id) {
+  op.id = id;
+  op.name = op_name(id).data();
   return op;
 }
-const OpDef k_zero_ = renamed(k_fill_, "zero_");
+const OpDef k_zero_ = renamed(k_fill_, OpId::zero_);
 
 // ---- copy_: src broadcast to the target's shape, cast to its dtype ----
 Specs copy_shape(TensorList in, const Attrs&) {
@@ -51,11 +52,11 @@ void copy_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(ou
 Tensors copy_backward(const BackwardCtx& c) {
   return {overwritten(c), sum_to(c.grads[0], c.input_specs[1].shape)};
 }
-const OpDef k_copy_{.name = "copy_", .family = Family::Copy, .flags = kInPlace | kHalfNative,
+const OpDef k_copy_{.id = OpId::copy_, .name = "copy_", .family = Family::Copy, .flags = kHalfNative,
                     .shape_rule = copy_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
                     .backward = copy_backward};
-const OpDef k_uniform_ = renamed(k_copy_, "uniform_");
-const OpDef k_normal_ = renamed(k_copy_, "normal_");
+const OpDef k_uniform_ = renamed(k_copy_, OpId::uniform_);
+const OpDef k_normal_ = renamed(k_copy_, OpId::normal_);
 
 // ---- masked_fill_: value where the (broadcast) bool mask is true ----
 Specs masked_fill_shape(TensorList in, const Attrs&) {
@@ -77,7 +78,8 @@ Tensors masked_fill_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
   return {where(c.inputs[1], scalar_like(g, 0), g), Tensor()};
 }
-const OpDef k_masked_fill_{.name = "masked_fill_", .family = Family::Ternary, .flags = kInPlace | kHalfNative,
+const OpDef k_masked_fill_{.id = OpId::masked_fill_, .name = "masked_fill_", .family = Family::Ternary,
+                           .flags = kHalfNative,
                            .shape_rule = masked_fill_shape, .cpu = masked_fill_kernel<where_cpu>,
                            .cuda = FG_CUDA(masked_fill_kernel<where_cuda>), .backward = masked_fill_backward,
                            .saved = Saved::Inputs, .nondiff_inputs = 2u};
@@ -110,14 +112,21 @@ Tensors index_put_backward(const BackwardCtx& c) {
   }
   return grads;
 }
-const OpDef k_index_put_{.name = "index_put_", .family = Family::Index, .flags = kInPlace | kHalfNative,
+const OpDef k_index_put_{.id = OpId::index_put_, .name = "index_put_", .family = Family::Index, .flags = kHalfNative,
                          .shape_rule = index_put_shape, .cpu = index_put_kernel<index_put_cpu>,
                          .cuda = FG_CUDA(index_put_kernel<index_put_cuda>), .backward = index_put_backward,
                          .saved = Saved::Inputs, .nondiff_inputs = 2u};
 
 }  // namespace
 
-std::vector<const OpDef*> in_place_ops() { return {&k_fill_, &k_zero_, &k_copy_, &k_uniform_, &k_normal_, &k_masked_fill_, &k_index_put_}; }
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(fill_);
+FG_REGISTER(zero_);
+FG_REGISTER(copy_);
+FG_REGISTER(uniform_);
+FG_REGISTER(normal_);
+FG_REGISTER(masked_fill_);
+FG_REGISTER(index_put_);
 
 Tensor fill_(const Tensor& x, double value) { return run_op1(k_fill_, {x}, {{"value", value}}); }
 Tensor zero_(const Tensor& x) { return run_op1(k_zero_, {x}, {{"value", 0.0}}); }

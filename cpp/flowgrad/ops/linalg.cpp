@@ -128,13 +128,15 @@ Tensors matmul_backward(const BackwardCtx& c) {
           c.needs_grad[1] ? sum_to(matmul(transpose(a, -1, -2), g), b.shape()) : Tensor()};
 }
 
-const OpDef k_matmul{.name = "matmul", .family = Family::Linalg, .flags = kHalfNative, .shape_rule = matmul_shape,
+const OpDef k_matmul{.id = OpId::matmul, .name = "matmul", .family = Family::Linalg,
+                     .flags = kHalfNative, .shape_rule = matmul_shape,
                      .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA((matmul_kernel<gemm_cuda, gemm_batched_cuda>)),
                      .backward = matmul_backward, .saved = Saved::Inputs};
 
 }  // namespace
 
-std::vector<const OpDef*> linalg_ops() { return {&k_matmul}; }
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(matmul);
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   FG_CHECK(a.ndim() > 0 && b.ndim() > 0, Shape, "matmul: operands must have at least one dim, got ",

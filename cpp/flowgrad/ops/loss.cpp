@@ -58,7 +58,8 @@ void cross_entropy_backward_kernel(TensorList in, const Tensors& out, const Attr
       ce_reduce(attrs) == LossReduce::None, in[4].data_ptr(), a, out[0].data_ptr());
 }
 const OpDef k_cross_entropy_backward{
-    .name = "cross_entropy_backward", .family = Family::NN, .shape_rule = cross_entropy_backward_shape,
+    .id = OpId::cross_entropy_backward, .name = "cross_entropy_backward", .family = Family::NN,
+    .shape_rule = cross_entropy_backward_shape,
     .cpu = cross_entropy_backward_kernel<cross_entropy_backward_cpu>,
     .cuda = FG_CUDA(cross_entropy_backward_kernel<cross_entropy_backward_cuda>),
     .not_differentiable = "cross_entropy's backward rule builds a differentiable gradient when create_graph is set",
@@ -82,14 +83,17 @@ Tensors cross_entropy_backward(const BackwardCtx& c) {
                   c.attrs),
           Tensor()};
 }
-const OpDef k_cross_entropy{.name = "cross_entropy", .family = Family::NN, .shape_rule = cross_entropy_shape,
+const OpDef k_cross_entropy{.id = OpId::cross_entropy, .name = "cross_entropy", .family = Family::NN,
+                            .shape_rule = cross_entropy_shape,
                             .cpu = cross_entropy_kernel, .cuda = FG_CUDA(cross_entropy_kernel),
                             .backward = cross_entropy_backward, .saved = Saved::InputsAndOutputs,
                             .nondiff_inputs = 2u};
 
 }  // namespace
 
-std::vector<const OpDef*> loss_ops() { return {&k_cross_entropy, &k_cross_entropy_backward}; }
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(cross_entropy);
+FG_REGISTER(cross_entropy_backward);
 
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
                            Reduction reduction) {

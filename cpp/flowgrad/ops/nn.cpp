@@ -40,7 +40,7 @@ Tensors softmax_backward(const BackwardCtx& c) {
   Tensor dx = c.attrs.b("log") ? g - exp(y) * sum(g, dim, true) : y * (g - sum(g * y, dim, true));
   return {scale == 1.0 ? dx : dx * scale};
 }
-const OpDef k_softmax{.name = "softmax", .family = Family::NN, .shape_rule = softmax_shape,
+const OpDef k_softmax{.id = OpId::softmax, .name = "softmax", .family = Family::NN, .shape_rule = softmax_shape,
                       .cpu = softmax_kernel<softmax_cpu>,
                       .cuda = FG_CUDA(softmax_kernel<softmax_cuda>), .backward = softmax_backward, .saved = Saved::Outputs};
 
@@ -151,7 +151,8 @@ void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs)
                     mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
                     out[0].data_ptr(), out[1].data_ptr());
 }
-const OpDef k_norm_backward{.name = "norm_backward", .family = Family::NN, .shape_rule = norm_backward_shape,
+const OpDef k_norm_backward{.id = OpId::norm_backward, .name = "norm_backward", .family = Family::NN,
+                            .shape_rule = norm_backward_shape,
                             .cpu = norm_backward_kernel<norm_backward_cpu>,
                             .cuda = FG_CUDA(norm_backward_kernel<norm_backward_cuda>),
                             .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
@@ -170,11 +171,12 @@ Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
   return grads;
 }
 
-const OpDef k_layer_norm{.name = "layer_norm", .family = Family::NN, .shape_rule = layer_norm_shape,
+const OpDef k_layer_norm{.id = OpId::layer_norm, .name = "layer_norm", .family = Family::NN,
+                         .shape_rule = layer_norm_shape,
                          .cpu = layer_norm_kernel<layer_norm_cpu>, .cuda = FG_CUDA(layer_norm_kernel<layer_norm_cuda>),
                          .backward = layer_norm_backward,
                          .saved = Saved::InputsAndOutputs};
-const OpDef k_rms_norm{.name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
+const OpDef k_rms_norm{.id = OpId::rms_norm, .name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
                        .cpu = rms_norm_kernel<rms_norm_cpu>, .cuda = FG_CUDA(rms_norm_kernel<rms_norm_cuda>),
                        .backward = rms_norm_backward,
                        .saved = Saved::InputsAndOutputs};
@@ -214,7 +216,7 @@ Tensors im2col_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;
   return {col2im(c.grads[0], c.input_specs[0].shape, a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
 }
-const OpDef k_im2col{.name = "im2col", .family = Family::NN, .shape_rule = im2col_shape,
+const OpDef k_im2col{.id = OpId::im2col, .name = "im2col", .family = Family::NN, .shape_rule = im2col_shape,
                      .cpu = im2col_kernel<im2col_cpu>, .cuda = FG_CUDA(im2col_kernel<im2col_cuda>),
                      .backward = im2col_backward};
 
@@ -237,7 +239,7 @@ Tensors col2im_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;
   return {im2col(c.grads[0], a.i("kh"), a.i("kw"), a.i("stride"), a.i("padding"))};
 }
-const OpDef k_col2im{.name = "col2im", .family = Family::NN, .shape_rule = col2im_shape,
+const OpDef k_col2im{.id = OpId::col2im, .name = "col2im", .family = Family::NN, .shape_rule = col2im_shape,
                      .cpu = col2im_kernel<col2im_cpu>, .cuda = FG_CUDA(col2im_kernel<col2im_cuda>),
                      .backward = col2im_backward};
 
@@ -247,13 +249,13 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
 
 }  // namespace
 
-std::vector<const OpDef*> attention_ops();  // ops/attention.cpp
-
-std::vector<const OpDef*> nn_ops() {
-  std::vector<const OpDef*> ops{&k_softmax, &k_layer_norm, &k_rms_norm, &k_norm_backward, &k_im2col, &k_col2im};
-  for (const OpDef* op : attention_ops()) ops.push_back(op);
-  return ops;
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(softmax);
+FG_REGISTER(layer_norm);
+FG_REGISTER(rms_norm);
+FG_REGISTER(norm_backward);
+FG_REGISTER(im2col);
+FG_REGISTER(col2im);
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}, {"scale", 1.0}, {"causal", false}});

@@ -23,45 +23,27 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device
 // A permutation of 0..n-1 decided by (seed, offset) alone: argsort of Philox uniforms.
 Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device);
 
-// elementwise
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor square(const Tensor& x);
-Tensor sign(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor silu(const Tensor& x);
-Tensor softplus(const Tensor& x);
+// elementwise: the op table's rows whose api is Generated or Bound (fg::<name>(x) and
+// fg::<name>(a, b); bitwise ops take bool and integer tensors only), then the others
+#define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) FG_UNARY_DECLARE_##api(name)
+#define FG_UNARY_DECLARE_Generated(name) Tensor name(const Tensor& x);
+#define FG_UNARY_DECLARE_Bound FG_UNARY_DECLARE_Generated
+#define FG_UNARY_DECLARE_Hand(name)
+#define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) FG_BINARY_DECLARE_##api(name)
+#define FG_BINARY_DECLARE_Generated(name) Tensor name(const Tensor& a, const Tensor& b);
+#define FG_BINARY_DECLARE_Bound FG_BINARY_DECLARE_Generated
+#define FG_BINARY_DECLARE_Hand(name)
+#include "flowgrad/ops/ops.def"
+#undef FG_UNARY_DECLARE_Generated
+#undef FG_UNARY_DECLARE_Bound
+#undef FG_UNARY_DECLARE_Hand
+#undef FG_BINARY_DECLARE_Generated
+#undef FG_BINARY_DECLARE_Bound
+#undef FG_BINARY_DECLARE_Hand
 Tensor gelu(const Tensor& x, bool tanh_approximation);
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor cast(const Tensor& x, DType dtype);
-// bool and integer tensors only (DTypeError naming the op otherwise)
-Tensor bitwise_and(const Tensor& a, const Tensor& b);
-Tensor bitwise_or(const Tensor& a, const Tensor& b);
-Tensor bitwise_xor(const Tensor& a, const Tensor& b);
-Tensor bitwise_not(const Tensor& x);
 // any dtype, nonzero = true; bool results
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);

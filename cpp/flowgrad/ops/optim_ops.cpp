@@ -63,11 +63,11 @@ void adam_kernel(TensorList in, const Tensors&, const Attrs&) {
 
 // kHalfNative: the kernels reject half parameters themselves; widening copies would be updated
 // instead of the parameters.
-const OpDef k_sgd_update{.name = "sgd_update", .family = Family::Optim, .flags = kHalfNative,
+const OpDef k_sgd_update{.id = OpId::sgd_update, .name = "sgd_update", .family = Family::Optim, .flags = kHalfNative,
                          .shape_rule = sgd_update_shape, .cpu = sgd_kernel<sgd_update_cpu>,
                          .cuda = FG_CUDA(sgd_kernel<sgd_update_cuda>), .not_differentiable = "optimizer update",
                          .mutated_inputs = 0b1001};  // param, momentum buffer
-const OpDef k_adam_update{.name = "adam_update", .family = Family::Optim, .flags = kHalfNative,
+const OpDef k_adam_update{.id = OpId::adam_update, .name = "adam_update", .family = Family::Optim, .flags = kHalfNative,
                           .shape_rule = adam_update_shape, .cpu = adam_kernel<adam_update_cpu>,
                           .cuda = FG_CUDA(adam_kernel<adam_update_cuda>), .not_differentiable = "optimizer update",
                           .mutated_inputs = 0b111001};  // param, step, exp_avg, exp_avg_sq
@@ -134,16 +134,19 @@ void adam_multi_kernel(TensorList in, const Tensors&, const Attrs&) {
   Run(in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
 }
 
-const OpDef k_sgd_update_multi{.name = kSgdMulti.name, .family = Family::Optim, .flags = kHalfNative,
+const OpDef k_sgd_update_multi{.id = OpId::sgd_update_multi, .name = kSgdMulti.name, .family = Family::Optim,
+                               .flags = kHalfNative,
                                .shape_rule = multi_shape<kSgdMulti>, .cpu = sgd_multi_kernel<false, sgd_update_multi_cpu>,
                                .cuda = FG_CUDA((sgd_multi_kernel<false, sgd_update_multi_cuda>)),
                                .not_differentiable = "optimizer update", .mutated_inputs = written_inputs(kSgdMulti)};
 const OpDef k_sgd_momentum_update_multi{
-    .name = kSgdMomentumMulti.name, .family = Family::Optim, .flags = kHalfNative,
+    .id = OpId::sgd_momentum_update_multi, .name = kSgdMomentumMulti.name, .family = Family::Optim,
+    .flags = kHalfNative,
     .shape_rule = multi_shape<kSgdMomentumMulti>, .cpu = sgd_multi_kernel<true, sgd_update_multi_cpu>,
     .cuda = FG_CUDA((sgd_multi_kernel<true, sgd_update_multi_cuda>)), .not_differentiable = "optimizer update",
     .mutated_inputs = written_inputs(kSgdMomentumMulti)};
-const OpDef k_adam_update_multi{.name = kAdamMulti.name, .family = Family::Optim, .flags = kHalfNative,
+const OpDef k_adam_update_multi{.id = OpId::adam_update_multi, .name = kAdamMulti.name, .family = Family::Optim,
+                                .flags = kHalfNative,
                                 .shape_rule = multi_shape<kAdamMulti>, .cpu = adam_multi_kernel<adam_update_multi_cpu>,
                                 .cuda = FG_CUDA(adam_multi_kernel<adam_update_multi_cuda>),
                                 .not_differentiable = "optimizer update", .mutated_inputs = written_inputs(kAdamMulti)};
@@ -160,9 +163,12 @@ void run_multi(const OpDef& op, const MultiLayout& l, const Tensor& hyper, const
 
 }  // namespace
 
-std::vector<const OpDef*> optim_ops() {
-  return {&k_sgd_update, &k_adam_update, &k_sgd_update_multi, &k_sgd_momentum_update_multi, &k_adam_update_multi};
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(sgd_update);
+FG_REGISTER(adam_update);
+FG_REGISTER(sgd_update_multi);
+FG_REGISTER(sgd_momentum_update_multi);
+FG_REGISTER(adam_update_multi);
 
 void sgd_update_multi(const Tensor& hyper, const Tensors& groups, bool momentum) {
   if (momentum) run_multi(k_sgd_momentum_update_multi, kSgdMomentumMulti, hyper, groups);

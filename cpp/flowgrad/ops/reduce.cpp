@@ -153,32 +153,33 @@ Tensors logsumexp_backward(const BackwardCtx& c) {
   return {expand_back(c.grads[0], c, "logsumexp") * exp(x - expand_back(c.outputs[0], c, "logsumexp"))};
 }
 
-const OpDef k_sum{.name = "sum", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Sum>,
+const OpDef k_sum{.id = OpId::sum, .name = "sum", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Sum>,
                   .cpu = reduce_kernel<ReduceFn::Sum, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::Sum, reduce_cuda>)), .backward = sum_backward};
-const OpDef k_mean{.name = "mean", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Mean>,
+const OpDef k_mean{.id = OpId::mean, .name = "mean", .family = Family::Reduce,
+                   .shape_rule = reduce_shape<ReduceFn::Mean>,
                    .cpu = reduce_kernel<ReduceFn::Mean, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::Mean, reduce_cuda>)), .backward = mean_backward};
-const OpDef k_max{.name = "max", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Max>,
+const OpDef k_max{.id = OpId::max, .name = "max", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Max>,
                   .cpu = reduce_kernel<ReduceFn::Max, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::Max, reduce_cuda>)), .backward = extreme_backward,
                   .saved = Saved::InputsAndOutputs};
-const OpDef k_min{.name = "min", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Min>,
+const OpDef k_min{.id = OpId::min, .name = "min", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Min>,
                   .cpu = reduce_kernel<ReduceFn::Min, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::Min, reduce_cuda>)), .backward = extreme_backward,
                   .saved = Saved::InputsAndOutputs};
-const OpDef k_argmax{.name = "argmax", .family = Family::Reduce,
+const OpDef k_argmax{.id = OpId::argmax, .name = "argmax", .family = Family::Reduce,
                      .shape_rule = reduce_shape<ReduceFn::ArgMax>, .cpu = reduce_kernel<ReduceFn::ArgMax, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::ArgMax, reduce_cuda>)),
                      .not_differentiable = "returns indices"};
-const OpDef k_argmin{.name = "argmin", .family = Family::Reduce,
+const OpDef k_argmin{.id = OpId::argmin, .name = "argmin", .family = Family::Reduce,
                      .shape_rule = reduce_shape<ReduceFn::ArgMin>, .cpu = reduce_kernel<ReduceFn::ArgMin, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::ArgMin, reduce_cuda>)),
                      .not_differentiable = "returns indices"};
-const OpDef k_var{.name = "var", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Var>,
+const OpDef k_var{.id = OpId::var, .name = "var", .family = Family::Reduce, .shape_rule = reduce_shape<ReduceFn::Var>,
                   .cpu = reduce_kernel<ReduceFn::Var, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::Var, reduce_cuda>)), .backward = var_backward, .saved = Saved::Inputs};
-const OpDef k_logsumexp{.name = "logsumexp", .family = Family::Reduce,
+const OpDef k_logsumexp{.id = OpId::logsumexp, .name = "logsumexp", .family = Family::Reduce,
                         .shape_rule = reduce_shape<ReduceFn::LogSumExp>,
                         .cpu = reduce_kernel<ReduceFn::LogSumExp, reduce_cpu>,
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::LogSumExp, reduce_cuda>)), .backward = logsumexp_backward,
@@ -195,9 +196,15 @@ Tensor arg_reduce(const OpDef& op, const Tensor& x, std::optional<int64_t> dim, 
 
 }  // namespace
 
-std::vector<const OpDef*> reduce_ops() {
-  return {&k_sum, &k_mean, &k_max, &k_min, &k_argmax, &k_argmin, &k_var, &k_logsumexp};
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(sum);
+FG_REGISTER(mean);
+FG_REGISTER(max);
+FG_REGISTER(min);
+FG_REGISTER(argmax);
+FG_REGISTER(argmin);
+FG_REGISTER(var);
+FG_REGISTER(logsumexp);
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   return run_op1(k_sum, {x}, reduce_attrs(dims, keepdim));

@@ -152,8 +152,6 @@ const char* family_name(Family f) {
   return "?";
 }
 
-// Declared here rather than in registry.h (where the other families are) to keep that header stable.
-std::vector<const OpDef*> distributed_ops();  // distributed/collective_ops.cpp
 const char* cuda_missing_reason(const OpDef& op) {
   if (op.cuda_missing) return op.cuda_missing;
 #if defined(FLOWGRAD_HAVE_CUDA)
@@ -163,21 +161,19 @@ const char* cuda_missing_reason(const OpDef& op) {
 #endif
 }
 
-const std::vector<const OpDef*>& all_ops() {
-  static const std::vector<const OpDef*> ops = [] {
-    std::vector<const OpDef*> all;
-    for (auto family : {elementwise_ops, reduce_ops, linalg_ops, shape_ops, index_ops, nn_ops,
-                        loss_ops, creation_ops, optim_ops, in_place_ops, distributed_ops})
-      for (const OpDef* op : family()) all.push_back(op);
-    return all;
+std::span<const OpDef* const> all_ops() {
+  static const std::array<const OpDef*, kOpCount> ops = [] {
+    std::array<const OpDef*, kOpCount> rows{
+#define FG_OP(name, groups, autocast) op_rows::name,
+#include "flowgrad/ops/ops.def"
+    };
+    for (size_t i = 0; i < kOpCount; ++i)  // FG_REGISTER(x) registered k_x: its id and name must be x's
+      FG_CHECK(rows[i]->id == static_cast<OpId>(i) && rows[i]->name == op_name(rows[i]->id), Runtime,
+               "internal error: table row '", op_name(static_cast<OpId>(i)), "' registered the OpDef of '",
+               rows[i]->name, "'");
+    return rows;
   }();
   return ops;
-}
-
-const OpDef& find_op(const std::string& name) {
-  for (const OpDef* op : all_ops())
-    if (name == op->name) return *op;
-  fail(ErrorKind::Value, "no op named '", name, "'");
 }
 
 void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
@@ -206,16 +202,16 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
   if (std::optional<Tensors> cast_in = autocast_inputs(op, in, device)) return run_op(op, *cast_in, attrs);
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
-  FG_CHECK(device.is_cpu() || op.cuda || (op.flags & kView), Device, op.name, ": no kernel for ", device.str(), " (",
+  FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
   Specs specs = op.shape_rule(in, attrs);
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
   if (device.is_cuda()) on_device.emplace(device.index);
-  if (op.flags & kInPlace) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
+  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
   Tensors out;
-  if (op.flags & kView) {
+  if (op.in(Group::View)) {
     out.push_back(op.view(in[0], specs[0], attrs));
   } else if (device.is_cpu()) {
     out = run_kernel(op, op.cpu, device, in, specs, attrs);

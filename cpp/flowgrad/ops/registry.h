@@ -1,15 +1,18 @@
-// The op registry. Every op is one OpDef: its shape/dtype rule, its kernels, its backward rule
-// and its flags. run_op is the single entry point that eager autograd and (later) the tracer of
-// compiled plans observe, so there is one implementation of each op and of its gradient.
+// The op registry. Every op is one row of the op table (ops.def: its id, name, groups and
+// autocast policy) and one OpDef: its shape/dtype rule, its kernels, its backward rule and its
+// flags. run_op is the single entry point that eager autograd and the tracer of compiled plans
+// observe, so there is one implementation of each op and of its gradient.
 #pragma once
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "flowgrad/core/tensor.h"
+#include "flowgrad/ops/op_table.h"
 
 namespace fg {
 
@@ -95,17 +98,10 @@ class TensorList {
 enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN, Optim };
 const char* family_name(Family f);
 
+// How an op's kernels behave (what an op *is* is its table row's Group).
 enum OpFlag : uint32_t {
-  kFusable = 1u << 0,        // elementwise: may join a fused chain in compiled plans
-  kView = 1u << 1,           // output aliases input 0's storage; no kernel runs
-  kRandom = 1u << 2,         // draws from the global Philox counter
-  kDataDependent = 1u << 3,  // output shape depends on input values: never captured
-  kHalfNative = 1u << 4,     // the kernels handle float16/bfloat16 themselves
-  kInPlace = 1u << 5,        // output 0 is input 0: run_op writes into input 0 instead of allocating
-  kSavesOriginal = 1u << 6,  // in place: the backward rule reads input 0 as it was before the write
-  kHostSync = 1u << 7,       // on CUDA the kernel reads device values on the host (nonzero's count):
-                             // a sync, so a compiled CUDA step refuses the op. Index validation is not
-                             // one: CUDA kernels check on the device (kernels/common/device_error.h)
+  kHalfNative = 1u << 0,     // the kernels handle float16/bfloat16 themselves
+  kSavesOriginal = 1u << 1,  // in place: the backward rule reads input 0 as it was before the write
 };
 
 // What the backward rule may read. Built by the autograd engine.
@@ -131,7 +127,8 @@ struct Launch {
 using PrepareFn = Launch (*)(TensorList in, const Tensors& out, const Attrs& attrs);
 
 struct OpDef {
-  const char* name;
+  OpId id = OpId::None;  // its row in the op table
+  const char* name;      // the row's name
   Family family;
   uint32_t flags = 0;
   // Validates inputs and attributes and returns the output specs. The only place that raises
@@ -161,10 +158,12 @@ struct OpDef {
   // Unary/Binary ops: the UnaryFn/BinaryFn (kernels/elementwise/elementwise.h) their kernel
   // applies, so a fuser can compose the functors; -1 elsewhere.
   int functor = -1;
+
+  bool in(Group g) const { return in_group(id, g); }
 };
 
-// Bit i: the op writes input i (kInPlace ops write input 0, optimizer updates declare theirs).
-inline uint32_t written_inputs(const OpDef& op) { return op.mutated_inputs | ((op.flags & kInPlace) ? 1u : 0u); }
+// Bit i: the op writes input i (InPlace ops write input 0, optimizer updates declare theirs).
+inline uint32_t written_inputs(const OpDef& op) { return op.mutated_inputs | (op.in(Group::InPlace) ? 1u : 0u); }
 inline bool mutates_inputs(const OpDef& op) { return written_inputs(op) != 0; }
 
 // A CUDA kernel in CUDA builds, nothing otherwise: `.cuda = FG_CUDA(kernel)`.
@@ -177,8 +176,17 @@ inline bool mutates_inputs(const OpDef& op) { return written_inputs(op) != 0; }
 // Why `op` cannot run on a CUDA device in this build (for DeviceError messages).
 const char* cuda_missing_reason(const OpDef& op);
 
-const std::vector<const OpDef*>& all_ops();
-const OpDef& find_op(const std::string& name);
+// Every op, indexed by OpId.
+std::span<const OpDef* const> all_ops();
+inline const OpDef& op_def(OpId id) { return *all_ops()[static_cast<size_t>(id)]; }
+
+// Each family file registers its OpDef `k_<name>` for table row <name> with FG_REGISTER(name),
+// outside any anonymous namespace: a row without one, or with two, fails to link.
+namespace op_rows {
+#define FG_OP(name, groups, autocast) extern const OpDef* const name;
+#include "flowgrad/ops/ops.def"
+}  // namespace op_rows
+#define FG_REGISTER(NAME) const OpDef* const op_rows::NAME = &k_##NAME
 
 // Runs an op: device check, shape rule, kernel, then the dispatch hook (autograd recording).
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs = {});
@@ -210,17 +218,5 @@ void push_op_observer(OpObserver* observer);
 void pop_op_observer(OpObserver* observer);
 // Tells the observers that `what` reads t's values on the host (item, numpy, tolist...).
 void notify_host_read(const Tensor& t, const char* what);
-
-// Family registration lists (one per ops/<family>.cpp).
-std::vector<const OpDef*> elementwise_ops();
-std::vector<const OpDef*> reduce_ops();
-std::vector<const OpDef*> linalg_ops();
-std::vector<const OpDef*> shape_ops();
-std::vector<const OpDef*> index_ops();
-std::vector<const OpDef*> nn_ops();
-std::vector<const OpDef*> loss_ops();
-std::vector<const OpDef*> creation_ops();
-std::vector<const OpDef*> optim_ops();
-std::vector<const OpDef*> in_place_ops();
 
 }  // namespace fg

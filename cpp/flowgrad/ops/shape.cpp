@@ -76,7 +76,7 @@ Tensor view_alias(const Tensor& x, const TensorSpec& spec, const Attrs&) {
   return x.alias(spec.shape, *view_strides(x.shape(), x.strides(), spec.shape), x.offset());
 }
 Tensors view_backward(const BackwardCtx& c) { return {reshape(c.grads[0], c.input_specs[0].shape.vec())}; }
-const OpDef k_view{.name = "view", .family = Family::Movement, .flags = kView,
+const OpDef k_view{.id = OpId::view, .name = "view", .family = Family::Movement,
                    .shape_rule = view_shape, .view = view_alias, .backward = view_backward};
 
 // ---- permute ----
@@ -106,7 +106,7 @@ Tensors permute_backward(const BackwardCtx& c) {
   for (int i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dims.size(), "permute")] = i;
   return {permute(c.grads[0], inverse)};
 }
-const OpDef k_permute{.name = "permute", .family = Family::Movement, .flags = kView,
+const OpDef k_permute{.id = OpId::permute, .name = "permute", .family = Family::Movement,
                       .shape_rule = permute_shape, .view = permute_alias, .backward = permute_backward};
 
 // ---- expand ----
@@ -136,7 +136,7 @@ Tensor expand_alias(const Tensor& x, const TensorSpec& spec, const Attrs&) {
   return x.alias(spec.shape, strides, x.offset());
 }
 Tensors expand_backward(const BackwardCtx& c) { return {sum_to(c.grads[0], c.input_specs[0].shape)}; }
-const OpDef k_expand{.name = "expand", .family = Family::Movement, .flags = kView,
+const OpDef k_expand{.id = OpId::expand, .name = "expand", .family = Family::Movement,
                      .shape_rule = expand_shape, .view = expand_alias, .backward = expand_backward};
 
 // ---- slice: [start:stop:step] along dim, already clamped by the public function ----
@@ -161,7 +161,7 @@ Tensors slice_backward_rule(const BackwardCtx& c) {
   return {slice_backward(c.grads[0], c.input_specs[0].shape, c.attrs.i("dim"), c.attrs.i("start"),
                          c.attrs.i("stop"), c.attrs.i("step"))};
 }
-const OpDef k_slice{.name = "slice", .family = Family::Movement, .flags = kView,
+const OpDef k_slice{.id = OpId::slice, .name = "slice", .family = Family::Movement,
                     .shape_rule = slice_shape, .view = slice_alias, .backward = slice_backward_rule};
 
 // ---- slice_backward: g into zeros of `shape` ----
@@ -176,7 +176,8 @@ void slice_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs
 Tensors slice_backward_backward(const BackwardCtx& c) {
   return {slice(c.grads[0], c.attrs.i("dim"), c.attrs.i("start"), c.attrs.i("stop"), c.attrs.i("step"))};
 }
-const OpDef k_slice_backward{.name = "slice_backward", .family = Family::Copy, .flags = kHalfNative,
+const OpDef k_slice_backward{.id = OpId::slice_backward, .name = "slice_backward", .family = Family::Copy,
+                             .flags = kHalfNative,
                              .shape_rule = slice_backward_shape, .cpu = slice_backward_kernel,
                              .cuda = FG_CUDA(slice_backward_kernel),
                              .backward = slice_backward_backward};
@@ -185,7 +186,7 @@ const OpDef k_slice_backward{.name = "slice_backward", .family = Family::Copy, .
 Specs same_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
 void copy_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
 Tensors identity_backward(const BackwardCtx& c) { return {c.grads[0]}; }
-const OpDef k_contiguous{.name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
+const OpDef k_contiguous{.id = OpId::contiguous, .name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
                          .shape_rule = same_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
                          .backward = identity_backward};
 
@@ -229,7 +230,7 @@ Tensors cat_backward(const BackwardCtx& c) {
   }
   return grads;
 }
-const OpDef k_cat{.name = "cat", .family = Family::Copy, .flags = kHalfNative,
+const OpDef k_cat{.id = OpId::cat, .name = "cat", .family = Family::Copy, .flags = kHalfNative,
                   .shape_rule = cat_shape, .cpu = cat_kernel, .cuda = FG_CUDA(cat_kernel),
                   .backward = cat_backward};
 
@@ -252,7 +253,7 @@ void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   copy_into(out[0], x.alias(x.shape(), strides, offset));
 }
 Tensors flip_backward(const BackwardCtx& c) { return {flip(c.grads[0], c.attrs.dims("dims").vec())}; }
-const OpDef k_flip{.name = "flip", .family = Family::Copy, .flags = kHalfNative,
+const OpDef k_flip{.id = OpId::flip, .name = "flip", .family = Family::Copy, .flags = kHalfNative,
                    .shape_rule = flip_shape, .cpu = flip_kernel, .cuda = FG_CUDA(flip_kernel),
                    .backward = flip_backward};
 
@@ -290,7 +291,7 @@ Tensors pad_backward(const BackwardCtx& c) {
   }
   return {g};
 }
-const OpDef k_pad{.name = "pad", .family = Family::Copy, .flags = kHalfNative,
+const OpDef k_pad{.id = OpId::pad, .name = "pad", .family = Family::Copy, .flags = kHalfNative,
                   .shape_rule = pad_shape, .cpu = pad_kernel, .cuda = FG_CUDA(pad_kernel),
                   .backward = pad_backward};
 
@@ -301,10 +302,16 @@ int64_t clamp_index(int64_t i, int64_t size) {
 
 }  // namespace
 
-std::vector<const OpDef*> shape_ops() {
-  return {&k_view, &k_permute, &k_expand, &k_slice, &k_slice_backward, &k_contiguous,
-          &k_cat, &k_flip, &k_pad};
-}
+// Registration of this file's rows of the op table (ops.def).
+FG_REGISTER(view);
+FG_REGISTER(permute);
+FG_REGISTER(expand);
+FG_REGISTER(slice);
+FG_REGISTER(slice_backward);
+FG_REGISTER(contiguous);
+FG_REGISTER(cat);
+FG_REGISTER(flip);
+FG_REGISTER(pad);
 
 Tensor view(const Tensor& x, const std::vector<int64_t>& shape) {
   Dims s = infer_shape(shape, x.numel(), "view");

@@ -73,7 +73,7 @@ void guard_updates(std::vector<Instruction>& code, std::vector<std::shared_ptr<B
   std::vector<bool> conditional(buffers, false);  // false: written on every run
   std::vector<Instruction> out;
   for (Instruction& ins : code) {
-    std::string_view name = ins.op->name;
+    OpId op = ins.op->id;
     Pairs pairs;
     bool cond = false;
     if (ins.branch) {
@@ -88,7 +88,7 @@ void guard_updates(std::vector<Instruction>& code, std::vector<std::shared_ptr<B
         conditional[id] = !p.empty() || (b.kind == BranchKind::Switch && b.present[k].empty());
         when[id] = std::move(p);
       }
-    } else if (name == "add" || name == "contiguous" || name == "copy_" || name == "cast") {
+    } else if (op == OpId::add || op == OpId::contiguous || op == OpId::copy_ || op == OpId::cast) {
       cond = true;  // a sum or a copy of gradients exists when any part does
       for (const Value& v : ins.in) {
         cond &= conditional[v.buffer];

@@ -63,10 +63,10 @@ struct Builder {
   }
 
   void check_supported(const TracedCall& c) {
-    FG_CHECK(!(c.op->flags & kDataDependent), Value, "compile: '", c.op->name,
+    FG_CHECK(!c.op->in(Group::DataDependent), Value, "compile: '", c.op->name,
              "' has an output shape that depends on its input values; plans need static shapes");
     bool on_cuda = !c.out.empty() ? c.out[0].device().is_cuda() : !c.in.empty() && c.in[0].device().is_cuda();
-    FG_CHECK(!((c.op->flags & kHostSync) && on_cuda), Value, "compile: '", c.op->name, "' reads device values on "
+    FG_CHECK(!(c.op->in(Group::HostSync) && on_cuda), Value, "compile: '", c.op->name, "' reads device values on "
              "the host (index validation) on every call; a compiled CUDA step cannot contain a host sync. Run "
              "this op outside the compiled step, or compile on the CPU");
     if (c.op->flags & kHalfNative) return;
@@ -92,11 +92,11 @@ struct Builder {
 
   void record(const TracedCall& c, bool backward) {
     if (c.branch) return record_branch(*c.branch, backward);
-    FG_CHECK(block_of.empty() || !(c.op->flags & kRandom), Value, "compile: '", c.op->name, "' draws random numbers ",
+    FG_CHECK(block_of.empty() || !c.op->in(Group::Random), Value, "compile: '", c.op->name, "' draws random numbers ",
              "inside ", block_of, "; compiled plans do not replay random ops inside switch branches or loop bodies yet");
     check_supported(c);
-    if (c.op->flags & kInPlace) check_in_place(c);
-    if (c.op->flags & kView) return;  // folded: the output is a layout over input 0's buffer
+    if (c.op->in(Group::InPlace)) check_in_place(c);
+    if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
     Instruction ins{c.op, c.attrs};
     ins.backward = backward;
     for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
@@ -106,7 +106,7 @@ struct Builder {
                                      : add_buffer(BufferKind::Arena, t, "%" + std::to_string(plan.buffers_.size()));
       ins.out.push_back(value_of(t, id));
     }
-    if (c.op->flags & kRandom) ins.rng_delta = random_delta(c);
+    if (c.op->in(Group::Random)) ins.rng_delta = random_delta(c);
     for (const Value& v : ins.out) plan.buffers_[v.buffer].written = true;
     if (mutates_inputs(*c.op))
       for (const Value& v : ins.in) plan.buffers_[v.buffer].written = true;
@@ -190,12 +190,12 @@ struct Builder {
   void emit_result(const TracedResult& r, std::vector<Instruction>& block) {
     Value target = value_of(r.target, buffer_of.at(r.target.storage().get()));
     if (!r.value.defined()) {
-      if (!r.accumulate) block.push_back({&find_op("fill_"), Attrs{{"value", 0.0}}, {target}, {target}});
+      if (!r.accumulate) block.push_back({&op_def(OpId::fill_), Attrs{{"value", 0.0}}, {target}, {target}});
       return;
     }
     Value v = read(r.value, [] { return std::string("a branch's result"); });
-    if (r.accumulate) block.push_back({&find_op("add"), {}, {target, v}, {target}});
-    else block.push_back({&find_op("contiguous"), {}, {v}, {target}});
+    if (r.accumulate) block.push_back({&op_def(OpId::add), {}, {target, v}, {target}});
+    else block.push_back({&op_def(OpId::contiguous), {}, {v}, {target}});
   }
 
 
@@ -225,7 +225,7 @@ struct Builder {
       Instruction& ins = plan.code_[i];
       for (Value& v : ins.in) v.buffer = rename[v.buffer];
       if (ins.branch) rename_in_branch(*ins.branch, rename);
-      bool pure = !((ins.op->flags & kRandom) || mutates_inputs(*ins.op));
+      bool pure = !(ins.op->in(Group::Random) || mutates_inputs(*ins.op));
       for (const Value& v : ins.out) pure &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
       std::ostringstream key;
       key << ins.op << '|' << ins.attrs.str();
@@ -265,7 +265,7 @@ struct Builder {
       for (const Value& v : ins.out) ++writers[v.buffer];
     std::vector<Instruction> kept;
     for (Instruction& ins : plan.code_) {
-      bool foldable = !((ins.op->flags & kRandom) || mutates_inputs(*ins.op));
+      bool foldable = !(ins.op->in(Group::Random) || mutates_inputs(*ins.op));
       for (const Value& v : ins.in) foldable &= plan.buffers_[v.buffer].constant;
       for (const Value& v : ins.out) foldable &= writers[v.buffer] == 1 && plan.buffers_[v.buffer].kind == BufferKind::Arena;
       if (!foldable) {
@@ -304,7 +304,7 @@ struct Builder {
       } else {  // a view, a shared or converted gradient: one copy at the end
         int dst = add_buffer(BufferKind::External, target, "grad(" + name_of(param) + ")");
         plan.buffers_[dst].written = true;
-        const OpDef& copy = find_op("contiguous");
+        const OpDef& copy = op_def(OpId::contiguous);
         Instruction ins{&copy, {}, {value_of(grad, id)}, {value_of(target, dst)}};
         FG_CHECK(grad.dtype() == param.dtype(), DType, "compile: the gradient of ", name_of(param), " is ",
                  dtype_name(grad.dtype()), ", the parameter ", dtype_name(param.dtype()));
@@ -354,10 +354,10 @@ struct Builder {
     std::vector<bool> drop(plan.code_.size(), false);
     for (size_t i = 0; i < plan.code_.size(); ++i) {
       Instruction& copy = plan.code_[i];
-      if (std::string_view(copy.op->name) != "contiguous" || copy.in[0].shape.size() != 2) continue;
+      if (copy.op->id != OpId::contiguous || copy.in[0].shape.size() != 2) continue;
       const Value& v = copy.in[0];
       int m = producer[v.buffer];
-      if (m < 0 || uses[v.buffer] != 1 || std::string_view(plan.code_[m].op->name) != "matmul") continue;
+      if (m < 0 || uses[v.buffer] != 1 || plan.code_[m].op->id != OpId::matmul) continue;
       Instruction& mm = plan.code_[m];
       const Value& r = mm.out[0];
       bool is_transpose = r.shape.size() == 2 && v.offset == r.offset && v.shape == transposed(r).shape &&
@@ -405,7 +405,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
-    if (c.op && (c.op->flags & kView)) ++stats_.views;
+    if (c.op && c.op->in(Group::View)) ++stats_.views;
     b.record(c, i >= trace.backward_start);
   }
   std::unordered_set<int> roots;

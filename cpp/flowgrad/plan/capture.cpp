@@ -29,7 +29,7 @@ std::string capture_blocker(const Plan& plan, Device device) {
     if (code[i].branch)  // branch.cpp reads the selector / halt value on the host
       return at + " '" + code[i].branch->label + "') decides on the host; its CUDA " + code[i].branch->conditional() +
              " conditional node is not built yet, so the plan runs as a flat loop of launches";
-    if (code[i].op->flags & kDataDependent)
+    if (code[i].op->in(Group::DataDependent))
       return at + ") needs the host (its output shape depends on values); the plan runs as a flat loop of launches";
   }
   return "";

@@ -27,18 +27,15 @@ extern const char* const kFunctorsSource;  // kernels/common/functors.h (generat
 
 namespace {
 
-// The functor struct of each UnaryFn / BinaryFn, in enum order (checked by the asserts).
-constexpr const char* kUnaryFunctors[] = {"Neg", "Abs", "Square", "Sign", "Relu", "Exp", "Log", "Sqrt", "Rsqrt",
-                                          "Sin", "Cos", "Tanh", "Erf", "Sigmoid", "Silu", "Softplus", "Gelu",
-                                          "GeluTanh", "Clamp", "BitwiseNot"};
-constexpr const char* kBinaryFunctors[] = {"Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "GeluGrad",
-                                           "GeluTanhGrad", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Eq", "Ne",
-                                           "Lt", "Le", "Gt", "Ge"};
-static_assert(static_cast<int>(UnaryFn::Exp) == 5 && static_cast<int>(UnaryFn::GeluTanh) == 17 &&
-              static_cast<int>(UnaryFn::BitwiseNot) == 19 && std::size(kUnaryFunctors) == 20);
-static_assert(static_cast<int>(BinaryFn::Pow) == 4 && static_cast<int>(BinaryFn::GeluTanhGrad) == 8 &&
-              static_cast<int>(BinaryFn::Eq) == 12 && static_cast<int>(BinaryFn::Ge) == 17 &&
-              std::size(kBinaryFunctors) == 18);
+// The functor struct of each UnaryFn / BinaryFn: the op table's rows (ops.def).
+constexpr const char* kUnaryFunctors[] = {
+#define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) #Functor,
+#include "flowgrad/ops/ops.def"
+};
+constexpr const char* kBinaryFunctors[] = {
+#define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) #Functor,
+#include "flowgrad/ops/ops.def"
+};
 
 // What functors.h needs from the standard library, for NVRTC (which has no host headers).
 constexpr const char* kPrelude = R"(#define FG_HD __device__ __forceinline__
@@ -167,12 +164,13 @@ FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
       expr = functor + "(" + as(out_t, 0) + ")";
     } else if (ins.op->family == Family::Binary && ins.op->functor >= 0) {
       auto fn = static_cast<BinaryFn>(ins.op->functor);
-      std::string compute = is_comparison(fn) ? type_of(promote(ins.in[0].dtype, ins.in[1].dtype), op) : out_t;
+      bool comparison = in_group(op_of(fn), Group::Comparison);
+      std::string compute = comparison ? type_of(promote(ins.in[0].dtype, ins.in[1].dtype), op) : out_t;
       expr = std::string("fg::fn::") + kBinaryFunctors[ins.op->functor] + "{}(" + as(compute, 0) + ", " +
              as(compute, 1) + ")";
-    } else if (std::string_view(op) == "where") {
+    } else if (ins.op->id == OpId::where) {
       expr = in[0] + " ? " + as(out_t, 1) + " : " + as(out_t, 2);
-    } else if (std::string_view(op) == "cast") {
+    } else if (ins.op->id == OpId::cast) {
       expr = as(out_t, 0);
     } else {
       fail(ErrorKind::Value, "compile: no generated CUDA code for '", op, "'");

@@ -62,7 +62,7 @@ std::string cuda_fusion_blocker(int device, int* arch) {
 // How many leading dims of `shape` the instruction can be tiled over (0: it cannot join a run
 // writing `shape`).
 int Plan::fusable_split(const Instruction& ins, const Dims& shape) const {
-  if (!(ins.op->flags & kFusable) || ins.out.size() != 1 || shape.size() == 0 || shape.numel() == 0) return 0;
+  if (!ins.op->in(Group::Elementwise) || ins.out.size() != 1 || shape.size() == 0 || shape.numel() == 0) return 0;
   const Value& out = ins.out[0];
   const Buffer& b = buffers_[out.buffer];
   if ((device_.is_cpu() && shape.numel() < kMinFused) || b.kind != BufferKind::Arena || !whole(out, b, shape)) return 0;
