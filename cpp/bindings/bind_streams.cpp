@@ -1,6 +1,7 @@
 // CUDA streams and events (fg.cuda.Stream, fg.cuda.Event, current_stream, set_stream): argument
 // conversion only; cpp/flowgrad/cuda/stream.{h,cu} does the work.
 #include "common.h"
+#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 
 namespace fg::py_bind {
@@ -90,6 +91,19 @@ void bind_streams(py::module_& m) {
         py::arg("device") = py::none(), "The legacy default stream of a CUDA device.");
   m.def("set_stream", [](const Stream& s) { cuda::set_current_stream(s.device, s.handle); }, py::arg("stream"),
         "Makes `stream` this thread's current stream on its device (prefer the fg.cuda.stream context manager).");
+
+  // Tensor.record_stream names Stream in its signature, so it is bound once Stream exists.
+  auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(py::type::of<Tensor>());
+  tensor.def("record_stream", [](const Tensor& t, const cuda::Stream& stream) {
+        FG_CHECK(t.device().is_cuda(), Device, "record_stream: the tensor is on ", t.device().str(),
+                 ", expected a CUDA tensor");
+        FG_CHECK(stream.device == t.device().index, Device, "record_stream: the tensor is on ", t.device().str(),
+                 " but the stream is on cuda:", stream.device);
+        cuda::record_stream(t.storage()->data(), t.device().index, stream.handle);
+      }, py::arg("stream"),
+           "Marks the tensor's memory as used by work queued on `stream` (PyTorch's semantics): when the tensor is "
+           "freed, its block is not reused until the work queued on `stream` by then has finished. Needed when a "
+           "tensor allocated on one stream is read or written on another.");
 }
 
 }  // namespace fg::py_bind

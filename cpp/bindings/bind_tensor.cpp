@@ -2,8 +2,6 @@
 #include <sstream>
 
 #include "common.h"
-#include "flowgrad/cuda/runtime.h"
-#include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/kernel_args.h"
 
 namespace fg::py_bind {
@@ -109,16 +107,6 @@ void bind_tensor(py::module_& m) {
       .def("is_contiguous", &Tensor::is_contiguous, "True when the layout is row-major compact.")
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); },
            "Address of the first element.")
-      .def("record_stream", [](const Tensor& t, const cuda::Stream& stream) {
-        FG_CHECK(t.device().is_cuda(), Device, "record_stream: the tensor is on ", t.device().str(),
-                 ", expected a CUDA tensor");
-        FG_CHECK(stream.device == t.device().index, Device, "record_stream: the tensor is on ", t.device().str(),
-                 " but the stream is on cuda:", stream.device);
-        cuda::record_stream(t.storage()->data(), t.device().index, stream.handle);
-      }, py::arg("stream"),
-           "Marks the tensor's memory as used by work queued on `stream` (PyTorch's semantics): when the tensor is "
-           "freed, its block is not reused until the work queued on `stream` by then has finished. Needed when a "
-           "tensor allocated on one stream is read or written on another.")
       .def("__len__", [](const Tensor& t) {
         FG_CHECK(t.ndim() > 0, Value, "len() of a 0-d tensor");
         return t.shape()[0];

@@ -53,7 +53,7 @@ class IndexOutOfRangeError(FlowgradError, IndexError):
     """
     An index outside a dimension.
     """
-__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'bitwise_and', 'bitwise_not', 'bitwise_or', 'bitwise_xor', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'distributed', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_default_dtype', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_add', 'index_select', 'init', 'int16', 'int32', 'int64', 'int8', 'is_anomaly_enabled', 'is_grad_enabled', 'kthvalue', 'le', 'linspace', 'log', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'return_types', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_default_dtype', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'uint8', 'unsqueeze', 'var', 'where', 'zeros']
+__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'bitwise_and', 'bitwise_not', 'bitwise_or', 'bitwise_xor', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'device', 'distributed', 'div', 'dtype', 'empty', 'eq', 'erf', 'exp', 'expand', 'expm1', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_default_dtype', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_add', 'index_select', 'init', 'int16', 'int32', 'int64', 'int8', 'is_anomaly_enabled', 'is_grad_enabled', 'kthvalue', 'le', 'linspace', 'log', 'log1p', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'return_types', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_default_dtype', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'uint8', 'unsqueeze', 'var', 'where', 'zeros']
 class AvgPool2d(_Function):
     """
     2-D average pooling.
@@ -833,11 +833,11 @@ class Tensor:
         ...
     def abs(self) -> Tensor:
         """
-        Elementwise abs(x).
+        Elementwise absolute value |x|.
         """
     def add(self, other: typing.Any) -> Tensor:
         """
-        Elementwise add(input, other) with NumPy broadcasting.
+        Elementwise input + other. Operands broadcast as in NumPy.
         """
     def add_(self, other: typing.Any, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> typing.Any:
         """
@@ -873,19 +873,19 @@ class Tensor:
         """
     def bitwise_and(self, other: typing.Any) -> Tensor:
         """
-        Elementwise bitwise_and(input, other) with NumPy broadcasting.
+        Elementwise bitwise AND. Operands broadcast as in NumPy.
         """
     def bitwise_not(self) -> Tensor:
         """
-        Elementwise bitwise_not(x).
+        Elementwise bitwise NOT (logical NOT for bool).
         """
     def bitwise_or(self, other: typing.Any) -> Tensor:
         """
-        Elementwise bitwise_or(input, other) with NumPy broadcasting.
+        Elementwise bitwise OR. Operands broadcast as in NumPy.
         """
     def bitwise_xor(self, other: typing.Any) -> Tensor:
         """
-        Elementwise bitwise_xor(input, other) with NumPy broadcasting.
+        Elementwise bitwise XOR. Operands broadcast as in NumPy.
         """
     def bool(self) -> Tensor:
         """
@@ -929,7 +929,7 @@ class Tensor:
         """
     def cos(self) -> Tensor:
         """
-        Elementwise cos(x).
+        Elementwise cosine (radians).
         """
     def cpu(self) -> Tensor:
         """
@@ -953,7 +953,7 @@ class Tensor:
         """
     def div(self, other: typing.Any) -> Tensor:
         """
-        Elementwise div(input, other) with NumPy broadcasting.
+        Elementwise true division input / other. Operands broadcast as in NumPy.
         """
     def div_(self, other: typing.Any) -> typing.Any:
         """
@@ -965,19 +965,23 @@ class Tensor:
         """
     def eq(self, other: typing.Any) -> Tensor:
         """
-        Elementwise eq(input, other) with NumPy broadcasting.
+        Elementwise input == other. Operands broadcast as in NumPy.
         """
     def erf(self) -> Tensor:
         """
-        Elementwise erf(x).
+        Elementwise error function.
         """
     def exp(self) -> Tensor:
         """
-        Elementwise exp(x).
+        Elementwise e^x.
         """
     def expand(self, *args) -> Tensor:
         """
         A broadcast view (-1 keeps a dim).
+        """
+    def expm1(self) -> Tensor:
+        """
+        Elementwise e^x - 1, accurate for small x.
         """
     def fill_(self, value: typing.SupportsFloat | typing.SupportsIndex) -> typing.Any:
         """
@@ -1001,7 +1005,7 @@ class Tensor:
         """
     def ge(self, other: typing.Any) -> Tensor:
         """
-        Elementwise ge(input, other) with NumPy broadcasting.
+        Elementwise input >= other. Operands broadcast as in NumPy.
         """
     def gelu(self, approximate: str = 'none') -> Tensor:
         """
@@ -1009,7 +1013,7 @@ class Tensor:
         """
     def gt(self, other: typing.Any) -> Tensor:
         """
-        Elementwise gt(input, other) with NumPy broadcasting.
+        Elementwise input > other. Operands broadcast as in NumPy.
         """
     def half(self) -> Tensor:
         """
@@ -1041,27 +1045,31 @@ class Tensor:
         """
     def le(self, other: typing.Any) -> Tensor:
         """
-        Elementwise le(input, other) with NumPy broadcasting.
+        Elementwise input <= other. Operands broadcast as in NumPy.
         """
     def log(self) -> Tensor:
         """
-        Elementwise log(x).
+        Elementwise natural logarithm.
+        """
+    def log1p(self) -> Tensor:
+        """
+        Elementwise log(1 + x), accurate for small x.
         """
     def logical_and(self, other: typing.Any) -> Tensor:
         """
-        Elementwise logical_and(input, other) with NumPy broadcasting.
+        Elementwise logical AND of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
         """
     def logical_not(self) -> Tensor:
         """
-        Elementwise logical_not(x).
+        Elementwise logical NOT: True where input is zero (any dtype).
         """
     def logical_or(self, other: typing.Any) -> Tensor:
         """
-        Elementwise logical_or(input, other) with NumPy broadcasting.
+        Elementwise logical OR of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
         """
     def logical_xor(self, other: typing.Any) -> Tensor:
         """
-        Elementwise logical_xor(input, other) with NumPy broadcasting.
+        Elementwise logical XOR of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
         """
     def logsumexp(self, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
         """
@@ -1073,7 +1081,7 @@ class Tensor:
         """
     def lt(self, other: typing.Any) -> Tensor:
         """
-        Elementwise lt(input, other) with NumPy broadcasting.
+        Elementwise input < other. Operands broadcast as in NumPy.
         """
     def masked_fill(self, mask: Tensor, value: typing.SupportsFloat | typing.SupportsIndex) -> Tensor:
         """
@@ -1093,7 +1101,7 @@ class Tensor:
         """
     def maximum(self, other: typing.Any) -> Tensor:
         """
-        Elementwise maximum(input, other) with NumPy broadcasting.
+        Elementwise maximum (propagates NaN). Operands broadcast as in NumPy.
         """
     def mean(self, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
         """
@@ -1105,11 +1113,11 @@ class Tensor:
         """
     def minimum(self, other: typing.Any) -> Tensor:
         """
-        Elementwise minimum(input, other) with NumPy broadcasting.
+        Elementwise minimum (propagates NaN). Operands broadcast as in NumPy.
         """
     def mul(self, other: typing.Any) -> Tensor:
         """
-        Elementwise mul(input, other) with NumPy broadcasting.
+        Elementwise input * other. Operands broadcast as in NumPy.
         """
     def mul_(self, other: typing.Any) -> typing.Any:
         """
@@ -1121,11 +1129,11 @@ class Tensor:
         """
     def ne(self, other: typing.Any) -> Tensor:
         """
-        Elementwise ne(input, other) with NumPy broadcasting.
+        Elementwise input != other. Operands broadcast as in NumPy.
         """
     def neg(self) -> Tensor:
         """
-        Elementwise neg(x).
+        Elementwise negation, -x.
         """
     def neg_(self) -> typing.Any:
         """
@@ -1157,15 +1165,19 @@ class Tensor:
         """
     def pow(self, other: typing.Any) -> Tensor:
         """
-        Elementwise pow(input, other) with NumPy broadcasting.
+        Elementwise input ** other. Operands broadcast as in NumPy.
         """
     def pow_(self, exponent: typing.Any) -> typing.Any:
         """
         self = self ** exponent in place; returns self.
         """
+    def record_stream(self, stream: cuda_runtime.Stream) -> None:
+        """
+        Marks the tensor's memory as used by work queued on `stream` (PyTorch's semantics): when the tensor is freed, its block is not reused until the work queued on `stream` by then has finished. Needed when a tensor allocated on one stream is read or written on another.
+        """
     def relu(self) -> Tensor:
         """
-        Elementwise relu(x).
+        Elementwise max(x, 0).
         """
     def relu_(self) -> typing.Any:
         """
@@ -1185,7 +1197,7 @@ class Tensor:
         """
     def rsqrt(self) -> Tensor:
         """
-        Elementwise rsqrt(x).
+        Elementwise 1 / sqrt(x).
         """
     def scatter_add(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
         """
@@ -1197,19 +1209,19 @@ class Tensor:
         """
     def sigmoid(self) -> Tensor:
         """
-        Elementwise sigmoid(x).
+        Elementwise logistic 1 / (1 + e^-x).
         """
     def sign(self) -> Tensor:
         """
-        Elementwise sign(x).
+        Elementwise sign: -1, 0 or 1 (0 for NaN).
         """
     def silu(self) -> Tensor:
         """
-        Elementwise silu(x).
+        Elementwise x * sigmoid(x).
         """
     def sin(self) -> Tensor:
         """
-        Elementwise sin(x).
+        Elementwise sine (radians).
         """
     def size(self, dim: typing.Any = None) -> typing.Any:
         """
@@ -1217,7 +1229,7 @@ class Tensor:
         """
     def softplus(self) -> Tensor:
         """
-        Elementwise softplus(x).
+        Elementwise log(1 + e^x), computed without overflow.
         """
     def sort(self, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: builtins.bool = False) -> typing.Any:
         """
@@ -1229,11 +1241,11 @@ class Tensor:
         """
     def sqrt(self) -> Tensor:
         """
-        Elementwise sqrt(x).
+        Elementwise square root.
         """
     def square(self) -> Tensor:
         """
-        Elementwise square(x).
+        Elementwise square x * x.
         """
     def squeeze(self, dim: typing.SupportsInt | typing.SupportsIndex | None = None) -> Tensor:
         """
@@ -1249,7 +1261,7 @@ class Tensor:
         """
     def sub(self, other: typing.Any) -> Tensor:
         """
-        Elementwise sub(input, other) with NumPy broadcasting.
+        Elementwise input - other. Operands broadcast as in NumPy.
         """
     def sub_(self, other: typing.Any, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> typing.Any:
         """
@@ -1265,7 +1277,7 @@ class Tensor:
         """
     def tanh(self) -> Tensor:
         """
-        Elementwise tanh(x).
+        Elementwise hyperbolic tangent.
         """
     def to(self, target: typing.Any = None, device: typing.Any = None, dtype: typing.Any = None) -> Tensor:
         """
@@ -1737,11 +1749,11 @@ def _tensor_state(tensor: Tensor) -> tuple:
     """
 def abs(input: Tensor) -> Tensor:
     """
-    Elementwise abs(x).
+    Elementwise absolute value |x|.
     """
 def add(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise add(input, other) with NumPy broadcasting.
+    Elementwise input + other. Operands broadcast as in NumPy.
     """
 def amax(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
     """
@@ -1769,19 +1781,19 @@ def argsort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, 
     """
 def bitwise_and(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise bitwise_and(input, other) with NumPy broadcasting.
+    Elementwise bitwise AND. Operands broadcast as in NumPy.
     """
 def bitwise_not(input: Tensor) -> Tensor:
     """
-    Elementwise bitwise_not(x).
+    Elementwise bitwise NOT (logical NOT for bool).
     """
 def bitwise_or(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise bitwise_or(input, other) with NumPy broadcasting.
+    Elementwise bitwise OR. Operands broadcast as in NumPy.
     """
 def bitwise_xor(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise bitwise_xor(input, other) with NumPy broadcasting.
+    Elementwise bitwise XOR. Operands broadcast as in NumPy.
     """
 def blas_name() -> str:
     """
@@ -1817,7 +1829,7 @@ def contiguous(input: Tensor) -> Tensor:
     """
 def cos(input: Tensor) -> Tensor:
     """
-    Elementwise cos(x).
+    Elementwise cosine (radians).
     """
 def cpu_empty_cache() -> None:
     """
@@ -1829,7 +1841,7 @@ def cpu_memory_stats() -> dict:
     """
 def div(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise div(input, other) with NumPy broadcasting.
+    Elementwise true division input / other. Operands broadcast as in NumPy.
     """
 def empty(*args, dtype: typing.Any = None, device: typing.Any = None, requires_grad: builtins.bool = False) -> Tensor:
     """
@@ -1837,19 +1849,23 @@ def empty(*args, dtype: typing.Any = None, device: typing.Any = None, requires_g
     """
 def eq(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise eq(input, other) with NumPy broadcasting.
+    Elementwise input == other. Operands broadcast as in NumPy.
     """
 def erf(input: Tensor) -> Tensor:
     """
-    Elementwise erf(x).
+    Elementwise error function.
     """
 def exp(input: Tensor) -> Tensor:
     """
-    Elementwise exp(x).
+    Elementwise e^x.
     """
 def expand(input: Tensor, *args) -> Tensor:
     """
     A broadcast view (-1 keeps a dim).
+    """
+def expm1(input: Tensor) -> Tensor:
+    """
+    Elementwise e^x - 1, accurate for small x.
     """
 def eye(n: typing.SupportsInt | typing.SupportsIndex, m: typing.SupportsInt | typing.SupportsIndex | None = None, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: builtins.bool = False) -> Tensor:
     """
@@ -1885,7 +1901,7 @@ def gather(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index:
     """
 def ge(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise ge(input, other) with NumPy broadcasting.
+    Elementwise input >= other. Operands broadcast as in NumPy.
     """
 def gelu(input: Tensor, approximate: str = 'none') -> Tensor:
     """
@@ -1909,7 +1925,7 @@ def grad(outputs: collections.abc.Sequence[Tensor], inputs: collections.abc.Sequ
     """
 def gt(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise gt(input, other) with NumPy broadcasting.
+    Elementwise input > other. Operands broadcast as in NumPy.
     """
 def index_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
     """
@@ -1933,7 +1949,7 @@ def kthvalue(input: Tensor, k: typing.SupportsInt | typing.SupportsIndex, dim: t
     """
 def le(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise le(input, other) with NumPy broadcasting.
+    Elementwise input <= other. Operands broadcast as in NumPy.
     """
 def linspace(start: typing.SupportsFloat | typing.SupportsIndex, end: typing.SupportsFloat | typing.SupportsIndex, steps: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = None, device: typing.Any = None, requires_grad: builtins.bool = False) -> Tensor:
     """
@@ -1941,23 +1957,27 @@ def linspace(start: typing.SupportsFloat | typing.SupportsIndex, end: typing.Sup
     """
 def log(input: Tensor) -> Tensor:
     """
-    Elementwise log(x).
+    Elementwise natural logarithm.
+    """
+def log1p(input: Tensor) -> Tensor:
+    """
+    Elementwise log(1 + x), accurate for small x.
     """
 def logical_and(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise logical_and(input, other) with NumPy broadcasting.
+    Elementwise logical AND of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
     """
 def logical_not(input: Tensor) -> Tensor:
     """
-    Elementwise logical_not(x).
+    Elementwise logical NOT: True where input is zero (any dtype).
     """
 def logical_or(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise logical_or(input, other) with NumPy broadcasting.
+    Elementwise logical OR of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
     """
 def logical_xor(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise logical_xor(input, other) with NumPy broadcasting.
+    Elementwise logical XOR of input and other (any dtype, nonzero is True). Operands broadcast as in NumPy.
     """
 def logsumexp(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
     """
@@ -1965,7 +1985,7 @@ def logsumexp(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = Fa
     """
 def lt(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise lt(input, other) with NumPy broadcasting.
+    Elementwise input < other. Operands broadcast as in NumPy.
     """
 def manual_seed(seed: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
@@ -1985,7 +2005,7 @@ def max(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -
     """
 def maximum(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise maximum(input, other) with NumPy broadcasting.
+    Elementwise maximum (propagates NaN). Operands broadcast as in NumPy.
     """
 def mean(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
     """
@@ -1997,11 +2017,11 @@ def min(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -
     """
 def minimum(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise minimum(input, other) with NumPy broadcasting.
+    Elementwise minimum (propagates NaN). Operands broadcast as in NumPy.
     """
 def mul(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise mul(input, other) with NumPy broadcasting.
+    Elementwise input * other. Operands broadcast as in NumPy.
     """
 def narrow(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
     """
@@ -2009,11 +2029,11 @@ def narrow(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, start:
     """
 def ne(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise ne(input, other) with NumPy broadcasting.
+    Elementwise input != other. Operands broadcast as in NumPy.
     """
 def neg(input: Tensor) -> Tensor:
     """
-    Elementwise neg(x).
+    Elementwise negation, -x.
     """
 def nonzero(input: Tensor) -> Tensor:
     """
@@ -2037,7 +2057,7 @@ def permute(input: Tensor, *args) -> Tensor:
     """
 def pow(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise pow(input, other) with NumPy broadcasting.
+    Elementwise input ** other. Operands broadcast as in NumPy.
     """
 def promote_types(a: dtype, b: dtype) -> dtype:
     """
@@ -2061,7 +2081,7 @@ def randperm(n: typing.SupportsInt | typing.SupportsIndex, *, seed: typing.Suppo
     """
 def relu(input: Tensor) -> Tensor:
     """
-    Elementwise relu(x).
+    Elementwise max(x, 0).
     """
 def repeat(input: Tensor, *args) -> Tensor:
     """
@@ -2073,7 +2093,7 @@ def reshape(input: Tensor, *args) -> Tensor:
     """
 def rsqrt(input: Tensor) -> Tensor:
     """
-    Elementwise rsqrt(x).
+    Elementwise 1 / sqrt(x).
     """
 def scatter_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
     """
@@ -2101,23 +2121,23 @@ def set_rng_state(state: tuple) -> None:
     """
 def sigmoid(input: Tensor) -> Tensor:
     """
-    Elementwise sigmoid(x).
+    Elementwise logistic 1 / (1 + e^-x).
     """
 def sign(input: Tensor) -> Tensor:
     """
-    Elementwise sign(x).
+    Elementwise sign: -1, 0 or 1 (0 for NaN).
     """
 def silu(input: Tensor) -> Tensor:
     """
-    Elementwise silu(x).
+    Elementwise x * sigmoid(x).
     """
 def sin(input: Tensor) -> Tensor:
     """
-    Elementwise sin(x).
+    Elementwise sine (radians).
     """
 def softplus(input: Tensor) -> Tensor:
     """
-    Elementwise softplus(x).
+    Elementwise log(1 + e^x), computed without overflow.
     """
 def sort(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex = -1, descending: builtins.bool = False) -> typing.Any:
     """
@@ -2129,11 +2149,11 @@ def split(input: Tensor, split_size_or_sections: typing.Any, dim: typing.Support
     """
 def sqrt(input: Tensor) -> Tensor:
     """
-    Elementwise sqrt(x).
+    Elementwise square root.
     """
 def square(input: Tensor) -> Tensor:
     """
-    Elementwise square(x).
+    Elementwise square x * x.
     """
 def squeeze(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex | None = None) -> Tensor:
     """
@@ -2149,7 +2169,7 @@ def std(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False, c
     """
 def sub(input: typing.Any, other: typing.Any) -> Tensor:
     """
-    Elementwise sub(input, other) with NumPy broadcasting.
+    Elementwise input - other. Operands broadcast as in NumPy.
     """
 def sum(input: Tensor, dim: typing.Any = None, keepdim: builtins.bool = False) -> Tensor:
     """
@@ -2161,7 +2181,7 @@ def t(input: Tensor) -> Tensor:
     """
 def tanh(input: Tensor) -> Tensor:
     """
-    Elementwise tanh(x).
+    Elementwise hyperbolic tangent.
     """
 def tensor(data: typing.Any, dtype: typing.Any = None, device: typing.Any = None, requires_grad: builtins.bool = False) -> Tensor:
     """

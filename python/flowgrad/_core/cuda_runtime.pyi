@@ -5,7 +5,7 @@ CUDA availability (the fg.cuda module wraps this).
 from __future__ import annotations
 import flowgrad._core
 import typing
-__all__: list[str] = ['Event', 'Stream', 'allow_tf32', 'built_with_cuda', 'current_stream', 'default_stream', 'device_count', 'empty_cache', 'memory_stats', 'reset_peak_memory_stats', 'set_allow_tf32', 'set_stream', 'synchronize', 'unavailable_reason']
+__all__: list[str] = ['Event', 'Stream', 'allow_tf32', 'built_with_cuda', 'current_stream', 'default_stream', 'device_count', 'empty_cache', 'memory_stats', 'reset_peak_memory_stats', 'set_allow_tf32', 'set_stream', 'sync_count', 'synchronize', 'unavailable_reason']
 class Event:
     """
     A CUDA event: marks a point in a stream's work; other streams can wait for it, the host can wait for it, and two timing events measure the GPU time between them.
@@ -122,6 +122,10 @@ def set_allow_tf32(on: bool) -> None:
 def set_stream(stream: Stream) -> None:
     """
     Makes `stream` this thread's current stream on its device (prefer the fg.cuda.stream context manager).
+    """
+def sync_count() -> int:
+    """
+    How many times this thread's host waited for the GPU (item, numpy, copies to the host, stream, event and device synchronize); 0 in builds without CUDA.
     """
 def synchronize() -> None:
     """

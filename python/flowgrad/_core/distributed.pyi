@@ -34,9 +34,9 @@ class Work:
         """
         Blocks until the result is in the output tensor; raises the transport's error.
         """
-def _rendezvous(secret: str, rank: typing.SupportsInt | typing.SupportsIndex, world_size: typing.SupportsInt | typing.SupportsIndex, addr: str, port: typing.SupportsInt | typing.SupportsIndex, timeout_s: typing.SupportsFloat | typing.SupportsIndex) -> bytes:
+def _rendezvous(secret: str, rank: typing.SupportsInt | typing.SupportsIndex, world_size: typing.SupportsInt | typing.SupportsIndex, addr: str, port: typing.SupportsInt | typing.SupportsIndex, timeout_s: typing.SupportsFloat | typing.SupportsIndex, token: str) -> bytes:
     """
-    NCCL's id exchange over TCP: rank 0 serves secret, the others receive it (for tests).
+    NCCL's id exchange over TCP: rank 0 serves secret to clients that send token, the others receive it (for tests).
     """
 def abort(code: typing.SupportsInt | typing.SupportsIndex) -> None:
     """

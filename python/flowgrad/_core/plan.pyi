@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Plan', 'Tracer', 'compile_ptx', 'nvrtc_available', 'restore', 'snapshot']
+__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'nvrtc_archs', 'nvrtc_available', 'restore', 'set_fused_fault', 'snapshot']
 class Plan:
     """
     A traced step as instructions over planned memory.
@@ -28,6 +28,10 @@ class Plan:
     def check_memory(self) -> None:
         """
         Raises unless no two buffers alive at the same time share arena bytes.
+        """
+    def check_step(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor], after: typing.Any = None) -> str:
+        """
+        The capture self-check's comparison on any device: runs one step plainly, then again from the same state (parameters, optimizer state, gradients, random counters) followed by after() (a side effect to plant a difference), and compares what both leave. Returns '' when they agree, else the first buffer that differs and the instruction that wrote it. Applies exactly one step either way.
         """
     def dot(self) -> str:
         """
@@ -81,9 +85,17 @@ class Tracer:
         """
         Number of recorded op calls.
         """
+def compile_fused(source: str, name: str, arch: typing.SupportsInt | typing.SupportsIndex) -> tuple[str, bytes]:
+    """
+    (target, image): what compiled plans load for a GPU of architecture `arch`: a CUBIN for sm_<arch> when NVRTC knows it, else PTX for the newest architecture it knows below `arch`. `target` says which.
+    """
 def compile_ptx(source: str, name: str, arch: typing.SupportsInt | typing.SupportsIndex) -> str:
     """
     PTX of CUDA source compiled by NVRTC for compute_<arch>.
+    """
+def nvrtc_archs() -> list[int]:
+    """
+    The GPU architectures (80, 90, ...) NVRTC can compile SASS for.
     """
 def nvrtc_available() -> tuple[bool, str]:
     """
@@ -92,6 +104,10 @@ def nvrtc_available() -> tuple[bool, str]:
 def restore(tensors: collections.abc.Sequence[flowgrad._core.Tensor], copies: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
     """
     Writes copies back into the tensors.
+    """
+def set_fused_fault(stage: str) -> None:
+    """
+    Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.
     """
 def snapshot(tensors: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
     """
