@@ -14,7 +14,7 @@ import sys
 import time
 
 # GCC-only options clang rejects or warns about, and the output options a syntax check has no use for.
-DROP = {"-fno-semantic-interposition", "-Wno-restrict"}
+DROP = {"-fno-semantic-interposition", "-fno-fat-lto-objects", "-Wno-restrict"}
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}
 
 

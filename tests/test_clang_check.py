@@ -15,10 +15,10 @@ spec.loader.exec_module(check)
 
 def test_command_keeps_the_build_flags_and_makes_warnings_errors():
     entry = {"command": "ccache g++ -DX=1 -Icpp -Wall -Wextra -Wno-restrict -fno-semantic-interposition "
-                        "-MD -MF a.d -o a.o -c a.cpp"}
+                        "-flto -fno-fat-lto-objects -MD -MF a.d -o a.o -c a.cpp"}
     command = check.clang_command(entry, "clang++")
     assert command[:3] == ["clang++", "-fsyntax-only", "-Werror"]
-    assert command[3:] == ["-DX=1", "-Icpp", "-Wall", "-Wextra", "a.cpp"]
+    assert command[3:] == ["-DX=1", "-Icpp", "-Wall", "-Wextra", "-flto", "a.cpp"]
 
 
 @pytest.mark.skipif(shutil.which("clang++") is None, reason="clang++ is not installed (./dev.sh test installs it)")
