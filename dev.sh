@@ -71,13 +71,14 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
 }
 
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
-# BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON
-# (BLAS=system: link the system's BLAS instead of scipy-openblas32).
+# BLAS, BUILD_TESTS and WERROR, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON and
+# FLOWGRAD_WERROR=ON (BLAS=system: link the system's BLAS instead of scipy-openblas32).
 build() {
   local verb=$1 config=$2 cuda=OFF
   [ "$config" = cuda ] && cuda=ON
   local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
-                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}")
+                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
+                  cmake.define.FLOWGRAD_WERROR="${WERROR:-ON}")
   if command -v ccache >/dev/null; then
     settings+=(cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi

@@ -1,5 +1,6 @@
 """Compiles every C++ file of a CMake build with clang++ -fsyntax-only, with the same include
-directories and definitions as the build's own compiler (from its compile_commands.json).
+directories, definitions and warning options as the build's own compiler (from its
+compile_commands.json), warnings made errors: a file clang warns about fails.
 
     python scripts/clang_syntax_check.py build/<dir>/compile_commands.json
 """
@@ -12,8 +13,8 @@ import subprocess
 import sys
 import time
 
-# GCC-only options clang rejects, and the output options a syntax check has no use for.
-DROP = {"-fno-semantic-interposition"}
+# GCC-only options clang rejects or warns about, and the output options a syntax check has no use for.
+DROP = {"-fno-semantic-interposition", "-fno-fat-lto-objects", "-Wno-restrict"}
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}
 
 
@@ -21,7 +22,7 @@ def clang_command(entry, clang):
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
     while args and os.path.basename(args[0]) in ("ccache", "sccache"):
         args.pop(0)
-    out, skip = [clang, "-fsyntax-only"], False
+    out, skip = [clang, "-fsyntax-only", "-Werror"], False
     for arg in args[1:]:
         if skip:
             skip = False

@@ -9,7 +9,8 @@ namespace fg::py_bind {
 namespace {
 
 IndexItem index_item(const py::handle& obj) {
-  IndexItem item{IndexItem::Kind::Int};
+  IndexItem item;  // the other members keep their defaults
+  item.kind = IndexItem::Kind::Int;
   auto optional_int = [](const py::handle& h) -> std::optional<int64_t> {
     if (h.is_none()) return std::nullopt;
     return int_arg(h, "a slice bound");

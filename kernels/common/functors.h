@@ -81,7 +81,12 @@ struct Abs {
     else return x < T(0) ? -x : x;
   }
 };
-struct Square { template <class T> FG_HD T operator()(T x) const { return x * x; } };
+struct Square {
+  template <class T> FG_HD T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>) return x;  // x * x would multiply as int
+    else return x * x;
+  }
+};
 struct Sign {
   template <class T> FG_HD T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return T(x != T(0));

@@ -89,12 +89,11 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
     for (size_t i = 0; i < out.size(); ++i)
       check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
   Tensors in_place_inputs;
-  TensorList inputs = in;
   if (op.in(Group::InPlace)) {
     in_place_inputs = in.vec();
     in_place_inputs[0] = out[0];
-    inputs = in_place_inputs;
   }
+  TensorList inputs = op.in(Group::InPlace) ? TensorList(in_place_inputs) : in;
   if (!records(op, inputs)) return;
   auto node = std::make_shared<Node>();
   node->op = &op;

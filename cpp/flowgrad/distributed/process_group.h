@@ -3,6 +3,7 @@
 // are opened with dlopen at init, so the module loads on machines that have neither.
 #pragma once
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -84,7 +85,10 @@ class ProcessGroup {
   // in: (size * n, ...); out: (n, ...) gets this rank's block of the reduction.
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op);
   WorkPtr barrier();
-  [[noreturn]] void abort(int code) { backend_->abort(code); }
+  [[noreturn]] void abort(int code) {
+    backend_->abort(code);
+    std::_Exit(code);  // not reached: the compiler cannot see that a virtual call never returns
+  }
   // Waits for every issued collective, stops the communication thread, finalizes the transport.
   void shutdown();
 

@@ -61,8 +61,8 @@ int64_t batch_offset(const Tensor& t, const Dims& out_shape, int64_t bi) {
 }
 
 // The stride between consecutive matrices of t when the batch is one arithmetic sequence
-// (so one strided-batched call covers it), or -1.
-int64_t uniform_batch_stride(const Tensor& t, const Dims& out_shape, int64_t batches) {
+// (so one strided-batched call covers it), or -1. Unused in CPU-only builds.
+[[maybe_unused]] int64_t uniform_batch_stride(const Tensor& t, const Dims& out_shape, int64_t batches) {
   int64_t stride = batches > 1 ? batch_offset(t, out_shape, 1) : 0;
   for (int64_t bi = 2; bi < batches; ++bi)
     if (batch_offset(t, out_shape, bi) != bi * stride) return -1;

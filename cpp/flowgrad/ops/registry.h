@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -77,12 +78,28 @@ constexpr size_t kMaxOutputs = 4;
 using Specs = InlineVec<TensorSpec, kMaxOutputs>;  // the outputs of one op call
 using SpecList = std::vector<TensorSpec>;         // any number (an op's inputs, e.g. cat)
 
-// A non-owning view of an op's inputs: a braced list ({a, b}, alive until the end of the
-// call's full expression) or a Tensors vector. Only ever a parameter, never stored.
+// An op call's inputs, passed by value. A braced list ({a, b}) holds its tensors and a moved-in
+// Tensors vector is kept, so a TensorList made from either stays valid as long as it lives (even
+// as a variable: `TensorList in = {a, b};`). A Tensors lvalue, or another TensorList, is viewed:
+// that storage must outlive the view, as a caller's arguments outlive the call.
 class TensorList {
  public:
-  TensorList(std::initializer_list<Tensor> items) : data_(items.begin()), size_(items.size()) {}
+  static constexpr size_t kMaxBraced = 8;  // the longest braced list an op call passes
+
+  TensorList() {}
+  template <class... Ts>
+    requires(sizeof...(Ts) > 0 && (std::is_nothrow_constructible_v<Tensor, Ts&&> && ...))
+  TensorList(Ts&&... items) : size_(sizeof...(Ts)) {
+    static_assert(sizeof...(Ts) <= kMaxBraced, "TensorList: raise kMaxBraced for this braced list");
+    (std::construct_at(held_ + held_count_++, std::forward<Ts>(items)), ...);
+    data_ = held_;
+  }
   TensorList(const Tensors& items) : data_(items.data()), size_(items.size()) {}
+  TensorList(Tensors&& items) : kept_(std::move(items)), data_(kept_.data()), size_(kept_.size()) {}
+  TensorList(const TensorList& other) : data_(other.data_), size_(other.size_) {}  // a view
+  TensorList& operator=(const TensorList&) = delete;
+  ~TensorList() { std::destroy_n(held_, held_count_); }
+
   const Tensor& operator[](size_t i) const { return data_[i]; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
@@ -91,8 +108,13 @@ class TensorList {
   Tensors vec() const { return Tensors(begin(), end()); }
 
  private:
-  const Tensor* data_;
-  size_t size_;
+  union {
+    Tensor held_[kMaxBraced];  // the first held_count_ are alive
+  };
+  size_t held_count_ = 0;
+  Tensors kept_;
+  const Tensor* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 enum class Family : uint8_t { Creation, Unary, Binary, Ternary, Reduce, Linalg, Movement, Copy, Index, NN, Optim };

@@ -25,10 +25,10 @@ namespace fg::plan {
 struct Builder {
   Plan& plan;
   Tracer& trace;
-  std::unordered_map<const Storage*, int> buffer_of;
-  std::unordered_map<const Storage*, std::string> names;
+  std::unordered_map<const Storage*, int> buffer_of{};
+  std::unordered_map<const Storage*, std::string> names{};
   std::vector<Instruction>* code = &plan.code_;  // where record() appends (a block inside a branch)
-  std::string block_of;  // the branch whose block is being recorded ("" at the top level)
+  std::string block_of{};  // the branch whose block is being recorded ("" at the top level)
 
   int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
     Buffer b{kind, std::move(name)};

@@ -128,9 +128,9 @@ enum class BufferKind : uint8_t {
 struct Buffer {
   BufferKind kind;
   std::string name;          // "x0", "fc.weight", "%12", "const3"
-  std::shared_ptr<Storage> storage;  // External: the owner's; others: bound after planning
+  std::shared_ptr<Storage> storage{};  // External: the owner's; others: bound after planning
   size_t bytes = 0;
-  Device device;
+  Device device{};
   DType dtype = DType::Float32;  // of the tensor that made it (for poisoning and display)
   int first = -1, last = -1;     // instructions that first and last touch it (-1: before the plan)
   int64_t offset = 0;            // Arena / Input: bytes from the arena's start
@@ -148,18 +148,19 @@ struct Value {
 };
 
 struct Branch;
+// Members past `op` have default initializers, so a braced `{op, attrs, in, out}` may stop early.
 struct Instruction {
   const OpDef* op;  // a branch instruction: a stand-in OpDef named after its kind
   Attrs attrs;
-  std::vector<Value> in, out;
+  std::vector<Value> in{}, out{};
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
   bool backward = false;   // traced during the backward pass
   int run = -1;            // the fused run it belongs to (fusion.cpp)
-  Tensors in_t, out_t;     // bound to planned memory: the executor's arguments
-  Launch launch;           // the kernel call over in_t/out_t, prepared once (see prepare_launch)
-  std::vector<int> released;  // buffers whose last use is this instruction (debug poisoning)
-  std::shared_ptr<Branch> branch;  // set for a branch instruction: `in`/`out` list every outer
-                                   // buffer its blocks read/write
+  Tensors in_t{}, out_t{};  // bound to planned memory: the executor's arguments
+  Launch launch{};         // the kernel call over in_t/out_t, prepared once (see prepare_launch)
+  std::vector<int> released{};  // buffers whose last use is this instruction (debug poisoning)
+  std::shared_ptr<Branch> branch{};  // set for a branch instruction: `in`/`out` list every outer
+                                     // buffer its blocks read/write
 };
 
 // A branch instruction's conditional parts. The executor reads the decision (selector, halt,
