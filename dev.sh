@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Sets up everything flowgrad needs on a Debian/Ubuntu machine (root or sudo) and runs it:
-#   ./dev.sh demo [ARGS]   system packages, .venv, the build, then examples/train_digits.py ARGS
+#   ./dev.sh demo [ARGS]   system packages, .venv, the build, then examples/train_digits.py ARGS.
+#                          It builds the CPU-only configuration unless this machine has a GPU and a
+#                          CUDA compiler, or FLOWGRAD_CUDA=ON (or pypi) asks for CUDA.
 #   ./dev.sh test [ARGS]   the same set-up, then builds and tests every configuration this machine
-#                          can build (CPU-only, and CUDA when nvcc exists), compiles each C++ file
-#                          with clang, and makes a manylinux wheel that a scratch venv installs.
-#                          ARGS go to pytest. This is what CI runs (.ci/run).
+#                          can build (CPU-only, and CUDA when nvcc exists or FLOWGRAD_CUDA=pypi),
+#                          compiles each C++ file with clang, lists the GPU check's plan, and makes a
+#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. This is
+#                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
+#   ./dev.sh gpu-check [OUTDIR] [--dry-run]   on a GPU machine: the CUDA build with all cores, the
+#                          cuda tests file by file, compute-sanitizer, bench_cuda.py; logs and one
+#                          summary.json in OUTDIR (scripts/gpu_check.py). --dry-run lists the plan.
+# FLOWGRAD_CUDA=pypi builds the CUDA configuration with PyPI's CUDA 13 wheels installed into .venv
+# (nvidia-cuda-nvcc and friends, the list in pyproject.toml) and the system nvcc ignored.
 # Repeat runs are incremental: build requirements live in .venv, pip builds without isolation, and
 # each configuration keeps its CMake build directory (build/<wheel tag>-cpu, -cuda) and ccache.
 set -euo pipefail
@@ -45,6 +53,9 @@ except ImportError:  # Python 3.10
 meta = tomllib.load(open("pyproject.toml", "rb"))
 if sys.argv[1] == "build":
     print("\n".join(meta["build-system"]["requires"]))
+elif sys.argv[1] == "cuda-build":  # the compiler wheels of FLOWGRAD_CUDA=pypi, and the run-time ones
+    override = next(o for o in meta["tool"]["scikit-build"]["overrides"] if o["if"]["env"].get("FLOWGRAD_CUDA") == "pypi")
+    print("\n".join(override["build"]["requires"] + meta["project"]["optional-dependencies"]["cuda"]))
 else:
     print("\n".join(meta["project"]["dependencies"] + meta["project"]["optional-dependencies"][sys.argv[1]]))
 EOF
@@ -65,6 +76,10 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
   if ! cmake --version 2>/dev/null | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 24)) }'; then
     reqs+=("cmake>=3.24")  # older distributions (Ubuntu 22.04) ship an older one
   fi
+  if [ "${FLOWGRAD_CUDA:-}" = pypi ]; then
+    mapfile -t -O ${#reqs[@]} reqs < <(requirements cuda-build)
+    say "FLOWGRAD_CUDA=pypi: installing PyPI's CUDA 13 wheels into .venv (about 0.6 GB, once)"
+  fi
   say "installing Python requirements into .venv"
   "$PY" -m pip install -q "${reqs[@]}"
 }
@@ -73,9 +88,15 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
 # BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON
 # (BLAS=system: link the system's BLAS instead of scipy-openblas32).
 build() {
-  local verb=$1 config=$2 cuda=OFF
-  [ "$config" = cuda ] && cuda=ON
+  local verb=$1 config=$2 cuda=OFF toolkit=AUTO
+  if [ "$config" = cuda ]; then
+    cuda=ON
+    [ "${FLOWGRAD_CUDA:-}" = pypi ] && toolkit=pypi
+  elif ! configurations | grep -qx cuda; then
+    cuda=AUTO toolkit=system  # no compiler here, so CPU-only anyway: AUTO lets the build say so if a GPU is present
+  fi
   local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
+                  cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
                   cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}")
   if command -v ccache >/dev/null; then
     settings+=(cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
@@ -84,13 +105,37 @@ build() {
   [ "$verb" = wheel ] && args+=(-w build/wheel-raw)
   say "pip $verb: the $config configuration (incremental in build/*-$config)"
   local start=$SECONDS
-  "$PY" -m pip "$verb" "${args[@]}" .
+  env -u FLOWGRAD_CUDA "$PY" -m pip "$verb" "${args[@]}" .
   say "pip $verb of the $config configuration took $((SECONDS - start)) s"
+  if [ "$verb" = install ]; then  # non-empty when a driver or GPU was found but no CUDA compiler
+    local left_out
+    left_out=$(cd build && "$PY" -c "import flowgrad; print(flowgrad.build_config()['cuda_left_out'])")
+    [ -z "$left_out" ] || say "$left_out"
+  fi
 }
 
+# The configurations ./dev.sh test builds: CPU-only, and CUDA when a compiler exists. CI sets
+# FLOWGRAD_CUDA=pypi: its one CUDA build then uses PyPI's wheels with the system nvcc ignored, which
+# tests the no-toolkit path that users without a toolkit take at the cost of one download (~1 min)
+# instead of a third configuration (another ~11 min of nvcc on 2 cores); the system-nvcc path is
+# what every developer's ./dev.sh test and ./dev.sh gpu-check build.
 configurations() {
   echo cpu
-  if command -v nvcc >/dev/null; then echo cuda; fi
+  if command -v nvcc >/dev/null || [ "${FLOWGRAD_CUDA:-}" = pypi ]; then echo cuda; fi
+}
+
+# The demo's one configuration: CUDA only where it can run (a GPU) or when asked, since compiling
+# it costs ~10 min on 2 cores and a machine without a GPU would never use it.
+demo_configuration() {
+  case "${FLOWGRAD_CUDA:-}" in
+    ON|pypi) echo cuda; return ;;
+    OFF) echo cpu; return ;;
+  esac
+  if command -v nvcc >/dev/null && { [ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null; }; then
+    echo cuda
+  else
+    echo cpu
+  fi
 }
 
 FAILED=()
@@ -130,8 +175,7 @@ shift || true
 case "$command" in
   demo)
     setup examples
-    config=$(configurations | tail -n 1)
-    build install "$config"
+    build install "$(demo_configuration)"
     exec "$PY" examples/train_digits.py "$@"
     ;;
   test)
@@ -144,6 +188,8 @@ case "$command" in
       "$PY" scripts/clang_syntax_check.py build/*-"$config"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
     done
+    say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
+    "$PY" scripts/gpu_check.py --dry-run || FAILED+=("gpu-check --dry-run")
     make_wheel
     "$PY" scripts/test_summary.py build/pytest-*.xml
     say "done in $((SECONDS - total_start)) s"
@@ -153,8 +199,11 @@ case "$command" in
     setup test
     make_wheel
     ;;
+  gpu-check)  # the build, tests, sanitizers and benchmark: scripts/gpu_check.py (no set-up: no network)
+    exec "${PYTHON_GPU:-$PYTHON}" scripts/gpu_check.py "$@"
+    ;;
   *)
-    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel" >&2
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel | ./dev.sh gpu-check [OUTDIR] [--dry-run]" >&2
     exit 2
     ;;
 esac
