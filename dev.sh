@@ -195,7 +195,7 @@ case "$command" in
   demo)
     setup examples
     config=$(demo_configuration)
-    # On a GPU, only its architecture: cicc and ptxas, about 70% of nvcc's time, run once instead of
+    # On a GPU, only its architecture: cicc and ptxas, 78% of nvcc's time, run once instead of
     # twice (benchmarks/results/cuda-compile-2026-11-24.json).
     if [ "$config" = cuda ] && has_gpu; then CUDA_ARCHS=${CUDA_ARCHS:-native}; fi
     build install "$config"

@@ -62,10 +62,11 @@ def plan(outdir, python, cores):
     for path in cuda_test_files():
         steps.append({"name": f"test {path}", "timeout": 150, "argv": [python, *PYTEST, "-k", "cuda", path],
                       "parallel": path not in CRASH_PRONE, "file": path})
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     sanitize = {"FLOWGRAD_CUDA_NO_CACHING": "1"}  # every allocation visible to the sanitizer
     for tool, files in (("memcheck", MEMCHECK), ("racecheck", SHARED_MEMORY), ("synccheck", SHARED_MEMORY)):
         steps.append({"name": f"compute-sanitizer {tool}", "timeout": 75, "env": sanitize, "files": files,
-                      "argv": ["compute-sanitizer", "--tool", tool, "--error-exitcode", "86", python, *PYTEST,
+                      "argv": [sanitizer, "--tool", tool, "--error-exitcode", "86", python, *PYTEST,
                                "-x", "-k", "cuda", *files]})
     steps.append({"name": "bench_cuda", "timeout": 90, "argv": [python, "benchmarks/bench_cuda.py", "--save"]})
     return steps
@@ -123,6 +124,7 @@ def run_step(step, outdir, env, deadline):
 def run(steps, outdir, cores):
     deadline = time.monotonic() + DEADLINE_S
     env = build_env(cores)
+    shutil.rmtree(outdir / "wheel", ignore_errors=True)  # the install step takes the one wheel built now
     results = []
     for step in steps[:2]:  # build and install: nothing else is worth running if they fail
         results.append(run_step(step, outdir, env, deadline))
