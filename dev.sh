@@ -89,6 +89,12 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
   "$PY" -m pip install -q "${reqs[@]}"
 }
 
+# The build directory's suffix: a CUDA configuration compiled by PyPI's nvcc keeps its own (CMake
+# cannot switch compilers in one directory).
+dir_suffix() {
+  if [ "$1" = cuda ] && [ "${FLOWGRAD_CUDA:-}" = pypi ]; then echo cuda-pypi; else echo "$1"; fi
+}
+
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
 # BLAS and BUILD_TESTS, when set, override FLOWGRAD_BLAS=AUTO and FLOWGRAD_BUILD_TESTS=ON
 # (BLAS=system: link the system's BLAS instead of scipy-openblas32).
@@ -102,7 +108,7 @@ build() {
   elif ! configurations | grep -qx cuda; then
     cuda=AUTO toolkit=system  # no compiler here, so CPU-only anyway: AUTO lets the build say so if a GPU is present
   fi
-  local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
+  local settings=(build-dir="build/{wheel_tag}-$(dir_suffix "$config")" cmake.define.FLOWGRAD_CUDA=$cuda
                   cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
                   cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
                   cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}")
@@ -208,7 +214,7 @@ case "$command" in
     for config in $(configurations); do
       build install "$config"
       say "compiling the $config configuration's C++ files with clang (syntax only)"
-      "$PY" scripts/clang_syntax_check.py build/*-"$config"/compile_commands.json || FAILED+=("$config: clang")
+      "$PY" scripts/clang_syntax_check.py build/*-"$(dir_suffix "$config")"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
     done
     say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
