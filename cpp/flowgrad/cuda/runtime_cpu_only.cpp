@@ -11,9 +11,17 @@
 
 namespace fg::cuda {
 
+#ifndef FLOWGRAD_CUDA_LEFT_OUT
+#define FLOWGRAD_CUDA_LEFT_OUT ""
+#endif
+
 namespace {
-const char* kWhy = "flowgrad was built without CUDA (FLOWGRAD_CUDA=OFF or no nvcc at build time)";
-}
+// A build that found a driver or GPU but no compiler says so (CMakeLists.txt), with the fix.
+const char* kWhy = FLOWGRAD_CUDA_LEFT_OUT[0]
+                       ? "flowgrad was built without CUDA: " FLOWGRAD_CUDA_LEFT_OUT
+                       : "flowgrad was built without CUDA (FLOWGRAD_CUDA=OFF, or no nvcc at build time: "
+                         "FLOWGRAD_CUDA=pypi pip install '.[cuda]' builds it with PyPI's CUDA wheels)";
+}  // namespace
 
 bool built_with_cuda() { return false; }
 
