@@ -121,7 +121,7 @@ build() {
   fi
   local args=(--no-deps --no-build-isolation -v "${settings[@]/#/--config-settings=}")
   [ "$verb" = wheel ] && args+=(-w build/wheel-raw)
-  say "pip $verb: the $config configuration (incremental in build/*-$config)"
+  say "pip $verb: the $config configuration (incremental in build/*-$(dir_suffix "$config"))"
   local start=$SECONDS
   env -u FLOWGRAD_CUDA "$PY" -m pip "$verb" "${args[@]}" .
   say "pip $verb of the $config configuration took $((SECONDS - start)) s"
