@@ -237,3 +237,37 @@ def test_checkpoint_same_outputs_and_gradients_and_saves_memory(rng):
     for a, b in zip(plain[2], ckpt[2]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert ckpt[3] < plain[3] / 4, f"checkpoint kept {ckpt[3]} bytes vs {plain[3]} without it"
+
+
+class _FailsOnRecompute(nn.Module):
+    """Dropout then a Linear; its second forward (Checkpoint's recomputation in backward) raises."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.drop = nn.Dropout(0.5)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.drop(x)  # draws random numbers before failing
+        if self.calls == 2:
+            raise ValueError("recomputation failed")
+        return self.fc(h)
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_checkpoint_recomputation_that_raises_leaves_grad_mode_and_rng_as_they_were(grad_mode):
+    fg.manual_seed(5)
+    inner = _FailsOnRecompute()
+    x = fg.tensor(np.ones((8, 4), np.float32), requires_grad=True)
+    loss = nn.Checkpoint(inner)(x).sum()
+    fg.rand((3,))  # the global generator moves on after the forward
+    rng = fg.get_rng_state()
+    with fg.set_grad_enabled(grad_mode):
+        with pytest.raises(ValueError, match="recomputation failed"):
+            loss.backward()
+        assert fg.is_grad_enabled() is grad_mode
+    assert inner.calls == 2
+    assert fg.get_rng_state() == rng  # not rewound to the forward's state
+    assert fg.is_grad_enabled()

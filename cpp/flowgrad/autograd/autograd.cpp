@@ -25,15 +25,6 @@ AutogradMeta& meta(const Tensor& t) {
   return *m;
 }
 
-class GradModeGuard {
- public:
-  explicit GradModeGuard(bool enabled) : previous_(t_grad_enabled) { t_grad_enabled = enabled; }
-  ~GradModeGuard() { t_grad_enabled = previous_; }
-
- private:
-  bool previous_;
-};
-
 void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
   if (!t.defined() || !is_floating(t.dtype()) || !t.device().is_cpu()) return;
   Tensor c = contiguous_raw(converted(t, DType::Float64));

@@ -84,6 +84,19 @@ void install_autograd();
 
 bool grad_enabled();
 void set_grad_enabled(bool enabled);
+
+// Sets this thread's grad mode while alive and restores the previous one on exit, exceptions
+// included: the one way C++ code switches recording on or off for a scope.
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled) : previous_(grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradModeGuard() { set_grad_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 bool anomaly_enabled();
 void set_anomaly_enabled(bool enabled);
 

@@ -40,15 +40,6 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-class GradMode {
- public:
-  explicit GradMode(bool on) : previous_(grad_enabled()) { set_grad_enabled(on); }
-  ~GradMode() { set_grad_enabled(previous_); }
-
- private:
-  bool previous_;
-};
-
 std::string dot_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -501,7 +492,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   std::optional<cuda::Fork> fork;
   if (x0 && x0->defined() && x0->device().is_cuda()) fork.emplace(x0->device().index, static_cast<int>(ids.size()));
   auto task = [&](int i) {
-    GradMode mode(grad);
+    GradModeGuard mode(grad);
     std::optional<cuda::DeviceGuard> on_device;  // a pool thread's current device is cuda:0
     std::optional<cuda::StreamGuard> on_branch;
     if (fork) on_device.emplace(fork->device()), on_branch.emplace(fork->device(), fork->branch(i));

@@ -6,31 +6,19 @@
 #include "flowgrad/ops/ops.h"
 
 namespace fg::nn::init {
-namespace {
-
-class NoGrad {
- public:
-  NoGrad() : previous_(grad_enabled()) { set_grad_enabled(false); }
-  ~NoGrad() { set_grad_enabled(previous_); }
-
- private:
-  bool previous_;
-};
-
-}  // namespace
 
 void uniform_(const Tensor& t, double low, double high) {
-  NoGrad guard;
+  GradModeGuard no_grad(false);
   fg::uniform_(t, low, high);
 }
 
 void normal_(const Tensor& t, double mean, double std) {
-  NoGrad guard;
+  GradModeGuard no_grad(false);
   fg::normal_(t, mean, std);
 }
 
 void constant_(const Tensor& t, double value) {
-  NoGrad guard;
+  GradModeGuard no_grad(false);
   fill_(t, value);
 }
 

@@ -232,16 +232,11 @@ Checkpoint::Checkpoint(std::shared_ptr<Module> inner) : Module("Checkpoint") {
 Tensors Checkpoint::forward(const Tensors& in) {
   std::shared_ptr<Module> inner = child("module");
   RngState rng = rng_state();  // replayed in backward so random ops (dropout) repeat exactly
-  bool grad_mode = grad_enabled();
-  set_grad_enabled(false);
   Tensors out;
-  try {
+  {
+    GradModeGuard no_grad(false);
     out = (*inner)(in);
-  } catch (...) {
-    set_grad_enabled(grad_mode);
-    throw;
   }
-  set_grad_enabled(grad_mode);
   Tensors inputs, params;
   for (const Tensor& t : in)
     if (t.defined()) inputs.push_back(t);
@@ -249,19 +244,21 @@ Tensors Checkpoint::forward(const Tensors& in) {
   Tensors all = inputs;
   all.insert(all.end(), params.begin(), params.end());
   auto backward = [inner, in, params, rng](const Tensors& grads) {
-    RngState after = rng_state();
-    set_rng_state(rng);
     Tensors fresh;  // detached copies of the inputs that need gradients
     for (const Tensor& t : in) {
       Tensor d = t.defined() ? detach(t) : Tensor();
       if (d.defined() && requires_grad(t)) set_requires_grad(d, true);
       fresh.push_back(d);
     }
-    bool mode = grad_enabled();
-    set_grad_enabled(true);
-    Tensors recomputed = (*inner)(fresh);
-    set_grad_enabled(mode);
-    set_rng_state(after);
+    bool create_graph = grad_enabled();  // backward(create_graph=True) runs this with recording on
+    Tensors recomputed;
+    {
+      // Replays the forward's random draws on a private stream: the global generator and the
+      // caller's grad mode stay as they were, also when the recomputation throws.
+      RngStream replay(rng);
+      GradModeGuard on(true);
+      recomputed = (*inner)(fresh);
+    }
     Tensors targets, roots, root_grads;
     for (const Tensor& t : fresh)
       if (t.defined()) targets.push_back(t);
@@ -280,7 +277,7 @@ Tensors Checkpoint::forward(const Tensors& in) {
       }
     result.resize(targets.size());
     if (roots.empty() || wanted.empty()) return result;
-    Tensors got = grad(roots, wanted, root_grads, false, mode, true);
+    Tensors got = grad(roots, wanted, root_grads, false, create_graph, true);
     for (size_t i = 0; i < positions.size(); ++i) result[positions[i]] = got[i];
     return result;
   };

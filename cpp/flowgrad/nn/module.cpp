@@ -240,13 +240,11 @@ void Module::load_state_dict(const Named<Tensor>& state, bool strict) {
   if (strict && !unexpected.empty()) problems += "unexpected keys: " + join(unexpected) + "; ";
   if (!mismatched.empty()) problems += "shape mismatches: " + join(mismatched) + "; ";
   FG_CHECK(problems.empty(), Value, "load_state_dict for ", type_name_, ": ", problems);
-  bool grad_mode = grad_enabled();
-  set_grad_enabled(false);
+  GradModeGuard no_grad(false);
   for (const auto& [name, t] : own) {
     auto it = std::find_if(state.begin(), state.end(), [&name = name](const auto& e) { return e.first == name; });
     if (it != state.end()) copy_(t, to_device(it->second, t.device()));
   }
-  set_grad_enabled(grad_mode);
 }
 
 std::string format_config(const Config& config) {

@@ -13,15 +13,6 @@
 namespace fg::optim {
 namespace {
 
-class NoGradScope {
- public:
-  NoGradScope() : previous_(grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradScope() { set_grad_enabled(previous_); }
-
- private:
-  bool previous_;
-};
-
 // The gradient of p with p's dtype and layout (through ops, so a tracer sees any conversion),
 // or undefined when p has none.
 Tensor grad_for(const Tensor& p) {
@@ -48,7 +39,7 @@ bool uniform(const Tensors& params) {
 void sgd_step(const Tensors& params, const Tensors& bufs, const Tensor& hyper, UpdateMode mode) {
   FG_CHECK(bufs.empty() || bufs.size() == params.size(), Value, "SGD: ", bufs.size(),
            " momentum buffers for ", params.size(), " parameters");
-  NoGradScope no_grad;
+  GradModeGuard no_grad(false);
   Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
@@ -71,7 +62,7 @@ void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& ex
                const Tensors& steps, const Tensor& hyper, UpdateMode mode) {
   FG_CHECK(exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() && steps.size() == params.size(),
            Value, "Adam: state lists must match the parameter list");
-  NoGradScope no_grad;
+  GradModeGuard no_grad(false);
   Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
@@ -116,13 +107,11 @@ double clip_grad_norm(const Tensors& params, double max_norm) {
   double norm = std::sqrt(total);
   double factor = max_norm / (norm + 1e-6);
   if (factor < 1) {
-    bool mode = grad_enabled();
-    set_grad_enabled(false);
+    GradModeGuard no_grad(false);
     for (const Tensor& p : params) {
       Tensor g = grad_of(p);
       if (g.defined()) set_grad(p, g * factor);  // out of place: a grad may share memory with a view
     }
-    set_grad_enabled(mode);
   }
   return norm;
 }

@@ -41,15 +41,6 @@ int index_of(const Tensors& ts, const Tensor& t) {
   return -1;
 }
 
-class GradScope {
- public:
-  explicit GradScope(bool on) : previous_(grad_enabled()) { set_grad_enabled(on); }
-  ~GradScope() { set_grad_enabled(previous_); }
-
- private:
-  bool previous_;
-};
-
 // Traces fn() into a block of its own, closing the block on error too.
 template <class Fn>
 auto in_block(Tracer& tracer, std::vector<std::vector<TracedCall>>& blocks, Fn fn) {
@@ -146,7 +137,7 @@ Tensor Tracer::run_loop(const graph::LoopCall& c) {
   fwd->count = zeros_like_raw(Tensor::empty(Dims{}, DType::Int64, c.x.device()));
   Tensor y;
   {
-    GradScope no_grad(false);
+    GradModeGuard no_grad(false);
     Tensors body_in{detach(fwd->carried)};
     for (const Tensor& r : c.refs) body_in.push_back(detach(r));
     std::vector<std::vector<TracedCall>> halt, body;
@@ -192,7 +183,7 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   targets.insert(targets.end(), params.begin(), params.end());
   std::vector<std::vector<TracedCall>> blocks;
   Tensors grads = in_block(*this, blocks, [&] {
-    GradScope on(true);
+    GradModeGuard on(true);
     return gradients(c.call(c.body, body_in), targets, bwd->carried);
   });
   bwd->blocks = std::move(blocks);
