@@ -99,34 +99,47 @@ class CompiledStep(_PlanViews):
 
     def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic):
         self.model, self.loss_fn, self.optimizer, self.dynamic = model, loss_fn, optimizer, dynamic
-        if optimizer is not None:
-            self._params = [p for g in optimizer.param_groups for p in g["params"]]
-        else:
-            self._params = [p for p in model.parameters() if p.requires_grad]
         self._plans = {}
         self._plan = self._build(_as_tensors(example_inputs, "compile"))
 
     def _build(self, inputs):
+        if self.optimizer is not None:
+            self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        else:
+            self._params = [p for _, p in _named(self.model, "named_parameters") if p.requires_grad]
+        # Nothing to train (a frozen model, a function without parameters): a forward-only plan
+        # that computes the loss and nothing else (no backward, no update, .grad left alone).
+        self.forward_only = not any(p.requires_grad for p in self._params)
         model_inputs, targets = (inputs[:-1], inputs[-1:]) if self.loss_fn is not None else (inputs, [])
-        opt = self.optimizer
+        opt = self.optimizer if not self.forward_only else None
         # Creates missing state and the hyper-parameter tensors (read in place) before the trace.
         state, state_names = opt.plan_state() if opt is not None else ([], [])
-        buffers = [b for _, b in self.model.named_buffers()] if hasattr(self.model, "named_buffers") else []
+        buffers = [b for _, b in _named(self.model, "named_buffers")]
 
         def step(tracer):
+            if self.forward_only:
+                with _no_grad():
+                    return loss_of(), []
             with _gradient_sync(self.model) as average:
                 return traced_step(tracer, average)
 
-        def traced_step(tracer, average):
+        def loss_of():
             out = self.model(*model_inputs)
             loss = self.loss_fn(out, *targets) if self.loss_fn is not None else out
             if not isinstance(loss, _core.Tensor) or loss.numel() != 1:
                 raise _core.InvalidArgumentError(
                     "compile: the step must produce a one-element loss tensor "
                     f"(got {type(loss).__name__}{'' if not isinstance(loss, _core.Tensor) else ' of shape ' + str(loss.shape)})")
+            return loss
+
+        def traced_step(tracer, average):
+            loss = loss_of()
             tracer.mark_backward()
             # Contiguous gradients: the optimizer reads them as they are and .grad is bound to them.
-            grads = [g if g is None else g.contiguous() for g in _grad([loss], self._params, allow_unused=True)]
+            # A frozen parameter (requires_grad False) of the optimizer's groups gets None.
+            trainable = iter(_grad([loss], [p for p in self._params if p.requires_grad], allow_unused=True))
+            grads = [next(trainable) if p.requires_grad else None for p in self._params]
+            grads = [g if g is None else g.contiguous() for g in grads]
             grads = average(self._params, grads)
             if opt is not None:
                 opt.traced_step(grads)
@@ -134,7 +147,7 @@ class CompiledStep(_PlanViews):
 
         tracer, (loss, grads) = _Traced(self._params + state + buffers)(step)
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
-        names = list(self.model.named_parameters()) + state_names
+        names = list(_named(self.model, "named_parameters")) + state_names
         self._tagged = _tagged_values(self.model)
         outputs = [loss] + [value for _, _, value in self._tagged]
         plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers)
@@ -143,8 +156,11 @@ class CompiledStep(_PlanViews):
         return plan
 
     def _identity(self):
-        """Which tensors are the model's parameters now (hash is the tensor's identity)."""
-        return tuple(map(hash, self.model.parameters()))
+        """Which tensors are the model's parameters now (hash is the tensor's identity) and which
+        of them train, and whether a data-parallel wrapper averages gradients now (False inside
+        ``ddp.no_sync()``)."""
+        params = tuple((hash(p), p.requires_grad) for _, p in _named(self.model, "named_parameters"))
+        return params, getattr(self.model, "syncs_gradients", None)
 
     def _plan_for(self, inputs):
         plan = self._plans.get(_signature(inputs)) if self.dynamic else self._plan
@@ -183,7 +199,8 @@ class CompiledStep(_PlanViews):
             timings.extend(ms)
             return outputs
 
-        loss, *tagged = run() if self.optimizer is None else self.optimizer.run_compiled(run)
+        updates = self.optimizer is not None and not self.forward_only
+        loss, *tagged = self.optimizer.run_compiled(run) if updates else run()
         for (graph, tag, _), value in zip(self._tagged, tagged):
             graph.set_tagged(tag, value)  # g.collect / g.tagged see this call's values
         return loss
@@ -225,10 +242,16 @@ class ForwardPlan(_PlanViews):
 def _tagged_values(model):
     """(graph, tag, traced value) for every tag of every FlowBuilder graph in the model."""
     out = []
-    for module in [model] + list(model.modules()):
+    for module in [model] + list(_named(model, "modules")):
         if isinstance(module, _core.Graph) and all(module is not g for g, _, _ in out):
             out += [(module, tag, module.tagged(tag)) for tag in module.tags]
     return out
+
+
+def _named(model, what):
+    """model.named_parameters() / named_buffers() / modules(), or nothing for a plain function."""
+    get = getattr(model, what, None)
+    return get() if get is not None else []
 
 
 def _gradient_sync(model):

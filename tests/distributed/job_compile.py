@@ -1,6 +1,7 @@
 """fg.compile of a DistributedDataParallel step: the gradient all-reduce is recorded as plan
 instructions (one all_reduce_ per bucket, after the backward, before the optimizer update) and
-the compiled step trains like eager DDP and like one process on the concatenated batches."""
+the compiled step trains like eager DDP and like one process on the concatenated batches; a step
+compiled inside ddp.no_sync() traces no all-reduce and traces again with it once called outside."""
 import numpy as np
 
 import flowgrad as fg
@@ -66,6 +67,38 @@ for make_opt, label in ((lambda ps: fg.optim.SGD(ps, lr=0.1, momentum=0.9), "SGD
         updates = [i for i, op in enumerate(ops) if op.endswith("_update")]
         assert len(reduces) == len(ddp._reducer.bucket_indices), (what, ops)
         assert reduces[-1] < updates[0], (what, ops)  # every gradient averaged before any update
+
+
+
+def grads(m):
+    return {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+
+
+def eager_grads(net, model, x, y):
+    for p in model.parameters():
+        p.grad = None
+    F.mse_loss(net(x), y).backward()
+    return grads(model)
+
+
+# compiled inside ddp.no_sync(): no all-reduce is traced and each rank keeps its own gradients;
+# called outside it, the step traces again and averages like eager DDP
+fg.manual_seed(0)
+model = MLP()
+ddp = DDP(model)
+mine = slice(rank * B, (rank + 1) * B)
+x, y = (fg.tensor(a[mine]) for a in batches(0))
+with ddp.no_sync():
+    step = fg.compile(ddp, F.mse_loss, example_inputs=(x, y))
+    step(x, y)
+    assert "all_reduce_" not in [ins["op"] for ins in step.ir()]
+    local = grads(model)
+close(local, eager_grads(model, model, x, y), "compiled in no_sync vs this rank's own gradients")
+step(x, y)
+assert [ins["op"] for ins in step.ir()].count("all_reduce_") == len(ddp._reducer.bucket_indices)
+synced = grads(model)
+close(synced, eager_grads(ddp, model, x, y), "compiled after no_sync vs eager DDP")
+assert any(not np.allclose(local[n], synced[n]) for n in local)  # the ranks' batches differ
 
 # the op on its own, eager: in place on a strided view, with avg
 base = fg.tensor(np.arange(24, dtype=np.float32).reshape(4, 6) * (rank + 1))

@@ -437,3 +437,35 @@ def test_fused_elementwise_runs_match_eager_over_many_tiles(fusion, monkeypatch,
     else:
         assert stats["fused"] == 0 and stats["kernels"] == stats["instructions"]
     assert overlapping_buffers(step.plan.buffers()) == []
+
+
+@pytest.mark.parametrize("opt_name", [None, "adam"])
+def test_frozen_model_compiles_to_a_forward_only_plan(opt_name, device):
+    xs, ys = tensors(*data("mlp", np.random.default_rng(0), 2), device)
+    model, opt, _ = build("mlp", OPTIMIZERS["adam"], device)
+    for p in model.parameters():
+        p.requires_grad = False
+    saved = {n: p.cpu().numpy().copy() for n, p in model.named_parameters()}
+    step = fg.compile(model, F.cross_entropy, opt if opt_name else None, example_inputs=(xs[0], ys[0]))
+    assert step.forward_only
+    for x, y in zip(xs, ys):
+        loss = step(x, y).item()
+        assert loss == pytest.approx(F.cross_entropy(model(x), y).item(), rel=1e-6)
+    for n, p in model.named_parameters():
+        np.testing.assert_array_equal(p.cpu().numpy(), saved[n], err_msg=n)  # nothing trains
+        assert p.grad is None, n
+    if opt_name:
+        assert not opt.state  # no optimizer state made for a step that updates nothing
+    model[0].weight.requires_grad = True  # unfreezing traces a training step again
+    step(xs[0], ys[0])
+    assert not step.forward_only and model[0].weight.grad is not None
+    trained = not np.array_equal(model[0].weight.cpu().numpy(), saved["0.weight"])
+    assert trained == bool(opt_name)
+
+def test_functions_and_modules_without_parameters_compile(device):
+    rng = np.random.default_rng(2)
+    a, b, c, d = (fg.tensor(rng.standard_normal((6, 5)).astype(np.float32), device=device) for _ in range(4))
+    step = fg.compile(lambda x, y: ((x - y) ** 2).mean(), example_inputs=(a, b))
+    assert step.forward_only and step(c, d).item() == pytest.approx(float(((c.cpu().numpy() - d.cpu().numpy()) ** 2).mean()), rel=1e-6)
+    summed = fg.compile(_Sum(), example_inputs=(a,))
+    assert summed(c).item() == pytest.approx(float(c.cpu().numpy().sum()), rel=1e-5)

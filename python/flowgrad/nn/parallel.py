@@ -21,7 +21,8 @@ class DistributedDataParallel(_core.Module):
     ``fg.compile(ddp, loss_fn, optimizer, example_inputs=...)`` compiles the whole step, the
     gradient average included: one all-reduce instruction per bucket after the backward and
     before the optimizer update (the plan runs its instructions in order, so they do not overlap
-    the backward there).
+    the backward there). A step compiled or called inside ``no_sync()`` is traced without the
+    all-reduce (its gradients stay local); called outside it again, the step is traced again.
     """
 
     def __init__(self, module, bucket_mb=25, find_unused_parameters=False):
@@ -53,10 +54,11 @@ class DistributedDataParallel(_core.Module):
         ``autograd.grad`` leaves .grad alone), and `average` returns the gradients averaged over
         ranks by registry ops a tracer records: per bucket of the eager reducer, the gradients
         packed into one flat tensor, one in-place ``all_reduce_`` ('avg'), then views of it. A
-        None gradient stays None (its parameter adds zeros to its bucket)."""
+        None gradient stays None (its parameter adds zeros to its bucket). Inside ``no_sync()``
+        `average` returns the gradients as they are: no all-reduce is traced."""
         previous, self._sync = self._sync, False
         try:
-            yield self._average_traced
+            yield self._average_traced if previous else _local
         finally:
             self._sync = previous
 
@@ -77,6 +79,11 @@ class DistributedDataParallel(_core.Module):
                 offset += g.numel()
         return [given[hash(p)] for p in params]
 
+    @property
+    def syncs_gradients(self):
+        """False inside ``no_sync()``: backward, and a step compiled there, leave gradients local."""
+        return self._sync
+
     @contextlib.contextmanager
     def no_sync(self):
         """Within this block, backward accumulates gradients without averaging them."""
@@ -85,6 +92,10 @@ class DistributedDataParallel(_core.Module):
             yield
         finally:
             self._sync = previous
+
+
+def _local(params, grads):
+    return grads
 
 
 def _zeros_like(t):
