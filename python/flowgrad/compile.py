@@ -95,7 +95,10 @@ class _PlanViews:
 
 
 class CompiledStep(_PlanViews):
-    """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`."""
+    """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`.
+
+    ``step.forward_only`` is True when there is nothing to train (no parameter requires grad):
+    the plan then computes the loss only."""
 
     def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic):
         self.model, self.loss_fn, self.optimizer, self.dynamic = model, loss_fn, optimizer, dynamic
@@ -272,7 +275,9 @@ def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=Fals
     With `loss_fn`, the last example input is the target: ``loss = loss_fn(model(*inputs[:-1]),
     inputs[-1])``; without it, ``model(*inputs)`` must return the loss. With `optimizer`, each
     call also updates the parameters (its param groups decide which); without it, each call
-    writes the gradients into ``.grad`` only. With ``dynamic=True`` one plan is kept per input
+    writes the gradients into ``.grad`` only. With no trainable parameter (a frozen model, a
+    module without parameters or a plain function of the inputs), the plan is forward-only: it
+    returns the loss and trains nothing. With ``dynamic=True`` one plan is kept per input
     signature (shapes, dtypes, devices); otherwise other shapes raise ``fg.ShapeError``.
     """
     if not example_inputs:
