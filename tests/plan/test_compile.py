@@ -332,7 +332,9 @@ def test_gradient_checkpointing_recomputes_inside_the_plan(device):
 
     def run(compiled):
         fg.manual_seed(0)
-        model = nn.Sequential(nn.Checkpoint(nn.Sequential(nn.Linear(20, 32), nn.GELU(), nn.Linear(32, 32))),
+        # Dropout inside: the recomputation replays the forward's mask from its Philox counters.
+        model = nn.Sequential(nn.Checkpoint(nn.Sequential(nn.Linear(20, 32), nn.GELU(), nn.Dropout(0.3),
+                                                          nn.Linear(32, 32))),
                               nn.Tanh(), nn.Linear(32, 5)).to(device)
         opt = fg.optim.SGD(model.parameters(), lr=0.1)
         if compiled:
