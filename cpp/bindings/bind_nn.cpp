@@ -2,6 +2,7 @@
 #include <pybind11/functional.h>
 
 #include "common.h"
+#include "flowgrad/nn/call_scope.h"
 #include "flowgrad/nn/init.h"
 #include "flowgrad/nn/layers.h"
 
@@ -187,6 +188,7 @@ void bind_nn(py::module_& m) {
         return result_of(out);
       }, "The computation; subclasses override it.")
       .def("__call__", [](py::object self, py::args args, py::kwargs kwargs) {
+        nn::CallScope scope(self.cast<Module&>());
         return self.attr("forward")(*args, **kwargs);
       }, "Runs forward.")
       .def("__setattr__", &module_setattr)

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common.h"
+#include "flowgrad/nn/module.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
@@ -60,6 +61,58 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
   return out;
 }
 
+// "file.py:12" of the innermost Python frame whose file does not start with `skip`; "" when this
+// thread does not hold the interpreter (a C++ layer released it: the tracer keeps the last line).
+std::string user_line(const std::string& skip) {
+  if (!PyGILState_Check()) return "";
+  PyFrameObject* frame = PyEval_GetFrame();
+  Py_XINCREF(frame);
+  std::string out;
+  while (frame && out.empty()) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    if (!file) PyErr_Clear();
+    std::string name = file ? file : "";
+    if (name.compare(0, skip.size(), skip) != 0)
+      out = name.substr(name.find_last_of("/\\") + 1) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  return out;
+}
+
+py::list explain(const plan::Plan& p) {
+  py::list out;
+  const auto& code = p.instructions();
+  for (size_t i = 0; i < code.size(); ++i) {
+    const plan::Instruction& ins = code[i];
+    py::dict d;
+    d["instruction"] = i;
+    d["op"] = std::string(ins.op->name);
+    d["phase"] = ins.update ? "optimizer" : ins.backward ? "backward" : "forward";
+    const plan::Origin* origin = ins.origin >= 0 ? &p.origins()[ins.origin] : nullptr;
+    d["module"] = origin ? origin->module : "";
+    d["source"] = origin ? origin->source : "";
+    d["run"] = ins.run;
+    size_t bytes = 0;
+    py::object offset = py::none();
+    for (const plan::Value& v : ins.out) {
+      const plan::Buffer& b = p.buffers()[v.buffer];
+      if (b.kind != plan::BufferKind::Arena || b.local) continue;
+      if (offset.is_none()) offset = py::int_(b.offset);
+      bytes += b.bytes;
+    }
+    d["buffer"] = ins.out.empty() ? "" : p.buffers()[ins.out[0].buffer].name;
+    d["bytes"] = bytes;
+    d["offset"] = offset;
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_plan(py::module_& m) {
@@ -70,6 +123,17 @@ void bind_plan(py::module_& m) {
       .def("__exit__", [](plan::Tracer& t, py::args) { t.stop(); return false; })
       .def("mark_backward", [](plan::Tracer& t) { t.backward_start = t.calls.size(); },
            "Marks where the backward pass starts (common-subexpression elimination keeps recomputation there).")
+      .def("mark_update", [](plan::Tracer& t) { t.update_start = t.calls.size(); },
+           "Marks where the optimizer's update starts (explain() shows the phase).")
+      .def("locate_sources", [](plan::Tracer& t, const std::string& skip) { t.locate = [skip] { return user_line(skip); }; },
+           py::arg("skip"), "Records the source line ('file.py:12') of each op call: the innermost Python frame whose "
+           "file does not start with `skip` (flowgrad's own files).")
+      .def("profile", [](plan::Tracer& t, const py::args&) { t.note_source(); },
+           "A sys.setprofile hook: notes the caller's source line before every call (ops that release the "
+           "interpreter cannot read it themselves).")
+      .def("set_module_names", [](plan::Tracer& t, const std::vector<std::pair<py::object, std::string>>& names) {
+             for (const auto& [module, name] : names) t.module_names[&module.cast<const nn::Module&>()] = name;
+           }, py::arg("names"), "(module, label) pairs: the label explain() shows for ops a module's call runs.")
       .def_property_readonly("calls", [](const plan::Tracer& t) { return t.calls.size(); }, "Number of recorded op calls.");
 
   py::class_<plan::Plan, std::shared_ptr<plan::Plan>>(pm, "Plan", "A traced step as instructions over planned memory.")
@@ -123,6 +187,12 @@ void bind_plan(py::module_& m) {
            "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, "
            "input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it "
            "maps to, its selector and its blocks (lists of records).")
+      .def("explain", &explain,
+           "One record per instruction: instruction, op, phase (forward, backward, optimizer), module (dotted path "
+           "or FlowBuilder node with its tag), source ('file.py:12'), run (fused run or -1), buffer (of its first "
+           "output), bytes and offset (arena bytes of its outputs and the first one's offset; None outside the arena).")
+      .def("passes", &plan::Plan::passes,
+           "What each pass did: (pass, instructions before, after); for 'fusion', kernels after.")
       .def("fused_cuda_source", [](const plan::Plan& p, int run) {
              FG_CHECK(run >= 0 && run < static_cast<int>(p.runs().size()), Index, "fused_cuda_source: run ", run,
                       " of a plan with ", p.runs().size(), " fused run(s)");

@@ -22,11 +22,13 @@ What tracing means for you:
   (``step.stats["cuda_graph"]`` says so, or why not; ``FLOWGRAD_NO_CUDA_GRAPH=1`` turns it off).
 """
 import contextlib
+import os
+import sys
 
 from . import _core
 from .autograd import grad as _grad
 
-__all__ = ["compile", "CompiledStep", "ForwardPlan"]
+__all__ = ["compile", "CompiledStep", "ForwardPlan", "Explanation"]
 
 
 def _signature(inputs):
@@ -50,23 +52,77 @@ def _outputs(result, what):
     return items
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _module_labels(model):
+    """(module, label) pairs for explain(): dotted paths from `model`, a FlowBuilder node's path
+    followed by its tag ("3[enc]", "3[enc].0")."""
+    named = [(n, m) for n, m in _named(model, "named_modules")]
+    labels = {id(m): n for n, m in named}
+    for _, g in named:
+        if not isinstance(g, _core.Graph):
+            continue
+        for tag in g.tags:
+            old = labels.get(id(g.sub(tag)))
+            if old is None:
+                continue
+            new = f"{old}[{tag}]"
+            for key, label in labels.items():
+                if label == old or label.startswith(old + "."):
+                    labels[key] = new + label[len(old):]
+    return [(m, labels[id(m)]) for _, m in named]
+
+
 class _Traced:
     """Runs `fn(tracer)` once under the tracer with parameters, state and the RNG restored afterwards."""
 
-    def __init__(self, keep):
-        self.keep = keep
+    def __init__(self, keep, model=None):
+        self.keep, self.model = keep, model
 
     def __call__(self, fn):
         copies = _core.plan.snapshot(self.keep)
         rng = _core.get_rng_state()
         tracer = _core.plan.Tracer()
+        tracer.set_module_names(_module_labels(self.model))
+        tracer.locate_sources(_PACKAGE)
+        previous = sys.getprofile()
         try:
             with tracer:
+                sys.setprofile(tracer.profile)
                 result = fn(tracer)
         finally:
+            sys.setprofile(previous)
             _core.plan.restore(self.keep, copies)
             _core.set_rng_state(rng)
         return tracer, result
+
+
+class Explanation:
+    """What a compiled plan does and where each instruction came from (``step.explain()``).
+
+    ``rows``: one dict per instruction (instruction, op, phase, module, source, run, buffer, bytes,
+    offset); ``passes``: (pass, instructions before, after) per pass of the plan's build;
+    ``arena_bytes``: the arena's size. ``str()`` is a readable table."""
+
+    def __init__(self, plan):
+        self.rows = plan.explain()
+        self.passes = plan.passes()
+        self.arena_bytes = plan.stats()["arena_bytes"]
+
+    def __str__(self):
+        lines = ["passes: " + ", ".join(f"{name}: {a} -> {b}" for name, a, b in self.passes),
+                 f"arena: {self.arena_bytes} bytes"]
+        header = ("#", "phase", "op", "module", "source", "run", "bytes", "offset")
+        table = [header] + [(str(r["instruction"]), r["phase"], r["op"], r["module"] or "-", r["source"] or "-",
+                             "-" if r["run"] < 0 else str(r["run"]), str(r["bytes"]),
+                             "-" if r["offset"] is None else str(r["offset"])) for r in self.rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<Explanation of {len(self.rows)} instructions>"
 
 
 class _PlanViews:
@@ -90,8 +146,15 @@ class _PlanViews:
         """The plan as a Graphviz DOT graph (instructions as nodes, data flow as edges)."""
         return self._plan.dot()
 
+    def explain(self):
+        """Every instruction with its phase (forward, backward, optimizer), the module path or
+        FlowBuilder tag and the source line it came from, its arena bytes and offset, and what each
+        pass did (an :class:`Explanation`; ``print`` it for a table)."""
+        return Explanation(self._plan)
+
     def __str__(self):
-        return str(self._plan)
+        """The plan's instructions, then the explain() table."""
+        return f"{self._plan}\n{self.explain()}"
 
 
 class CompiledStep(_PlanViews):
@@ -145,10 +208,11 @@ class CompiledStep(_PlanViews):
             grads = [g if g is None else g.contiguous() for g in grads]
             grads = average(self._params, grads)
             if opt is not None:
+                tracer.mark_update()
                 opt.traced_step(grads)
             return loss, grads
 
-        tracer, (loss, grads) = _Traced(self._params + state + buffers)(step)
+        tracer, (loss, grads) = _Traced(self._params + state + buffers, self.model)(step)
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
         names = list(_named(self.model, "named_parameters")) + state_names
         self._tagged = _tagged_values(self.model)
@@ -231,7 +295,7 @@ class ForwardPlan(_PlanViews):
             with _no_grad():
                 return _outputs(model(*inputs), "forward_plan")
 
-        tracer, outputs = _Traced(params + buffers)(forward)
+        tracer, outputs = _Traced(params + buffers, model)(forward)
         self._single = len(outputs) == 1
         names = [(n, p) for n, p in model.named_parameters()]
         self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)

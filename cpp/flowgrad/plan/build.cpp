@@ -11,6 +11,7 @@
 // - transpose folding: a 2-D matmul whose result is only copied out transposed (every Linear's
 //   weight gradient) computes the transposed product directly: (A B)^T = B^T A^T.
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <string_view>
 #include <unordered_set>
@@ -29,6 +30,7 @@ struct Builder {
   std::unordered_map<const Storage*, std::string> names{};
   std::vector<Instruction>* code = &plan.code_;  // where record() appends (a block inside a branch)
   std::string block_of{};  // the branch whose block is being recorded ("" at the top level)
+  bool update = false;     // recording the optimizer's update
 
   int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
     Buffer b{kind, std::move(name)};
@@ -91,7 +93,11 @@ struct Builder {
   }
 
   void record(const TracedCall& c, bool backward) {
-    if (c.branch) return record_branch(*c.branch, backward);
+    if (c.branch) {
+      record_branch(*c.branch, backward);
+      code->back().origin = c.origin;
+      return;
+    }
     FG_CHECK(block_of.empty() || !c.op->in(Group::Random), Value, "compile: '", c.op->name, "' draws random numbers ",
              "inside ", block_of, "; compiled plans do not replay random ops inside switch branches or loop bodies yet");
     check_supported(c);
@@ -99,6 +105,8 @@ struct Builder {
     if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
     Instruction ins{c.op, c.attrs};
     ins.backward = backward;
+    ins.update = update;
+    ins.origin = c.origin;
     for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
     for (const Tensor& t : c.out) {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
@@ -159,6 +167,7 @@ struct Builder {
     }
     Instruction ins{&branch_op(tb.kind), {}};
     ins.backward = backward;
+    ins.update = update;
     ins.branch = br;
     std::vector<bool> listed(plan.buffers_.size(), false);
     for (int id : owned) listed[id] = true;
@@ -406,21 +415,29 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
     if (c.op && c.op->in(Group::View)) ++stats_.views;
+    b.update = i >= trace.update_start;
     b.record(c, i >= trace.backward_start);
   }
+  origins_ = std::move(trace.origins);
+  auto pass = [&](const char* name, const std::function<void()>& run) {
+    auto before = static_cast<int64_t>(code_.size());
+    run();
+    passes_.emplace_back(name, before, static_cast<int64_t>(code_.size()));
+  };
+  passes_.emplace_back("trace", stats_.traced, static_cast<int64_t>(code_.size()));
   std::unordered_set<int> roots;
   for (const Tensor& out : spec.outputs) {
     Value v = b.read(out, [] { return std::string("an output of the step"); });
     outputs_.push_back(v);
     roots.insert(v.buffer);
   }
-  b.eliminate_common_subexpressions(outputs_);
+  pass("cse", [&] { b.eliminate_common_subexpressions(outputs_); });
   roots.clear();
   for (const Value& v : outputs_) roots.insert(v.buffer);
-  b.fold_constants();
-  b.bind_grads(spec.grads, roots);
-  b.eliminate_dead_code(roots);
-  b.fold_transposes(outputs_);
+  pass("constant folding", [&] { b.fold_constants(); });
+  pass("gradient binding", [&] { b.bind_grads(spec.grads, roots); });
+  pass("dead code", [&] { b.eliminate_dead_code(roots); });
+  pass("transpose folding", [&] { b.fold_transposes(outputs_); });
   guard_updates(code_, branches_, buffers_.size());
   stats_.branches = static_cast<int>(branches_.size());
   b.check_host_reads();
@@ -436,7 +453,11 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());
   rng_advance_ = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
   poison_ = env::plan_debug();
+  auto before = static_cast<int64_t>(code_.size());
   fuse();
+  int64_t kernels = static_cast<int64_t>(runs_.size());
+  for (const Instruction& ins : code_) kernels += ins.run < 0;
+  passes_.emplace_back("fusion", before, kernels);
   plan_memory();
   check_memory();
   bind();

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/graph/control_flow.h"
+#include "flowgrad/nn/call_scope.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg::plan {
@@ -46,12 +48,19 @@ enum class BranchKind : uint8_t {
 };
 const char* branch_kind_name(BranchKind kind);
 
+// Where a traced call came from: the innermost named module running it (its dotted path from
+// the compiled model, FlowBuilder nodes as "3[tag]") and the user's source line ("file.py:12").
+struct Origin {
+  std::string module, source;
+};
+
 struct TracedBranch;
 struct TracedCall {
   const OpDef* op;  // null for a branch
   Attrs attrs;
   Tensors in, out;
   std::shared_ptr<TracedBranch> branch;
+  int origin = -1;  // index into Tracer::origins
 };
 
 // What a block leaves behind: `value` copied (or added) into `target`, a buffer the branch owns;
@@ -78,8 +87,11 @@ struct TracedBranch {
 };
 
 // While alive, records every op call (from any thread) and every host read of a tensor, and
-// traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp).
-class Tracer : public OpObserver, public graph::ControlFlow {
+// traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp). Also
+// keeps which module each call came from (as a module call observer) and the source line
+// `locate` gives at each op and module call (the bindings read the Python stack when the calling
+// thread holds the interpreter; "" keeps the last line, e.g. inside a C++ layer).
+class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObserver {
  public:
   Tracer();
   ~Tracer() override;
@@ -91,6 +103,8 @@ class Tracer : public OpObserver, public graph::ControlFlow {
   void on_host_read(const Tensor& t, const char* what) override;
   Tensor run_switch(const graph::SwitchCall& c) override;
   Tensor run_loop(const graph::LoopCall& c) override;
+  void enter(const nn::Module& m) override;
+  void leave() override;
 
   // Calls go to a new block until end_block returns them.
   void begin_block();
@@ -102,6 +116,11 @@ class Tracer : public OpObserver, public graph::ControlFlow {
   std::vector<std::pair<Tensor, std::string>> host_reads;  // the tensor and what read it
   uint64_t first_serial;  // storages with a serial >= this were made during the trace
   size_t backward_start = SIZE_MAX;  // calls from here on belong to the backward pass
+  size_t update_start = SIZE_MAX;    // calls from here on are the optimizer's update
+  std::unordered_map<const nn::Module*, std::string> module_names;  // labels for Origin::module
+  std::vector<Origin> origins;
+  std::function<std::string()> locate;
+  void note_source();  // asks locate now (e.g. before a call that runs ops without the interpreter)
   RngState rng_start, rng_end;
 
  private:
@@ -114,6 +133,10 @@ class Tracer : public OpObserver, public graph::ControlFlow {
   std::mutex mutex_;
   std::vector<std::vector<TracedCall>> open_;  // blocks being traced, innermost last
   graph::ControlFlow* previous_ = nullptr;
+  nn::CallObserver* previous_observer_ = nullptr;
+  std::string source_;
+  int origin();  // the current origin's index (under mutex_)
+  void relocate();  // source_ from locate (under mutex_)
 };
 
 // ---- the plan ----
@@ -155,6 +178,8 @@ struct Instruction {
   std::vector<Value> in{}, out{};
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
   bool backward = false;   // traced during the backward pass
+  bool update = false;     // traced during the optimizer's update
+  int origin = -1;         // index into Plan::origins()
   int run = -1;            // the fused run it belongs to (fusion.cpp)
   Tensors in_t{}, out_t{};  // bound to planned memory: the executor's arguments
   Launch launch{};         // the kernel call over in_t/out_t, prepared once (see prepare_launch)
@@ -306,6 +331,9 @@ class Plan {
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
   const Capture& capture() const { return *capture_; }
   const std::vector<FusedRun>& runs() const { return runs_; }
+  const std::vector<Origin>& origins() const { return origins_; }
+  // What each pass did: (pass, instructions before, after); "fusion" counts kernels after.
+  const std::vector<std::tuple<std::string, int64_t, int64_t>>& passes() const { return passes_; }
   // The CUDA source of one kernel computing fused run `run` (raises for an op it cannot generate).
   FusedKernel fused_kernel(int run, const std::string& name) const;
 
@@ -350,6 +378,8 @@ class Plan {
   int64_t rng_advance_ = 0;
   bool poison_ = false;
   PlanStats stats_;
+  std::vector<Origin> origins_;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> passes_;
   std::shared_ptr<Capture> capture_;  // made in bind()
 };
 

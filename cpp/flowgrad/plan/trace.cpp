@@ -9,12 +9,17 @@ namespace {
 // A fresh storage's serial: everything made from now on has a larger one.
 uint64_t next_serial() { return Storage::wrap(nullptr, 0, Device{}, [] {})->serial() + 1; }
 
+// The modules running on this thread, innermost last (graph nodes may run on pool threads).
+thread_local std::vector<const nn::Module*> t_modules;
+
 }  // namespace
 
 Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) {
   push_op_observer(this);
   previous_ = graph::control_flow();
   graph::set_control_flow(this);
+  previous_observer_ = nn::call_observer();
+  nn::set_call_observer(this);
 }
 
 Tracer::~Tracer() { stop(); }
@@ -25,13 +30,46 @@ void Tracer::stop() {
   rng_end = rng_state();
   pop_op_observer(this);
   graph::set_control_flow(previous_);
+  nn::set_call_observer(previous_observer_);
+}
+
+void Tracer::enter(const nn::Module& m) {
+  t_modules.push_back(&m);
+  std::lock_guard<std::mutex> lock(mutex_);
+  relocate();
+}
+void Tracer::leave() {
+  if (!t_modules.empty()) t_modules.pop_back();
+}
+
+void Tracer::note_source() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  relocate();
+}
+
+void Tracer::relocate() {
+  if (!locate) return;
+  std::string source = locate();
+  if (!source.empty()) source_ = std::move(source);
+}
+
+int Tracer::origin() {
+  std::string module;
+  for (auto it = t_modules.rbegin(); it != t_modules.rend() && module.empty(); ++it) {
+    auto found = module_names.find(*it);
+    if (found != module_names.end()) module = found->second;
+  }
+  if (origins.empty() || origins.back().module != module || origins.back().source != source_)
+    origins.push_back({std::move(module), source_});
+  return static_cast<int>(origins.size()) - 1;
 }
 
 // Called under the registry's observer lock, so calls from pool threads append one at a time,
 // each after the calls that produced its inputs.
 void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
   std::lock_guard<std::mutex> lock(mutex_);
-  (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr});
+  relocate();
+  (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr, origin()});
 }
 
 void Tracer::begin_block() {
@@ -48,7 +86,7 @@ std::vector<TracedCall> Tracer::end_block() {
 
 void Tracer::add_branch(std::shared_ptr<TracedBranch> branch) {
   std::lock_guard<std::mutex> lock(mutex_);
-  (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch)});
+  (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch), origin()});
 }
 
 void Tracer::on_host_read(const Tensor& t, const char* what) { host_reads.emplace_back(t, what); }

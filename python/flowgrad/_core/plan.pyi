@@ -37,6 +37,10 @@ class Plan:
         """
         The plan as a Graphviz DOT graph.
         """
+    def explain(self) -> list:
+        """
+        One record per instruction: instruction, op, phase (forward, backward, optimizer), module (dotted path or FlowBuilder node with its tag), source ('file.py:12'), run (fused run or -1), buffer (of its first output), bytes and offset (arena bytes of its outputs and the first one's offset; None outside the arena).
+        """
     def fused_cuda_source(self, run: typing.SupportsInt | typing.SupportsIndex) -> tuple[str, str]:
         """
         (name, source) of the CUDA kernel generated for fused run `run` (CUDA plans compile it with NVRTC).
@@ -44,6 +48,10 @@ class Plan:
     def ir(self) -> list:
         """
         The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its selector and its blocks (lists of records).
+        """
+    def passes(self) -> list[tuple[str, int, int]]:
+        """
+        What each pass did: (pass, instructions before, after); for 'fusion', kernels after.
         """
     def run(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
         """
@@ -76,9 +84,25 @@ class Tracer:
         ...
     def __init__(self) -> None:
         ...
+    def locate_sources(self, skip: str) -> None:
+        """
+        Records the source line ('file.py:12') of each op call: the innermost Python frame whose file does not start with `skip` (flowgrad's own files).
+        """
     def mark_backward(self) -> None:
         """
         Marks where the backward pass starts (common-subexpression elimination keeps recomputation there).
+        """
+    def mark_update(self) -> None:
+        """
+        Marks where the optimizer's update starts (explain() shows the phase).
+        """
+    def profile(self, *args) -> None:
+        """
+        A sys.setprofile hook: notes the caller's source line before every call (ops that release the interpreter cannot read it themselves).
+        """
+    def set_module_names(self, names: collections.abc.Sequence[tuple[typing.Any, str]]) -> None:
+        """
+        (module, label) pairs: the label explain() shows for ops a module's call runs.
         """
     @property
     def calls(self) -> int:
