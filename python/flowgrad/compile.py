@@ -86,10 +86,13 @@ class _Traced:
         tracer = _core.plan.Tracer()
         tracer.set_module_names(_module_labels(self.model))
         tracer.locate_sources(_PACKAGE)
+        # The profile hook notes the caller's line before ops that release the interpreter; a
+        # profiler already installed (cProfile) is left alone (lines then come from module calls).
         previous = sys.getprofile()
         try:
             with tracer:
-                sys.setprofile(tracer.profile)
+                if previous is None:
+                    sys.setprofile(tracer.profile)
                 result = fn(tracer)
         finally:
             sys.setprofile(previous)

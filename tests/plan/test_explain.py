@@ -2,6 +2,7 @@
 FlowBuilder tag and the user's source line it came from, its arena bytes and offset, and what
 each pass of the plan's build did."""
 import inspect
+import sys
 
 import numpy as np
 
@@ -113,3 +114,23 @@ def test_transformer_rows_name_blocks_and_source_lines():
     # step.explain() describes the same plan every call runs: training goes on unchanged.
     losses = [step(idx, y).item() for _ in range(3)]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_forward_plan_explains_and_a_running_profiler_is_kept():
+    fg.manual_seed(0)
+    model = TinyLM()
+    idx = fg.tensor(np.arange(8).reshape(1, 8) % 11)
+    calls, previous = [], sys.getprofile()
+    sys.setprofile(lambda frame, event, arg: calls.append(event))
+    try:
+        step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1),
+                          example_inputs=(idx, fg.tensor(np.arange(8) % 11)))
+        assert sys.getprofile() is not None and calls  # compile did not take the user's profiler away
+    finally:
+        sys.setprofile(previous)
+    check_common(step)
+    infer = step.forward_plan(idx)
+    rows = infer.explain().rows
+    assert {r["phase"] for r in rows} == {"forward"} and any(r["module"] == "head" for r in rows)
+    head = line_of(TinyLM.forward, "HEAD LINE")
+    assert {r["source"] for r in rows if r["module"] == "head"} == {head}
