@@ -3,7 +3,7 @@
 #include <map>
 
 #include "common.h"
-#include "flowgrad/nn/module.h"
+#include "flowgrad/nn/module.h"  // set_module_names casts modules
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
@@ -61,59 +61,11 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
   return out;
 }
 
-// "file.py:12" of the innermost Python frame whose file does not start with `skip`; "" when this
-// thread does not hold the interpreter (a C++ layer released it: the tracer keeps the last line).
-std::string user_line(const std::string& skip) {
-  if (!PyGILState_Check()) return "";
-  PyFrameObject* frame = PyEval_GetFrame();
-  Py_XINCREF(frame);
-  std::string out;
-  while (frame && out.empty()) {
-    PyCodeObject* code = PyFrame_GetCode(frame);
-    const char* file = PyUnicode_AsUTF8(code->co_filename);
-    if (!file) PyErr_Clear();
-    std::string name = file ? file : "";
-    if (name.compare(0, skip.size(), skip) != 0)
-      out = name.substr(name.find_last_of("/\\") + 1) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
-    Py_DECREF(code);
-    PyFrameObject* back = PyFrame_GetBack(frame);
-    Py_DECREF(frame);
-    frame = back;
-  }
-  Py_XDECREF(frame);
-  return out;
-}
-
-py::list explain(const plan::Plan& p) {
-  py::list out;
-  const auto& code = p.instructions();
-  for (size_t i = 0; i < code.size(); ++i) {
-    const plan::Instruction& ins = code[i];
-    py::dict d;
-    d["instruction"] = i;
-    d["op"] = std::string(ins.op->name);
-    d["phase"] = ins.update ? "optimizer" : ins.backward ? "backward" : "forward";
-    const plan::Origin* origin = ins.origin >= 0 ? &p.origins()[ins.origin] : nullptr;
-    d["module"] = origin ? origin->module : "";
-    d["source"] = origin ? origin->source : "";
-    d["run"] = ins.run;
-    size_t bytes = 0;
-    py::object offset = py::none();
-    for (const plan::Value& v : ins.out) {
-      const plan::Buffer& b = p.buffers()[v.buffer];
-      if (b.kind != plan::BufferKind::Arena || b.local) continue;
-      if (offset.is_none()) offset = py::int_(b.offset);
-      bytes += b.bytes;
-    }
-    d["buffer"] = ins.out.empty() ? "" : p.buffers()[ins.out[0].buffer].name;
-    d["bytes"] = bytes;
-    d["offset"] = offset;
-    out.append(d);
-  }
-  return out;
-}
-
 }  // namespace
+
+// bind_plan_explain.cpp
+std::string user_line(const std::string& skip);
+py::list explain(const plan::Plan& p);
 
 void bind_plan(py::module_& m) {
   auto pm = m.def_submodule("plan", "Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).");

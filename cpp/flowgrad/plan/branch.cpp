@@ -107,7 +107,7 @@ void guard_updates(std::vector<Instruction>& code, std::vector<std::shared_ptr<B
         g->label = std::string("update of ") + ins.op->name;
         g->guard = std::move(pairs);
         Instruction wrapper{&branch_op(BranchKind::Guard), {}, ins.in, ins.out};
-        wrapper.backward = ins.backward;
+        wrapper.phase = ins.phase;
         g->blocks.push_back({});
         g->blocks[0].push_back(std::move(ins));
         wrapper.branch = g;

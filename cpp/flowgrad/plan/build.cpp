@@ -30,7 +30,6 @@ struct Builder {
   std::unordered_map<const Storage*, std::string> names{};
   std::vector<Instruction>* code = &plan.code_;  // where record() appends (a block inside a branch)
   std::string block_of{};  // the branch whose block is being recorded ("" at the top level)
-  bool update = false;     // recording the optimizer's update
 
   int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
     Buffer b{kind, std::move(name)};
@@ -92,9 +91,9 @@ struct Builder {
              "compiled plans support in-place ops on contiguous targets of the result dtype only");
   }
 
-  void record(const TracedCall& c, bool backward) {
+  void record(const TracedCall& c, Phase phase) {
     if (c.branch) {
-      record_branch(*c.branch, backward);
+      record_branch(*c.branch, phase);
       code->back().origin = c.origin;
       return;
     }
@@ -104,8 +103,7 @@ struct Builder {
     if (c.op->in(Group::InPlace)) check_in_place(c);
     if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
     Instruction ins{c.op, c.attrs};
-    ins.backward = backward;
-    ins.update = update;
+    ins.phase = phase;
     ins.origin = c.origin;
     for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
     for (const Tensor& t : c.out) {
@@ -123,7 +121,7 @@ struct Builder {
 
   // A branch instruction: its blocks recorded like the top level, then what each block leaves
   // behind (copied or added into the buffers the branch owns).
-  void record_branch(TracedBranch& tb, bool backward) {
+  void record_branch(TracedBranch& tb, Phase phase) {
     auto br = std::make_shared<Branch>();
     br->kind = tb.kind;
     br->label = tb.label;
@@ -153,7 +151,7 @@ struct Builder {
     br->blocks.resize(tb.blocks.size());
     for (size_t b = 0; b < tb.blocks.size(); ++b) {
       code = &br->blocks[b];
-      for (const TracedCall& c : tb.blocks[b]) record(c, backward);
+      for (const TracedCall& c : tb.blocks[b]) record(c, phase);
       for (const TracedResult& r : tb.results[b]) emit_result(r, br->blocks[b]);
     }
     code = outer;
@@ -166,8 +164,7 @@ struct Builder {
           if (r.value.defined() && buffer_of.at(r.target.storage().get()) == id) br->present.back().push_back(static_cast<int>(b));
     }
     Instruction ins{&branch_op(tb.kind), {}};
-    ins.backward = backward;
-    ins.update = update;
+    ins.phase = phase;
     ins.branch = br;
     std::vector<bool> listed(plan.buffers_.size(), false);
     for (int id : owned) listed[id] = true;
@@ -243,7 +240,7 @@ struct Builder {
             << to_string(v.strides) << static_cast<int>(v.dtype);
       auto found = pure ? seen.find(key.str()) : seen.end();
       bool alive = found != seen.end();
-      bool across = alive && ins.backward && !kept[found->second].backward;
+      bool across = alive && ins.phase != Phase::Forward && kept[found->second].phase == Phase::Forward;
       for (size_t k = 0; across && alive && k < ins.out.size(); ++k)
         alive = last_use[kept[found->second].out[k].buffer] >= i;
       if (alive) {
@@ -397,6 +394,15 @@ struct Builder {
   }
 };
 
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Update: return "optimizer";
+  }
+  return "?";
+}
+
 Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   trace.stop();
   Builder b{*this, trace};
@@ -415,8 +421,9 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
     if (c.op && c.op->in(Group::View)) ++stats_.views;
-    b.update = i >= trace.update_start;
-    b.record(c, i >= trace.backward_start);
+    b.record(c, i >= trace.update_start     ? Phase::Update
+                : i >= trace.backward_start ? Phase::Backward
+                                            : Phase::Forward);
   }
   origins_ = std::move(trace.origins);
   auto pass = [&](const char* name, const std::function<void()>& run) {

@@ -170,6 +170,11 @@ struct Value {
   DType dtype;
 };
 
+// Which part of the step traced an instruction (explain() shows it; common-subexpression
+// elimination never lets a later phase reuse a forward result, to keep recomputation).
+enum class Phase : uint8_t { Forward, Backward, Update };
+const char* phase_name(Phase phase);  // "forward", "backward", "optimizer"
+
 struct Branch;
 // Members past `op` have default initializers, so a braced `{op, attrs, in, out}` may stop early.
 struct Instruction {
@@ -177,8 +182,7 @@ struct Instruction {
   Attrs attrs;
   std::vector<Value> in{}, out{};
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
-  bool backward = false;   // traced during the backward pass
-  bool update = false;     // traced during the optimizer's update
+  Phase phase = Phase::Forward;
   int origin = -1;         // index into Plan::origins()
   int run = -1;            // the fused run it belongs to (fusion.cpp)
   Tensors in_t{}, out_t{};  // bound to planned memory: the executor's arguments
