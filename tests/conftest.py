@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -68,6 +69,24 @@ def on(device, t):
     if t.ndim >= 2 and not t.is_contiguous():
         return t.transpose(-1, -2).to(device).transpose(-1, -2)
     return t.to(device)
+
+
+def run_threads(fn, n):
+    """Runs fn(k) for k in range(n), each on a thread of its own, and returns what they raised."""
+    errors = []
+
+    def guarded(k):
+        try:
+            fn(k)
+        except Exception as e:  # noqa: BLE001 - the caller asserts the list is empty
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 def run_isolated(code, timeout=120):

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
+from tests.conftest import run_threads
 
 
 def test_sequential_batches_cover_everything():
@@ -110,24 +111,16 @@ def test_threads_iterating_one_loader_share_its_epoch(shuffle):
     x = np.arange(1003, dtype=np.float32)
     loader = fg.data.DataLoader(x, x * 2, batch_size=7, shuffle=shuffle, seed=5)
     started = threading.Barrier(8)  # every thread is inside the epoch before any can finish it
-    got, errors = {}, []
+    got = {}
 
     def take(k):
-        try:
-            it = iter(loader)
-            mine = [next(it)]
-            started.wait(timeout=30)
-            mine += list(it)
-            got[k] = mine
-        except Exception as e:  # noqa: BLE001 — reported by the assertion below
-            errors.append(e)
+        it = iter(loader)
+        mine = [next(it)]
+        started.wait(timeout=30)
+        mine += list(it)
+        got[k] = mine
 
-    threads = [threading.Thread(target=take, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(take, 8) == []
     batches = [b for mine in got.values() for b in mine]
     assert len(batches) == len(loader) == 144
     assert sorted(len(a) for a, _ in batches)[1:] == [7] * 143  # whole batches; one short tail

@@ -9,12 +9,12 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 
 import flowgrad as fg
+from tests.conftest import run_threads
 
 HERE = pathlib.Path(__file__).parent
 
@@ -213,21 +213,12 @@ def test_nul_byte_in_a_path_raises_instead_of_truncating(tmp_path):
 
 def test_threads_saving_to_one_path_never_collide(tmp_path):
     path = tmp_path / "shared.safetensors"
-    errors = []
 
     def saver(k):
-        try:
-            for i in range(15):
-                fg.save({"w": fg.full((256,), float(k * 100 + i))}, path, metadata={"who": f"{k}.{i}"})
-        except Exception as e:  # noqa: BLE001 - any failure is the test's failure
-            errors.append(e)
+        for i in range(15):
+            fg.save({"w": fg.full((256,), float(k * 100 + i))}, path, metadata={"who": f"{k}.{i}"})
 
-    threads = [threading.Thread(target=saver, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(saver, 6) == []
     tensors, meta = fg._core._load(str(path))  # one complete save, never a mix
     k, i = map(int, meta["who"].split("."))
     np.testing.assert_array_equal(tensors["w"].numpy(), np.full(256, k * 100 + i, np.float32))
