@@ -113,6 +113,21 @@ void bind_plan(py::module_& m) {
            }, py::arg("inputs"),
            "Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; "
            "CUDA: timing events inside a captured graph of the step).")
+      .def("arena", [](const plan::Plan& p) {
+             const auto& arena = p.arena();
+             return plan::layout(arena, {0, 0, Dims{static_cast<int64_t>(arena->bytes())}, Dims{1}, DType::UInt8});
+           }, "The memory the plan's intermediates and input slots live in, as a 1-D uint8 tensor over all of it.")
+      .def("bind_arena", [](plan::Plan& p, const Tensor& arena) {
+             FG_CHECK(arena.dtype() == DType::UInt8 && arena.ndim() == 1 && arena.is_contiguous() && arena.offset() == 0 &&
+                          static_cast<size_t>(arena.numel()) == arena.storage()->bytes(), Value,
+                      "Plan.bind_arena: expected a whole 1-D uint8 storage (e.g. another plan's arena()), got ",
+                      describe(arena));
+             py::gil_scoped_release release;
+             p.bind_arena(arena.storage());
+           }, py::arg("arena"),
+           "Moves the plan's intermediates onto `arena` (a 1-D uint8 tensor over a whole storage on the plan's "
+           "device, at least stats()['arena_bytes'] bytes), e.g. another plan's arena(): plans that never run at "
+           "the same time can share one. A captured CUDA graph is taken again on a later call.")
       .def("up_to_date", &plan::Plan::up_to_date, "False once a watched tensor's storage was replaced.")
       .def("check_step", [](plan::Plan& p, const Tensors& inputs, const py::object& after) {
              std::function<void()> fn;

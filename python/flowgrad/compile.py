@@ -21,6 +21,7 @@ What tracing means for you:
 - On CUDA the step is captured into one CUDA graph on its second call and replayed from then on
   (``step.stats["cuda_graph"]`` says so, or why not; ``FLOWGRAD_NO_CUDA_GRAPH=1`` turns it off).
 """
+import collections
 import contextlib
 import os
 import sys
@@ -160,16 +161,137 @@ class _PlanViews:
         return f"{self._plan}\n{self.explain()}"
 
 
+class _PlanCache:
+    """The plans of a dynamic step by input signature, at most `max_plans` (the least recently used
+    is dropped). Plans never run at the same time, so those on one device share one arena: the
+    largest plan's, which the others are rebound onto (it never shrinks when a plan is dropped)."""
+
+    def __init__(self, max_plans):
+        self.max_plans = max_plans
+        self.entries = collections.OrderedDict()  # signature -> {"plan", "bucket", "hits", "grads"}
+        self.arenas = {}  # device -> the shared arena (a uint8 tensor)
+
+    def __len__(self):
+        return len(self.entries)
+
+    def get(self, signature):
+        entry = self.entries.get(signature)
+        if entry is not None:
+            self.entries.move_to_end(signature)
+            entry["hits"] += 1
+        return entry
+
+    def add(self, signature, plan, bucket, grads):
+        self.entries[signature] = {"plan": plan, "bucket": bucket, "hits": 0, "grads": grads}
+        while len(self.entries) > self.max_plans:
+            self.entries.popitem(last=False)
+        arena = self.arenas.get(plan.device)
+        if arena is None or arena.numel() < plan.stats()["arena_bytes"]:
+            arena = self.arenas[plan.device] = plan.arena()
+            for entry in self.entries.values():
+                if entry["plan"] is not plan and entry["plan"].device == plan.device:
+                    entry["plan"].bind_arena(arena)
+        else:
+            plan.bind_arena(arena)
+
+    def newest(self):
+        return next(reversed(self.entries))
+
+    def clear(self):
+        self.entries.clear()
+        self.arenas.clear()
+
+    def rows(self):
+        """One record per cached plan, least recently used first."""
+        return [{"signature": signature, "bucket": e["bucket"], "arena_bytes": e["plan"].stats()["arena_bytes"],
+                 "hits": e["hits"]} for signature, e in self.entries.items()]
+
+    def arena_bytes(self):
+        """Bytes of the distinct arenas the cached plans use."""
+        arenas = {a.data_ptr(): a.numel() for a in (e["plan"].arena() for e in self.entries.values())}
+        return sum(arenas.values())
+
+
+class _Buckets:
+    """Pads a step's inputs up to a bucket of one dimension (``compile(buckets=...)``)."""
+
+    def __init__(self, sizes, dim, pad_values, count):
+        sizes = list(sizes)
+        if not sizes or any(not isinstance(b, int) or b < 1 for b in sizes) or sorted(set(sizes)) != sizes:
+            raise _core.InvalidArgumentError(
+                f"compile: buckets must be increasing positive integers (e.g. [128, 256, 512]), got {sizes}")
+        if not isinstance(dim, int) or dim < 0:
+            raise _core.InvalidArgumentError(f"compile: bucket_dim must be a non-negative integer, got {dim!r}")
+        pad_values = list(pad_values) if pad_values is not None else [None] * count
+        if len(pad_values) != count:
+            raise _core.InvalidArgumentError(
+                f"compile: pad_values needs one entry (a number or None) per step input: {count}, got {len(pad_values)}")
+        self.sizes, self.dim, self.pad_values = sizes, dim, pad_values
+
+    def pad(self, inputs):
+        """(inputs padded to their bucket, the size before padding, the bucket); inputs without
+        `dim` are left as they are."""
+        sized = [i for i, x in enumerate(inputs) if x.ndim > self.dim]
+        if not sized:
+            return inputs, None, None
+        length = max(inputs[i].shape[self.dim] for i in sized)
+        bucket = next((b for b in self.sizes if b >= length), None)
+        longest = max(sized, key=lambda i: inputs[i].shape[self.dim])
+        if bucket is None:
+            raise _core.ShapeError(
+                f"compiled step: input {longest} has shape {tuple(inputs[longest].shape)}: dim {self.dim} of size "
+                f"{length} is larger than the largest of buckets {self.sizes}")
+        out = list(inputs)
+        for i in sized:
+            x, value = inputs[i], self.pad_values[i]
+            missing = bucket - x.shape[self.dim]
+            if missing == 0:
+                continue
+            if value is None:
+                raise _core.ShapeError(
+                    f"compiled step: input {i} has shape {tuple(x.shape)}: dim {self.dim} must be padded up to "
+                    f"bucket {bucket} of buckets {self.sizes}, but input {i} has no pad value (pad_values)")
+            with _no_grad():
+                out[i] = _core.pad(x, (0, 0) * (x.ndim - 1 - self.dim) + (0, missing), value)
+        return out, length, bucket
+
+    def bucket_of(self, inputs):
+        """The size of `dim` of padded inputs (None when none has it)."""
+        return max((x.shape[self.dim] for x in inputs if x.ndim > self.dim), default=None)
+
+    def unpad(self, value, length, bucket):
+        """An output with the padded dimension, sliced back to the unpadded size."""
+        if length is None or length == bucket or value.ndim <= self.dim or value.shape[self.dim] != bucket:
+            return value
+        return value.narrow(self.dim, 0, length)
+
+
 class CompiledStep(_PlanViews):
     """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`.
 
     ``step.forward_only`` is True when there is nothing to train (no parameter requires grad):
     the plan then computes the loss only."""
 
-    def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic):
+    def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic, buckets=None, bucket_dim=1,
+                 pad_values=None, max_plans=8):
         self.model, self.loss_fn, self.optimizer, self.dynamic = model, loss_fn, optimizer, dynamic
-        self._plans = {}
-        self._plan = self._build(_as_tensors(example_inputs, "compile"))
+        inputs = _as_tensors(example_inputs, "compile")
+        if not isinstance(max_plans, int) or max_plans < 1:
+            raise _core.InvalidArgumentError(f"compile: max_plans must be a positive integer, got {max_plans!r}")
+        self._buckets = None
+        if buckets is not None:
+            if not dynamic:
+                raise _core.InvalidArgumentError("compile: buckets need dynamic=True (one plan per bucket)")
+            self._buckets = _Buckets(buckets, bucket_dim, pad_values, len(inputs))
+            if max_plans < len(self._buckets.sizes):
+                raise _core.InvalidArgumentError(
+                    f"compile: max_plans={max_plans} cannot keep a plan for each of buckets {self._buckets.sizes}")
+        self._plans = _PlanCache(max_plans if dynamic else 1)
+        self._plan = self._build(self._padded(inputs)[0])
+        self._ran = self._plan
+
+    def _padded(self, inputs):
+        return self._buckets.pad(inputs) if self._buckets is not None else (inputs, None, None)
 
     def _build(self, inputs):
         if self.optimizer is not None:
@@ -221,7 +343,8 @@ class CompiledStep(_PlanViews):
         self._tagged = _tagged_values(self.model)
         outputs = [loss] + [value for _, _, value in self._tagged]
         plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers)
-        self._plans[_signature(inputs)] = plan
+        bucket = self._buckets.bucket_of(inputs) if self._buckets is not None else None
+        self._plans.add(_signature(inputs), plan, bucket, [(p, p.grad) for p, _ in pairs])
         self._traced_identity = self._identity()
         return plan
 
@@ -232,16 +355,32 @@ class CompiledStep(_PlanViews):
         params = tuple((hash(p), p.requires_grad) for _, p in _named(self.model, "named_parameters"))
         return params, getattr(self.model, "syncs_gradients", None)
 
+    @property
+    def stats(self):
+        """The last call's plan's counts (instructions, kernels, arena_bytes, ...), and ``plans``: one record per
+        cached plan (signature, bucket, arena_bytes, hits), least recently used first, and
+        ``arena_total_bytes``: the bytes of the arenas they use (shared: plans on one device
+        share the largest one's)."""
+        out = self._plan.stats()
+        out["plans"] = self._plans.rows()
+        out["arena_total_bytes"] = self._plans.arena_bytes()
+        return out
+
     def _plan_for(self, inputs):
-        plan = self._plans.get(_signature(inputs)) if self.dynamic else self._plan
-        if plan is None:
+        """The plan for these (padded) inputs, traced when none is cached (at most max_plans)."""
+        entry = self._plans.get(_signature(inputs) if self.dynamic else self._plans.newest())
+        if entry is None:
             plan = self._build(inputs)
-        elif not plan.up_to_date() or self._identity() != self._traced_identity:
+        elif not entry["plan"].up_to_date() or self._identity() != self._traced_identity:
             # Module.to moved a parameter, or one was reassigned: trace again
             self._plans.clear()
             plan = self._build(inputs)
-            if not self.dynamic:
-                self._plan = plan
+        else:
+            plan = entry["plan"]
+            if plan is not self._ran:  # each plan writes its own gradient tensors: bind this one's to .grad
+                for p, g in entry["grads"]:
+                    p.grad = g
+        self._plan = self._ran = plan
         return plan
 
     def __call__(self, *inputs):
@@ -255,11 +394,11 @@ class CompiledStep(_PlanViews):
         host clock around each instruction (a fused run counts at its first instruction)."""
         timings = []
         self._step(inputs, timings)
-        ops = [r["op"] for r in self._plan_for(_as_tensors(inputs, "compiled step")).ir()]
+        ops = [r["op"] for r in self._plan.ir()]
         return [{"instruction": i, "op": op, "ms": ms} for i, (op, ms) in enumerate(zip(ops, timings))]
 
     def _step(self, inputs, timings):
-        inputs = _as_tensors(inputs, "compiled step")
+        inputs, length, bucket = self._padded(_as_tensors(inputs, "compiled step"))
         plan = self._plan_for(inputs)
 
         def run():
@@ -272,7 +411,7 @@ class CompiledStep(_PlanViews):
         updates = self.optimizer is not None and not self.forward_only
         loss, *tagged = self.optimizer.run_compiled(run) if updates else run()
         for (graph, tag, _), value in zip(self._tagged, tagged):
-            graph.set_tagged(tag, value)  # g.collect / g.tagged see this call's values
+            graph.set_tagged(tag, self._buckets.unpad(value, length, bucket) if self._buckets else value)
         return loss
 
     def forward_plan(self, *example_inputs):
@@ -336,7 +475,8 @@ def _no_grad():
     return no_grad()
 
 
-def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=False):
+def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=False, buckets=None, bucket_dim=1,
+            pad_values=None, max_plans=8):
     """Compiles a training step of `model` into one plan.
 
     With `loss_fn`, the last example input is the target: ``loss = loss_fn(model(*inputs[:-1]),
@@ -344,9 +484,24 @@ def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=Fals
     call also updates the parameters (its param groups decide which); without it, each call
     writes the gradients into ``.grad`` only. With no trainable parameter (a frozen model, a
     module without parameters or a plain function of the inputs), the plan is forward-only: it
-    returns the loss and trains nothing. With ``dynamic=True`` one plan is kept per input
-    signature (shapes, dtypes, devices); otherwise other shapes raise ``fg.ShapeError``.
+    returns the loss and trains nothing.
+
+    Shapes: without `dynamic` other input shapes raise ``fg.ShapeError``. With ``dynamic=True``
+    one plan is kept per input signature (shapes, dtypes, devices), at most `max_plans` of them
+    (the least recently used is dropped and traced again when its shape comes back); the plans
+    share one arena, the largest one's. With `buckets` (increasing sizes, e.g. ``[128, 256,
+    512]``; needs ``dynamic=True``) dimension `bucket_dim` (default 1, e.g. the sequence of
+    (B, T) tokens) of every input that has it is padded up to the smallest bucket that holds the
+    longest of them, so one plan per bucket serves every length. `pad_values` gives one value
+    per step input (None: never padded), e.g. ``(0, -100)`` for tokens and the targets of a
+    ``cross_entropy(..., ignore_index=-100)``; padding is right for models where positions past
+    the end do not change the ones before (causal attention, per-position layers, a loss that
+    ignores the pad). An input longer than the largest bucket, or shorter than its bucket
+    without a pad value, raises ``fg.ShapeError`` naming the buckets and its shape. Tagged
+    FlowBuilder values with the padded dimension are sliced back to the unpadded size.
+    ``step.stats["plans"]`` lists the cached plans.
     """
     if not example_inputs:
         raise _core.InvalidArgumentError("compile: example_inputs must hold the step's inputs (e.g. (xb, yb))")
-    return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic)
+    return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic, buckets, bucket_dim, pad_values,
+                        max_plans)

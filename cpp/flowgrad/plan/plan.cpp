@@ -57,18 +57,32 @@ Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const T
   return {call_kernel, std::make_shared<KernelCall>(KernelCall{kernel, in, out, &attrs})};
 }
 
-void Plan::bind() {
-  arena_ = Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_);
+void Plan::bind() { bind_arena(Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_)); }
+
+// Rebinding touches every prepared launch, so a captured CUDA graph (fixed pointers) is dropped and
+// taken again. Buffers outside the old arena (a fused run's locals once it fell back to unfused
+// launches) keep their own memory.
+void Plan::bind_arena(std::shared_ptr<Storage> arena) {
+  FG_CHECK(arena && arena->device() == device_ && arena->bytes() >= stats_.arena_bytes, Value,
+           "plan: an arena of ", arena ? arena->bytes() : 0, " bytes on ", arena ? arena->device().str() : "-",
+           " cannot hold this plan's ", stats_.arena_bytes, " bytes on ", device_.str());
+  auto in_old = [old = arena_](const Buffer& b) {
+    const char* p = b.storage ? static_cast<const char*>(b.storage->data()) : nullptr;
+    const char* base = old ? static_cast<const char*>(old->data()) : nullptr;
+    return !old || (p >= base && p <= base + old->bytes());
+  };
+  arena_ = std::move(arena);
   scratch_.device = device_;
   char* base = static_cast<char*>(arena_->data());
   for (Buffer& b : buffers_) {
-    if (b.kind == BufferKind::External) continue;
+    if (b.kind == BufferKind::External || (b.local && !in_old(b))) continue;
     b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
   }
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (Instruction& ins : code_) bind_instruction(ins);
   for (const auto& branch : branches_) bind_branch(*branch);
-  input_t_.clear();  // the traced examples held the shapes until now
+  input_t_.clear();  // the traced examples held the shapes until the first bind
+  output_t_.clear();
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();

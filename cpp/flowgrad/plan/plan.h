@@ -320,6 +320,10 @@ class Plan {
   // step again from the same state followed by `after` (a side effect to plant a difference);
   // "" when both leave the same state. Applies exactly one step either way.
   std::string check_step(const Tensors& inputs, const std::function<void()>& after);
+  // Moves the plan's arena buffers onto `arena` (its device, at least stats().arena_bytes bytes),
+  // e.g. one storage shared by plans that never run at the same time (shape buckets).
+  void bind_arena(std::shared_ptr<Storage> arena);
+  const std::shared_ptr<Storage>& arena() const { return arena_; }
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.

@@ -17,6 +17,14 @@ class Plan:
         """
     def __str__(self) -> str:
         ...
+    def arena(self) -> flowgrad._core.Tensor:
+        """
+        The memory the plan's intermediates and input slots live in, as a 1-D uint8 tensor over all of it.
+        """
+    def bind_arena(self, arena: flowgrad._core.Tensor) -> None:
+        """
+        Moves the plan's intermediates onto `arena` (a 1-D uint8 tensor over a whole storage on the plan's device, at least stats()['arena_bytes'] bytes), e.g. another plan's arena(): plans that never run at the same time can share one. A captured CUDA graph is taken again on a later call.
+        """
     def buffers(self) -> list:
         """
         Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
