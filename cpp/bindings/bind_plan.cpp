@@ -86,7 +86,10 @@ void bind_plan(py::module_& m) {
       .def("set_module_names", [](plan::Tracer& t, const std::vector<std::pair<py::object, std::string>>& names) {
              for (const auto& [module, name] : names) t.module_names[&module.cast<const nn::Module&>()] = name;
            }, py::arg("names"), "(module, label) pairs: the label explain() shows for ops a module's call runs.")
-      .def_property_readonly("calls", [](const plan::Tracer& t) { return t.calls.size(); }, "Number of recorded op calls.");
+      .def_property_readonly("calls", [](const plan::Tracer& t) { return t.calls.size(); }, "Number of recorded op calls.")
+      .def_property_readonly("branches", [](const plan::Tracer& t) {
+             return std::count_if(t.calls.begin(), t.calls.end(), [](const plan::TracedCall& c) { return c.branch != nullptr; });
+           }, "Number of switch / while_ / until branches recorded so far (outermost ones).");
 
   py::class_<plan::Plan, std::shared_ptr<plan::Plan>>(pm, "Plan", "A traced step as instructions over planned memory.")
       .def(py::init([](plan::Tracer& tracer, const Tensors& inputs, const Tensors& outputs,

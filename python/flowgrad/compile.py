@@ -334,7 +334,7 @@ class CompiledStep(_PlanViews):
             grads = average(self._params, grads)
             if opt is not None:
                 tracer.mark_update()
-                opt.traced_step(grads)
+                opt.traced_step(grads, foreach=False if tracer.branches else None)
             return loss, grads
 
         tracer, (loss, grads) = _Traced(self._params + state + buffers, self.model)(step)

@@ -48,16 +48,20 @@ def test_traced_step_is_the_eager_step_and_leaves_grad_alone(device, make):
         assert p.grad is None
 
 
-def test_traced_step_records_one_update_per_parameter_even_with_foreach(device):
+@pytest.mark.parametrize("foreach", [True, False])
+def test_traced_step_records_the_update_ops_foreach_names(device, foreach):
     params, grads = params_and_grads(device)
-    opt = fg.optim.Adam(params, foreach=True)
+    opt = fg.optim.Adam(params, foreach=foreach)
     state, _ = opt.plan_state()
     tracer = fg._core.plan.Tracer()
     with tracer:
         opt.traced_step(grads[:2] + [None])  # None: no update for that parameter
     text = str(fg._core.plan.Plan(tracer, [], [], [], [], params + state))
-    assert text.count("adam_update(") == 2 and "adam_update_multi" not in text
-    assert opt.foreach is True
+    if foreach:  # one multi-tensor op for the group's two parameters with a gradient
+        assert text.count("adam_update_multi(") == 1 and "adam_update(" not in text
+        assert text.count("ext") == 11  # hyper, then (param, grad, step, exp_avg, exp_avg_sq) twice
+    else:
+        assert text.count("adam_update(") == 2 and "adam_update_multi" not in text
 
 
 def test_run_compiled_writes_the_current_options_before_the_run(device):

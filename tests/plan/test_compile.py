@@ -133,15 +133,45 @@ def test_compiled_matches_eager(kind, opt_name, device):
     assert stats["instructions"] == len(step.ir()) > 0
 
 
+@pytest.mark.parametrize("make_opt, op, per_call", [
+    (lambda groups: fg.optim.AdamW(groups, lr=3e-3, weight_decay=0.1), "adam_update_multi", 6),
+    (lambda groups: fg.optim.SGD(groups, lr=0.05, momentum=0.9, nesterov=True), "sgd_momentum_update_multi", 10),
+    (lambda groups: fg.optim.SGD(groups, lr=0.05), "sgd_update_multi", 15),
+])
+def test_compiled_updates_are_multi_tensor_ops_per_group_and_match_eager(make_opt, op, per_call, device):
+    xs, ys = tensors(*data("transformer", np.random.default_rng(4), 6), device)
+
+    def build_groups():
+        fg.manual_seed(0)
+        model = CharTransformer(dropout=0.0).to(device)  # eager and compiled steps interleave: no draws
+        params = list(model.parameters())
+        return model, make_opt([{"params": params[:-2]}, {"params": params[-2:], "lr": 0.02}])
+
+    eager_model, eager_opt = build_groups()
+    model, opt = build_groups()
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+    ops = [r["op"] for r in step.ir()]
+    sizes = [len(g["params"]) for g in opt.param_groups]
+    assert ops.count(op) == sum(-(-n // per_call) for n in sizes) and not any(o.endswith("_update") for o in ops)
+    for x, y in zip(xs, ys):
+        eager_opt.zero_grad()
+        F.cross_entropy(eager_model(x), y).backward()
+        eager_opt.step()
+        step(x, y)
+    for (name, p), q in zip(model.named_parameters(), eager_model.parameters()):
+        keep = np.abs(q.grad.cpu().numpy()) > 1e-7  # see test_compiled_matches_eager: Adam and noise
+        np.testing.assert_allclose(p.cpu().numpy()[keep], q.cpu().numpy()[keep], rtol=1e-4, atol=5e-4, err_msg=name)
+
+
 def test_plan_text_dot_and_ir_name_the_parts():
     xs, ys = tensors(*data("mlp", np.random.default_rng(0), 1), "cpu")
     model, opt, _ = build("mlp", OPTIMIZERS["adam"], "cpu")
     step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
     text = str(step)
-    assert "input x0: float32 (16, 20)" in text and "adam_update(0.weight, grad(0.weight), hyper0" in text
+    assert "input x0: float32 (16, 20)" in text and "adam_update_multi(hyper0, 0.weight, grad(0.weight), step[0]" in text
     assert step.dot().startswith("digraph plan {") and "matmul" in step.dot()
     ops = [r["op"] for r in step.ir()]
-    assert ops.count("adam_update") == 6 and "matmul" in ops and "view" not in ops
+    assert ops.count("adam_update_multi") == 1 and "matmul" in ops and "view" not in ops
     # Weight gradients come straight out of a transposed product: no copy instruction is left.
     assert "contiguous" not in ops and step.stats["transposes_folded"] == 3
     first = step.ir()[0]

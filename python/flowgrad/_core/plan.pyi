@@ -113,6 +113,11 @@ class Tracer:
         (module, label) pairs: the label explain() shows for ops a module's call runs.
         """
     @property
+    def branches(self) -> int:
+        """
+        Number of switch / while_ / until branches recorded so far (outermost ones).
+        """
+    @property
     def calls(self) -> int:
         """
         Number of recorded op calls.

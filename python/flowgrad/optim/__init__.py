@@ -2,8 +2,9 @@
 
 Each step makes one C++ call per param group. State (momentum buffers, Adam moments, step
 counters) and hyper-parameters live in tensors on the parameters' device: a step first writes
-each group's options into its hyper-parameter tensor, then runs one update op per parameter,
-so compiled steps (fg.compile) replay the same ops and see scheduler changes.
+each group's options into its hyper-parameter tensor, then runs the group's multi-tensor update
+ops (or one update op per parameter with foreach=False), so compiled steps (fg.compile) replay
+the same ops and see scheduler changes.
 """
 import copy
 
@@ -172,10 +173,14 @@ class Optimizer:
         names = [(f"hyper{i}", self._hyper_tensor(i)) for i in range(len(self.param_groups))] + names
         return state, names
 
-    def traced_step(self, grads):
+    def traced_step(self, grads, foreach=None):
         """For compiling a step: runs the update ops for `grads`, one gradient (or None) per
-        parameter of param_groups in order, as a tracer records them: one update op per parameter
-        (whatever `foreach` says, the form plans know). Each parameter's .grad is left as it was."""
+        parameter of param_groups in order, as a tracer records them: multi-tensor ops (one per
+        group, split past a few parameters) when `foreach` (default: the optimizer's) is true,
+        else one update op per parameter (fg.compile asks for that when the step has switch or
+        while_ branches: an update guarded by a branch must cover only the parameters it trains).
+        Each parameter's .grad is left as it was."""
+        foreach = self.foreach if foreach is None else foreach
         params = [p for group in self.param_groups for p in group["params"]]
         if len(grads) != len(params):
             raise _invalid(f"{type(self).__name__}.traced_step: got {len(grads)} gradients for {len(params)} parameters")
@@ -184,7 +189,7 @@ class Optimizer:
             for p, g in zip(params, grads):
                 p.grad = g
             for i in range(len(self.param_groups)):
-                self._update(i, False)
+                self._update(i, foreach)
         finally:
             for p, g in zip(params, saved):
                 p.grad = g
