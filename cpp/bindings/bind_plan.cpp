@@ -1,5 +1,6 @@
 // Compiled plans (fg.compile builds on these): the tracer as a context manager, and the plan.
 #include <algorithm>
+#include <optional>
 #include <map>
 
 #include "common.h"
@@ -94,13 +95,19 @@ void bind_plan(py::module_& m) {
   py::class_<plan::Plan, std::shared_ptr<plan::Plan>>(pm, "Plan", "A traced step as instructions over planned memory.")
       .def(py::init([](plan::Tracer& tracer, const Tensors& inputs, const Tensors& outputs,
                        const std::vector<std::pair<Tensor, Tensor>>& grads,
-                       const std::vector<std::pair<std::string, Tensor>>& names, const Tensors& watch) {
+                       const std::vector<std::pair<std::string, Tensor>>& names, const Tensors& watch,
+                       const std::vector<std::optional<Tensor>>& grad_targets) {
+             Tensors targets;
+             for (const auto& t : grad_targets) targets.push_back(t.value_or(Tensor()));
              py::gil_scoped_release release;
-             return std::make_shared<plan::Plan>(tracer, plan::PlanSpec{inputs, outputs, grads, names, watch});
+             return std::make_shared<plan::Plan>(tracer, plan::PlanSpec{inputs, outputs, grads, names, watch, targets});
            }),
            py::arg("tracer"), py::arg("inputs"), py::arg("outputs"), py::arg("grads"), py::arg("names"), py::arg("watch"),
+           py::arg("grad_targets") = std::vector<std::optional<Tensor>>{},
            "Builds a plan from a finished trace: inputs are copied into slots each run, outputs returned, each "
-           "(parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage.")
+           "(parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage. "
+           "grad_targets (optional, one per pair): the tensors to write the gradients into, e.g. another plan's "
+           "(a fresh one where an entry is None or does not fit the parameter).")
       .def("run", [](plan::Plan& p, const Tensors& inputs) {
              py::gil_scoped_release release;
              return p.run(inputs);

@@ -194,6 +194,10 @@ class _PlanCache:
         else:
             plan.bind_arena(arena)
 
+    def grads(self):
+        """{hash(parameter): the gradient tensor the cached plans write} (hash is the tensor's identity)."""
+        return {hash(p): g for entry in self.entries.values() for p, g in entry["grads"]}
+
     def newest(self):
         return next(reversed(self.entries))
 
@@ -342,7 +346,9 @@ class CompiledStep(_PlanViews):
         names = list(_named(self.model, "named_parameters")) + state_names
         self._tagged = _tagged_values(self.model)
         outputs = [loss] + [value for _, _, value in self._tagged]
-        plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers)
+        shared = self._plans.grads()  # the other plans' gradient tensors: one set for all of them
+        plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers,
+                               [shared.get(hash(p)) for p, _ in pairs])
         bucket = self._buckets.bucket_of(inputs) if self._buckets is not None else None
         self._plans.add(_signature(inputs), plan, bucket, [(p, p.grad) for p, _ in pairs])
         self._traced_identity = self._identity()
@@ -377,7 +383,7 @@ class CompiledStep(_PlanViews):
             plan = self._build(inputs)
         else:
             plan = entry["plan"]
-            if plan is not self._ran:  # each plan writes its own gradient tensors: bind this one's to .grad
+            if plan is not self._ran:  # .grad shows the tensors this plan writes (shared unless unfit)
                 for p, g in entry["grads"]:
                     p.grad = g
         self._plan = self._ran = plan

@@ -104,6 +104,19 @@ def test_buckets_share_one_arena_no_larger_than_the_largest_plus_ten_percent(dev
     assert growing.stats["arena_total_bytes"] <= 1.1 * largest
 
 
+def test_plans_of_a_step_write_one_set_of_gradient_tensors(device):
+    rng = np.random.default_rng(11)
+    model = lm(device)
+    step = bucketed(model, batch(rng, 4, device))
+    for length in (16, 8, 3):
+        step(*batch(rng, length, device))
+    entries = list(step._plans.entries.values())
+    assert len(entries) == 3
+    for p, g in entries[0]["grads"]:
+        assert all(dict((hash(q), h) for q, h in e["grads"])[hash(p)].data_ptr() == g.data_ptr() for e in entries)
+        assert p.grad.data_ptr() == g.data_ptr()
+
+
 def test_plans_rebound_onto_a_grown_arena_still_compute_the_same_loss():
     rng = np.random.default_rng(3)
     model, reference = lm("cpu"), lm("cpu")

@@ -290,15 +290,21 @@ struct Builder {
   }
 
   // Each parameter's gradient lands in a persistent tensor bound to its .grad.
-  void bind_grads(const std::vector<std::pair<Tensor, Tensor>>& grads, std::unordered_set<int>& roots) {
+  void bind_grads(const std::vector<std::pair<Tensor, Tensor>>& grads, const Tensors& targets,
+                  std::unordered_set<int>& roots) {
     std::unordered_set<int> forwarded;
-    for (const auto& [param, grad] : grads) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const auto& [param, grad] = grads[i];
       auto it = buffer_of.find(grad.storage().get());
       FG_CHECK(it != buffer_of.end(), Value, "compile: the gradient of a parameter ", fg::describe(param),
                " was not computed by the traced step");
       int id = it->second;
       Buffer& b = plan.buffers_[id];
-      Tensor target = Tensor::empty(param.shape(), param.dtype(), param.device());
+      Tensor target = i < targets.size() ? targets[i] : Tensor();
+      if (!target.defined() || target.shape() != param.shape() || target.dtype() != param.dtype() ||
+          target.device() != param.device() || !target.is_contiguous() || target.offset() != 0 ||
+          target.storage()->bytes() != static_cast<size_t>(target.numel()) * itemsize(target.dtype()))
+        target = Tensor::empty(param.shape(), param.dtype(), param.device());
       bool whole = grad.is_contiguous() && grad.offset() == 0 &&
                    static_cast<size_t>(grad.numel()) * itemsize(grad.dtype()) == b.bytes;
       if (b.kind == BufferKind::Arena && whole && grad.dtype() == param.dtype() && !forwarded.count(id)) {
@@ -442,7 +448,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   roots.clear();
   for (const Value& v : outputs_) roots.insert(v.buffer);
   pass("constant folding", [&] { b.fold_constants(); });
-  pass("gradient binding", [&] { b.bind_grads(spec.grads, roots); });
+  pass("gradient binding", [&] { b.bind_grads(spec.grads, spec.grad_targets, roots); });
   pass("dead code", [&] { b.eliminate_dead_code(roots); });
   pass("transpose folding", [&] { b.fold_transposes(outputs_); });
   guard_updates(code_, branches_, buffers_.size());

@@ -306,6 +306,9 @@ struct PlanSpec {
   std::vector<std::pair<Tensor, Tensor>> grads;  // (parameter, traced gradient): bound to .grad
   std::vector<std::pair<std::string, Tensor>> names;  // labels for external tensors (parameters)
   Tensors watch;  // tensors whose storage must not change (else the plan is stale)
+  // Optional, one per grads pair: the tensor to write that gradient into (another plan's, so plans
+  // of one step share them); an undefined or unfit one (shape, dtype, device, layout) gets a fresh one.
+  Tensors grad_targets{};
 };
 
 class Plan {

@@ -11,9 +11,9 @@ class Plan:
     """
     A traced step as instructions over planned memory.
     """
-    def __init__(self, tracer: Tracer, inputs: collections.abc.Sequence[flowgrad._core.Tensor], outputs: collections.abc.Sequence[flowgrad._core.Tensor], grads: collections.abc.Sequence[tuple[flowgrad._core.Tensor, flowgrad._core.Tensor]], names: collections.abc.Sequence[tuple[str, flowgrad._core.Tensor]], watch: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
+    def __init__(self, tracer: Tracer, inputs: collections.abc.Sequence[flowgrad._core.Tensor], outputs: collections.abc.Sequence[flowgrad._core.Tensor], grads: collections.abc.Sequence[tuple[flowgrad._core.Tensor, flowgrad._core.Tensor]], names: collections.abc.Sequence[tuple[str, flowgrad._core.Tensor]], watch: collections.abc.Sequence[flowgrad._core.Tensor], grad_targets: collections.abc.Sequence[flowgrad._core.Tensor | None] = []) -> None:
         """
-        Builds a plan from a finished trace: inputs are copied into slots each run, outputs returned, each (parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage.
+        Builds a plan from a finished trace: inputs are copied into slots each run, outputs returned, each (parameter, gradient) pair bound to the parameter's .grad; watched tensors must keep their storage. grad_targets (optional, one per pair): the tensors to write the gradients into, e.g. another plan's (a fresh one where an entry is None or does not fit the parameter).
         """
     def __str__(self) -> str:
         ...
