@@ -134,7 +134,8 @@ class _PlanViews:
 
     @property
     def plan(self):
-        """The plan for the example inputs (flowgrad._core.plan.Plan)."""
+        """The plan (flowgrad._core.plan.Plan); for a compiled step, the one its last call ran (the
+        example inputs' until the first call)."""
         return self._plan
 
     @property

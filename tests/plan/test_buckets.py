@@ -234,3 +234,21 @@ def test_max_plans_drops_the_least_recently_used_plan():
     step(*xy(3))  # traced again, dropping 2
     assert cached() == [4, 3]
     assert [r["hits"] for r in step.stats["plans"]] == [0, 0]
+
+
+def test_bind_arena_refuses_memory_that_cannot_hold_the_plan():
+    rng = np.random.default_rng(12)
+    step = bucketed(lm("cpu"), batch(rng, 16, "cpu"))
+    plan = step.plan
+    need = plan.stats()["arena_bytes"]
+    with pytest.raises(fg.InvalidArgumentError, match=rf"plan: an arena of {need - 1} bytes on cpu cannot hold "
+                                                      rf"this plan's {need} bytes on cpu"):
+        plan.bind_arena(fg.empty(need - 1, dtype=fg.uint8))
+    with pytest.raises(fg.InvalidArgumentError, match=r"Plan.bind_arena: expected a whole 1-D uint8 storage"):
+        plan.bind_arena(fg.empty(need, dtype=fg.float32))
+    with pytest.raises(fg.InvalidArgumentError, match=r"Plan.bind_arena: expected a whole 1-D uint8 storage"):
+        plan.bind_arena(fg.empty(need + 8, dtype=fg.uint8)[8:])
+    x, y = batch(rng, 16, "cpu")
+    before = plan.run([x, y])[0].numpy()
+    plan.bind_arena(fg.empty(need + 64, dtype=fg.uint8))  # larger is fine: the same results
+    np.testing.assert_allclose(plan.run([x, y])[0].numpy(), before, rtol=1e-6)
