@@ -292,6 +292,7 @@ class CompiledStep(_PlanViews):
                 raise _core.InvalidArgumentError(
                     f"compile: max_plans={max_plans} cannot keep a plan for each of buckets {self._buckets.sizes}")
         self._plans = _PlanCache(max_plans if dynamic else 1)
+        self._traces = 0
         self._plan = self._build(self._padded(inputs)[0])
         self._ran = self._plan
 
@@ -347,6 +348,7 @@ class CompiledStep(_PlanViews):
         names = list(_named(self.model, "named_parameters")) + state_names
         self._tagged = _tagged_values(self.model)
         outputs = [loss] + [value for _, _, value in self._tagged]
+        self._traces += 1
         shared = self._plans.grads()  # the other plans' gradient tensors: one set for all of them
         plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers,
                                [shared.get(hash(p)) for p, _ in pairs])
@@ -367,8 +369,10 @@ class CompiledStep(_PlanViews):
         """The last call's plan's counts (instructions, kernels, arena_bytes, ...), and ``plans``: one record per
         cached plan (signature, bucket, arena_bytes, hits), least recently used first, and
         ``arena_total_bytes``: the bytes of the arenas they use (shared: plans on one device
-        share the largest one's)."""
+        share the largest one's), and ``traces``: how many times the step was traced (a dropped
+        plan whose shape comes back is traced again)."""
         out = self._plan.stats()
+        out["traces"] = self._traces
         out["plans"] = self._plans.rows()
         out["arena_total_bytes"] = self._plans.arena_bytes()
         return out
@@ -506,7 +510,7 @@ def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=Fals
     ignores the pad). An input longer than the largest bucket, or shorter than its bucket
     without a pad value, raises ``fg.ShapeError`` naming the buckets and its shape. Tagged
     FlowBuilder values with the padded dimension are sliced back to the unpadded size.
-    ``step.stats["plans"]`` lists the cached plans.
+    ``step.stats["plans"]`` lists the cached plans, ``step.stats["traces"]`` counts the traces.
     """
     if not example_inputs:
         raise _core.InvalidArgumentError("compile: example_inputs must hold the step's inputs (e.g. (xb, yb))")

@@ -233,7 +233,7 @@ def test_max_plans_drops_the_least_recently_used_plan():
     assert cached() == [2, 4] and len(step._plans) == 2
     step(*xy(3))  # traced again, dropping 2
     assert cached() == [4, 3]
-    assert [r["hits"] for r in step.stats["plans"]] == [0, 0]
+    assert [r["hits"] for r in step.stats["plans"]] == [0, 0] and step.stats["traces"] == 4
 
 
 def test_bind_arena_refuses_memory_that_cannot_hold_the_plan():
