@@ -64,7 +64,7 @@ for make_opt, label in ((lambda ps: fg.optim.SGD(ps, lr=0.1, momentum=0.9), "SGD
         close(compiled, eager, f"compiled vs eager DDP ({what})")
         ops = [ins["op"] for ins in step.ir()]
         reduces = [i for i, op in enumerate(ops) if op == "all_reduce_"]
-        updates = [i for i, op in enumerate(ops) if op.endswith("_update")]
+        updates = [i for i, op in enumerate(ops) if "_update" in op]  # per parameter or multi-tensor
         assert len(reduces) == len(ddp._reducer.bucket_indices), (what, ops)
         assert reduces[-1] < updates[0], (what, ops)  # every gradient averaged before any update
 
