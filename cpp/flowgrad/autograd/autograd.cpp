@@ -13,7 +13,6 @@
 namespace fg {
 namespace {
 
-thread_local bool t_grad_enabled = true;
 std::atomic<bool> g_anomaly{false};
 std::atomic<uint64_t> g_sequence{0};
 // The node whose backward rule is running on this thread: ops it calls are reported as its backward.
@@ -62,7 +61,7 @@ bool differentiable_input(const OpDef& op, size_t i) { return !((op.nondiff_inpu
 
 // Whether record() will make a node for this call (the op's inputs as they are before it runs).
 bool records(const OpDef& op, TensorList in) {
-  if (!t_grad_enabled || !op.backward) return false;
+  if (!context().grad_enabled || !op.backward) return false;
   for (size_t i = 0; i < in.size(); ++i)
     if (differentiable_input(op, i) && requires_grad(in[i])) return true;
   return false;
@@ -107,7 +106,7 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
 // The in-place hook (before the write): PyTorch's rules for in-place ops under autograd.
 Tensor prepare_in_place(const OpDef& op, TensorList in) {
   const Tensor& target = in[0];
-  if (!t_grad_enabled) return Tensor();
+  if (!context().grad_enabled) return Tensor();
   if (requires_grad(target)) {
     FG_CHECK(!is_leaf(target), Value, op.name, ": a leaf tensor that requires grad cannot be modified in place; "
              "wrap the update in fg.no_grad()");
@@ -266,7 +265,7 @@ class Engine {
     const char* outer = t_backward_of;
     t_backward_of = node->name();
     Tensors input_grads;
-    AutocastSuspend autocast_off;  // gradients follow the dtypes of the forward
+    AutocastScope autocast_off({});  // gradients follow the dtypes of the forward
     try {
       input_grads = node->custom ? node->custom(grads) : node->op->backward(ctx);
     } catch (...) {
@@ -412,7 +411,7 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
   for (const Tensor& t : outputs) result.push_back(t.alias());
   bool needed = false;
   for (const Tensor& t : inputs) needed |= requires_grad(t);
-  if (!t_grad_enabled || !needed) return result;
+  if (!context().grad_enabled || !needed) return result;
   auto node = std::make_shared<Node>();
   node->custom = std::move(backward);
   node->custom_name = name;
@@ -425,8 +424,8 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
   return result;
 }
 
-bool grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool grad_enabled() { return context().grad_enabled; }
+void set_grad_enabled(bool enabled) { context().grad_enabled = enabled; }
 bool anomaly_enabled() { return g_anomaly.load(); }
 void set_anomaly_enabled(bool enabled) { g_anomaly = enabled; }
 
