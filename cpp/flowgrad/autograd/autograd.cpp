@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "flowgrad/ops/autocast.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
@@ -71,7 +72,7 @@ void watch_version(Node& node, const Tensor& t, bool output, int index) {
   if (t.defined()) node.versions.push_back({t.storage(), t.storage()->version(), output, index});
 }
 
-// The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it. An
+// The autograd mode (ops/dispatch.h): anomaly checks, then a tape node when a differentiable input needs it. An
 // in-place op's input 0 is out[0] (its autograd identity, not yet moved to this node); `in[0]`
 // holds its values from before the write, or nothing (see run_op).
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
@@ -103,7 +104,7 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   attach_outputs(node, out);
 }
 
-// The in-place hook (before the write): PyTorch's rules for in-place ops under autograd.
+// The in-place check mode (before the write): PyTorch's rules for in-place ops under autograd.
 Tensor prepare_in_place(const OpDef& op, TensorList in) {
   const Tensor& target = in[0];
   if (!context().grad_enabled) return Tensor();
@@ -400,9 +401,20 @@ Tensor Node::attached_output(int i) {
   return t;
 }
 
+namespace {
+struct InPlaceCheckMode final : DispatchMode {
+  Tensor before_write(const OpDef& op, TensorList in) override { return prepare_in_place(op, in); }
+};
+struct AutogradMode final : DispatchMode {
+  void after(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) override { record(op, in, out, attrs); }
+};
+}  // namespace
+
 void install_autograd() {
-  set_dispatch_hook(record);
-  set_in_place_hook(prepare_in_place);
+  static InPlaceCheckMode check;
+  static AutogradMode autograd;
+  install_mode(ModeKind::InPlaceCheck, &check);
+  install_mode(ModeKind::Autograd, &autograd);
 }
 
 Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,

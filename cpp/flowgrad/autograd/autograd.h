@@ -80,7 +80,7 @@ class Node : public std::enable_shared_from_this<Node> {
 Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
                       CustomBackward backward);
 
-// Installs the dispatch hook (called once at module import).
+// Installs the in-place check and autograd dispatch modes (called once at module import).
 void install_autograd();
 
 bool grad_enabled();

@@ -1,5 +1,6 @@
 #include "flowgrad/ops/autocast.h"
 
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
@@ -34,6 +35,19 @@ std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device de
   cast_in.reserve(in.size());
   for (const Tensor& t : in) cast_in.push_back(eligible(t) ? cast(t, target) : t);
   return cast_in;
+}
+
+namespace {
+struct AutocastMode final : DispatchMode {
+  std::optional<Tensors> replace_inputs(const OpDef& op, TensorList in, Device device) override {
+    return autocast_inputs(op, in, device);
+  }
+};
+}  // namespace
+
+void install_autocast() {
+  static AutocastMode mode;
+  install_mode(ModeKind::Autocast, &mode);
 }
 
 }  // namespace fg

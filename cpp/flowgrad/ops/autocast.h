@@ -22,6 +22,8 @@ void set_autocast_state(DeviceType type, AutocastState state);
 // The inputs op should run on under the current thread's autocast state, or nothing when they
 // are already right (the common case: autocast off, or a follow-inputs op).
 std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device device);
+// Installs the autocast dispatch mode, which applies autocast_inputs (once, at module import).
+void install_autocast();
 
 // AutocastScope off({}) (core/context.h) turns autocast off for a scope (the autograd engine:
 // gradients follow the forward's dtypes).
