@@ -1,13 +1,17 @@
-// The execution context: Scoped<&ExecContext::field> sets a field for a scope and restores it,
+// The execution context and the dispatch mode stack. Scoped<&ExecContext::field> sets a field for a scope and restores it,
 // also when the scope is left by an exception; each thread starts from the defaults.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/context.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/ops/dispatch.h"
 
 namespace fg {
 namespace {
@@ -74,6 +78,57 @@ TEST(ExecContext, EachThreadStartsFromTheDefaults) {
   EXPECT_TRUE(other_grad);
   EXPECT_FALSE(other_stream);
   EXPECT_FALSE(context().grad_enabled);
+}
+
+}  // namespace
+}  // namespace fg
+
+// The dispatch mode stack (ops/dispatch.h): a trace mode pushed by a ModeGuard sees every op
+// run_op runs and every host read, the innermost first, and nothing once its guard is gone.
+namespace fg {
+namespace {
+
+struct Recorder final : OpObserver {
+  std::vector<std::string>* log;
+  std::string tag;
+  Recorder(std::vector<std::string>* log, std::string tag) : log(log), tag(std::move(tag)) {}
+  void on_op(const OpDef& op, TensorList, const Tensors&, const Attrs&) override { log->push_back(tag + op.name); }
+  void on_host_read(const Tensor&, const char* what) override { log->push_back(tag + what); }
+};
+
+TEST(ModeStack, TraceModesSeeOpsInnermostFirstWhileTheirGuardsLive) {
+  std::vector<std::string> log;
+  Recorder outer(&log, "outer:"), inner(&log, "inner:");
+  Tensor a = Tensor::empty({2}, DType::Float32, cpu_device());
+  {
+    ModeGuard on_outer(&outer);
+    {
+      std::optional<ModeGuard> on_inner(std::in_place, &inner);
+      run_op(op_def(OpId::neg), {a});
+      notify_host_read(a, "item");
+      on_inner.reset();
+    }
+    run_op(op_def(OpId::neg), {a});
+  }
+  run_op(op_def(OpId::neg), {a});
+  std::vector<std::string> expected{"inner:neg", "outer:neg", "inner:item", "outer:item", "outer:neg"};
+  EXPECT_EQ(log, expected);
+}
+
+TEST(ModeStack, GuardsMayEndOutOfOrder) {
+  std::vector<std::string> log;
+  Recorder first(&log, "first:"), second(&log, "second:");
+  Tensor a = Tensor::empty({1}, DType::Float32, cpu_device());
+  auto on_first = std::make_unique<ModeGuard>(&first);
+  ModeGuard on_second(&second);
+  on_first.reset();  // the lower guard ends first (a tracer stopped early)
+  run_op(op_def(OpId::neg), {a});
+  EXPECT_EQ(log, std::vector<std::string>{"second:neg"});
+}
+
+TEST(ModeStack, ResidentKindsCannotTakeATraceMode) {
+  Recorder r(nullptr, "");
+  EXPECT_THROW(install_mode(ModeKind::Trace, &r), std::exception);
 }
 
 }  // namespace
