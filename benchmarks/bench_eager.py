@@ -32,13 +32,17 @@ except ImportError:
     torch = None
 
 
-def per_call_us(fn, number=2000):
-    """Microseconds per call of fn over `number` calls (one timed loop)."""
+def per_call_us(fn, number=1000, loops=5):
+    """Microseconds per call of fn: the best of `loops` timed loops of `number` calls (on a loaded
+    machine the best loop is the one least interrupted)."""
     fn()
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number * 1e6
+    best = float("inf")
+    for _ in range(loops):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best / number * 1e6
 
 
 def stage_cases():
