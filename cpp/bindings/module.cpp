@@ -5,6 +5,7 @@
 #include "common.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/runtime.h"
+#include "flowgrad/ops/autocast.h"
 
 namespace fg::py_bind {
 namespace {
@@ -91,6 +92,7 @@ void bind_dtypes(py::module_& m) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "flowgrad's C++ engine: tensors, ops, autograd.";
+  install_autocast();
   install_autograd();
   cuda::install();  // the caching allocator behind CUDA storage
   num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS

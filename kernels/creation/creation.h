@@ -52,11 +52,11 @@ void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out);
 void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out);
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                  int64_t low, int64_t high, void* out);
-// While a plan is captured into a CUDA graph, random fills on this thread read their key and base
+// While a plan is captured into a CUDA graph (a CapturePhilox scope, core/context.h, holds
+// `counter`), random fills on this thread read their key and base
 // counter from device memory, `counter` = {seed, base} (nullptr: off), and take `offset` as the
 // distance from base; advance_philox_cuda moves base on inside the graph, so every replay draws
 // fresh values without host work.
-void set_capture_philox(const uint64_t* counter);
 void advance_philox_cuda(uint64_t* counter, uint64_t by);
 
 }  // namespace fg

@@ -1,5 +1,6 @@
 // CUDA creation kernels: fills with the CPU's value conversion and Philox random fills with the
 // CPU's per-element function, so the same seed gives the same tensor on every device.
+#include "flowgrad/core/context.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise_dispatch.h"
@@ -28,8 +29,6 @@ __global__ void random_counter_kernel(RandomKind kind, const uint64_t* counter, 
 
 __global__ void advance_counter(uint64_t* counter, uint64_t by) { counter[1] += by; }
 
-thread_local const uint64_t* t_capture_counter = nullptr;
-
 template <class T>
 __global__ void arange_kernel(double start, double step, int64_t n, T* out) {
   FG_GRID_LOOP(i, n) out[i] = static_cast<T>(arange_element(start, step, i));
@@ -46,8 +45,6 @@ __global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols
 }
 
 }  // namespace
-
-void set_capture_philox(const uint64_t* counter) { t_capture_counter = counter; }
 
 void advance_philox_cuda(uint64_t* counter, uint64_t by) {
   advance_counter<<<1, 1, 0, kernel_stream()>>>(counter, by);
@@ -84,11 +81,12 @@ void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out) {
 void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
                  void* out) {
   if (n == 0) return;
+  const uint64_t* capture_counter = context().capture_philox;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::DType, "random fill on cuda: bool is not a random dtype");
-    else if (t_capture_counter)
-      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, t_capture_counter, offset, n, low,
+    else if (capture_counter)
+      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, capture_counter, offset, n, low,
                                                                              high, static_cast<T*>(out));
     else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
   });

@@ -247,3 +247,37 @@ def test_long_chains_are_freed_without_recursion():
         print("freed")  # `kept` and its graph die at interpreter exit
     """)
     assert out.strip() == "freed"
+
+
+def test_an_exception_inside_no_grad_or_a_failing_backward_restores_the_context():
+    """Grad mode, autocast and the RNG generator are the thread's execution context: a scope left
+    by an exception (a no_grad block, a backward whose recomputation raises while the engine has
+    suspended autocast) leaves every one of them as it was."""
+    x = leaf([1.0, 2.0])
+    with pytest.raises(ValueError, match="inside no_grad"):
+        with fg.no_grad():
+            raise ValueError("inside no_grad")
+    assert fg.is_grad_enabled() and (x * 2).requires_grad
+
+    class FailsOnRecompute(fg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, v):
+            self.calls += 1
+            if self.calls == 2:
+                fg.rand((4,))  # moves the replay's private generator, never the global one
+                raise ValueError("recomputation failed")
+            return v * 3
+
+    fg.manual_seed(11)
+    loss = fg.nn.Checkpoint(FailsOnRecompute())(fg.tensor(np.ones(3, np.float32), requires_grad=True)).sum()
+    rng = fg.get_rng_state()
+    with fg.autocast("cpu", fg.float16):
+        with pytest.raises(ValueError, match="recomputation failed"):
+            loss.backward()
+        assert fg.is_autocast_enabled("cpu") and fg.get_autocast_dtype("cpu") == fg.float16
+    assert not fg.is_autocast_enabled("cpu")
+    assert fg.get_rng_state() == rng
+    assert fg.is_grad_enabled()

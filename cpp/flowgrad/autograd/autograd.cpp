@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "flowgrad/ops/autocast.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
@@ -13,7 +14,6 @@
 namespace fg {
 namespace {
 
-thread_local bool t_grad_enabled = true;
 std::atomic<bool> g_anomaly{false};
 std::atomic<uint64_t> g_sequence{0};
 // The node whose backward rule is running on this thread: ops it calls are reported as its backward.
@@ -62,7 +62,7 @@ bool differentiable_input(const OpDef& op, size_t i) { return !((op.nondiff_inpu
 
 // Whether record() will make a node for this call (the op's inputs as they are before it runs).
 bool records(const OpDef& op, TensorList in) {
-  if (!t_grad_enabled || !op.backward) return false;
+  if (!context().grad_enabled || !op.backward) return false;
   for (size_t i = 0; i < in.size(); ++i)
     if (differentiable_input(op, i) && requires_grad(in[i])) return true;
   return false;
@@ -72,7 +72,7 @@ void watch_version(Node& node, const Tensor& t, bool output, int index) {
   if (t.defined()) node.versions.push_back({t.storage(), t.storage()->version(), output, index});
 }
 
-// The dispatch hook: anomaly checks, then a tape node when a differentiable input needs it. An
+// The autograd mode (ops/dispatch.h): anomaly checks, then a tape node when a differentiable input needs it. An
 // in-place op's input 0 is out[0] (its autograd identity, not yet moved to this node); `in[0]`
 // holds its values from before the write, or nothing (see run_op).
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
@@ -104,10 +104,10 @@ void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   attach_outputs(node, out);
 }
 
-// The in-place hook (before the write): PyTorch's rules for in-place ops under autograd.
+// The in-place check mode (before the write): PyTorch's rules for in-place ops under autograd.
 Tensor prepare_in_place(const OpDef& op, TensorList in) {
   const Tensor& target = in[0];
-  if (!t_grad_enabled) return Tensor();
+  if (!context().grad_enabled) return Tensor();
   if (requires_grad(target)) {
     FG_CHECK(!is_leaf(target), Value, op.name, ": a leaf tensor that requires grad cannot be modified in place; "
              "wrap the update in fg.no_grad()");
@@ -266,7 +266,7 @@ class Engine {
     const char* outer = t_backward_of;
     t_backward_of = node->name();
     Tensors input_grads;
-    AutocastSuspend autocast_off;  // gradients follow the dtypes of the forward
+    AutocastScope autocast_off({});  // gradients follow the dtypes of the forward
     try {
       input_grads = node->custom ? node->custom(grads) : node->op->backward(ctx);
     } catch (...) {
@@ -401,9 +401,20 @@ Tensor Node::attached_output(int i) {
   return t;
 }
 
+namespace {
+struct InPlaceCheckMode final : DispatchMode {
+  Tensor before_write(const OpDef& op, TensorList in) override { return prepare_in_place(op, in); }
+};
+struct AutogradMode final : DispatchMode {
+  void after(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) override { record(op, in, out, attrs); }
+};
+}  // namespace
+
 void install_autograd() {
-  set_dispatch_hook(record);
-  set_in_place_hook(prepare_in_place);
+  static InPlaceCheckMode check;
+  static AutogradMode autograd;
+  install_mode(ModeKind::InPlaceCheck, &check);
+  install_mode(ModeKind::Autograd, &autograd);
 }
 
 Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
@@ -412,7 +423,7 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
   for (const Tensor& t : outputs) result.push_back(t.alias());
   bool needed = false;
   for (const Tensor& t : inputs) needed |= requires_grad(t);
-  if (!t_grad_enabled || !needed) return result;
+  if (!context().grad_enabled || !needed) return result;
   auto node = std::make_shared<Node>();
   node->custom = std::move(backward);
   node->custom_name = name;
@@ -425,8 +436,8 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
   return result;
 }
 
-bool grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool grad_enabled() { return context().grad_enabled; }
+void set_grad_enabled(bool enabled) { context().grad_enabled = enabled; }
 bool anomaly_enabled() { return g_anomaly.load(); }
 void set_anomaly_enabled(bool enabled) { g_anomaly = enabled; }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "flowgrad/core/context.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg {
@@ -79,24 +80,14 @@ class Node : public std::enable_shared_from_this<Node> {
 Tensors record_custom(const std::string& name, const Tensors& inputs, const Tensors& outputs,
                       CustomBackward backward);
 
-// Installs the dispatch hook (called once at module import).
+// Installs the in-place check and autograd dispatch modes (called once at module import).
 void install_autograd();
 
 bool grad_enabled();
-void set_grad_enabled(bool enabled);
+void set_grad_enabled(bool enabled);  // the Python fg.set_grad_enabled; C++ takes a GradModeGuard
+// GradModeGuard (core/context.h) sets this thread's grad mode for a scope, exceptions included:
+// the one way C++ code switches recording on or off.
 
-// Sets this thread's grad mode while alive and restores the previous one on exit, exceptions
-// included: the one way C++ code switches recording on or off for a scope.
-class GradModeGuard {
- public:
-  explicit GradModeGuard(bool enabled) : previous_(grad_enabled()) { set_grad_enabled(enabled); }
-  ~GradModeGuard() { set_grad_enabled(previous_); }
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
-
- private:
-  bool previous_;
-};
 bool anomaly_enabled();
 void set_anomaly_enabled(bool enabled);
 

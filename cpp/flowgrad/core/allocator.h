@@ -18,8 +18,8 @@ struct AllocatorStats {
 // compiled plan compares it before and after its instructions to prove they allocate nothing.
 uint64_t storage_allocations();
 
-// A block that serves this thread's Storage::allocate calls on `device` while installed: a
-// compiled plan installs one around each kernel call so the temporaries a kernel wrapper makes
+// A block that serves this thread's Storage::allocate calls on `device` while installed (a
+// ScratchScope, core/context.h): a compiled plan installs one around each kernel call so the temporaries a kernel wrapper makes
 // (contiguous copies, casts, widened indices) come from bytes reserved once, not from the
 // allocator. With capacity 0 it only measures: `peak` is the most bytes one kernel asked for.
 struct KernelScratch {
@@ -29,8 +29,6 @@ struct KernelScratch {
   size_t peak = 0;   // the largest `used` seen
   Device device;
 };
-// Installs `scratch` for this thread (nullptr removes it); returns the previous one.
-KernelScratch* set_kernel_scratch(KernelScratch* scratch);
 
 class CpuAllocator {
  public:

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "flowgrad/core/env.h"
@@ -20,13 +21,15 @@ std::mutex& rng_mutex() {
   static std::mutex m;
   return m;
 }
-thread_local RngState* t_stream = nullptr;  // set by RngStream
 
 RngState& global_rng() {
   static RngState state{std::random_device{}() | (uint64_t{std::random_device{}()} << 32), 0};
   return state;
 }
-RngState& rng() { return t_stream ? *t_stream : global_rng(); }
+RngState& rng() {
+  std::optional<RngState>& stream = context().rng_stream;  // set by RngStream
+  return stream ? *stream : global_rng();
+}
 
 }  // namespace
 
@@ -56,9 +59,6 @@ void set_rng_state(RngState s) {
   std::lock_guard<std::mutex> lock(rng_mutex());
   rng() = s;
 }
-
-RngStream::RngStream(RngState state) : state_(state), previous_(t_stream) { t_stream = &state_; }
-RngStream::~RngStream() { t_stream = previous_; }
 
 uint64_t rng_reserve(uint64_t counters) {
   std::lock_guard<std::mutex> lock(rng_mutex());

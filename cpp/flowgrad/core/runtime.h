@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "flowgrad/core/context.h"  // RngState, RngStream
+
 namespace fg {
 
 // Threads used by CPU kernels and BLAS; starts at FLOWGRAD_NUM_THREADS (default: cores).
@@ -10,27 +12,11 @@ void set_num_threads(int n);
 
 // Global Philox generator: every random tensor draws `numel` counters starting at the
 // returned offset, so (seed, offset) decides its values on any device.
-struct RngState {
-  uint64_t seed;
-  uint64_t offset;
-};
 void manual_seed(uint64_t seed);
 RngState rng_state();
 void set_rng_state(RngState s);
 uint64_t rng_reserve(uint64_t counters);  // returns the first counter and advances the state
 
-// While alive, random ops on this thread draw from a private generator starting at `state`
-// instead of the global one (independent branches running concurrently stay deterministic).
-class RngStream {
- public:
-  explicit RngStream(RngState state);
-  ~RngStream();
-  RngStream(const RngStream&) = delete;
-  RngStream& operator=(const RngStream&) = delete;
-
- private:
-  RngState state_;
-  RngState* previous_;
-};
+// RngStream (core/context.h) makes random ops on this thread draw from a private generator.
 
 }  // namespace fg

@@ -5,12 +5,12 @@
 #include <utility>
 
 #include "flowgrad/core/allocator.h"
+#include "flowgrad/core/context.h"
 #include "flowgrad/core/errors.h"
 
 namespace fg {
 namespace {
 std::atomic<uint64_t> g_allocations{0};
-thread_local KernelScratch* t_scratch = nullptr;
 
 constexpr size_t kScratchAlign = 64;
 
@@ -19,8 +19,6 @@ DeviceAllocatorHooks& cuda_hooks() {
   return hooks;
 }
 }  // namespace
-
-KernelScratch* set_kernel_scratch(KernelScratch* scratch) { return std::exchange(t_scratch, scratch); }
 
 uint64_t storage_allocations() { return g_allocations.load(std::memory_order_relaxed); }
 
@@ -32,7 +30,7 @@ Storage::Storage(Key) {
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  if (KernelScratch* scratch = t_scratch; scratch && bytes > 0 && scratch->device == device) {
+  if (KernelScratch* scratch = context().scratch; scratch && bytes > 0 && scratch->device == device) {
     size_t at = scratch->used;
     scratch->used += (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
     scratch->peak = std::max(scratch->peak, scratch->used);

@@ -75,8 +75,7 @@ void Event::wait(StreamHandle) const { no_streams("Event.wait"); }
 void Event::synchronize() const { no_streams("Event.synchronize"); }
 bool Event::query() const { no_streams("Event.query"); }
 double Event::elapsed_ms(const Event&) const { no_streams("Event.elapsed_time"); }
-StreamGuard::StreamGuard(int device, StreamHandle) : device_(device), previous_(0) { no_streams("fg.cuda.stream"); }
-StreamGuard::~StreamGuard() {}
+StreamGuard::StreamGuard(int, StreamHandle) : Scoped(context().streams) { no_streams("fg.cuda.stream"); }
 Fork::Fork(int device, int) : device_(device), origin_(0) { no_streams("branches on CUDA streams"); }
 Fork::~Fork() {}
 void Fork::join() {}

@@ -14,7 +14,7 @@
 namespace fg::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = kMaxContextDevices;
 
 void check_device(int device, const char* what) {
   std::string why;
@@ -27,7 +27,12 @@ void check_device(int device, const char* what) {
 cudaStream_t as_stream(StreamHandle h) { return reinterpret_cast<cudaStream_t>(h); }
 cudaEvent_t as_event(uintptr_t e) { return reinterpret_cast<cudaEvent_t>(e); }
 
-thread_local std::array<StreamHandle, kMaxDevices> t_current{};  // 0: the legacy default stream
+// This thread's current streams (the context's) with `device`'s replaced.
+std::array<StreamHandle, kMaxDevices> with_stream(int device, StreamHandle handle) {
+  std::array<StreamHandle, kMaxDevices> streams = context().streams;
+  streams.at(device) = handle;
+  return streams;
+}
 
 }  // namespace
 
@@ -67,7 +72,7 @@ std::shared_ptr<Stream> create_stream(int device, int priority) {
 
 std::shared_ptr<Stream> current_stream(int device) {
   check_device(device, "fg.cuda.current_stream");
-  return std::make_shared<Stream>(device, t_current[device], false);
+  return std::make_shared<Stream>(device, context().streams[device], false);
 }
 
 std::shared_ptr<Stream> default_stream(int device) {
@@ -77,11 +82,11 @@ std::shared_ptr<Stream> default_stream(int device) {
 
 void set_current_stream(int device, StreamHandle handle) {
   FG_CHECK(device >= 0 && device < kMaxDevices, Device, "fg.cuda.set_stream: cuda:", device, " is out of range");
-  t_current[device] = handle;
+  context().streams[device] = handle;
 }
 
 StreamHandle current_stream_handle(int device) {
-  return device >= 0 && device < kMaxDevices ? t_current[device] : 0;
+  return device >= 0 && device < kMaxDevices ? context().streams[device] : 0;
 }
 
 StreamHandle launch_stream() {
@@ -199,10 +204,7 @@ double Event::elapsed_ms(const Event& end) const {
   return ms;
 }
 
-StreamGuard::StreamGuard(int device, StreamHandle handle) : device_(device), previous_(t_current.at(device)) {
-  t_current[device] = handle;
-}
-StreamGuard::~StreamGuard() { t_current[device_] = previous_; }
+StreamGuard::StreamGuard(int device, StreamHandle handle) : Scoped(with_stream(device, handle)) {}
 
 namespace {
 
@@ -232,7 +234,7 @@ void order(StreamHandle from, StreamHandle to) {
 
 }  // namespace
 
-Fork::Fork(int device, int count) : device_(device), origin_(t_current.at(device)) {
+Fork::Fork(int device, int count) : device_(device), origin_(context().streams.at(device)) {
   DeviceScope scope(device);
   for (int i = 0; i < count; ++i) {
     branches_.push_back(branch_stream(device, origin_, i));

@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "flowgrad/core/context.h"
+
 namespace fg::cuda {
 
 using StreamHandle = uintptr_t;  // a cudaStream_t; 0 is the legacy default stream
@@ -101,17 +103,11 @@ class Event {
   uintptr_t event_ = 0;
 };
 
-// Makes `handle` the current stream of `device` for the scope.
-class StreamGuard {
+// Makes `handle` the current stream of `device` for the scope (a Scoped over the context's
+// streams, so every device's current stream is restored on exit).
+class StreamGuard : public Scoped<&ExecContext::streams> {
  public:
   StreamGuard(int device, StreamHandle handle);
-  ~StreamGuard();
-  StreamGuard(const StreamGuard&) = delete;
-  StreamGuard& operator=(const StreamGuard&) = delete;
-
- private:
-  int device_;
-  StreamHandle previous_;
 };
 
 // Fork/join of level-parallel branches: `count` branch streams wait for the work queued on the

@@ -496,7 +496,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
     std::optional<cuda::DeviceGuard> on_device;  // a pool thread's current device is cuda:0
     std::optional<cuda::StreamGuard> on_branch;
     if (fork) on_device.emplace(fork->device()), on_branch.emplace(fork->device(), fork->branch(i));
-    RngStream stream({mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
+    RngStream stream(RngState{mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
     try {
       timed(ids[i]);
     } catch (...) {

@@ -1,29 +1,26 @@
 #include "flowgrad/ops/autocast.h"
 
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
 namespace {
 
-thread_local AutocastState t_state[2];  // indexed by DeviceType::CPU, DeviceType::CUDA
-thread_local bool t_any = false;       // either enabled: the fast exit of autocast_inputs
 
 size_t slot(DeviceType type) { return type == DeviceType::CPU ? 0 : 1; }
 
 }  // namespace
 
-AutocastState autocast_state(DeviceType type) { return t_state[slot(type)]; }
+AutocastState autocast_state(DeviceType type) { return context().autocast[slot(type)]; }
 
 void set_autocast_state(DeviceType type, AutocastState state) {
   FG_CHECK(is_half(state.dtype), Value, "autocast: dtype must be bfloat16 or float16, got ", dtype_name(state.dtype));
-  t_state[slot(type)] = state;
-  t_any = t_state[0].enabled || t_state[1].enabled;
+  context().autocast[slot(type)] = state;
 }
 
 std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device device) {
-  if (!t_any || in.empty()) return std::nullopt;
-  const AutocastState& state = t_state[slot(device.type)];
-  if (!state.enabled) return std::nullopt;
+  const AutocastState& state = context().autocast[slot(device.type)];
+  if (!state.enabled || in.empty()) return std::nullopt;
   AutocastPolicy policy = autocast_policy(op.id);
   if (policy == AutocastPolicy::FollowInputs) return std::nullopt;
   DType target = policy == AutocastPolicy::LowPrecision ? state.dtype : DType::Float32;
@@ -40,15 +37,17 @@ std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device de
   return cast_in;
 }
 
-AutocastSuspend::AutocastSuspend() : saved_{t_state[0], t_state[1]} {
-  t_state[0].enabled = t_state[1].enabled = false;
-  t_any = false;
-}
+namespace {
+struct AutocastMode final : DispatchMode {
+  std::optional<Tensors> replace_inputs(const OpDef& op, TensorList in, Device device) override {
+    return autocast_inputs(op, in, device);
+  }
+};
+}  // namespace
 
-AutocastSuspend::~AutocastSuspend() {
-  t_state[0] = saved_[0];
-  t_state[1] = saved_[1];
-  t_any = t_state[0].enabled || t_state[1].enabled;
+void install_autocast() {
+  static AutocastMode mode;
+  install_mode(ModeKind::Autocast, &mode);
 }
 
 }  // namespace fg

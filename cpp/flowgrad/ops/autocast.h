@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "flowgrad/core/context.h"
 #include "flowgrad/core/device.h"
 #include "flowgrad/core/dtype.h"
 #include "flowgrad/ops/registry.h"
@@ -14,28 +15,17 @@
 namespace fg {
 
 // An op's policy is its op table row's (autocast_policy(op.id), op_table.h).
-struct AutocastState {
-  bool enabled = false;
-  DType dtype = DType::BFloat16;
-};
-// Per thread and device type (cpu, cuda), like torch.autocast.
+// The state (AutocastState, core/context.h) is per thread and device type (cpu, cuda), like torch.autocast.
 AutocastState autocast_state(DeviceType type);
 void set_autocast_state(DeviceType type, AutocastState state);
 
 // The inputs op should run on under the current thread's autocast state, or nothing when they
 // are already right (the common case: autocast off, or a follow-inputs op).
 std::optional<Tensors> autocast_inputs(const OpDef& op, TensorList in, Device device);
+// Installs the autocast dispatch mode, which applies autocast_inputs (once, at module import).
+void install_autocast();
 
-// Turns autocast off for the scope (the autograd engine: gradients follow the forward's dtypes).
-class AutocastSuspend {
- public:
-  AutocastSuspend();
-  ~AutocastSuspend();
-  AutocastSuspend(const AutocastSuspend&) = delete;
-  AutocastSuspend& operator=(const AutocastSuspend&) = delete;
-
- private:
-  AutocastState saved_[2];
-};
+// AutocastScope off({}) (core/context.h) turns autocast off for a scope (the autograd engine:
+// gradients follow the forward's dtypes).
 
 }  // namespace fg

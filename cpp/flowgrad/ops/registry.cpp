@@ -7,20 +7,17 @@
 #include <sstream>
 
 #include "flowgrad/cuda/stream.h"
-#include "flowgrad/ops/autocast.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/kernel_args.h"
 
 namespace fg {
 namespace {
 
-DispatchHook g_hook = nullptr;
-InPlaceHook g_in_place_hook = nullptr;
+// One stack per mode kind, innermost on top (linked through DispatchMode::outer_).
+std::array<std::atomic<DispatchMode*>, kModeKinds> g_modes{};
+std::mutex g_modes_mutex;  // changes to every stack, and walks of the trace stack
 
-// Observers are few and change only around a compile; readers take the lock only when one is
-// installed (the flag), so eager dispatch pays one relaxed load.
-std::mutex g_observers_mutex;
-std::vector<OpObserver*> g_observers;
-std::atomic<bool> g_observed{false};
+std::atomic<DispatchMode*>& top(ModeKind kind) { return g_modes[static_cast<size_t>(kind)]; }
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
@@ -72,11 +69,31 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in,
 // NumPy's same_kind casting: bool -> integer -> floating, never back.
 int kind_rank(DType dt) { return dt == DType::Bool ? 0 : is_integral(dt) ? 1 : 2; }
 
-// Tells the op observers (the compile tracer) about a call that ran.
-void notify_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
-  if (!g_observed.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(g_observers_mutex);
-  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_op(op, in, out, attrs);
+}  // namespace
+
+// Calls f on each mode of `kind`, innermost first. Resident kinds are walked without the lock
+// (their modes are never removed); an empty stack costs one load.
+struct ModeWalk {
+  template <class F>
+  static void each(ModeKind kind, F&& f) {
+    DispatchMode* mode = top(kind).load(std::memory_order_acquire);
+    if (!mode) return;
+    if (kind != ModeKind::Trace) {
+      for (; mode; mode = mode->outer_) f(*mode);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(g_modes_mutex);
+    for (mode = top(kind).load(); mode; mode = mode->outer_) f(*mode);
+  }
+};
+
+namespace {
+
+// The modes after a kernel: autograd sees `recorded_in` (an in-place op's input 0 as it was
+// before the write), the trace the inputs as passed.
+void after_op(const OpDef& op, TensorList recorded_in, TensorList traced_in, Tensors& out, const Attrs& attrs) {
+  ModeWalk::each(ModeKind::Autograd, [&](DispatchMode& m) { m.after(op, recorded_in, out, attrs); });
+  ModeWalk::each(ModeKind::Trace, [&](DispatchMode& m) { m.after(op, traced_in, out, attrs); });
 }
 
 // Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
@@ -91,7 +108,10 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
            to_string(specs[0].shape), " but the tensor written in place has shape ", to_string(target.shape()));
   FG_CHECK(kind_rank(specs[0].dtype) <= kind_rank(target.dtype()), DType, op.name, ": the result type ",
            dtype_name(specs[0].dtype), " cannot be written in place into ", describe(target));
-  Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
+  Tensor original;  // input 0's values before the write, when a check keeps them
+  ModeWalk::each(ModeKind::InPlaceCheck, [&](DispatchMode& m) {
+    if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
+  });
   Tensors args = in.vec();
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
@@ -103,12 +123,9 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
     copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
   bump_version(target);
   Tensors out{target};
-  notify_op(op, in, out, attrs);
-  if (g_hook) {
-    Tensors seen = in.vec();  // input 0 as it was before the write (see DispatchHook)
-    seen[0] = original;
-    g_hook(op, seen, out, attrs);
-  }
+  Tensors recorded = in.vec();
+  recorded[0] = original;
+  after_op(op, recorded, in, out, attrs);
   return out;
 }
 
@@ -176,31 +193,42 @@ std::span<const OpDef* const> all_ops() {
   return ops;
 }
 
-void set_dispatch_hook(DispatchHook hook) { g_hook = hook; }
-void set_in_place_hook(InPlaceHook hook) { g_in_place_hook = hook; }
-
-void push_op_observer(OpObserver* observer) {
-  std::lock_guard<std::mutex> lock(g_observers_mutex);
-  g_observers.push_back(observer);
-  g_observed = true;
+void install_mode(ModeKind kind, DispatchMode* mode) {
+  FG_CHECK(kind != ModeKind::Trace, Runtime, "internal error: trace modes are pushed by a ModeGuard");
+  std::lock_guard<std::mutex> lock(g_modes_mutex);
+  mode->outer_ = top(kind).load();
+  top(kind).store(mode, std::memory_order_release);
 }
 
-void pop_op_observer(OpObserver* observer) {
-  std::lock_guard<std::mutex> lock(g_observers_mutex);
-  g_observers.erase(std::remove(g_observers.begin(), g_observers.end(), observer), g_observers.end());
-  g_observed = !g_observers.empty();
+ModeGuard::ModeGuard(DispatchMode* mode) : mode_(mode) {
+  std::lock_guard<std::mutex> lock(g_modes_mutex);
+  mode->outer_ = top(ModeKind::Trace).load();
+  top(ModeKind::Trace).store(mode, std::memory_order_release);
+}
+
+ModeGuard::~ModeGuard() {  // guards may end out of order (a tracer stopped early): unlink, wherever it is
+  std::lock_guard<std::mutex> lock(g_modes_mutex);
+  std::atomic<DispatchMode*>& head = top(ModeKind::Trace);
+  if (head.load() == mode_) {
+    head.store(mode_->outer_);
+    return;
+  }
+  for (DispatchMode* m = head.load(); m; m = m->outer_)
+    if (m->outer_ == mode_) m->outer_ = mode_->outer_;
 }
 
 void notify_host_read(const Tensor& t, const char* what) {
-  if (!g_observed.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(g_observers_mutex);
-  for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_host_read(t, what);
+  ModeWalk::each(ModeKind::Trace, [&](DispatchMode& m) { m.on_host_read(t, what); });
 }
 
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Device device = op_device(op, in, attrs);
-  if (std::optional<Tensors> cast_in = autocast_inputs(op, in, device)) return run_op(op, *cast_in, attrs);
+  std::optional<Tensors> replaced;
+  ModeWalk::each(ModeKind::Autocast, [&](DispatchMode& m) {
+    if (!replaced) replaced = m.replace_inputs(op, in, device);
+  });
+  if (replaced) return run_op(op, *replaced, attrs);
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
@@ -222,8 +250,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   }
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) bump_version(in[i]);
-  notify_op(op, in, out, attrs);
-  if (g_hook) g_hook(op, in, out, attrs);
+  after_op(op, in, in, out, attrs);
   return out;
 }
 

@@ -210,35 +210,13 @@ namespace op_rows {
 }  // namespace op_rows
 #define FG_REGISTER(NAME) const OpDef* const op_rows::NAME = &k_##NAME
 
-// Runs an op: device check, shape rule, kernel, then the dispatch hook (autograd recording).
+// Runs an op: device check, shape rule and kernel, inside the dispatch modes (ops/dispatch.h).
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs = {});
 inline Tensor run_op1(const OpDef& op, TensorList in, const Attrs& attrs = {}) {
   return run_op(op, in, attrs)[0];
 }
 
-// Called after every op with its inputs and outputs; installed by the autograd layer. For an
-// in-place op, out[0] is the written tensor and in[0] stands for its values before the write:
-// the copy the in-place hook returned, or an undefined tensor.
-using DispatchHook = void (*)(const OpDef& op, TensorList in, Tensors& out,
-                              const Attrs& attrs);
-void set_dispatch_hook(DispatchHook hook);
-// Called before an in-place op writes; installed by the autograd layer. Raises when autograd
-// forbids the write; returns a copy of input 0 when the backward rule will read its old values
-// (kSavesOriginal and the op is being recorded), else an undefined tensor.
-using InPlaceHook = Tensor (*)(const OpDef& op, TensorList in);
-void set_in_place_hook(InPlaceHook hook);
-
-// Observers beside autograd (the compile tracer): told of every op after it ran, and of every
-// host read of a tensor's values. A stack: the innermost observer sees calls first.
-class OpObserver {
- public:
-  virtual ~OpObserver() = default;
-  virtual void on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) = 0;
-  virtual void on_host_read(const Tensor& t, const char* what) = 0;
-};
-void push_op_observer(OpObserver* observer);
-void pop_op_observer(OpObserver* observer);
-// Tells the observers that `what` reads t's values on the host (item, numpy, tolist...).
+// Tells the trace modes (ops/dispatch.h) that `what` reads t's values on the host (item, numpy...).
 void notify_host_read(const Tensor& t, const char* what);
 
 }  // namespace fg

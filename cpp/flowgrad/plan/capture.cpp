@@ -93,10 +93,7 @@ std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() 
   auto* counter = philox_.defined() ? static_cast<uint64_t*>(philox_.data_ptr()) : nullptr;
   return [this, counter, advance](const std::function<void(int)>& progress) {
 #if defined(FLOWGRAD_HAVE_CUDA)
-    set_capture_philox(counter);
-    struct Reset {
-      ~Reset() { set_capture_philox(nullptr); }
-    } reset;
+    CapturePhilox on_device(counter);
     plan_.execute(&progress);
     if (counter) advance_philox_cuda(counter, advance);
 #else

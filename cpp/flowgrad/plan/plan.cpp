@@ -39,13 +39,6 @@ void call_kernel(const void* p) {
   c->kernel(c->in, c->out, *c->attrs);
 }
 
-// Installs a plan's kernel scratch on this thread for the duration of a run.
-struct ScratchGuard {
-  KernelScratch* previous;
-  explicit ScratchGuard(KernelScratch* scratch) : previous(set_kernel_scratch(scratch)) {}
-  ~ScratchGuard() { set_kernel_scratch(previous); }
-};
-
 }  // namespace
 
 Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
@@ -210,7 +203,7 @@ void Plan::execute(const std::function<void(int)>* progress) {
   if (device_.is_cuda()) on_device.emplace(device_.index);
   const uint64_t allocations_before = storage_allocations();
   stats_.allocating.clear();
-  ScratchGuard guard(&scratch_);
+  ScratchScope guard(&scratch_);  // kernel temporaries of this run come from the plan's block
   for (const auto& branch : branches_) branch->taken = -1;
   for (int i = 0; i < static_cast<int>(code_.size()); ++i) {
     Instruction& ins = code_[i];

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -30,7 +31,7 @@
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/nn/call_scope.h"
-#include "flowgrad/ops/registry.h"
+#include "flowgrad/ops/dispatch.h"
 
 namespace fg::plan {
 
@@ -133,6 +134,7 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   std::mutex mutex_;
   std::vector<std::vector<TracedCall>> open_;  // blocks being traced, innermost last
   graph::ControlFlow* previous_ = nullptr;
+  std::optional<ModeGuard> trace_mode_;  // this tracer on the trace stack while active
   nn::CallObserver* previous_observer_ = nullptr;
   std::string source_;
   int origin();  // the current origin's index (under mutex_)

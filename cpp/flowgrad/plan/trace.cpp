@@ -15,7 +15,7 @@ thread_local std::vector<const nn::Module*> t_modules;
 }  // namespace
 
 Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) {
-  push_op_observer(this);
+  trace_mode_.emplace(this);
   previous_ = graph::control_flow();
   graph::set_control_flow(this);
   previous_observer_ = nn::call_observer();
@@ -28,7 +28,7 @@ void Tracer::stop() {
   if (!active_) return;
   active_ = false;
   rng_end = rng_state();
-  pop_op_observer(this);
+  trace_mode_.reset();
   graph::set_control_flow(previous_);
   nn::set_call_observer(previous_observer_);
 }

@@ -1,0 +1,135 @@
+// The execution context and the dispatch mode stack. Scoped<&ExecContext::field> sets a field for a scope and restores it,
+// also when the scope is left by an exception; each thread starts from the defaults.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "flowgrad/core/allocator.h"
+#include "flowgrad/core/context.h"
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/ops/dispatch.h"
+
+namespace fg {
+namespace {
+
+TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
+  ExecContext before = context();
+  KernelScratch scratch;
+  uint64_t counter[2] = {1, 2};
+  try {
+    GradModeGuard no_grad(!before.grad_enabled);
+    RngStream stream(RngState{7, 0});
+    ScratchScope on_scratch(&scratch);
+    CapturePhilox philox(counter);
+    AutocastScope autocast({AutocastState{true, DType::Float16}, AutocastState{}});
+    EXPECT_EQ(context().grad_enabled, !before.grad_enabled);
+    EXPECT_EQ(rng_reserve(5), 0u);  // the private stream, not the global generator
+    EXPECT_EQ(context().rng_stream->offset, 5u);
+    EXPECT_EQ(context().scratch, &scratch);
+    EXPECT_EQ(context().capture_philox, counter);
+    EXPECT_TRUE(context().autocast[0].enabled);
+    throw std::runtime_error("inside the scopes");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(context().grad_enabled, before.grad_enabled);
+  EXPECT_EQ(context().rng_stream.has_value(), before.rng_stream.has_value());
+  EXPECT_EQ(context().scratch, before.scratch);
+  EXPECT_EQ(context().capture_philox, before.capture_philox);
+  EXPECT_EQ(context().autocast[0].enabled, before.autocast[0].enabled);
+}
+
+TEST(ExecContext, NestedScopesRestoreInReverseOrder) {
+  bool start = context().grad_enabled;
+  {
+    GradModeGuard off(false);
+    {
+      GradModeGuard on(true);
+      EXPECT_TRUE(context().grad_enabled);
+      EXPECT_FALSE(on.previous());
+    }
+    EXPECT_FALSE(context().grad_enabled);
+  }
+  EXPECT_EQ(context().grad_enabled, start);
+}
+
+TEST(ExecContext, AnInnerRngStreamLeavesTheOuterOneWhereItWas) {
+  RngStream outer(RngState{3, 10});
+  {
+    RngStream inner(RngState{4, 0});
+    EXPECT_EQ(rng_reserve(100), 0u);
+  }
+  EXPECT_EQ(rng_reserve(1), 10u);
+  EXPECT_EQ(context().rng_stream->seed, 3u);
+}
+
+TEST(ExecContext, EachThreadStartsFromTheDefaults) {
+  GradModeGuard off(false);
+  ScratchScope on_scratch(nullptr);
+  bool other_grad = false;
+  bool other_stream = true;
+  std::thread([&] {
+    other_grad = context().grad_enabled;
+    other_stream = context().rng_stream.has_value();
+  }).join();
+  EXPECT_TRUE(other_grad);
+  EXPECT_FALSE(other_stream);
+  EXPECT_FALSE(context().grad_enabled);
+}
+
+}  // namespace
+}  // namespace fg
+
+// The dispatch mode stack (ops/dispatch.h): a trace mode pushed by a ModeGuard sees every op
+// run_op runs and every host read, the innermost first, and nothing once its guard is gone.
+namespace fg {
+namespace {
+
+struct Recorder final : OpObserver {
+  std::vector<std::string>* log;
+  std::string tag;
+  Recorder(std::vector<std::string>* log, std::string tag) : log(log), tag(std::move(tag)) {}
+  void on_op(const OpDef& op, TensorList, const Tensors&, const Attrs&) override { log->push_back(tag + op.name); }
+  void on_host_read(const Tensor&, const char* what) override { log->push_back(tag + what); }
+};
+
+TEST(ModeStack, TraceModesSeeOpsInnermostFirstWhileTheirGuardsLive) {
+  std::vector<std::string> log;
+  Recorder outer(&log, "outer:"), inner(&log, "inner:");
+  Tensor a = Tensor::empty({2}, DType::Float32, cpu_device());
+  {
+    ModeGuard on_outer(&outer);
+    {
+      std::optional<ModeGuard> on_inner(std::in_place, &inner);
+      run_op(op_def(OpId::neg), {a});
+      notify_host_read(a, "item");
+      on_inner.reset();
+    }
+    run_op(op_def(OpId::neg), {a});
+  }
+  run_op(op_def(OpId::neg), {a});
+  std::vector<std::string> expected{"inner:neg", "outer:neg", "inner:item", "outer:item", "outer:neg"};
+  EXPECT_EQ(log, expected);
+}
+
+TEST(ModeStack, GuardsMayEndOutOfOrder) {
+  std::vector<std::string> log;
+  Recorder first(&log, "first:"), second(&log, "second:");
+  Tensor a = Tensor::empty({1}, DType::Float32, cpu_device());
+  auto on_first = std::make_unique<ModeGuard>(&first);
+  ModeGuard on_second(&second);
+  on_first.reset();  // the lower guard ends first (a tracer stopped early)
+  run_op(op_def(OpId::neg), {a});
+  EXPECT_EQ(log, std::vector<std::string>{"second:neg"});
+}
+
+TEST(ModeStack, ResidentKindsCannotTakeATraceMode) {
+  Recorder r(nullptr, "");
+  EXPECT_THROW(install_mode(ModeKind::Trace, &r), std::exception);
+}
+
+}  // namespace
+}  // namespace fg
