@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/stream.h"
 
 namespace fg {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg {
 namespace {

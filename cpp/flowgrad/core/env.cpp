@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::env {
 namespace {

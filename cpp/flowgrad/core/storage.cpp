@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "flowgrad/core/allocator.h"
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg {
 namespace {

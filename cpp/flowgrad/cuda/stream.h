@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-namespace fg::cuda {
+#include "flowgrad/base/stream.h"
 
-using StreamHandle = uintptr_t;  // a cudaStream_t; 0 is the legacy default stream
+namespace fg::cuda {
 
 // A stream on one device. Owning streams are destroyed with the object (queued work still
 // finishes); the default stream and pool streams are not owned.

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <thread>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::dist {
 namespace {

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/attention/attention.h"
@@ -232,8 +231,7 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal) {
   check_attention_args(q, k, v, attn_mask);
-  // an additive mask that wants a gradient needs the (L, S) scores' gradient: composite
-  if (fused_problem(q, k, v, attn_mask) || (attn_mask.defined() && requires_grad(attn_mask)))
+  if (fused_problem(q, k, v, attn_mask))
     return scaled_dot_product_attention_composite(q, k, v, attn_mask, is_causal);
   Tensors in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);

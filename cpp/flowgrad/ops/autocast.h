@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "flowgrad/core/device.h"
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg {

@@ -232,7 +232,7 @@ constexpr OpDef binary_def(BackwardRule backward, Saved saved, const char* not_d
   constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(binary_backward_##NAME, Saved::SAVED, nullptr);
 #define FG_BINARY_NODIFF(NAME, FN, GROUPS, AUTOCAST, API, REASON, DOC) \
   constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(nullptr, Saved::Nothing, REASON);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 
 // ---- where, cast ----
 
@@ -291,7 +291,7 @@ const OpDef k_clamp_ = in_place(k_clamp, OpId::clamp_, kSavesOriginal);
 // Registration of this file's rows of the op table (ops.def).
 #define FG_UNARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
 #define FG_BINARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 FG_REGISTER(where);
 FG_REGISTER(cast);
 FG_REGISTER(add_);
@@ -314,7 +314,7 @@ FG_REGISTER(clamp_);
   Tensor NAME(const Tensor& a, const Tensor& b) { return run_op1(k_##NAME, {a, b}); }
 #define FG_BINARY_FUNCTION_Bound(NAME)
 #define FG_BINARY_FUNCTION_Hand(NAME)
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 #undef FG_UNARY_FUNCTION_Generated
 #undef FG_UNARY_FUNCTION_Bound
 #undef FG_UNARY_FUNCTION_Hand

@@ -44,7 +44,7 @@ void fill_raw(const Tensor& t, double value);
 // Copies src into dst (same shape up to broadcasting), converting dtype. No autograd.
 void copy_into(const Tensor& dst, const Tensor& src);
 // Index tensor as contiguous int64 with negatives wrapped; IndexError outside [-size, size): at
-// once on the CPU, at the next host synchronisation on CUDA (see kernels/common/device_error.h).
+// once on the CPU, at the next host synchronisation on CUDA (see flowgrad/base/device_error.h).
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim);
 // Product of shape[begin:end].
 int64_t span(const Dims& shape, int begin, int end);

@@ -4,7 +4,7 @@
 
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {

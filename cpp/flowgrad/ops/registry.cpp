@@ -165,7 +165,7 @@ std::span<const OpDef* const> all_ops() {
   static const std::array<const OpDef*, kOpCount> ops = [] {
     std::array<const OpDef*, kOpCount> rows{
 #define FG_OP(name, groups, autocast) op_rows::name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
     };
     for (size_t i = 0; i < kOpCount; ++i)  // FG_REGISTER(x) registered k_x: its id and name must be x's
       FG_CHECK(rows[i]->id == static_cast<OpId>(i) && rows[i]->name == op_name(rows[i]->id), Runtime,

@@ -16,7 +16,7 @@
 #include "flowgrad/core/env.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/plan/plan.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg::plan {
 namespace {
