@@ -12,7 +12,7 @@
 #include <string>
 
 #include "flowgrad/base/errors.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/linalg/gemm.h"

@@ -72,7 +72,7 @@ IndexErrorSink index_error_sink() {
   DeviceErrorSlot& slot = g_slots[device];
   if (!slot.claimed) {
     // Allocations and a device sync cannot be captured: capture prepares the sink beforehand
-    // (cuda/graph.cu), so this only meets a capture that did not.
+    // (cuda/captured_graph.cu), so this only meets a capture that did not.
     FG_CHECK(!cuda::capturing(cuda::launch_stream()), Device, "index error record: cuda:", device,
              " first used inside a CUDA graph capture; run the step once uncaptured first");
     slot = make_slot();

@@ -51,7 +51,7 @@ class DeviceGuard {
   int previous_ = -1;  // -1: nothing to restore
 };
 
-// The capture self-check's bookkeeping (graph.cu), per thread. kernel_stream() counts every
+// The capture self-check's bookkeeping (captured_graph.cu), per thread. kernel_stream() counts every
 // kernel flowgrad launches (kernels/common/launch.cuh; the NVRTC fused launch counts too); a
 // LibraryKernels scope around a library call (cuBLAS, CUB, NCCL) adds the kernel nodes that the
 // call put into the graph being captured, measured from that graph, since a library decides

@@ -112,7 +112,7 @@ void ProcessGroup::worker_loop() {
   }
 }
 
-WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Launch launch) {
+WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Wait wait) {
   auto work = std::make_shared<Work>();
   work->epilogue_ = std::move(epilogue);
   if (!backend_->blocking()) {  // enqueued on the stream: ordered before whatever comes next
@@ -122,7 +122,7 @@ WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> e
   }
   std::unique_lock<std::mutex> lock(mutex_);
   FG_CHECK(!stopping_, Value, "distributed: the process group was shut down");
-  if (launch == Launch::Queued || busy_ || !queue_.empty()) {  // after what is already issued
+  if (wait == Wait::Queued || busy_ || !queue_.empty()) {  // after what is already issued
     queue_.emplace_back(std::move(call), work);
     queue_cv_.notify_one();
     return work;
@@ -153,7 +153,7 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
   return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
 }
 
-WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
+WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Wait wait) {
   check_reducible(*backend_, t, op, "all_reduce");
   Tensor buf = staged(t);
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
@@ -163,7 +163,7 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
                   backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent);
                   if (divide) divide_host(buf, n);
                 },
-                [t, buf] { write_back(t, buf); }, launch);
+                [t, buf] { write_back(t, buf); }, wait);
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/plan/capture.h"

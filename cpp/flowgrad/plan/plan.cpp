@@ -158,7 +158,7 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   load_inputs(inputs);
   if (ms) {
     *ms = capture_->profile();
-  } else if (!capture_->run()) {
+  } else if (!capture_->try_replay()) {
     draw_rng();
     execute();
   }

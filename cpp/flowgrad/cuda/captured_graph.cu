@@ -7,7 +7,7 @@
 
 #include "flowgrad/base/device_error.h"
 #include "flowgrad/base/errors.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/scope.cuh"
 
