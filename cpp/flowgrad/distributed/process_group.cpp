@@ -1,6 +1,6 @@
 #include "flowgrad/distributed/process_group.h"
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::dist {
@@ -31,7 +31,7 @@ void check_reducible(const Backend& backend, const Tensor& t, ReduceOp op, const
 
 // Copies a staged result back into the caller's tensor when staging made a copy.
 void write_back(const Tensor& dst, const Tensor& src) {
-  if (src.impl_ptr() != dst.impl_ptr()) copy_into(dst, device_copy(src, dst.device()));
+  if (src.impl_ptr() != dst.impl_ptr()) raw::copy_into(dst, raw::device_copy(src, dst.device()));
 }
 
 // An average the transport lacks: its sum divided in place, on the communication thread (one
@@ -147,10 +147,10 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
   if (!backend_->host_buffers()) {
     FG_CHECK(t.device().is_cuda(), Device, backend_->name(), ": collectives take CUDA tensors, got ",
              describe(t));
-    return contiguous_raw(t);
+    return raw::contiguous(t);
   }
-  Tensor host = contiguous_raw(device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
-  return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
+  Tensor host = raw::contiguous(raw::device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
+  return is_half(t.dtype()) ? raw::converted(host, DType::Float32) : host;
 }
 
 WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Wait wait) {

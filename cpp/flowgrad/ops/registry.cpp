@@ -8,7 +8,7 @@
 
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/autocast.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg {
 namespace {
@@ -58,14 +58,14 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in,
     return out;
   }
   Tensors wide_in;
-  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? converted(t, DType::Float32) : t);
+  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? raw::converted(t, DType::Float32) : t);
   Specs wide_specs = specs;
   for (TensorSpec& s : wide_specs)
     if (is_half(s.dtype)) s.dtype = DType::Float32;
   Tensors wide_out = allocate(wide_specs, device);
   kernel(wide_in, wide_out, attrs);
   Tensors out;
-  for (size_t i = 0; i < specs.size(); ++i) out.push_back(converted(wide_out[i], specs[i].dtype));
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(raw::converted(wide_out[i], specs[i].dtype));
   return out;
 }
 
@@ -94,13 +94,13 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
   Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
   Tensors args = in.vec();
   for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
+    if (args[i].storage() == target.storage()) args[i] = raw::clone(args[i]);
   bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
                 ((op.flags & kHalfNative) || !any_half(in, specs));
   if (direct)
     kernel(args, Tensors{target}, attrs);
   else
-    copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+    raw::copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
   bump_version(target);
   Tensors out{target};
   notify_op(op, in, out, attrs);

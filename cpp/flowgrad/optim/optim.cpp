@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/ops/optim_ops.h"
 #include "flowgrad/cuda/runtime.h"
@@ -96,13 +96,13 @@ double clip_grad_norm(const Tensors& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = grad_of(p);
     if (!g.defined()) continue;
-    Tensor c = contiguous_raw(g);
+    Tensor c = raw::contiguous(g);
     if (!c.device().is_cpu()) {  // one reduction on the device, one value read back
-      total += item(sum(square(converted(c, DType::Float64)), Dims{}, false));
+      total += item(sum(square(raw::converted(c, DType::Float64)), Dims{}, false));
       continue;
     }
     total += is_floating(c.dtype()) && !is_half(c.dtype()) ? sum_squares_cpu(c.dtype(), c.data_ptr(), c.numel())
-                                                          : sum_squares_cpu(DType::Float64, converted(c, DType::Float64).data_ptr(), c.numel());
+                                                          : sum_squares_cpu(DType::Float64, raw::converted(c, DType::Float64).data_ptr(), c.numel());
   }
   double norm = std::sqrt(total);
   double factor = max_norm / (norm + 1e-6);
