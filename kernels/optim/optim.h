@@ -102,7 +102,4 @@ void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const 
 void sgd_update_multi_cuda(DType dtype, const SgdItem* items, int count, const double* hyper);
 void adam_update_multi_cuda(DType dtype, const AdamItem* items, int count, const double* hyper);
 
-// Sum of squares of a contiguous buffer, in double.
-double sum_squares_cpu(DType dtype, const void* x, int64_t n);
-
 }  // namespace fg
