@@ -43,7 +43,7 @@ void bind_distributed(py::module_& m) {
   auto op = [](const std::string& name) { return dist::reduce_op_from_name(name); };
   d.def("all_reduce", [op](const Tensor& t, const std::string& name, bool blocking) {
     py::gil_scoped_release release;  // a blocking call may wait for the other ranks right here
-    return dist::group().all_reduce(t, op(name), blocking ? dist::Launch::Blocking : dist::Launch::Queued);
+    return dist::group().all_reduce(t, op(name), blocking ? dist::Wait::Blocking : dist::Wait::Queued);
   }, py::arg("tensor"), py::arg("op") = "sum", py::arg("blocking") = false,
      "Issues an in-place all-reduce ('sum', 'avg', 'max', 'min'); blocking=True when the caller waits "
      "at once (then it runs on the caller's thread if the communication thread is idle).");
@@ -65,11 +65,11 @@ void bind_distributed(py::module_& m) {
 
   d.def("_rendezvous", [](const std::string& secret, int rank, int world_size, const std::string& addr, int port,
                           double timeout_s, const std::string& token) {
-    env::Launch launch{rank, world_size, 0, addr, port, token};
+    env::JobRank job{rank, world_size, 0, addr, port, token};
     std::string got;
     {
       py::gil_scoped_release release;
-      got = dist::rendezvous(launch, secret, timeout_s);
+      got = dist::rendezvous(job, secret, timeout_s);
     }
     return py::bytes(got);
   }, py::arg("secret"), py::arg("rank"), py::arg("world_size"), py::arg("addr"), py::arg("port"),

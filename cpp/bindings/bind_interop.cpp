@@ -1,7 +1,7 @@
 // NumPy (zero-copy both ways), the buffer protocol, DLPack producer and consumer, fg.tensor.
 #include "common.h"
 #include "dlpack_abi.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::py_bind {
 namespace {
@@ -275,7 +275,7 @@ Tensor tensor_from_data(const py::handle& data, std::optional<DType> dtype, Devi
   }
   // Always a copy: converted where src lives, then moved (fg.tensor(cuda_tensor) copies too).
   Tensor out = Tensor::empty(src.shape(), dtype.value_or(src.dtype()), src.device());
-  copy_into(out, src);
+  raw::copy_into(out, src);
   return to_device(out, device);
 }
 
@@ -294,7 +294,7 @@ void bind_interop(py::module_& m, py::class_<Tensor>& cls) {
         return a;
       }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("tolist", [](const Tensor& t) {
-        Tensor c = t.dtype() == DType::BFloat16 ? converted(t, DType::Float32) : t;
+        Tensor c = t.dtype() == DType::BFloat16 ? raw::converted(t, DType::Float32) : t;
         return to_numpy(c).attr("tolist")();
       }, "Nested Python lists of the values.")
       .def("__dlpack__", [](const Tensor& t, const py::object& stream, const py::object& max_version,

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "flowgrad/core/runtime.h"
+#include "flowgrad/nn/layers.h"
 
 namespace fg::py_bind {
 namespace {
@@ -50,14 +51,14 @@ void bind_elementwise(py::module_& m, Cls& cls) {
 #define FG_BIND_Generated(name, doc) {#name, name, doc},
 #define FG_BIND_Bound FG_BIND_Generated
 #define FG_BIND_Hand(name, doc)
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
       {"logical_not", logical_not, "Elementwise logical NOT: True where input is zero (any dtype)."}};
   for (const auto& [name, fn, doc] : unary)
     both(m, cls, name, [fn = fn](const Tensor& x) { return fn(x); }, doc, ReleaseGil());
   using Binary = Tensor (*)(const Tensor&, const Tensor&);
   const std::tuple<const char*, Binary, const char*> binary[] = {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) FG_BIND_##api(name, doc)
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 #undef FG_BIND_Generated
 #undef FG_BIND_Bound
 #undef FG_BIND_Hand
@@ -359,7 +360,7 @@ void bind_functional(py::module_& m) {
          py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(), "2-D average pooling.");
   def_op(nn, "scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v,
                                             std::optional<Tensor> mask, bool causal) {
-    return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), causal);
+    return nn::attention(q, k, v, mask.value_or(Tensor()), causal);
   }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
      py::arg("is_causal") = false,
      "softmax(q k^T / sqrt(E) + mask) v over q (..., L, E), k (..., S, E), v (..., S, Ev).\n\n"

@@ -9,7 +9,7 @@
 #include "flowgrad/autograd/clone.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/graph/graph.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::py_bind {
 
@@ -21,7 +21,7 @@ using nn::Module;
 
 // (dtype name, shape, bytes, requires_grad, is_parameter, device): all a pickled tensor keeps.
 py::tuple tensor_state(const Tensor& t) {
-  Tensor host = contiguous_raw(device_copy(detach(t), cpu_device()));
+  Tensor host = raw::contiguous(raw::device_copy(detach(t), cpu_device()));
   py::bytes data(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(host.numel()) * itemsize(t.dtype()));
   return py::make_tuple(dtype_name(t.dtype()), py::tuple(py::cast(t.shape().vec())), data, requires_grad(t),
                         is_parameter(t), t.device().str());
@@ -36,7 +36,7 @@ Tensor tensor_from_state(const std::string& dtype, const std::vector<int64_t>& s
   FG_CHECK(bytes.size() == expected, Value, "unpickling a tensor: ", bytes.size(), " bytes for a ", dtype, " tensor of ",
            "shape ", to_string(host.shape()), " (expected ", expected, ")");
   if (expected) std::memcpy(host.data_ptr(), bytes.data(), expected);
-  Tensor t = device_copy(host, Device::parse(device));
+  Tensor t = raw::device_copy(host, Device::parse(device));
   if (parameter) return make_parameter(t, grad);
   if (grad) set_requires_grad(t, true);
   return t;

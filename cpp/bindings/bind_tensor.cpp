@@ -2,7 +2,7 @@
 #include <sstream>
 
 #include "common.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::py_bind {
 
@@ -51,7 +51,7 @@ py::object scalar_value(const Tensor& t) {
   FG_CHECK(t.numel() == 1, Value, "item: only one-element tensors can be converted to Python ",
            "scalars, got shape ", to_string(t.shape()));
   notify_host_read(t, "item");
-  Tensor c = t.device().is_cpu() ? contiguous_raw(t) : to_device(detach(t), cpu_device());
+  Tensor c = t.device().is_cpu() ? raw::contiguous(t) : to_device(detach(t), cpu_device());
   return visit_dtype(c.dtype(), [&](auto tag) -> py::object {
     using T = decltype(tag);
     T v = *c.data<T>();

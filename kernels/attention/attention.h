@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
-#include "kernels/common/fg_hd.h"
+#include "flowgrad/base/dtype.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg {
 

@@ -11,7 +11,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {

@@ -12,7 +12,7 @@
 // dQ sums; one block per (batch*head, 64 keys) keeps dK, dV in registers over 32-row query tiles
 // and adds dQ with atomicAdd; a last kernel scales dQ and narrows it to the storage type.
 #include "kernels/attention/attention.h"
-#include "kernels/common/half.h"
+#include "flowgrad/base/half.h"
 #include "kernels/common/launch.cuh"
 
 #include <cuda_bf16.h>

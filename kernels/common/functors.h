@@ -6,7 +6,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "fg_hd.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg::fn {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/stream.h"
 
 namespace fg {
@@ -31,7 +31,7 @@ inline unsigned grid_rows(int64_t rows, const char* what) {
 // stream: scripts/check_cuda_streams.py fails the build's tests on one.
 //
 // kernel_stream() is the stream argument of a <<<...>>> launch and of nothing else: it counts the
-// launch for the capture self-check (graph.cu), which compares the count with the kernel nodes
+// launch for the capture self-check (captured_graph.cu), which compares the count with the kernel nodes
 // the graph captured. Library calls and memsets take library_stream() inside a
 // cuda::LibraryKernels scope, which measures the kernels the library queued.
 inline cudaStream_t kernel_stream() {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "exact_math.h"
-#include "fg_hd.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg {
 

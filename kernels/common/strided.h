@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "flowgrad/core/dtype.h"
-#include "kernels/common/half.h"
+#include "flowgrad/base/dtype.h"
+#include "flowgrad/base/half.h"
 #include "kernels/common/philox.h"
 
 namespace fg {

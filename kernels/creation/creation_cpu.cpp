@@ -1,6 +1,6 @@
 #include "kernels/creation/creation.h"
 
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/common/philox.h"
 
 namespace fg {

@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
-#include "flowgrad/ops/op_table.h"  // UnaryFn, BinaryFn and their groups
+#include "flowgrad/base/dtype.h"
+#include "flowgrad/base/op_table.h"  // UnaryFn, BinaryFn and their groups
 #include "kernels/common/strided.h"
 
 namespace fg {

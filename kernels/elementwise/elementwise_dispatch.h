@@ -5,9 +5,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "kernels/common/functors.h"
-#include "kernels/common/half.h"
+#include "flowgrad/base/half.h"
 #include "kernels/elementwise/elementwise.h"
 
 namespace fg::elementwise {
@@ -44,13 +44,13 @@ void binary_apply(const Strided<3>& s) {
   }
 }
 
-// One case per FG_UNARY/FG_BINARY row of the op table (flowgrad/ops/ops.def).
+// One case per FG_UNARY/FG_BINARY row of the op table (flowgrad/base/ops.def).
 template <class Map, class T>
 void unary_typed(UnaryFn fn, const Strided<2>& s, double lo, double hi) {
   switch (fn) {
 #define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) \
   case UnaryFn::Functor: return unary_apply<Map, T, OpId::name, fn::Functor>(s, lo, hi);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
   }
 }
 
@@ -59,7 +59,7 @@ void binary_typed(BinaryFn fn, const Strided<3>& s) {
   switch (fn) {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) \
   case BinaryFn::Functor: return binary_apply<Map, T, OpId::name, fn::Functor>(s);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
   }
 }
 

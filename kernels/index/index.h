@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 
 namespace fg {
 

@@ -4,8 +4,8 @@
 #pragma once
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
-#include "kernels/common/device_error.h"
+#include "flowgrad/base/dtype.h"
+#include "flowgrad/base/device_error.h"
 
 namespace fg {
 

@@ -1,6 +1,6 @@
 #include <vector>
 
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/index/index_add.h"
 
 namespace fg {

@@ -1,7 +1,7 @@
 // CUDA index_add by sorted runs (no atomics, deterministic) and the device-side index check.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "kernels/common/device_error.cuh"
+#include "flowgrad/base/device_error.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/index/index_add.h"
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 
 namespace fg {
 
@@ -16,7 +16,7 @@ void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int
 void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 // Makes this thread's cuBLAS handle ready for its current stream (handle and workspace made
-// now): CUDA graph capture calls it before capturing, since neither may be made during capture.
+// now): registered with CUDA graph capture, which calls it before capturing, since neither may be made during capture.
 // Does nothing when cuBLAS cannot be loaded (the captured gemm then reports why).
 void gemm_cuda_prepare_stream();
 // `batches` products in one cuBLAS call (cublasGemmStridedBatchedEx): matrix i of A starts at

@@ -5,7 +5,7 @@
 #include <climits>
 #include <vector>
 
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 #if defined(FLOWGRAD_HAVE_BLAS)
 // Fortran BLAS: every vendor (OpenBLAS, MKL, BLIS, reference) exports these.

@@ -11,7 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/linalg/gemm.h"
@@ -126,6 +127,10 @@ cublasHandle_t handle_for_current_device() {
 void gemm_cuda_prepare_stream() {
   if (cublas().error.empty()) handle_for_current_device();
 }
+
+namespace {
+[[maybe_unused]] const bool g_prepares_capture_streams = (cuda::on_new_capture_stream(gemm_cuda_prepare_stream), true);
+}  // namespace
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 #include "kernels/common/functors.h"
 
 namespace fg {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/loss/cross_entropy.h"
 
 namespace fg {

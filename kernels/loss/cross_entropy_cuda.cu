@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "kernels/common/block_reduce.cuh"
-#include "kernels/common/device_error.cuh"
+#include "flowgrad/base/device_error.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/loss/cross_entropy.h"
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 
 namespace fg {
 

@@ -7,7 +7,7 @@
 
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg {
 namespace {

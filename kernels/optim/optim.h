@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flowgrad/core/dtype.h"
-#include "kernels/common/fg_hd.h"
+#include "flowgrad/base/dtype.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg {
 
@@ -101,8 +101,5 @@ void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const do
 void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const double* hyper);
 void sgd_update_multi_cuda(DType dtype, const SgdItem* items, int count, const double* hyper);
 void adam_update_multi_cuda(DType dtype, const AdamItem* items, int count, const double* hyper);
-
-// Sum of squares of a contiguous buffer, in double.
-double sum_squares_cpu(DType dtype, const void* x, int64_t n);
 
 }  // namespace fg

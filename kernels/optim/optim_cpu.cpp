@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg {
 namespace {
@@ -107,16 +107,6 @@ void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const 
       });
     });
   });
-}
-
-double sum_squares_cpu(DType dtype, const void* x, int64_t n) {
-  double total = 0;
-  visit_float_dtype(dtype, "optimizer", [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(x);
-    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
-  });
-  return total;
 }
 
 }  // namespace fg

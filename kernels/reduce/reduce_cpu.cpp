@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {

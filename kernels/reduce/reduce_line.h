@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/fg_hd.h"
+#include "flowgrad/base/fg_hd.h"
 #include "kernels/reduce/reduce.h"
 
 namespace fg::reduce {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/caching_allocator.h"
 
 namespace fg::cuda {

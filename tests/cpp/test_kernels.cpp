@@ -9,7 +9,7 @@
 
 #include "flowgrad/core/allocator.h"
 #include "kernels/attention/attention.h"
-#include "kernels/common/half.h"
+#include "flowgrad/base/half.h"
 #include "kernels/common/philox.h"
 #include "kernels/linalg/gemm.h"
 

@@ -1,4 +1,4 @@
-"""The NumPy reference of every elementwise op of the op table (cpp/flowgrad/ops/ops.def).
+"""The NumPy reference of every elementwise op of the op table (cpp/flowgrad/base/ops.def).
 
 test_elementwise.py iterates these tables, and fails for an elementwise row of the op table that
 has no reference here (or for a reference whose row is gone).

@@ -7,7 +7,7 @@
 
 #include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/dispatch.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -27,7 +27,7 @@ AutogradMeta& meta(const Tensor& t) {
 
 void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
   if (!t.defined() || !is_floating(t.dtype()) || !t.device().is_cpu()) return;
-  Tensor c = contiguous_raw(converted(t, DType::Float64));
+  Tensor c = raw::contiguous(raw::converted(t, DType::Float64));
   FG_CHECK(!has_nonfinite_cpu(DType::Float64, c.data_ptr(), c.numel()), Value,
            "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
            phase[0] == 'f' ? "output " : "a gradient, tensor ", index, ", ", describe(t), ")");
@@ -239,7 +239,7 @@ class Engine {
     // The first gradient is kept as is only when nothing else refers to its memory (an add's
     // backward hands one tensor to both inputs): .grad tensors never alias each other.
     bool unique = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1;
-    return unique ? detach(grad) : clone_raw(grad);
+    return unique ? detach(grad) : raw::clone(grad);
   }
 
   void execute(Node* node) {
@@ -498,7 +498,7 @@ Tensor detach(const Tensor& t) { return t.alias(); }
 namespace {
 Tensor copied_to(const Tensor& x, Device device) {
   try {
-    return device_copy(x, device);
+    return raw::device_copy(x, device);
   } catch (const Error& e) {
     fail(e.kind(), "to: copying from ", x.device().str(), " to ", device.str(), ": ", e.what());
   }

@@ -1,14 +1,14 @@
 #include "flowgrad/autograd/clone.h"
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg {
 namespace {
 
 Tensor copy_values(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  copy_into(out, x);
+  raw::copy_into(out, x);
   return out;
 }
 

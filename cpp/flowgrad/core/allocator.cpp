@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg {
 namespace {

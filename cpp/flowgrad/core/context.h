@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 
 namespace fg {
 

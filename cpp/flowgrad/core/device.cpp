@@ -1,6 +1,6 @@
 #include "flowgrad/core/device.h"
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::env {
 namespace {
@@ -64,8 +64,8 @@ bool capture_check() { return read_int("FLOWGRAD_CAPTURE_CHECK", 1, 0) != 0; }
 std::string mpi_library() { return read_text("FLOWGRAD_MPI_LIBRARY"); }
 std::string nccl_library() { return read_text("FLOWGRAD_NCCL_LIBRARY"); }
 
-Launch launch() {
-  Launch l;
+JobRank job_rank() {
+  JobRank l;
   l.rank = read_first({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, 0);
   l.world_size = read_first({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, 1);
   l.local_rank = read_first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, 0);

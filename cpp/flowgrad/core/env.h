@@ -22,12 +22,12 @@ std::string nccl_library();  // FLOWGRAD_NCCL_LIBRARY: libnccl to dlopen instead
 // Where this process sits in a launched job: RANK / WORLD_SIZE / LOCAL_RANK, else mpirun's
 // OMPI_COMM_WORLD_*; the rendezvous at MASTER_ADDR (127.0.0.1) : MASTER_PORT (29500), where
 // ranks prove they belong to the job with FLOWGRAD_RENDEZVOUS_TOKEN (the launcher sets it).
-struct Launch {
+struct JobRank {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr;
   int master_port = 29500;
   std::string token;
 };
-Launch launch();
+JobRank job_rank();
 
 }  // namespace fg::env

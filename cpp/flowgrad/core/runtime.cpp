@@ -6,8 +6,8 @@
 #include <random>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/core/errors.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/base/parallel.h"
 
 // Provided by OpenBLAS; absent (null) with other BLAS libraries.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "flowgrad/core/allocator.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/core/context.h"
-#include "flowgrad/core/errors.h"
 
 namespace fg {
 namespace {

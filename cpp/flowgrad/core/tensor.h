@@ -5,7 +5,7 @@
 
 #include "flowgrad/core/device.h"
 #include "flowgrad/core/dims.h"
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 #include "flowgrad/core/storage.h"
 
 namespace fg {

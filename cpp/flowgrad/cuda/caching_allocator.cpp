@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::cuda {
 namespace {

@@ -5,13 +5,13 @@
 #include <mutex>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/core/storage.h"
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
-#include "kernels/common/device_error.h"
+#include "flowgrad/base/device_error.h"
 
 namespace fg::cuda {
 namespace {

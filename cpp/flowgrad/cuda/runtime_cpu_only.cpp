@@ -1,6 +1,6 @@
 // Builds configured with FLOWGRAD_CUDA=OFF (or without nvcc) have no GPU runtime.
-#include "flowgrad/core/errors.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/stream.h"
 
 namespace fg::cuda {

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"

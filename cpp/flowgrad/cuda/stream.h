@@ -8,11 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include "flowgrad/base/stream.h"
 #include "flowgrad/core/context.h"
 
 namespace fg::cuda {
-
-using StreamHandle = uintptr_t;  // a cudaStream_t; 0 is the legacy default stream
 
 // A stream on one device. Owning streams are destroyed with the object (queued work still
 // finishes); the default stream and pool streams are not owned.
@@ -53,7 +52,7 @@ class DeviceGuard {
   int previous_ = -1;  // -1: nothing to restore
 };
 
-// The capture self-check's bookkeeping (graph.cu), per thread. kernel_stream() counts every
+// The capture self-check's bookkeeping (captured_graph.cu), per thread. kernel_stream() counts every
 // kernel flowgrad launches (kernels/common/launch.cuh; the NVRTC fused launch counts too); a
 // LibraryKernels scope around a library call (cuBLAS, CUB, NCCL) adds the kernel nodes that the
 // call put into the graph being captured, measured from that graph, since a library decides

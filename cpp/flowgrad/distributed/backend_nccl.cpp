@@ -49,21 +49,21 @@ class NcclBackend final : public Backend {
     int devices = cuda::device_count(&why);
     FG_CHECK(devices > 0, Device, "distributed.init(backend='nccl'): no CUDA device (", why, ")");
     open_library();
-    launch_ = env::launch();
-    device_ = launch_.local_rank % devices;
+    job_ = env::job_rank();
+    device_ = job_.local_rank % devices;
 #ifdef FLOWGRAD_HAVE_CUDA
     FG_CHECK(cudaSetDevice(device_) == cudaSuccess, Device, "distributed.init: cannot select cuda:", device_);
 #endif
     NcclUniqueId id{};
-    if (launch_.rank == 0) check(GetUniqueId_(&id), "ncclGetUniqueId");
-    std::string shared = rendezvous(launch_, std::string(id.internal, sizeof id.internal), kRendezvousTimeoutS);
+    if (job_.rank == 0) check(GetUniqueId_(&id), "ncclGetUniqueId");
+    std::string shared = rendezvous(job_, std::string(id.internal, sizeof id.internal), kRendezvousTimeoutS);
     std::memcpy(id.internal, shared.data(), sizeof id.internal);
-    check(CommInitRank_(&comm_, launch_.world_size, id, launch_.rank), "ncclCommInitRank");
+    check(CommInitRank_(&comm_, job_.world_size, id, job_.rank), "ncclCommInitRank");
   }
 
   const char* name() const override { return "nccl"; }
-  int rank() const override { return launch_.rank; }
-  int size() const override { return launch_.world_size; }
+  int rank() const override { return job_.rank; }
+  int size() const override { return job_.world_size; }
   bool host_buffers() const override { return false; }
   bool blocking() const override { return false; }
   bool supports(ReduceOp) const override { return true; }  // ncclAvg since NCCL 2.10
@@ -138,7 +138,7 @@ class NcclBackend final : public Backend {
 
   void check(int result, const char* call) {
     FG_CHECK(result == kNcclSuccess, Runtime, "distributed (nccl): ", call, " failed on rank ",
-             launch_.rank, ": ", GetErrorString_(result));
+             job_.rank, ": ", GetErrorString_(result));
   }
 
   // NCCL's type for a reduction; every dtype is listed (no default), so -Wswitch names a new one.
@@ -179,7 +179,7 @@ class NcclBackend final : public Backend {
   }
 
   void* lib_ = nullptr;
-  env::Launch launch_;
+  env::JobRank job_;
   int device_ = 0;
   NcclComm comm_ = nullptr;
   int (*GetUniqueId_)(NcclUniqueId*) = nullptr;

@@ -5,7 +5,7 @@
 // the stream flowgrad launches on, so a captured CUDA graph holds the NCCL call).
 #include "flowgrad/distributed/collective_ops.h"
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::dist {
 namespace {
@@ -21,8 +21,8 @@ Specs all_reduce_shape(TensorList in, const Attrs& attrs) {
 
 // out[0] is in[0] itself, or (for a strided target) a contiguous temporary that run_op copies back.
 void all_reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  if (!out[0].is_same(in[0])) copy_into(out[0], in[0]);
-  group().all_reduce(out[0], static_cast<ReduceOp>(attrs.i("reduce")), Launch::Blocking)->wait();
+  if (!out[0].is_same(in[0])) raw::copy_into(out[0], in[0]);
+  group().all_reduce(out[0], static_cast<ReduceOp>(attrs.i("reduce")), Wait::Blocking)->wait();
 }
 
 // kHalfNative: the group stages half tensors through float32 itself and writes the result back.

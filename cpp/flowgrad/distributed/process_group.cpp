@@ -1,6 +1,6 @@
 #include "flowgrad/distributed/process_group.h"
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::dist {
@@ -31,7 +31,7 @@ void check_reducible(const Backend& backend, const Tensor& t, ReduceOp op, const
 
 // Copies a staged result back into the caller's tensor when staging made a copy.
 void write_back(const Tensor& dst, const Tensor& src) {
-  if (src.impl_ptr() != dst.impl_ptr()) copy_into(dst, device_copy(src, dst.device()));
+  if (src.impl_ptr() != dst.impl_ptr()) raw::copy_into(dst, raw::device_copy(src, dst.device()));
 }
 
 // An average the transport lacks: its sum divided in place, on the communication thread (one
@@ -112,7 +112,7 @@ void ProcessGroup::worker_loop() {
   }
 }
 
-WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Launch launch) {
+WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> epilogue, Wait wait) {
   auto work = std::make_shared<Work>();
   work->epilogue_ = std::move(epilogue);
   if (!backend_->blocking()) {  // enqueued on the stream: ordered before whatever comes next
@@ -122,7 +122,7 @@ WorkPtr ProcessGroup::submit(std::function<void()> call, std::function<void()> e
   }
   std::unique_lock<std::mutex> lock(mutex_);
   FG_CHECK(!stopping_, Value, "distributed: the process group was shut down");
-  if (launch == Launch::Queued || busy_ || !queue_.empty()) {  // after what is already issued
+  if (wait == Wait::Queued || busy_ || !queue_.empty()) {  // after what is already issued
     queue_.emplace_back(std::move(call), work);
     queue_cv_.notify_one();
     return work;
@@ -147,13 +147,13 @@ Tensor ProcessGroup::staged(const Tensor& t) const {
   if (!backend_->host_buffers()) {
     FG_CHECK(t.device().is_cuda(), Device, backend_->name(), ": collectives take CUDA tensors, got ",
              describe(t));
-    return contiguous_raw(t);
+    return raw::contiguous(t);
   }
-  Tensor host = contiguous_raw(device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
-  return is_half(t.dtype()) ? converted(host, DType::Float32) : host;
+  Tensor host = raw::contiguous(raw::device_copy(t, cpu_device()));  // itself when already contiguous on the CPU
+  return is_half(t.dtype()) ? raw::converted(host, DType::Float32) : host;
 }
 
-WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
+WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Wait wait) {
   check_reducible(*backend_, t, op, "all_reduce");
   Tensor buf = staged(t);
   bool divide = op == ReduceOp::Avg && !backend_->supports(op);
@@ -163,7 +163,7 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Launch launch) {
                   backend_->all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), sent);
                   if (divide) divide_host(buf, n);
                 },
-                [t, buf] { write_back(t, buf); }, launch);
+                [t, buf] { write_back(t, buf); }, wait);
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {

@@ -67,7 +67,7 @@ using WorkPtr = std::shared_ptr<Work>;
 // the caller will wait at once, so the call runs on the caller's thread when the communication
 // thread is idle (no handoff to another thread and back, which costs a scheduler slice each way
 // on a loaded machine).
-enum class Launch { Queued, Blocking };
+enum class Wait { Queued, Blocking };
 
 class ProcessGroup {
  public:
@@ -78,7 +78,7 @@ class ProcessGroup {
   const char* backend_name() const { return backend_->name(); }
 
   // In place on `t` (any device the backend takes, any layout).
-  WorkPtr all_reduce(const Tensor& t, ReduceOp op, Launch launch = Launch::Queued);
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op, Wait wait = Wait::Queued);
   WorkPtr broadcast(const Tensor& t, int root);
   // out: (size * n, ...) gathered from every rank's `in` of n rows, in rank order.
   WorkPtr all_gather(const Tensor& out, const Tensor& in);
@@ -95,7 +95,7 @@ class ProcessGroup {
  private:
   // Stages `t` for the transport: itself when it already fits, else a contiguous (host) copy.
   Tensor staged(const Tensor& t) const;
-  WorkPtr submit(std::function<void()> call, std::function<void()> epilogue, Launch launch = Launch::Queued);
+  WorkPtr submit(std::function<void()> call, std::function<void()> epilogue, Wait wait = Wait::Queued);
   void worker_loop();
 
   std::unique_ptr<Backend> backend_;

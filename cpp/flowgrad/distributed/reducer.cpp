@@ -4,7 +4,7 @@
 #include <unordered_set>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::dist {
 namespace {
@@ -116,8 +116,8 @@ void Reducer::launch_ready_buckets() {
       const Tensor& p = params_[b.params[k]];
       Tensor view = slot(b.flat, p, b.offsets[k]);
       Tensor g = grad_of(p);
-      if (g.defined()) copy_into(view, g);
-      else fill_raw(view, 0.0);  // no gradient on this rank: it adds nothing to the sum
+      if (g.defined()) raw::copy_into(view, g);
+      else raw::fill(view, 0.0);  // no gradient on this rank: it adds nothing to the sum
     }
     b.work = group().all_reduce(b.flat, ReduceOp::Avg);
   }
@@ -134,10 +134,10 @@ void Reducer::finish() {
       Tensor view = slot(b.flat, p, b.offsets[k]);
       Tensor g = grad_of(p);
       if (g.defined()) {
-        copy_into(g, view);
+        raw::copy_into(g, view);
       } else {
         g = Tensor::empty(p.shape(), p.dtype(), p.device());
-        copy_into(g, view);
+        raw::copy_into(g, view);
         set_grad(p, g);
       }
     }

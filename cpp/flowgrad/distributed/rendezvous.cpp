@@ -12,7 +12,7 @@
 #include <cstring>
 #include <thread>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::dist {
 namespace {
@@ -31,7 +31,7 @@ class Socket {  // closes on scope exit
   int fd_;
 };
 
-std::string where(const env::Launch& l) { return l.master_addr + ":" + std::to_string(l.master_port); }
+std::string where(const env::JobRank& l) { return l.master_addr + ":" + std::to_string(l.master_port); }
 
 int ms_left(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -46,7 +46,7 @@ void send_all(int fd, const std::string& data) {
   }
 }
 
-sockaddr_in resolve(const env::Launch& l) {
+sockaddr_in resolve(const env::JobRank& l) {
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -81,7 +81,7 @@ bool same_token(const std::string& a, const std::string& b) {  // time independe
 
 // Listens on MASTER_ADDR only (not every interface) and hands the secret to clients that send
 // the job's token first; anyone else is dropped without a byte and does not count as a rank.
-std::string serve(const env::Launch& l, const std::string& secret, Clock::time_point deadline) {
+std::string serve(const env::JobRank& l, const std::string& secret, Clock::time_point deadline) {
   Socket server(::socket(AF_INET, SOCK_STREAM, 0));
   int one = 1;
   ::setsockopt(server.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -105,7 +105,7 @@ std::string serve(const env::Launch& l, const std::string& secret, Clock::time_p
   return secret;
 }
 
-std::string fetch(const env::Launch& l, size_t bytes, Clock::time_point deadline) {
+std::string fetch(const env::JobRank& l, size_t bytes, Clock::time_point deadline) {
   sockaddr_in addr = resolve(l);
   for (;;) {  // rank 0 may not listen yet: retry until the deadline
     Socket s(::socket(AF_INET, SOCK_STREAM, 0));
@@ -123,15 +123,15 @@ std::string fetch(const env::Launch& l, size_t bytes, Clock::time_point deadline
 
 }  // namespace
 
-std::string rendezvous(const env::Launch& launch, const std::string& secret, double timeout_s) {
+std::string rendezvous(const env::JobRank& job, const std::string& secret, double timeout_s) {
   auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  if (launch.world_size == 1) return secret;
-  FG_CHECK(launch.token.size() >= 16, Value, "distributed rendezvous: FLOWGRAD_RENDEZVOUS_TOKEN must be a secret "
-           "of at least 16 characters shared by the job's ranks (got ", launch.token.size(), "); python -m "
+  if (job.world_size == 1) return secret;
+  FG_CHECK(job.token.size() >= 16, Value, "distributed rendezvous: FLOWGRAD_RENDEZVOUS_TOKEN must be a secret "
+           "of at least 16 characters shared by the job's ranks (got ", job.token.size(), "); python -m "
            "flowgrad.distributed.run sets one; under another launcher export the same random value on every "
            "rank, e.g. FLOWGRAD_RENDEZVOUS_TOKEN=$(python -c 'import secrets; print(secrets.token_hex(16))') "
            "with mpirun -x FLOWGRAD_RENDEZVOUS_TOKEN");
-  return launch.rank == 0 ? serve(launch, secret, deadline) : fetch(launch, secret.size(), deadline);
+  return job.rank == 0 ? serve(job, secret, deadline) : fetch(job, secret.size(), deadline);
 }
 
 }  // namespace fg::dist

@@ -11,6 +11,6 @@ namespace fg::dist {
 // Rank 0 passes its `secret` and gets it back; other ranks get rank 0's. Raises a Timeout error
 // naming the address when the exchange does not happen within `timeout_s` seconds, and a Value
 // error when a job of several ranks has no token of at least 16 characters.
-std::string rendezvous(const env::Launch& launch, const std::string& secret, double timeout_s);
+std::string rendezvous(const env::JobRank& job, const std::string& secret, double timeout_s);
 
 }  // namespace fg::dist

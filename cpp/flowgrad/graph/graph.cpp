@@ -11,7 +11,7 @@
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/ops.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg::graph {

@@ -4,7 +4,7 @@
 #include <limits>
 #include <unordered_set>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::io {
 

@@ -14,7 +14,7 @@
 #include <limits>
 
 #include "flowgrad/io/json.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg::io {
 namespace {
@@ -200,7 +200,7 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   for (const auto& [name, t] : tensors) {
     FG_CHECK(t.defined(), Checkpoint, "save: tensor '", name, "' is undefined");
     FG_CHECK(name != "__metadata__", Checkpoint, "save: '__metadata__' is reserved for metadata");
-    Tensor c = contiguous_raw(device_copy(t, cpu_device()));  // device tensors are copied to the host
+    Tensor c = raw::contiguous(raw::device_copy(t, cpu_device()));  // device tensors are copied to the host
     uint64_t bytes = static_cast<uint64_t>(c.numel()) * itemsize(c.dtype());
     header += (header.size() > 1 ? "," : "") + json_quote(name) + ":{\"dtype\":\"" + st_name(c.dtype()) + "\",\"shape\":[";
     for (int d = 0; d < c.ndim(); ++d) header += (d ? "," : "") + std::to_string(c.shape()[d]);

@@ -145,13 +145,19 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
       scores = mask.dtype() == DType::Bool ? masked_fill(scores, eq(mask, scalar_like(mask, 0)), -INFINITY) : scores + mask;
     out = matmul(fg::dropout(softmax(scores, -1), dropout, true), v);
   } else {
-    out = scaled_dot_product_attention(q, k, v, mask, causal);
+    out = attention(q, k, v, mask, causal);
   }
   out = transpose(out, -2, -3);  // (..., T, H, D/H)
   std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
   shape.push_back(dim);
   return (*child("proj"))({reshape(out, shape)});
 }
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal) {
+  if (attn_mask.defined() && requires_grad(attn_mask))
+    return scaled_dot_product_attention_composite(q, k, v, attn_mask, is_causal);
+  return scaled_dot_product_attention(q, k, v, attn_mask, is_causal);
+}
+
 std::optional<Config> MultiheadAttention::config() const {
   return Config{{"dim", dim}, {"heads", heads}, {"causal", causal}, {"dropout", dropout}};
 }

@@ -106,6 +106,11 @@ class ModuleList : public Module {
   std::optional<Config> config() const override { return Config{}; }
 };
 
+// scaled_dot_product_attention, with autograd's say in the choice: a float mask that requires
+// grad needs the (L, S) scores' gradient, which the fused op does not give, so it takes the
+// composite. The Python function and MultiheadAttention call this.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal);
+
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t dim, int64_t heads, bool causal, double dropout);

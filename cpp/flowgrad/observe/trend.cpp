@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "flowgrad/core/errors.h"
+#include "flowgrad/base/errors.h"
 
 namespace fg::observe {
 

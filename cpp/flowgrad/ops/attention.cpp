@@ -5,8 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/attention/attention.h"
 
@@ -31,9 +30,9 @@ void check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, con
   FG_CHECK(q.device() == k.device() && q.device() == v.device(), Device, kOp,
            ": q, k, v must be on one device, got ", describe(q), ", ", describe(k), ", ", describe(v));
   if (!mask.defined()) return;
-  Dims scores = broadcast_shapes(batch_dims(q), batch_dims(k), kOp);
+  Dims scores = raw::broadcast_shapes(batch_dims(q), batch_dims(k), kOp);
   scores.push_back(q.shape()[q.ndim() - 2]), scores.push_back(k.shape()[k.ndim() - 2]);
-  broadcast_shapes(mask.shape(), scores, kOp);  // ShapeError naming both shapes
+  raw::broadcast_shapes(mask.shape(), scores, kOp);  // ShapeError naming both shapes
   FG_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()), DType, kOp,
            ": attn_mask must be bool (true = attend) or floating (added to the scores), got ", describe(mask));
   FG_CHECK(mask.device() == q.device(), Device, kOp, ": attn_mask ", describe(mask),
@@ -98,14 +97,14 @@ AttentionCall attention_call(TensorList in, size_t mask_at, const Attrs& attrs) 
   const Tensor& q = in[0];
   AttentionCall c;
   c.dtype = q.device().is_cpu() ? accumulation_dtype(q.dtype()) : q.dtype();
-  for (size_t i = 0; i < mask_at; ++i) c.operands.push_back(contiguous_raw(converted(in[i], i < 3 ? c.dtype : in[i].dtype())));
+  for (size_t i = 0; i < mask_at; ++i) c.operands.push_back(raw::contiguous(raw::converted(in[i], i < 3 ? c.dtype : in[i].dtype())));
   int64_t L = q.shape()[q.ndim() - 2], S = in[1].shape()[in[1].ndim() - 2];
   c.shape = {batch_dims(q).numel(), L, S, q.shape().back(), in[2].shape().back(), attrs.f("scale"),
              attrs.b("causal")};
   if (in.size() <= mask_at) return c;
   const Tensor& m = in[mask_at];
   bool is_bool = m.dtype() == DType::Bool;
-  c.mask_data = contiguous_raw(is_bool ? m : converted(m, accumulation_dtype(q.dtype())));
+  c.mask_data = raw::contiguous(is_bool ? m : raw::converted(m, accumulation_dtype(q.dtype())));
   c.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
   c.mask.data = c.mask_data.data_ptr();
   int full = q.ndim(), lead = full - m.ndim();
@@ -128,7 +127,7 @@ Tensor compute_target(const Tensor& out, DType dtype) {
   return out.dtype() == dtype ? out : Tensor::empty(out.shape(), dtype, out.device());
 }
 void finish(const Tensor& out, const Tensor& target) {
-  if (target.data_ptr() != out.data_ptr()) copy_into(out, target);
+  if (target.data_ptr() != out.data_ptr()) raw::copy_into(out, target);
 }
 
 template <decltype(&attention_forward_cpu) Run>
@@ -154,7 +153,7 @@ void flash_attention_backward_kernel(TensorList in, const Tensors& out, const At
   if (in.size() > 6) order.push_back(in[6]);
   AttentionCall c = attention_call(order, 6, attrs);
   const Tensors& x = c.operands;  // q, k, v, out, dout, stats
-  Tensor o = contiguous_raw(converted(x[3], c.dtype)), g = contiguous_raw(converted(x[4], c.dtype));
+  Tensor o = raw::contiguous(raw::converted(x[3], c.dtype)), g = raw::contiguous(raw::converted(x[4], c.dtype));
   Tensor dq = compute_target(out[0], c.dtype), dk = compute_target(out[1], c.dtype),
          dv = compute_target(out[2], c.dtype);
   Tensor workspace;  // the CUDA kernels sum dQ over key blocks in float32
@@ -232,8 +231,7 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal) {
   check_attention_args(q, k, v, attn_mask);
-  // an additive mask that wants a gradient needs the (L, S) scores' gradient: composite
-  if (fused_problem(q, k, v, attn_mask) || (attn_mask.defined() && requires_grad(attn_mask)))
+  if (fused_problem(q, k, v, attn_mask))
     return scaled_dot_product_attention_composite(q, k, v, attn_mask, is_causal);
   Tensors in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);

@@ -9,7 +9,7 @@
 
 #include "flowgrad/core/context.h"
 #include "flowgrad/core/device.h"
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg {

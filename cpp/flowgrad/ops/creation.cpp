@@ -3,7 +3,7 @@
 
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/runtime.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"

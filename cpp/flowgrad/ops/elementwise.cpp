@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -29,10 +29,10 @@ Specs unary_shape(TensorList in, const Attrs&) {
 // One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
 template <UnaryFn Fn, decltype(&unary_cpu) Run>
 void unary_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = converted(in[0], out[0].dtype());
+  Tensor x = raw::converted(in[0], out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
-  Run(Fn, out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
+  Run(Fn, out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
 }
 
 // Prepared launch (compiled plans): views, dtype and clamp bounds fixed once. A call that casts
@@ -46,7 +46,7 @@ Launch unary_prepare(TensorList in, const Tensors& out, const Attrs& attrs) {
     double lo, hi;
   };
   bool clamp = Fn == UnaryFn::Clamp;
-  auto args = std::make_shared<Args>(Args{out[0].dtype(), strided_over<2>(out[0].shape(), {&out[0], &in[0]}),
+  auto args = std::make_shared<Args>(Args{out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &in[0]}),
                                           clamp ? attrs.f("min") : kNaN, clamp ? attrs.f("max") : kNaN});
   return {[](const void* p) {
             auto* a = static_cast<const Args*>(p);
@@ -139,7 +139,7 @@ DType compute_dtype(BinaryFn fn, const Tensor& a, const Tensor& b) {
 
 template <BinaryFn Fn>
 Specs binary_shape(TensorList in, const Attrs&) {
-  Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), op_name(op_of(Fn)).data());
+  Dims shape = raw::broadcast_shapes(in[0].shape(), in[1].shape(), op_name(op_of(Fn)).data());
   DType dt = compute_dtype(Fn, in[0], in[1]);
   return {{shape, in_group(op_of(Fn), Group::Comparison) ? DType::Bool : dt}};
 }
@@ -147,8 +147,8 @@ Specs binary_shape(TensorList in, const Attrs&) {
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
 void binary_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
-  Tensor a = converted(in[0], dt), b = converted(in[1], dt);
-  Run(Fn, dt, strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+  Tensor a = raw::converted(in[0], dt), b = raw::converted(in[1], dt);
+  Run(Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
 }
 
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
@@ -159,7 +159,7 @@ Launch binary_prepare(TensorList in, const Tensors& out, const Attrs&) {
     DType dtype;
     Strided<3> s;  // (out, a, b)
   };
-  auto args = std::make_shared<Args>(Args{dt, strided_over<3>(out[0].shape(), {&out[0], &in[0], &in[1]})});
+  auto args = std::make_shared<Args>(Args{dt, raw::strided_over<3>(out[0].shape(), {&out[0], &in[0], &in[1]})});
   return {[](const void* p) {
             auto* a = static_cast<const Args*>(p);
             Run(Fn, a->dtype, a->s);
@@ -232,22 +232,22 @@ constexpr OpDef binary_def(BackwardRule backward, Saved saved, const char* not_d
   constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(binary_backward_##NAME, Saved::SAVED, nullptr);
 #define FG_BINARY_NODIFF(NAME, FN, GROUPS, AUTOCAST, API, REASON, DOC) \
   constexpr OpDef k_##NAME = binary_def<BinaryFn::FN>(nullptr, Saved::Nothing, REASON);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 
 // ---- where, cast ----
 
 Specs where_shape(TensorList in, const Attrs&) {
   FG_CHECK(in[0].dtype() == DType::Bool, DType, "where: condition must be bool, got ",
            describe(in[0]));
-  Dims shape = broadcast_shapes(broadcast_shapes(in[0].shape(), in[1].shape(), "where"),
+  Dims shape = raw::broadcast_shapes(raw::broadcast_shapes(in[0].shape(), in[1].shape(), "where"),
                                 in[2].shape(), "where");
   return {{shape, promote(in[1].dtype(), in[2].dtype())}};
 }
 template <decltype(&where_cpu) Run>
 void where_kernel(TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
-  Tensor a = converted(in[1], dt), b = converted(in[2], dt);
-  Run(dt, strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
+  Tensor a = raw::converted(in[1], dt), b = raw::converted(in[2], dt);
+  Run(dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
 }
 Tensors where_backward(const BackwardCtx& c) {
   const Tensor &cond = c.inputs[0], &g = c.grads[0];
@@ -263,7 +263,7 @@ const OpDef k_where{.id = OpId::where, .name = "where", .family = Family::Ternar
 Specs cast_shape(TensorList in, const Attrs& attrs) {
   return {{in[0].shape(), attrs.get<DType>("dtype")}};
 }
-void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { copy_into(out[0], in[0]); }
+void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
 const OpDef k_cast{.id = OpId::cast, .name = "cast", .family = Family::Unary, .flags = kHalfNative,
                    .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),
@@ -291,7 +291,7 @@ const OpDef k_clamp_ = in_place(k_clamp, OpId::clamp_, kSavesOriginal);
 // Registration of this file's rows of the op table (ops.def).
 #define FG_UNARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
 #define FG_BINARY(NAME, FN, GROUPS, AUTOCAST, API, SAVED, DOC) FG_REGISTER(NAME);
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 FG_REGISTER(where);
 FG_REGISTER(cast);
 FG_REGISTER(add_);
@@ -314,7 +314,7 @@ FG_REGISTER(clamp_);
   Tensor NAME(const Tensor& a, const Tensor& b) { return run_op1(k_##NAME, {a, b}); }
 #define FG_BINARY_FUNCTION_Bound(NAME)
 #define FG_BINARY_FUNCTION_Hand(NAME)
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 #undef FG_UNARY_FUNCTION_Generated
 #undef FG_UNARY_FUNCTION_Bound
 #undef FG_UNARY_FUNCTION_Hand

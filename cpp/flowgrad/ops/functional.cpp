@@ -2,7 +2,7 @@
 // from the ops' own backward rules.
 
 #include "flowgrad/ops/autocast.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
@@ -26,7 +26,7 @@ void check_same_shape(const Tensor& x, const Tensor& y, const char* op) {
 void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op) {
   FG_CHECK(is_integral(target.dtype()), DType, op, ": class targets must be int32 or int64, got ",
            describe(target));
-  Tensor t = contiguous_raw(converted(device_copy(target, cpu_device()), DType::Int64));
+  Tensor t = raw::contiguous(raw::converted(raw::device_copy(target, cpu_device()), DType::Int64));
   const int64_t* p = t.data<int64_t>();
   for (int64_t i = 0, n = t.numel(); i < n; ++i)
     FG_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < classes), Index, op, ": target ", p[i],

@@ -1,5 +1,5 @@
 // Indexing ops: gather, scatter_add, index_select, index_add, one_hot, sort/topk, nonzero.
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/index/index.h"
@@ -28,13 +28,13 @@ Specs gather_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&gather_cpu) Run>
 void gather_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]);
+  Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
-  Tensor idx = checked_index(in[1], d, "gather", dim);
+  Tensor idx = raw::checked_index(in[1], d, "gather", dim);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim), d, n,
-             span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim), d, n,
+             raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors gather_backward(const BackwardCtx& c) {
   const TensorSpec& spec = c.input_specs[0];
@@ -57,14 +57,14 @@ Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
 template <decltype(&scatter_add_cpu) Run>
 void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  copy_into(y, in[0]);
+  raw::copy_into(y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add", ScalarDim::AsSingleElement);
   int64_t d = y.ndim() ? y.shape()[dim] : 1;
-  Tensor idx = checked_index(in[1], d, "scatter_add", dim);
-  Tensor src = contiguous_raw(converted(in[2], y.dtype()));
+  Tensor idx = raw::checked_index(in[1], d, "scatter_add", dim);
+  Tensor src = raw::contiguous(raw::converted(in[2], y.dtype()));
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  Run(y.dtype(), src.data_ptr(), idx.data<int64_t>(), span(y.shape(), 0, dim), d, n,
-                  span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
+  Run(y.dtype(), src.data_ptr(), idx.data<int64_t>(), raw::span(y.shape(), 0, dim), d, n,
+                  raw::span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
 }
 Tensors scatter_add_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
@@ -92,11 +92,11 @@ Specs index_select_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&index_select_cpu) Run>
 void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]);
+  Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
-  Tensor idx = checked_index(in[1], x.shape()[dim], "index_select", dim);
-  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), span(x.shape(), 0, dim),
-                   x.shape()[dim], idx.numel(), span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
+  Tensor idx = raw::checked_index(in[1], x.shape()[dim], "index_select", dim);
+  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim),
+                   x.shape()[dim], idx.numel(), raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors index_select_backward(const BackwardCtx& c) {
   const Tensor& g = c.grads[0];
@@ -120,11 +120,11 @@ Specs index_add_shape(TensorList in, const Attrs& attrs) {
 }
 void index_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  copy_into(y, in[0]);
+  raw::copy_into(y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "index_add");
-  Tensor idx = checked_index(in[1], y.shape()[dim], "index_add", dim);
-  Tensor src = contiguous_raw(converted(in[2], y.dtype()));
-  int64_t outer = span(y.shape(), 0, dim), inner = span(y.shape(), dim + 1, y.ndim());
+  Tensor idx = raw::checked_index(in[1], y.shape()[dim], "index_add", dim);
+  Tensor src = raw::contiguous(raw::converted(in[2], y.dtype()));
+  int64_t outer = raw::span(y.shape(), 0, dim), inner = raw::span(y.shape(), dim + 1, y.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (y.device().is_cuda()) {
     Tensor workspace = Tensor::empty(Dims{index_add_cuda_workspace(idx.numel(), y.shape()[dim])},
@@ -156,7 +156,7 @@ Specs one_hot_shape(TensorList in, const Attrs& attrs) {
 }
 void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t classes = attrs.i("num_classes");
-  Tensor idx = checked_index(in[0], classes, "one_hot", in[0].ndim());
+  Tensor idx = raw::checked_index(in[0], classes, "one_hot", in[0].ndim());
   int64_t* y = out[0].data<int64_t>();
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (idx.device().is_cuda()) return one_hot_cuda(idx.data<int64_t>(), idx.numel(), classes, y);
@@ -185,11 +185,11 @@ Specs sort_shape(TensorList in, const Attrs& attrs) {
   return {{shape, x.dtype()}, {shape, DType::Int64}};
 }
 void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]);
+  Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   int64_t k = x.ndim() ? attrs.i("k") : 1;
-  int64_t outer = span(x.shape(), 0, dim), inner = span(x.shape(), dim + 1, x.ndim());
+  int64_t outer = raw::span(x.shape(), 0, dim), inner = raw::span(x.shape(), dim + 1, x.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {
     Tensor workspace = Tensor::empty(Dims{sort_cuda_workspace(x.dtype(), outer * inner, d)}, DType::UInt8,
@@ -214,20 +214,20 @@ const OpDef k_sort{.id = OpId::sort, .name = "sort", .family = Family::Index, .s
 Specs nonzero_shape(TensorList in, const Attrs&) {
   const Tensor& m = in[0];
   FG_CHECK(m.dtype() == DType::Bool, DType, "nonzero: expected a bool mask, got ", describe(m));
-  Tensor c = contiguous_raw(m);
+  Tensor c = raw::contiguous(m);
   int64_t count = 0;
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {  // the output's size is data: a host read (hence the DataDependent group)
     Tensor on_device = Tensor::empty(Dims{1}, DType::Int64, c.device());
     count_true_cuda(c.data<bool>(), c.numel(), on_device.data<int64_t>());
-    count = *device_copy(on_device, cpu_device()).data<int64_t>();
+    count = *raw::device_copy(on_device, cpu_device()).data<int64_t>();
   }
 #endif
   if (c.device().is_cpu()) count = count_true_cpu(c.data<bool>(), c.numel());
   return {{Dims{count, int64_t{m.ndim()}}, DType::Int64}};
 }
 void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
-  Tensor c = contiguous_raw(in[0]);
+  Tensor c = raw::contiguous(in[0]);
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {
     Tensor workspace = Tensor::empty(Dims{nonzero_cuda_workspace(c.numel())}, DType::UInt8, c.device());

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {
@@ -20,7 +20,7 @@ Specs matmul_shape(TensorList in, const Attrs&) {
            ": inner dimensions ", k_a, " and ", k_b, " differ");
   Dims batch_a(std::vector<int64_t>(a.shape().begin(), a.shape().end() - 2));
   Dims batch_b(std::vector<int64_t>(b.shape().begin(), b.shape().end() - 2));
-  Dims out = broadcast_shapes(batch_a, batch_b, "matmul");
+  Dims out = raw::broadcast_shapes(batch_a, batch_b, "matmul");
   out.push_back(a.shape()[a.ndim() - 2]);
   out.push_back(b.shape().back());
   return {{out, dt}};
@@ -79,25 +79,25 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   if constexpr (Batched == nullptr) {
     if (is_half(dt)) {
       Tensor wide = Tensor::empty(c.shape(), DType::Float32, c.device());
-      matmul_kernel<Gemm>({converted(in[0], DType::Float32), converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
-      copy_into(c, wide);
+      matmul_kernel<Gemm>({raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
+      raw::copy_into(c, wide);
       return;
     }
   }
-  Tensor a = converted(in[0], dt), b = converted(in[1], dt);
+  Tensor a = raw::converted(in[0], dt), b = raw::converted(in[1], dt);
   bool ta, tb;
   int64_t lda, ldb;
   if (!blas_layout(a, &ta, &lda)) {  // neither layout fits: a row-major copy always does
-    a = contiguous_raw(a);
+    a = raw::contiguous(a);
     blas_layout(a, &ta, &lda);
   }
   if (!blas_layout(b, &tb, &ldb)) {
-    b = contiguous_raw(b);
+    b = raw::contiguous(b);
     blas_layout(b, &tb, &ldb);
   }
   int n = c.ndim();
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
-  int64_t batches = span(c.shape(), 0, n - 2);
+  int64_t batches = raw::span(c.shape(), 0, n - 2);
   size_t item = itemsize(dt);
   auto* pa = static_cast<char*>(a.data_ptr());
   auto* pb = static_cast<char*>(b.data_ptr());

@@ -1,7 +1,7 @@
 // Fused cross-entropy: the forward reads the logits once for logsumexp and loss, the backward
 // writes softmax - smoothed one-hot in one kernel. cross_entropy() (functional.cpp) routes
 // integer targets here; the composite built from log_softmax and gather stays as the reference.
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/loss/cross_entropy.h"
 
@@ -34,7 +34,7 @@ void check_targets_now(const Tensor& t, const CrossEntropyArgs& a) {
 }
 
 void cross_entropy_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]), t = contiguous_raw(in[1]);
+  Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {  // targets are checked by the kernel (raised at the next host sync)
@@ -52,7 +52,7 @@ void cross_entropy_kernel(TensorList in, const Tensors& out, const Attrs& attrs)
 Specs cross_entropy_backward_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
 template <decltype(&cross_entropy_backward_cpu) Run>
 void cross_entropy_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]), t = contiguous_raw(in[1]), g = contiguous_raw(in[3]);
+  Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]), g = raw::contiguous(in[3]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
   Run(x.dtype(), x.data_ptr(), t.data<int64_t>(), in[2].data_ptr(), g.data_ptr(),
       ce_reduce(attrs) == LossReduce::None, in[4].data_ptr(), a, out[0].data_ptr());

@@ -1,5 +1,5 @@
 // nn ops with fused forward kernels: softmax, log_softmax, layer_norm, rms_norm, im2col/col2im.
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/conv/im2col.h"
 #include "kernels/nn/nn.h"
@@ -25,12 +25,12 @@ Specs softmax_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&softmax_cpu) Run>
 void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]);
+  Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax", ScalarDim::AsSingleElement);
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
   int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
-  Run(x.dtype(), attrs.b("log"), x.data_ptr(), span(x.shape(), 0, dim), r,
-              span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr(), attrs.f("scale"), causal_rows);
+  Run(x.dtype(), attrs.b("log"), x.data_ptr(), raw::span(x.shape(), 0, dim), r,
+              raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr(), attrs.f("scale"), causal_rows);
 }
 // Masked entries have y = 0 (softmax), so they receive no gradient.
 Tensors softmax_backward(const BackwardCtx& c) {
@@ -75,10 +75,10 @@ struct NormArgs {
 };
 NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt) {
   NormArgs a;
-  a.x = contiguous_raw(in[0]);
+  a.x = raw::contiguous(in[0]);
   size_t next = 1;
-  if (attrs.b("has_weight")) a.weight = contiguous_raw(converted(in[next++], dt));
-  if (attrs.b("has_bias")) a.bias = contiguous_raw(converted(in[next++], dt));
+  if (attrs.b("has_weight")) a.weight = raw::contiguous(raw::converted(in[next++], dt));
+  if (attrs.b("has_bias")) a.bias = raw::contiguous(raw::converted(in[next++], dt));
   a.cols = attrs.dims("normalized_shape").numel();
   a.rows = a.cols ? a.x.numel() / a.cols : 0;
   return a;
@@ -141,11 +141,11 @@ Specs norm_backward_shape(TensorList in, const Attrs&) {
 template <decltype(&norm_backward_cpu) Run>
 void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
-  Tensor g = contiguous_raw(in[0]), x = contiguous_raw(in[1]);
+  Tensor g = raw::contiguous(in[0]), x = raw::contiguous(in[1]);
   size_t next = 2;
-  Tensor w = has_w ? contiguous_raw(converted(in[next++], x.dtype())) : Tensor();
-  Tensor mean = rms ? Tensor() : contiguous_raw(in[next++]);
-  Tensor rstd = contiguous_raw(in[next]);
+  Tensor w = has_w ? raw::contiguous(raw::converted(in[next++], x.dtype())) : Tensor();
+  Tensor mean = rms ? Tensor() : raw::contiguous(in[next++]);
+  Tensor rstd = raw::contiguous(in[next]);
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
   Run(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
                     mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
@@ -209,7 +209,7 @@ Specs im2col_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&im2col_cpu) Run>
 void im2col_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = contiguous_raw(in[0]);
+  Tensor x = raw::contiguous(in[0]);
   Run(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
 }
 Tensors im2col_backward(const BackwardCtx& c) {
@@ -232,7 +232,7 @@ Specs col2im_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&col2im_cpu) Run>
 void col2im_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor cols = contiguous_raw(in[0]);
+  Tensor cols = raw::contiguous(in[0]);
   Run(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
 }
 Tensors col2im_backward(const BackwardCtx& c) {

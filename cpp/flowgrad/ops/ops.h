@@ -33,7 +33,7 @@ Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device);
 #define FG_BINARY_DECLARE_Generated(name) Tensor name(const Tensor& a, const Tensor& b);
 #define FG_BINARY_DECLARE_Bound FG_BINARY_DECLARE_Generated
 #define FG_BINARY_DECLARE_Hand(name)
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 #undef FG_UNARY_DECLARE_Generated
 #undef FG_UNARY_DECLARE_Bound
 #undef FG_UNARY_DECLARE_Hand
@@ -152,6 +152,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
 Tensor max_pool2d(const Tensor& x, int64_t k, int64_t stride);
 Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride);
 // The fused flash_attention op where it applies (ops/attention.cpp), else the composite below.
+// The fused op gives the mask no gradient: a caller whose float mask requires grad takes the
+// composite (nn::attention decides, since ops know nothing of autograd).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal);
 // matmul + softmax, materialising the (..., L, S) scores: the reference for the fused kernels.

@@ -1,7 +1,7 @@
 // Reductions over any set of dims (empty = all), with keepdim.
 #include <algorithm>
 
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/reduce/reduce.h"
 
@@ -76,9 +76,9 @@ void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   if (x.is_contiguous() && (consecutive || dims.empty())) {
     int lo = dims.empty() ? 0 : static_cast<int>(dims[0]);
     int hi = dims.empty() ? 0 : static_cast<int>(dims.back()) + 1;
-    outer = span(x.shape(), 0, lo);
-    r = span(x.shape(), lo, hi);
-    inner = span(x.shape(), hi, x.ndim());
+    outer = raw::span(x.shape(), 0, lo);
+    r = raw::span(x.shape(), lo, hi);
+    inner = raw::span(x.shape(), hi, x.ndim());
   } else {  // move kept dims first, reduced dims last, then read rows
     Dims shape, strides;
     for (int pass = 0; pass < 2; ++pass)
@@ -87,7 +87,7 @@ void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
           shape.push_back(x.shape()[d]);
           strides.push_back(x.strides()[d]);
         }
-    x = contiguous_raw(x.alias(shape, strides, x.offset()));
+    x = raw::contiguous(x.alias(shape, strides, x.offset()));
     r = 1;
     for (int64_t d : dims) r *= in[0].shape()[d];
     outer = r == 0 ? out[0].numel() : x.numel() / r;

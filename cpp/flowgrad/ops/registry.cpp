@@ -8,7 +8,7 @@
 
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/dispatch.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 namespace fg {
 namespace {
@@ -55,14 +55,14 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in,
     return out;
   }
   Tensors wide_in;
-  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? converted(t, DType::Float32) : t);
+  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? raw::converted(t, DType::Float32) : t);
   Specs wide_specs = specs;
   for (TensorSpec& s : wide_specs)
     if (is_half(s.dtype)) s.dtype = DType::Float32;
   Tensors wide_out = allocate(wide_specs, device);
   kernel(wide_in, wide_out, attrs);
   Tensors out;
-  for (size_t i = 0; i < specs.size(); ++i) out.push_back(converted(wide_out[i], specs[i].dtype));
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(raw::converted(wide_out[i], specs[i].dtype));
   return out;
 }
 
@@ -114,13 +114,13 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
   });
   Tensors args = in.vec();
   for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
+    if (args[i].storage() == target.storage()) args[i] = raw::clone(args[i]);
   bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
                 ((op.flags & kHalfNative) || !any_half(in, specs));
   if (direct)
     kernel(args, Tensors{target}, attrs);
   else
-    copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+    raw::copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
   bump_version(target);
   Tensors out{target};
   Tensors recorded = in.vec();
@@ -182,7 +182,7 @@ std::span<const OpDef* const> all_ops() {
   static const std::array<const OpDef*, kOpCount> ops = [] {
     std::array<const OpDef*, kOpCount> rows{
 #define FG_OP(name, groups, autocast) op_rows::name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
     };
     for (size_t i = 0; i < kOpCount; ++i)  // FG_REGISTER(x) registered k_x: its id and name must be x's
       FG_CHECK(rows[i]->id == static_cast<OpId>(i) && rows[i]->name == op_name(rows[i]->id), Runtime,

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "flowgrad/core/tensor.h"
-#include "flowgrad/ops/op_table.h"
+#include "flowgrad/base/op_table.h"
 
 namespace fg {
 
@@ -206,7 +206,7 @@ inline const OpDef& op_def(OpId id) { return *all_ops()[static_cast<size_t>(id)]
 // outside any anonymous namespace: a row without one, or with two, fails to link.
 namespace op_rows {
 #define FG_OP(name, groups, autocast) extern const OpDef* const name;
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 }  // namespace op_rows
 #define FG_REGISTER(NAME) const OpDef* const op_rows::NAME = &k_##NAME
 

@@ -4,11 +4,10 @@
 #include <cstring>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/ops/optim_ops.h"
 #include "flowgrad/cuda/runtime.h"
-#include "kernels/optim/optim.h"
 
 namespace fg::optim {
 namespace {
@@ -96,13 +95,8 @@ double clip_grad_norm(const Tensors& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = grad_of(p);
     if (!g.defined()) continue;
-    Tensor c = contiguous_raw(g);
-    if (!c.device().is_cpu()) {  // one reduction on the device, one value read back
-      total += item(sum(square(converted(c, DType::Float64)), Dims{}, false));
-      continue;
-    }
-    total += is_floating(c.dtype()) && !is_half(c.dtype()) ? sum_squares_cpu(c.dtype(), c.data_ptr(), c.numel())
-                                                          : sum_squares_cpu(DType::Float64, converted(c, DType::Float64).data_ptr(), c.numel());
+    // one reduction in float64 on the gradient's device, one value read back
+    total += item(sum(square(raw::converted(g, DType::Float64)), Dims{}, false));
   }
   double norm = std::sqrt(total);
   double factor = max_norm / (norm + 1e-6);

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -17,7 +17,7 @@ namespace {
 
 Tensor zeros_like_raw(const Tensor& t) {
   Tensor z = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (z.numel() > 0) fill_raw(z, 0);
+  if (z.numel() > 0) raw::fill(z, 0);
   return z;
 }
 
@@ -84,7 +84,7 @@ Tensor Tracer::run_switch(const graph::SwitchCall& c) {
     FG_CHECK(ys[b].shape() == ys[0].shape() && ys[b].dtype() == ys[0].dtype(), Graph, c.node,
              ": a compiled switch needs every branch to return the same shape and dtype; branch 0 returns ",
              describe(ys[0]), ", branch ", b, " returns ", describe(ys[b]));
-  Tensor out = clone_raw(ys[0]);
+  Tensor out = raw::clone(ys[0]);
   for (const Tensor& y : ys) fwd->results.push_back({{y, out, false}});
   fwd->owned = {out};
   add_branch(fwd);
@@ -130,7 +130,7 @@ Tensor Tracer::run_loop(const graph::LoopCall& c) {
   fwd->label = c.node;
   fwd->max_iter = c.max_iter;
   fwd->init = c.x;
-  fwd->carried = clone_raw(c.x);
+  fwd->carried = raw::clone(c.x);
   Dims rows{c.max_iter};
   for (int64_t d : c.x.shape()) rows.push_back(d);
   fwd->stash = Tensor::empty(rows, c.x.dtype(), c.x.device());

@@ -11,7 +11,7 @@
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/runtime.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/plan/plan.h"
 #if defined(FLOWGRAD_HAVE_CUDA)
@@ -46,7 +46,7 @@ Capture::Capture(Plan& plan) : plan_(plan) {
 
 Capture::~Capture() = default;
 
-bool Capture::run() {
+bool Capture::try_replay() {
   switch (phase_) {
     case Phase::Off: return false;
     case Phase::WarmUp: phase_ = Phase::Capture; return false;

@@ -33,7 +33,7 @@ class Capture {
   // Runs the step whose inputs are already in their slots, as a replay of the captured graph
   // (capturing it first on the second call); false when the caller must run the plan plainly
   // (CPU, kill switch, the warm-up call, a failed capture).
-  bool run();
+  bool try_replay();
   // Runs the step once and returns each instruction's milliseconds: on the CPU by the host clock
   // around each instruction (a fused run counts at its first instruction), on CUDA from timing
   // events recorded inside a captured graph of the step (the last instruction's time includes

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
-#include "flowgrad/cuda/graph.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/cuda/captured_graph.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
@@ -62,7 +62,7 @@ std::string first_difference(const Tensor& expected, const Tensor& got, double t
 }
 
 void copy_all(const Tensors& dst, const Tensors& src) {
-  for (size_t k = 0; k < dst.size(); ++k) copy_into(dst[k], src[k]);
+  for (size_t k = 0; k < dst.size(); ++k) raw::copy_into(dst[k], src[k]);
 }
 
 }  // namespace

@@ -30,11 +30,11 @@ namespace {
 // The functor struct of each UnaryFn / BinaryFn: the op table's rows (ops.def).
 constexpr const char* kUnaryFunctors[] = {
 #define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) #Functor,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 constexpr const char* kBinaryFunctors[] = {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) #Functor,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 
 // What functors.h needs from the standard library, for NVRTC (which has no host headers).

@@ -14,9 +14,9 @@
 #include <algorithm>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/plan.h"
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 namespace fg::plan {
 namespace {
@@ -181,7 +181,7 @@ void Plan::bind_runs() {
   for (FusedRun& run : runs_) {
     const Dims& shape = run.shape;
     const int k = run.split, rank = shape.size();
-    const int64_t rows = span(shape, 0, k), row = span(shape, k, rank);
+    const int64_t rows = raw::span(shape, 0, k), row = raw::span(shape, k, rank);
     const int64_t rows_per_tile = std::max<int64_t>(1, kTile / std::max<int64_t>(row, 1));
     const int64_t tiles = (rows + rows_per_tile - 1) / rows_per_tile;
     run.workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pool_threads(), tiles)));

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/branch.h"
 #include "flowgrad/plan/plan.h"
 

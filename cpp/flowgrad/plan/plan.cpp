@@ -9,7 +9,7 @@
 
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/stream.h"
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/capture.h"
 #include "flowgrad/plan/plan.h"
 
@@ -142,7 +142,7 @@ void Plan::load_inputs(const Tensors& inputs) {
              ", the plan was compiled for ", dtype_name(slot.dtype()));
     FG_CHECK(x.device() == slot.device(), Device, "compiled step: input ", i, " is on ", x.device().str(),
              ", the plan runs on ", slot.device().str());
-    copy_into(slot, x);
+    raw::copy_into(slot, x);
   }
 }
 
@@ -165,7 +165,7 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   load_inputs(inputs);
   if (ms) {
     *ms = capture_->profile();
-  } else if (!capture_->run()) {
+  } else if (!capture_->try_replay()) {
     draw_rng();
     execute();
   }
@@ -177,7 +177,7 @@ Tensors Plan::run_with(const Tensors& inputs, std::vector<double>* ms) {
   Tensors out;
   for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
     Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
-    copy_into(copy, t);
+    raw::copy_into(copy, t);
     out.push_back(copy);
   }
   stats_.host_syncs = cuda::host_sync_count() - syncs_before;
@@ -228,7 +228,7 @@ Tensors snapshot(const Tensors& tensors) {
   Tensors copies;
   for (const Tensor& t : tensors) {
     Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
-    copy_into(copy, t);
+    raw::copy_into(copy, t);
     copies.push_back(copy);
   }
   return copies;
@@ -236,7 +236,7 @@ Tensors snapshot(const Tensors& tensors) {
 
 void restore(const Tensors& tensors, const Tensors& copies) {
   FG_CHECK(tensors.size() == copies.size(), Value, "restore: ", copies.size(), " copies for ", tensors.size(), " tensors");
-  for (size_t i = 0; i < tensors.size(); ++i) copy_into(tensors[i], copies[i]);
+  for (size_t i = 0; i < tensors.size(); ++i) raw::copy_into(tensors[i], copies[i]);
 }
 
 // FLOWGRAD_DEBUG_PLAN: buffers whose last use has run are filled with NaN, so a read after reuse
@@ -247,7 +247,7 @@ void Plan::poison(const std::vector<int>& released) {
     if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
     int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
     stats_.poisoned_bytes += static_cast<size_t>(n) * itemsize(b.dtype);
-    fill_raw(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
+    raw::fill(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
   }
 }
 

@@ -1,6 +1,6 @@
 // Device side of device_error.h: how a kernel reports a bad index.
 #pragma once
-#include "kernels/common/device_error.h"
+#include "flowgrad/base/device_error.h"
 
 namespace fg {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "fg_hd.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg {
 

@@ -50,6 +50,11 @@ struct CaptureResult {
 // graph and `why` gives both counts.
 CaptureResult capture(int device, const std::function<void(const std::function<void(int)>& progress)>& body);
 
+// Work a library needs done on a new capture stream before capture begins, since it cannot
+// allocate during capture (cuBLAS's handle and workspace per stream). The kernels register
+// theirs at load time (kernels/linalg/gemm_cuda.cu): the device runtime stands below the kernels.
+void on_new_capture_stream(void (*prepare)());
+
 // Profiling: captures `body` as capture() does, with a timing event recorded inside the graph
 // before each step and after the last (event record nodes), replays that graph once on this
 // thread's current stream, waits, and returns each step's GPU milliseconds. An empty result

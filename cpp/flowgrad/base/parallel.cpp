@@ -1,6 +1,6 @@
 // The CPU thread pool behind parallel_for: workers sleep on a condition variable until a
 // region starts, take task indices from an atomic counter, and the caller works too.
-#include "kernels/common/parallel.h"
+#include "flowgrad/base/parallel.h"
 
 #include <atomic>
 #include <condition_variable>

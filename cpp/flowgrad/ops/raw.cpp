@@ -1,11 +1,11 @@
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/index/index_add.h"
 
-namespace fg {
+namespace fg::raw {
 
 Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   int rank = std::max(a.size(), b.size());
@@ -22,14 +22,14 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
 
 Tensor device_copy(const Tensor& t, Device device) {
   if (t.device() == device) return t;
-  Tensor src = contiguous_raw(t);
+  Tensor src = contiguous(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
   cuda::copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(),
                    static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
   return out;
 }
 
-void fill_raw(const Tensor& t, double value) {
+void fill(const Tensor& t, double value) {
   FG_ASSERT(t.is_contiguous());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (t.device().is_cuda()) return fill_cuda(t.dtype(), t.data_ptr(), t.numel(), value);
@@ -53,13 +53,13 @@ Tensor converted(const Tensor& t, DType dtype) {
   return out;
 }
 
-Tensor clone_raw(const Tensor& t) {
+Tensor clone(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
   copy_into(out, t);
   return out;
 }
 
-Tensor contiguous_raw(const Tensor& t) {
+Tensor contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
   copy_into(out, t);
@@ -69,7 +69,7 @@ Tensor contiguous_raw(const Tensor& t) {
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
   FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
-  Tensor idx = contiguous_raw(converted(index, DType::Int64));
+  Tensor idx = contiguous(converted(index, DType::Int64));
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (index.device().is_cuda()) {  // checked on the device: a bad value raises at the next host sync
     FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
@@ -99,4 +99,4 @@ int64_t span(const Dims& shape, int begin, int end) {
   return n;
 }
 
-}  // namespace fg
+}  // namespace fg::raw

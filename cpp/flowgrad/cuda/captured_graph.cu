@@ -2,16 +2,23 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <mutex>
+#include <vector>
 
-#include "flowgrad/core/errors.h"
-#include "flowgrad/cuda/graph.h"
+#include "flowgrad/base/device_error.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/scope.cuh"
-#include "kernels/common/device_error.h"
-#include "kernels/linalg/gemm.h"
 
 namespace fg::cuda {
 namespace {
+
+std::mutex g_prepare_mutex;
+std::vector<void (*)()>& capture_preparations() {  // a function static: kernels register at load time
+  static std::vector<void (*)()> prepare;
+  return prepare;
+}
 
 // A capture stream per capture (F13): its cuBLAS workspace (cuda::stream_workspace) is baked into
 // the graph's gemm nodes, so each graph keeps a stream, and a workspace, of its own. A capture
@@ -69,6 +76,11 @@ CaptureResult capture_with(int device, const Body& body, const std::function<voi
 
 }  // namespace
 
+void on_new_capture_stream(void (*prepare)()) {
+  std::lock_guard<std::mutex> lock(g_prepare_mutex);
+  capture_preparations().push_back(prepare);
+}
+
 CaptureResult capture(int device, const Body& body) { return capture_with(device, body, nullptr); }
 
 std::vector<double> time_steps(int device, int steps, const Body& body, std::string* why, int* step) {
@@ -106,8 +118,13 @@ CaptureResult capture_with(int device, const Body& body, const std::function<voi
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream->handle);
   {
     StreamGuard on_capture(device, reinterpret_cast<StreamHandle>(s));
-    gemm_cuda_prepare_stream();  // cuBLAS handle and workspace for this stream, made outside capture
-    index_error_sink();          // the device-error record, likewise
+    std::vector<void (*)()> prepare;
+    {
+      std::lock_guard<std::mutex> lock(g_prepare_mutex);
+      prepare = capture_preparations();
+    }
+    for (auto* run : prepare) run();  // e.g. cuBLAS's handle and workspace for this stream
+    index_error_sink();               // the device-error record, likewise
   }
   const LaunchCount before = launch_count();
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture (cudaStreamBeginCapture)");

@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/fg_hd.h"
+#include "flowgrad/base/fg_hd.h"
 
 namespace fg {
 

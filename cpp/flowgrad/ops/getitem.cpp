@@ -1,7 +1,7 @@
 // x[items]: basic indexing becomes views (select, slice, unsqueeze); an integer index tensor
 // becomes index_select and a bool mask becomes nonzero + index_select. x[items] = value writes
 // the elements that x[items] reads, found by indexing their positions the same way.
-#include "flowgrad/ops/kernel_args.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg {
@@ -95,7 +95,7 @@ Tensor index_positions(const Dims& shape, std::vector<IndexItem> items) {
   bool basic = true;
   for (IndexItem& item : items) {
     if (item.kind != Kind::Tensor) continue;
-    item.tensor = device_copy(item.tensor, host);
+    item.tensor = raw::device_copy(item.tensor, host);
     basic = false;
   }
   if (!basic || shape.size() == 0)
@@ -115,7 +115,7 @@ Tensor index_positions(const Dims& shape, std::vector<IndexItem> items) {
 }  // namespace
 
 Tensor assign_index(const Tensor& x, const std::vector<IndexItem>& items, const Tensor& value) {
-  Tensor positions = device_copy(index_positions(x.shape(), items), x.device());
+  Tensor positions = raw::device_copy(index_positions(x.shape(), items), x.device());
   return index_put_(x, positions, value);
 }
 

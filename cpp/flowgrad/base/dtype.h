@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "flowgrad/core/errors.h"
-#include "kernels/common/half.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/base/half.h"
 
 namespace fg {
 

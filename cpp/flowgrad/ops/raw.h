@@ -1,12 +1,13 @@
-// Helpers shared by the op families to turn Tensors into kernel arguments. Nothing here
-// records autograd: these run inside kernels.
+// Raw tensor work shared by the op families: kernel arguments (broadcast shapes, strided views,
+// checked indices) and copies that run inside kernels. Nothing here records autograd or goes
+// through run_op, so every call site says raw:: where it steps around the op registry.
 #pragma once
 #include <array>
 
 #include "flowgrad/ops/registry.h"
 #include "kernels/common/strided.h"
 
-namespace fg {
+namespace fg::raw {
 
 // Broadcast shape of two shapes, NumPy rules; `op` names the caller in the ShapeError.
 Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
@@ -34,19 +35,19 @@ Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& t
 // A copy of t converted to dtype (t itself when it already has it). No autograd.
 Tensor converted(const Tensor& t, DType dtype);
 // t when contiguous, else a contiguous copy. No autograd.
-Tensor contiguous_raw(const Tensor& t);
+Tensor contiguous(const Tensor& t);
 // A new contiguous copy of t that shares no memory with it. No autograd.
-Tensor clone_raw(const Tensor& t);
+Tensor clone(const Tensor& t);
 // t's values on `device` as a contiguous tensor (t itself when it is already there). No autograd.
 Tensor device_copy(const Tensor& t, Device device);
 // Sets every element of a contiguous tensor (on its device). No autograd.
-void fill_raw(const Tensor& t, double value);
+void fill(const Tensor& t, double value);
 // Copies src into dst (same shape up to broadcasting), converting dtype. No autograd.
 void copy_into(const Tensor& dst, const Tensor& src);
 // Index tensor as contiguous int64 with negatives wrapped; IndexError outside [-size, size): at
-// once on the CPU, at the next host synchronisation on CUDA (see kernels/common/device_error.h).
+// once on the CPU, at the next host synchronisation on CUDA (see flowgrad/base/device_error.h).
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim);
 // Product of shape[begin:end].
 int64_t span(const Dims& shape, int begin, int end);
 
-}  // namespace fg
+}  // namespace fg::raw

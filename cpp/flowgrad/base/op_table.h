@@ -10,7 +10,7 @@ namespace fg {
 
 enum class OpId : uint16_t {
 #define FG_OP(name, groups, autocast) name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
   None  // not a table op: the stand-ins of a compiled plan's branch instructions
 };
 constexpr size_t kOpCount = static_cast<size_t>(OpId::None);
@@ -28,7 +28,7 @@ enum class Group : uint32_t {
   DataDependent = 1u << 7,  // output shape depends on input values: never captured
   HostSync = 1u << 8,       // on CUDA the kernel reads device values on the host (nonzero's count):
                             // a sync, so a compiled CUDA step refuses the op. Index validation is
-                            // not one: CUDA kernels check on the device (kernels/common/device_error.h)
+                            // not one: CUDA kernels check on the device (flowgrad/base/device_error.h)
   InPlace = 1u << 9,        // output 0 is input 0: run_op writes into input 0 instead of allocating
 };
 constexpr Group operator|(Group a, Group b) {
@@ -41,11 +41,11 @@ enum class AutocastPolicy : uint8_t { FollowInputs, LowPrecision, Float32 };
 // The function an elementwise kernel applies: the FG_UNARY/FG_BINARY rows, in table order.
 enum class UnaryFn : uint8_t {
 #define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) Functor,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 enum class BinaryFn : uint8_t {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) Functor,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 
 namespace op_table {
@@ -59,23 +59,23 @@ constexpr AutocastPolicy FollowInputs = AutocastPolicy::FollowInputs,
 
 inline constexpr std::string_view kNames[kOpCount + 1] = {
 #define FG_OP(name, groups, autocast) #name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
     "(none)"};
 inline constexpr uint32_t kGroups[kOpCount + 1] = {
 #define FG_OP(name, groups, autocast) static_cast<uint32_t>(groups),
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
     0};
 inline constexpr AutocastPolicy kAutocast[kOpCount + 1] = {
 #define FG_OP(name, groups, autocast) autocast,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
     FollowInputs};
 inline constexpr OpId kUnaryOps[] = {
 #define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) OpId::name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 inline constexpr OpId kBinaryOps[] = {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) OpId::name,
-#include "flowgrad/ops/ops.def"
+#include "flowgrad/base/ops.def"
 };
 
 // A write never goes through a cast: in-place rows follow their inputs.

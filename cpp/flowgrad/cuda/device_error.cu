@@ -3,9 +3,11 @@
 #include <cstring>
 #include <mutex>
 
-#include "flowgrad/core/errors.h"
-#include "kernels/common/device_error.h"
-#include "kernels/common/launch.cuh"
+#include <cuda_runtime.h>
+
+#include "flowgrad/base/device_error.h"
+#include "flowgrad/base/errors.h"
+#include "flowgrad/cuda/stream.h"
 
 namespace fg {
 namespace {
@@ -20,6 +22,9 @@ struct DeviceErrorSlot {
 
 std::mutex g_mutex;
 DeviceErrorSlot g_slots[kMaxDevices];
+
+// The memsets below go to this thread's current stream, as every launch does (launch.cuh).
+cudaStream_t memset_stream() { return reinterpret_cast<cudaStream_t>(cuda::launch_stream()); }
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) cudaGetLastError();  // reported here, not again by the next launch check
@@ -37,7 +42,7 @@ DeviceErrorSlot make_slot() {
     void* mapped = nullptr;
     check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
     check(cudaMalloc(&claimed, sizeof(int)), "cudaMalloc");
-    cudaStream_t stream = library_stream();
+    cudaStream_t stream = memset_stream();
     check(cudaMemsetAsync(claimed, 0, sizeof(int), stream), "cudaMemsetAsync");
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the zero lands before any kernel reads it
     return {static_cast<int*>(claimed), static_cast<IndexErrorRecord*>(host), static_cast<IndexErrorRecord*>(mapped)};
@@ -67,7 +72,7 @@ IndexErrorSink index_error_sink() {
   DeviceErrorSlot& slot = g_slots[device];
   if (!slot.claimed) {
     // Allocations and a device sync cannot be captured: capture prepares the sink beforehand
-    // (cuda/graph.cu), so this only meets a capture that did not.
+    // (cuda/captured_graph.cu), so this only meets a capture that did not.
     FG_CHECK(!cuda::capturing(cuda::launch_stream()), Device, "index error record: cuda:", device,
              " first used inside a CUDA graph capture; run the step once uncaptured first");
     slot = make_slot();
@@ -84,7 +89,7 @@ void raise_device_errors() {
     slot.host->set = 0;
     {  // the flag is clear once this returns, so a report from any stream after it is kept
       cuda::DeviceGuard on_device(device);
-      cudaStream_t stream = library_stream();
+      cudaStream_t stream = memset_stream();
       check(cudaMemsetAsync(slot.claimed, 0, sizeof(int), stream), "cudaMemsetAsync");
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }

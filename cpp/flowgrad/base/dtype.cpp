@@ -1,4 +1,4 @@
-#include "flowgrad/core/dtype.h"
+#include "flowgrad/base/dtype.h"
 
 #include <atomic>
 #include <string>
