@@ -33,9 +33,7 @@ Tensor whole(const Buffer& b, int id) {
 
 // Ops whose CUDA kernels add floats with atomics: their sums depend on the order blocks run.
 bool order_dependent(const Instruction& ins) {
-  const std::string name = ins.op->name;
-  bool floats = !ins.out.empty() && is_floating(ins.out[0].dtype);
-  return floats && (name == "scatter_add" || name == "flash_attention_backward");
+  return ins.op->in(Group::Atomic) && !ins.out.empty() && is_floating(ins.out[0].dtype);
 }
 
 // The first element where `expected` and `got` differ (bitwise, or beyond `tolerance` times the
