@@ -50,12 +50,7 @@ const OpDef& branch_op(BranchKind kind) {
 void Plan::bind_branch(Branch& b) {
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (auto& block : b.blocks)
-    for (Instruction& ins : block) {
-      ins.in_t.clear();
-      ins.out_t.clear();
-      for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
-      for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-    }
+    for (Instruction& ins : block) bind_instruction(ins);
   for (auto [v, t] : {std::pair{&b.selector, &b.selector_t}, {&b.init, &b.init_t}, {&b.carried, &b.carried_t},
                       {&b.count, &b.count_t}, {&b.step_input, &b.step_input_t}})
     if (v->buffer >= 0) *t = tensor(*v);
@@ -72,13 +67,7 @@ void Plan::bind_branch(Branch& b) {
 void Plan::run_block(Branch& b, size_t index) {
   if (b.runs.size() != b.blocks.size()) b.runs.assign(b.blocks.size(), 0);
   ++b.runs[index];
-  std::vector<Instruction>& block = b.blocks[index];
-  const bool cpu = device_.is_cpu();
-  for (Instruction& ins : block) {
-    if (ins.branch) run_branch(ins);
-    else (cpu ? ins.op->cpu : ins.op->cuda)(ins.in_t, ins.out_t, ins.attrs);
-    if (poison_) poison(ins.released);
-  }
+  run_code(b.blocks[index], nullptr);  // the executor's own loop
 }
 
 void Plan::run_branch(Instruction& ins) {

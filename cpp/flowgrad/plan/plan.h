@@ -295,6 +295,11 @@ class Plan {
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
   void check_memory() const;
+  // The arena: the intermediates' and inputs' bytes. Plans that never run at the same time may
+  // share one: bind_arena rebinds every arena buffer, launch and fused run onto `arena` (at least
+  // stats().arena_bytes on the plan's device) and starts the CUDA graph capture over.
+  const std::shared_ptr<Storage>& arena() const { return arena_; }
+  void bind_arena(std::shared_ptr<Storage> arena);
 
   const std::vector<Instruction>& instructions() const { return code_; }
   const std::vector<Buffer>& buffers() const { return buffers_; }
@@ -320,11 +325,12 @@ class Plan {
   void draw_rng();  // random instructions take this run's seed and counters
   // The instructions in order on the current stream; `progress(i)` is called before each (capture).
   void execute(const std::function<void(int)>* progress = nullptr);
+  void run_code(std::vector<Instruction>& code, const std::function<void(int)>* progress);
   // lower.cpp: the program bound to memory and kernels
   void lower(Program program, std::vector<std::shared_ptr<Storage>> storages, const PlanSpec& spec);
   void compile_cuda_runs(Program& program);
   void lower_block(const Block& block, std::vector<Instruction>& out, int& time);
-  void bind();
+  void bind();  // onto arena_ (allocated when unset)
   void bind_runs();
   void bind_instruction(Instruction& ins);
   void execute_run(FusedRun& run);
@@ -361,6 +367,9 @@ class Plan {
   std::vector<std::shared_ptr<const void>> loaded_;
   std::shared_ptr<Capture> capture_;  // made in bind()
 };
+
+// Binds both plans onto the larger of their arenas (they must not run at the same time).
+void share_arena(Plan& a, Plan& b);
 
 // Copies of tensors' values, and writing them back (compile traces one real step, then restores
 // the parameters and optimizer state it touched).

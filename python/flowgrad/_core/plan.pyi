@@ -17,6 +17,10 @@ class Plan:
         """
     def __str__(self) -> str:
         ...
+    def arena_shared_with(self, other: Plan) -> bool:
+        """
+        True when this plan and `other` use the same arena storage.
+        """
     def buffers(self) -> list:
         """
         Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
@@ -60,6 +64,10 @@ class Plan:
     def run_profiled(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor]) -> tuple[list[flowgrad._core.Tensor], list[float]]:
         """
         Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; CUDA: timing events inside a captured graph of the step).
+        """
+    def share_arena(self, other: Plan) -> None:
+        """
+        Binds this plan and `other` (same device) onto one arena, the larger of theirs, so that their intermediates share memory; the two must never run at the same time.
         """
     def stats(self) -> dict[str, int | str | list[tuple[int, str]]]:
         """
