@@ -29,7 +29,7 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
   py::list out;
   for (const auto& ins : code) {
     py::dict d;
-    d["op"] = ins.op->name;
+    d["op"] = plan::op_name(ins);
     d["inputs"] = values(p, ins.in);
     d["outputs"] = values(p, ins.out);
     d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));

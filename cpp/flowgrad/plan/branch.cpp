@@ -1,5 +1,6 @@
-// Branch instructions: data-dependent control flow inside a plan (switch, while_/until and their
-// backward, guarded optimizer updates). The CPU executor reads each decision (selector, halt,
+// Lowered regions: data-dependent control flow inside a plan (switch, while_/until and their
+// backward, guarded optimizer updates; program.h's region kinds). Each runs as one record whose
+// blocks go through the executor's own loop (plan.cpp run_code). The CPU executor reads each decision (selector, halt,
 // iteration count) from its slot on the host and runs the chosen block's instructions; on CUDA
 // that read synchronises today, and each kind names the CUDA conditional node (IF, SWITCH,
 // WHILE) that holds it once plans are captured as graphs.
@@ -14,7 +15,7 @@
 
 #include "flowgrad/ops/kernel_args.h"
 #include "flowgrad/ops/ops.h"
-#include "flowgrad/plan/branch.h"
+#include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
 
@@ -34,16 +35,7 @@ const char* Branch::conditional() const {
   return kind == BranchKind::Guard ? "IF" : "WHILE";
 }
 
-const OpDef& branch_op(BranchKind kind) {
-  static const OpDef ops[] = {
-      {.name = "switch", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "while", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "until", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "loop_backward", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "guard", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-  };
-  return ops[static_cast<int>(kind)];
-}
+const char* op_name(const Instruction& ins) { return ins.branch ? branch_kind_name(ins.branch->kind) : ins.op->name; }
 
 // ---- binding and running ----
 
@@ -185,7 +177,7 @@ void Plan::dot_block(std::ostream& os, const std::vector<Instruction>& code, std
   for (size_t i = 0; i < code.size(); ++i) {
     const Instruction& ins = code[i];
     std::string node = prefix + std::to_string(i);
-    os << "  " << node << " [label=\"" << i << ": " << ins.op->name;
+    os << "  " << node << " [label=\"" << i << ": " << op_name(ins);
     if (ins.branch) os << " (" << ins.branch->conditional() << ")";
     if (!ins.out.empty() && !ins.branch) os << "\\n" << to_string(ins.out[0].shape);
     os << "\"";
@@ -199,7 +191,7 @@ void Plan::dot_block(std::ostream& os, const std::vector<Instruction>& code, std
     if (ins.branch)
       for (size_t b = 0; b < ins.branch->blocks.size(); ++b) {
         std::string inner = node + "_" + std::to_string(b) + "_";
-        os << "  subgraph cluster_" << inner << " {\n  label=\"" << ins.op->name << " " << ins.branch->id << ": "
+        os << "  subgraph cluster_" << inner << " {\n  label=\"" << op_name(ins) << " " << ins.branch->id << ": "
            << block_name(*ins.branch, b) << "\"; style=dashed;\n";
         std::vector<std::string> scope = producer;  // a block sees the values made before it
         dot_block(os, ins.branch->blocks[b], scope, inner);

@@ -8,7 +8,6 @@
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/env.h"
-#include "flowgrad/plan/branch.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -152,7 +151,7 @@ void Plan::lower_block(const Block& block, std::vector<Instruction>& out, int& t
     br->kind = static_cast<BranchKind>(static_cast<int>(ins.kind) - static_cast<int>(InstrKind::Switch));
     br->blocks.resize(ins.blocks.size());
     for (size_t b = 0; b < ins.blocks.size(); ++b) lower_block(ins.blocks[b], br->blocks[b], time);
-    Instruction record{&branch_op(br->kind), {}};
+    Instruction record{nullptr, {}};
     record.phase = ins.phase;
     record.origin = ins.origin;
     record.branch = br;

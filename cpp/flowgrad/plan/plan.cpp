@@ -98,7 +98,7 @@ void Plan::bind_instruction(Instruction& ins) {
   ins.out_t.clear();
   for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
   for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-  ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
+  if (!ins.branch) ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
 }
 
 bool Plan::up_to_date() const {
@@ -119,7 +119,7 @@ PlanStats Plan::stats() const {
   s.kernels += s.fused_runs;
   s.cuda_graph_replays = static_cast<int64_t>(capture_->replays());
   s.poisons = poison_;
-  for (int i : s.allocating) s.allocating_ops.emplace_back(i, code_[i].op->name);
+  for (int i : s.allocating) s.allocating_ops.emplace_back(i, op_name(code_[i]));
   return s;
 }
 

@@ -155,7 +155,7 @@ struct Buffer : BufferDecl {
 struct Branch;
 // Members past `op` have default initializers, so a braced `{op, attrs, in, out}` may stop early.
 struct Instruction {
-  const OpDef* op;  // a branch instruction: a stand-in OpDef named after its kind
+  const OpDef* op;  // null for a region's record (`branch` is set)
   Attrs attrs;
   std::vector<Value> in{}, out{};
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
@@ -237,6 +237,9 @@ struct FusedRun {
 };
 
 class Capture;  // CUDA graph capture of a plan (capture.h)
+
+// The op's name, or a region record's kind ("switch", "while", ...).
+const char* op_name(const Instruction& ins);
 
 // A tensor with the layout `v` over `storage` (no autograd identity).
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
