@@ -44,7 +44,10 @@ bool MemoryPlan::in_arena(const Program& p, int id) const {
 
 MemoryPlan plan_memory(const Program& p, const DefUse& du, bool reuse) {
   const int n = static_cast<int>(p.buffers.size());
-  MemoryPlan m{std::vector<int64_t>(n, 0), du.first, du.last, fused_locals(p, du)};
+  MemoryPlan m;
+  m.offset.assign(n, 0);
+  m.first = du.first, m.last = du.last;
+  m.local = fused_locals(p, du);
   std::vector<int> order;
   for (int id = 0; id < n; ++id)
     if (m.in_arena(p, id)) order.push_back(id), m.naive_bytes += aligned(p.buffers[id].bytes);

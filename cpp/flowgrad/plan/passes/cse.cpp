@@ -21,7 +21,7 @@ using Seen = std::unordered_map<std::string, Made>;
 struct Cse {
   Program& p;
   DefUse du;
-  std::vector<int> rename, version;
+  std::vector<int> rename{}, version{};
   int time = 0;
 
   void rename_values(std::vector<Value>& values) {
