@@ -161,6 +161,78 @@ TEST(FuseElementwise, LeavesShortCpuBuffersAlone) {
   EXPECT_EQ(fuse_elementwise(b.p).body.size(), 2u);
 }
 
+TEST(BindGrads, ForwardsAWholeGradientAndCopiesAView) {
+  Builder b(Dims{4, 3});
+  Value whole = b.emit(OpId::exp, {b.x()});
+  Value wide = b.fresh();
+  b.p.body.push_back(b.call(OpId::relu, {b.x()}, wide));
+  Value row{wide.buffer, 3, Dims{3}, Dims{1}, DType::Float32};  // a view: row 1 of `wide`
+  b.p.grads = {{whole, Dims{4, 3}, DType::Float32, "w"}, {row, Dims{3}, DType::Float32, "bias"}};
+  Program p = bind_grads(b.p);
+  EXPECT_EQ(p.grads[0].target, whole.buffer);  // the producing call writes .grad directly
+  EXPECT_EQ(p.buffers[whole.buffer].kind, BufferKind::External);
+  EXPECT_EQ(p.buffers[whole.buffer].name, "grad(w)");
+  const int copy = p.grads[1].target;
+  ASSERT_EQ(copy, static_cast<int>(b.p.buffers.size()));  // a new buffer, written by one copy at the end
+  EXPECT_EQ(p.buffers[copy].bytes, 12u);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::exp, OpId::relu, OpId::contiguous}));
+  EXPECT_EQ(p.body[2].in[0].offset, 3);
+  EXPECT_EQ(p.body[2].out[0].buffer, copy);
+}
+
+TEST(BindGrads, AGradientOfAnotherDtypeRaises) {
+  Builder b(Dims{4});
+  Value g = b.value(b.buffer(BufferKind::Arena, "g"), Dims{2});
+  b.p.grads = {{g, Dims{2}, DType::Float64, "w"}};
+  try {
+    bind_grads(b.p);
+    FAIL() << "bind_grads accepted a float32 gradient of a float64 parameter";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::DType);
+    EXPECT_NE(std::string(e.what()).find("the gradient of w is float32, the parameter float64"), std::string::npos);
+  }
+}
+
+TEST(FoldTransposes, AMatmulCopiedOutTransposedComputesTheTransposedProduct) {
+  Builder b(Dims{4, 6});
+  Value w = b.value(b.buffer(BufferKind::External, "w", Dims{6, 5}), Dims{6, 5});
+  Value r = b.value(b.buffer(BufferKind::Arena, "r", Dims{4, 5}), Dims{4, 5});
+  b.p.body.push_back(b.call(OpId::matmul, {b.x(), w}, r));
+  Value out = b.value(b.buffer(BufferKind::Arena, "t", Dims{5, 4}), Dims{5, 4});
+  b.p.body.push_back(b.call(OpId::contiguous, {{r.buffer, 0, Dims{5, 4}, Dims{1, 5}, DType::Float32}}, out));
+  b.p.outputs = {out};
+  Program p = fold_transposes(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::matmul}));
+  EXPECT_EQ(p.body[0].out[0].buffer, out.buffer);
+  EXPECT_EQ(p.body[0].in[0].buffer, w.buffer);  // (x w)^T = w^T x^T
+  EXPECT_EQ(p.body[0].in[0].shape, (Dims{5, 6}));
+  EXPECT_EQ(p.body[0].in[0].strides, (Dims{1, 5}));
+  EXPECT_EQ(p.body[0].in[1].buffer, b.x().buffer);
+}
+
+TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int grad = b.buffer(BufferKind::Arena, "g");
+  Block computes;
+  computes.push_back(b.call(OpId::exp, {b.x()}, b.value(grad)));
+  Instr branch = b.region(InstrKind::Switch, selector, {computes, {}}, {grad});
+  branch.region.present = {{0}};
+  b.p.body.push_back(branch);
+  Value param = b.value(b.buffer(BufferKind::External, "w"));
+  Value lr = b.value(b.buffer(BufferKind::External, "lr", Dims{1}), Dims{1});
+  Value momentum = b.value(b.buffer(BufferKind::External, "m"));
+  b.p.body.push_back(b.call(OpId::sgd_update, {param, b.value(grad), lr, momentum}, param));
+  b.p.body.back().out.clear();
+  Program p = guard_updates(b.p);
+  ASSERT_EQ(p.body.size(), 2u);
+  const Instr& guard = p.body[1];
+  EXPECT_EQ(guard.kind, InstrKind::Guard);
+  EXPECT_EQ(guard.region.guard, (std::vector<std::pair<int, int>>{{0, 0}}));
+  EXPECT_EQ(ops(guard.blocks[0]), (std::vector<OpId>{OpId::sgd_update}));
+  EXPECT_EQ(p.regions, 2);
+}
+
 TEST(Memory, ReusesBytesOfDeadBuffersAndTheCheckerProvesIt) {
   Builder b(Dims{16});
   Value a = b.emit(OpId::exp, {b.x()});
