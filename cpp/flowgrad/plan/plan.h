@@ -141,7 +141,7 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   void relocate();  // source_ from locate (under mutex_)
 };
 
-// ---- the plan ----
+// ---- the plan: what lowering (lower.cpp) makes of a Program ----
 
 // A lowered buffer: its declaration, its memory plan and its memory.
 struct Buffer : BufferDecl {
