@@ -30,7 +30,7 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
   py::list out;
   for (const auto& ins : code) {
     py::dict d;
-    d["op"] = ins.op->name;
+    d["op"] = plan::op_name(ins);
     d["inputs"] = values(p, ins.in);
     d["outputs"] = values(p, ins.out);
     d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
@@ -153,6 +153,14 @@ void bind_plan(py::module_& m) {
            }, py::arg("device") = py::none(),
            "Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the "
            "host before any attempt; '' when capture would be tried.")
+      .def("share_arena", [](plan::Plan& p, plan::Plan& other) {
+             py::gil_scoped_release release;
+             plan::share_arena(p, other);
+           }, py::arg("other"),
+           "Binds this plan and `other` (same device) onto one arena, the larger of theirs, so that their "
+           "intermediates share memory; the two must never run at the same time.")
+      .def("arena_shared_with", [](const plan::Plan& p, const plan::Plan& other) { return p.arena() == other.arena(); },
+           py::arg("other"), "True when this plan and `other` use the same arena storage.")
       .def("check_memory", &plan::Plan::check_memory,
            "Raises unless no two buffers alive at the same time share arena bytes.")
       .def("__str__", &plan::Plan::str)

@@ -35,7 +35,7 @@ py::list explain(const plan::Plan& p) {
     const plan::Instruction& ins = code[i];
     py::dict d;
     d["instruction"] = i;
-    d["op"] = std::string(ins.op->name);
+    d["op"] = std::string(plan::op_name(ins));
     d["phase"] = plan::phase_name(ins.phase);
     const plan::Origin* origin = ins.origin >= 0 ? &p.origins()[ins.origin] : nullptr;
     d["module"] = origin ? origin->module : "";

@@ -30,6 +30,7 @@ enum class Group : uint32_t {
                             // a sync, so a compiled CUDA step refuses the op. Index validation is
                             // not one: CUDA kernels check on the device (flowgrad/base/device_error.h)
   InPlace = 1u << 9,        // output 0 is input 0: run_op writes into input 0 instead of allocating
+  Atomic = 1u << 10,        // on CUDA the kernel adds floats with atomics: sums depend on block order
 };
 constexpr Group operator|(Group a, Group b) {
   return static_cast<Group>(static_cast<uint32_t>(a) | static_cast<uint32_t>(b));
@@ -53,7 +54,7 @@ namespace op_table {
 constexpr Group None = Group::None, Elementwise = Group::Elementwise, FloatOnly = Group::FloatOnly,
                 Arithmetic = Group::Arithmetic, Comparison = Group::Comparison, Bitwise = Group::Bitwise,
                 View = Group::View, Random = Group::Random, DataDependent = Group::DataDependent,
-                HostSync = Group::HostSync, InPlace = Group::InPlace;
+                HostSync = Group::HostSync, InPlace = Group::InPlace, Atomic = Group::Atomic;
 constexpr AutocastPolicy FollowInputs = AutocastPolicy::FollowInputs,
                          LowPrecision = AutocastPolicy::LowPrecision, Float32 = AutocastPolicy::Float32;
 

@@ -1,5 +1,6 @@
-// Branch instructions: data-dependent control flow inside a plan (switch, while_/until and their
-// backward, guarded optimizer updates). The CPU executor reads each decision (selector, halt,
+// Lowered regions: data-dependent control flow inside a plan (switch, while_/until and their
+// backward, guarded optimizer updates; program.h's region kinds). Each runs as one record whose
+// blocks go through the executor's own loop (plan.cpp run_code). The CPU executor reads each decision (selector, halt,
 // iteration count) from its slot on the host and runs the chosen block's instructions; on CUDA
 // that read synchronises today, and each kind names the CUDA conditional node (IF, SWITCH,
 // WHILE) that holds it once plans are captured as graphs.
@@ -14,7 +15,7 @@
 
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
-#include "flowgrad/plan/branch.h"
+#include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
 
@@ -34,109 +35,14 @@ const char* Branch::conditional() const {
   return kind == BranchKind::Guard ? "IF" : "WHILE";
 }
 
-const OpDef& branch_op(BranchKind kind) {
-  static const OpDef ops[] = {
-      {.name = "switch", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "while", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "until", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "loop_backward", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-      {.name = "guard", .family = Family::Copy, .not_differentiable = "control flow", .mutated_inputs = ~0u},
-  };
-  return ops[static_cast<int>(kind)];
-}
-
-bool is_loop(BranchKind kind) { return kind == BranchKind::While || kind == BranchKind::Until || kind == BranchKind::LoopBackward; }
-
-std::vector<Value*> branch_values(Branch& b) {
-  std::vector<Value*> out;
-  for (Value* v : {&b.selector, &b.init, &b.carried, &b.stash, &b.count, &b.step_input})
-    if (v->buffer >= 0) out.push_back(v);
-  for (Value& v : b.zeroed) out.push_back(&v);
-  return out;
-}
-
-void rename_in_branch(Branch& b, const std::vector<int>& rename) {
-  for (Value* v : branch_values(b)) v->buffer = rename[v->buffer];
-  for (auto& block : b.blocks)
-    for_each_instruction(block, [&](Instruction& ins) {
-      for (auto* values : {&ins.in, &ins.out})
-        for (Value& v : *values) v.buffer = rename[v.buffer];
-      if (ins.branch)
-        for (Value* v : branch_values(*ins.branch)) v->buffer = rename[v->buffer];
-    });
-}
-
-void guard_updates(std::vector<Instruction>& code, std::vector<std::shared_ptr<Branch>>& branches, size_t buffers) {
-  if (branches.empty()) return;
-  using Pairs = std::vector<std::pair<int, int>>;
-  std::vector<Pairs> when(buffers);               // (branch, block) pairs that write a buffer
-  std::vector<bool> conditional(buffers, false);  // false: written on every run
-  std::vector<Instruction> out;
-  for (Instruction& ins : code) {
-    OpId op = ins.op->id;
-    Pairs pairs;
-    bool cond = false;
-    if (ins.branch) {
-      Branch& b = *ins.branch;
-      for (size_t k = 0; k < b.present.size() && k < ins.out.size(); ++k) {
-        int id = ins.out[k].buffer;
-        Pairs p;
-        bool zeroed = std::any_of(b.zeroed.begin(), b.zeroed.end(), [&](const Value& v) { return v.buffer == id; });
-        if (b.kind == BranchKind::Switch && b.present[k].size() < b.blocks.size())
-          for (int block : b.present[k]) p.emplace_back(b.id, block);
-        if (b.kind == BranchKind::LoopBackward && zeroed) p.emplace_back(b.id, 0);
-        conditional[id] = !p.empty() || (b.kind == BranchKind::Switch && b.present[k].empty());
-        when[id] = std::move(p);
-      }
-    } else if (op == OpId::add || op == OpId::contiguous || op == OpId::copy_ || op == OpId::cast) {
-      cond = true;  // a sum or a copy of gradients exists when any part does
-      for (const Value& v : ins.in) {
-        cond &= conditional[v.buffer];
-        pairs.insert(pairs.end(), when[v.buffer].begin(), when[v.buffer].end());
-      }
-    } else if (ins.op->family == Family::Optim) {
-      for (size_t i = 0; i < ins.in.size(); ++i)
-        if (!(ins.op->mutated_inputs >> i & 1u) && conditional[ins.in[i].buffer]) {
-          cond = true;
-          pairs.insert(pairs.end(), when[ins.in[i].buffer].begin(), when[ins.in[i].buffer].end());
-        }
-      if (cond) {
-        auto g = std::make_shared<Branch>();
-        g->kind = BranchKind::Guard;
-        g->id = static_cast<int>(branches.size());
-        g->label = std::string("update of ") + ins.op->name;
-        g->guard = std::move(pairs);
-        Instruction wrapper{&branch_op(BranchKind::Guard), {}, ins.in, ins.out};
-        wrapper.phase = ins.phase;
-        g->blocks.push_back({});
-        g->blocks[0].push_back(std::move(ins));
-        wrapper.branch = g;
-        branches.push_back(g);
-        out.push_back(std::move(wrapper));
-        continue;
-      }
-    }
-    if (!ins.branch)
-      for (const Value& v : ins.out) {
-        conditional[v.buffer] = cond;
-        when[v.buffer] = pairs;
-      }
-    out.push_back(std::move(ins));
-  }
-  code = std::move(out);
-}
+const char* op_name(const Instruction& ins) { return ins.branch ? branch_kind_name(ins.branch->kind) : ins.op->name; }
 
 // ---- binding and running ----
 
 void Plan::bind_branch(Branch& b) {
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (auto& block : b.blocks)
-    for (Instruction& ins : block) {
-      ins.in_t.clear();
-      ins.out_t.clear();
-      for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
-      for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-    }
+    for (Instruction& ins : block) bind_instruction(ins);
   for (auto [v, t] : {std::pair{&b.selector, &b.selector_t}, {&b.init, &b.init_t}, {&b.carried, &b.carried_t},
                       {&b.count, &b.count_t}, {&b.step_input, &b.step_input_t}})
     if (v->buffer >= 0) *t = tensor(*v);
@@ -153,13 +59,7 @@ void Plan::bind_branch(Branch& b) {
 void Plan::run_block(Branch& b, size_t index) {
   if (b.runs.size() != b.blocks.size()) b.runs.assign(b.blocks.size(), 0);
   ++b.runs[index];
-  std::vector<Instruction>& block = b.blocks[index];
-  const bool cpu = device_.is_cpu();
-  for (Instruction& ins : block) {
-    if (ins.branch) run_branch(ins);
-    else (cpu ? ins.op->cpu : ins.op->cuda)(ins.in_t, ins.out_t, ins.attrs);
-    if (poison_) poison(ins.released);
-  }
+  run_code(b.blocks[index], nullptr);  // the executor's own loop
 }
 
 void Plan::run_branch(Instruction& ins) {
@@ -277,7 +177,7 @@ void Plan::dot_block(std::ostream& os, const std::vector<Instruction>& code, std
   for (size_t i = 0; i < code.size(); ++i) {
     const Instruction& ins = code[i];
     std::string node = prefix + std::to_string(i);
-    os << "  " << node << " [label=\"" << i << ": " << ins.op->name;
+    os << "  " << node << " [label=\"" << i << ": " << op_name(ins);
     if (ins.branch) os << " (" << ins.branch->conditional() << ")";
     if (!ins.out.empty() && !ins.branch) os << "\\n" << to_string(ins.out[0].shape);
     os << "\"";
@@ -291,7 +191,7 @@ void Plan::dot_block(std::ostream& os, const std::vector<Instruction>& code, std
     if (ins.branch)
       for (size_t b = 0; b < ins.branch->blocks.size(); ++b) {
         std::string inner = node + "_" + std::to_string(b) + "_";
-        os << "  subgraph cluster_" << inner << " {\n  label=\"" << ins.op->name << " " << ins.branch->id << ": "
+        os << "  subgraph cluster_" << inner << " {\n  label=\"" << op_name(ins) << " " << ins.branch->id << ": "
            << block_name(*ins.branch, b) << "\"; style=dashed;\n";
         std::vector<std::string> scope = producer;  // a block sees the values made before it
         dot_block(os, ins.branch->blocks[b], scope, inner);

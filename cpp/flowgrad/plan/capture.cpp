@@ -25,7 +25,7 @@ std::string capture_blocker(const Plan& plan, Device device) {
   if (!env::cuda_graphs()) return "off: FLOWGRAD_NO_CUDA_GRAPH=1 (the plan runs as a flat loop of launches)";
   const auto& code = plan.instructions();
   for (size_t i = 0; i < code.size(); ++i) {
-    const std::string at = "not captured: instruction " + std::to_string(i) + " (" + code[i].op->name;
+    const std::string at = "not captured: instruction " + std::to_string(i) + " (" + op_name(code[i]);
     if (code[i].branch)  // branch.cpp reads the selector / halt value on the host
       return at + " '" + code[i].branch->label + "') decides on the host; its CUDA " + code[i].branch->conditional() +
              " conditional node is not built yet, so the plan runs as a flat loop of launches";
@@ -124,7 +124,7 @@ std::vector<double> Capture::profile() {
   int step = -1;
   ms = cuda::time_steps(plan_.device().index, n, body, &why, &step);
   FG_CHECK(why.empty(), Value, "step.profile: capturing the step failed",
-           step >= 0 ? " at instruction " + std::to_string(step) + " (" + plan_.code_[step].op->name + ")" : "", ": ", why);
+           step >= 0 ? " at instruction " + std::to_string(step) + " (" + op_name(plan_.code_[step]) + ")" : "", ": ", why);
   return ms;
 }
 
@@ -134,7 +134,7 @@ void Capture::try_capture() {
     phase_ = Phase::Off;
     std::string where;
     if (r.step >= 0)
-      where = " at instruction " + std::to_string(r.step) + " (" + plan_.code_[r.step].op->name + ")";
+      where = " at instruction " + std::to_string(r.step) + " (" + op_name(plan_.code_[r.step]) + ")";
     status_ = "fallback to plain execution: capture failed" + where + ": " + r.why;
     return;
   }

@@ -33,9 +33,7 @@ Tensor whole(const Buffer& b, int id) {
 
 // Ops whose CUDA kernels add floats with atomics: their sums depend on the order blocks run.
 bool order_dependent(const Instruction& ins) {
-  const std::string name = ins.op->name;
-  bool floats = !ins.out.empty() && is_floating(ins.out[0].dtype);
-  return floats && (name == "scatter_add" || name == "flash_attention_backward");
+  return !ins.branch && ins.op->in(Group::Atomic) && !ins.out.empty() && is_floating(ins.out[0].dtype);
 }
 
 // The first element where `expected` and `got` differ (bitwise, or beyond `tolerance` times the
@@ -74,7 +72,8 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
   for (int i = 0; i < static_cast<int>(p.code_.size()); ++i) {
     const Instruction& ins = p.code_[i];
     for (const Value& v : ins.out) writer[v.buffer] = i;
-    const uint32_t written = written_inputs(*ins.op);  // optimizer updates write their inputs
+    // Optimizer updates write their inputs; a region record lists every outer buffer its blocks use.
+    const uint32_t written = ins.branch ? ~0u : written_inputs(*ins.op);
     for (size_t k = 0; k < ins.in.size() && k < 32; ++k)
       if (written >> k & 1u) writer[ins.in[k].buffer] = i;
     exact = exact && !order_dependent(ins);
@@ -117,7 +116,7 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
     std::ostringstream os;
     os << left.names[k] << " differs at " << at;
     int w = left.writers[k];
-    if (w >= 0) os << "; written by instruction " << w << " (" << p.code_[w].op->name << ")";
+    if (w >= 0) os << "; written by instruction " << w << " (" << op_name(p.code_[w]) << ")";
     return os.str();
   }
   return "";

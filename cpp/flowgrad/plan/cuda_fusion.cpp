@@ -105,16 +105,16 @@ std::string functors_text() {
 
 }  // namespace
 
-FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
-  const FusedRun& run = runs_[run_index];
-  const Dims& shape = run.shape;
+FusedKernel fused_kernel(const Program& p, const Instr& run, const std::vector<bool>& local, const std::string& name) {
+  const Block& chain = run.blocks[0];
+  const Dims& shape = chain[0].out[0].shape;
   const int rank = shape.size();
-  std::vector<int> produced(buffers_.size(), -1);  // instruction of the run that writes a buffer
-  for (int k = run.first; k <= run.last; ++k) produced[code_[k].out[0].buffer] = k;
+  std::vector<int> produced(p.buffers.size(), -1);  // call of the chain that writes a buffer
+  for (size_t k = 0; k < chain.size(); ++k) produced[chain[k].out[0].buffer] = static_cast<int>(k);
   FusedKernel kernel;
   kernel.name = name;
   kernel.numel = shape.numel();
-  std::vector<int> param_of(buffers_.size(), -1);
+  std::vector<int> param_of(p.buffers.size(), -1);
   auto param = [&](int buffer) {
     if (param_of[buffer] < 0) {
       param_of[buffer] = static_cast<int>(kernel.params.size());
@@ -146,8 +146,8 @@ FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
     body << "    const " << type_of(v.dtype, op) << " " << var << " = " << param(v.buffer) << "[" << element(v) << "];\n";
     return var;
   };
-  for (int k = run.first; k <= run.last; ++k) {
-    const Instruction& ins = code_[k];
+  for (size_t k = 0; k < chain.size(); ++k) {
+    const Instr& ins = chain[k];
     const char* op = ins.op->name;
     const std::string out_t = type_of(ins.out[0].dtype, op);
     std::vector<std::string> in;
@@ -176,16 +176,14 @@ FusedKernel Plan::fused_kernel(int run_index, const std::string& name) const {
       fail(ErrorKind::Value, "compile: no generated CUDA code for '", op, "'");
     }
     body << "    const " << out_t << " t" << k << " = fg_keep(" << expr << ");\n";
-    const Buffer& out = buffers_[ins.out[0].buffer];
-    if (!out.local) body << "    " << param(ins.out[0].buffer) << "[e] = t" << k << ";\n";
+    if (!local[ins.out[0].buffer]) body << "    " << param(ins.out[0].buffer) << "[e] = t" << k << ";\n";
   }
   std::ostringstream src;
-  src << kPrelude << functors_text() << "\n// fused run of plan instructions " << run.first << ".." << run.last
-      << " over shape " << to_string(shape) << "\nextern \"C\" __global__ void " << name << "(";
+  src << kPrelude << functors_text() << "\n// fused run of " << chain.size() << " elementwise ops over shape " << to_string(shape) << "\nextern \"C\" __global__ void " << name << "(";
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     int b = kernel.params[i];
     bool written = produced[b] >= 0;
-    src << (i ? ", " : "") << (written ? "" : "const ") << c_type(buffers_[b].dtype) << "* __restrict__ p" << i;
+    src << (i ? ", " : "") << (written ? "" : "const ") << c_type(p.buffers[b].dtype) << "* __restrict__ p" << i;
   }
   src << ") {\n  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < " << kernel.numel
       << "LL; e += (long long)gridDim.x * blockDim.x) {\n";

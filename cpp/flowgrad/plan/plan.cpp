@@ -50,33 +50,36 @@ Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const T
   return {call_kernel, std::make_shared<KernelCall>(KernelCall{kernel, in, out, &attrs})};
 }
 
-void Plan::bind() { bind_arena(Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_)); }
-
-// Rebinding touches every prepared launch, so a captured CUDA graph (fixed pointers) is dropped and
-// taken again. Buffers outside the old arena (a fused run's locals once it fell back to unfused
-// launches) keep their own memory.
 void Plan::bind_arena(std::shared_ptr<Storage> arena) {
-  FG_CHECK(arena && arena->device() == device_ && arena->bytes() >= stats_.arena_bytes, Value,
-           "plan: an arena of ", arena ? arena->bytes() : 0, " bytes on ", arena ? arena->device().str() : "-",
-           " cannot hold this plan's ", stats_.arena_bytes, " bytes on ", device_.str());
-  auto in_old = [old = arena_](const Buffer& b) {
-    const char* p = b.storage ? static_cast<const char*>(b.storage->data()) : nullptr;
-    const char* base = old ? static_cast<const char*>(old->data()) : nullptr;
-    return !old || (p >= base && p <= base + old->bytes());
-  };
+  FG_CHECK(arena && arena->bytes() >= stats_.arena_bytes && arena->device() == device_, Value,
+           "bind_arena: the plan needs ", stats_.arena_bytes, " arena bytes on ", device_.str(), ", got ",
+           arena ? std::to_string(arena->bytes()) + " bytes on " + arena->device().str() : std::string("none"));
   arena_ = std::move(arena);
+  bind();
+}
+
+void share_arena(Plan& a, Plan& b) {
+  FG_CHECK(a.device() == b.device(), Device, "share_arena: plans on ", a.device().str(), " and ", b.device().str());
+  if (a.arena() == b.arena()) return;
+  std::shared_ptr<Storage> arena = a.arena()->bytes() >= b.arena()->bytes() ? a.arena() : b.arena();
+  a.bind_arena(arena);
+  b.bind_arena(arena);
+}
+
+void Plan::bind() {
+  if (!arena_) arena_ = Storage::allocate(std::max<size_t>(stats_.arena_bytes, 1), device_);
   scratch_.device = device_;
   char* base = static_cast<char*>(arena_->data());
   for (Buffer& b : buffers_) {
-    if (b.kind == BufferKind::External || (b.local && !in_old(b))) continue;
+    if (b.kind == BufferKind::External) continue;
     b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
   }
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (Instruction& ins : code_) bind_instruction(ins);
   for (const auto& branch : branches_) bind_branch(*branch);
   input_t_.clear();  // the traced examples held the shapes until the first bind
-  output_t_.clear();
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
+  output_t_.clear();
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
   capture_ = std::make_shared<Capture>(*this);  // sets stats_.cuda_graph
@@ -88,7 +91,7 @@ void Plan::bind_instruction(Instruction& ins) {
   ins.out_t.clear();
   for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
   for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-  ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
+  if (!ins.branch) ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
 }
 
 bool Plan::up_to_date() const {
@@ -109,7 +112,7 @@ PlanStats Plan::stats() const {
   s.kernels += s.fused_runs;
   s.cuda_graph_replays = static_cast<int64_t>(capture_->replays());
   s.poisons = poison_;
-  for (int i : s.allocating) s.allocating_ops.emplace_back(i, code_[i].op->name);
+  for (int i : s.allocating) s.allocating_ops.emplace_back(i, op_name(code_[i]));
   return s;
 }
 
@@ -195,9 +198,9 @@ void Plan::draw_rng() {
   }
 }
 
-// The flat loop: prepared launches in order, a fused run at its first instruction, a branch
-// instruction's blocks (branch.cpp); `progress(i)` is called before each (capture.cpp). Counts the
-// storages the kernels allocate (their temporaries come from the scratch once it is measured).
+// One step: the top-level instructions through run_code, on the plan's device with its scratch
+// installed; counts the storages the kernels allocate (their temporaries come from the scratch
+// once it is measured).
 void Plan::execute(const std::function<void(int)>* progress) {
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the plan's device, whichever thread runs it
   if (device_.is_cuda()) on_device.emplace(device_.index);
@@ -205,10 +208,20 @@ void Plan::execute(const std::function<void(int)>* progress) {
   stats_.allocating.clear();
   ScratchScope guard(&scratch_);  // kernel temporaries of this run come from the plan's block
   for (const auto& branch : branches_) branch->taken = -1;
-  for (int i = 0; i < static_cast<int>(code_.size()); ++i) {
-    Instruction& ins = code_[i];
+  run_code(code_, progress);
+  stats_.allocations = storage_allocations() - allocations_before;
+}
+
+// The one instruction loop, for the top level and every region's blocks (branch.cpp): prepared
+// launches in order, a fused run at its first instruction, a region's chosen blocks; the kernel
+// scratch is reset before each, and `progress(i)` is called before each (capture.cpp). A top-level
+// instruction that allocated (its blocks included) is listed in stats().allocating.
+void Plan::run_code(std::vector<Instruction>& code, const std::function<void(int)>* progress) {
+  const bool top = &code == &code_;
+  for (int i = 0; i < static_cast<int>(code.size()); ++i) {
+    Instruction& ins = code[i];
     if (progress) (*progress)(i);
-    uint64_t before = storage_allocations();
+    const uint64_t before = storage_allocations();
     scratch_.used = 0;
     if (ins.branch)
       run_branch(ins);
@@ -216,12 +229,11 @@ void Plan::execute(const std::function<void(int)>* progress) {
       ins.launch.run(ins.launch.args.get());
     else if (i == runs_[ins.run].first)
       execute_run(runs_[ins.run]);
-    if (storage_allocations() != before) stats_.allocating.push_back(i);
+    if (top && storage_allocations() != before) stats_.allocating.push_back(i);
     // A fused run's buffers are released once its last instruction has run.
     if (poison_ && (ins.run < 0 || i == runs_[ins.run].last))
-      for (int k = ins.run < 0 ? i : runs_[ins.run].first; k <= i; ++k) poison(code_[k].released);
+      for (int k = ins.run < 0 ? i : runs_[ins.run].first; k <= i; ++k) poison(code[k].released);
   }
-  stats_.allocations = storage_allocations() - allocations_before;
 }
 
 Tensors snapshot(const Tensors& tensors) {

@@ -1,18 +1,18 @@
 // Compiled plans: a traced step (forward, loss, backward, optimizer update) as a flat list of
 // kernel calls over buffers whose bytes are planned once in one arena per device.
 //
-// Pipeline (one file each): trace.cpp records every run_op call while a step runs once;
-// build.cpp turns the calls into instructions over buffers and runs the passes (view folding,
-// constant folding, dead-code elimination, gradient binding); memory.cpp plans the arena and
-// proves it safe; plan.cpp executes, and prints the plan.
+// Pipeline: trace.cpp records every run_op call while a step runs once; build.cpp turns the calls
+// into a Program (program.h: buffers as declarations, instructions, regions with blocks, fused
+// runs as instructions); passes/ map Program to Program (one table, pipeline.cpp); memory.cpp
+// plans the arena from the def/use analysis (analysis.h) and an independent checker proves it;
+// lower.cpp binds the result to memory and kernels as a Plan, which plan.cpp executes and prints.
 //
-// Execution replays launch records (Launch, prepared once in bind()): no shape rule, dtype
-// dispatch or attribute lookup per call. Fused elementwise runs (fusion.cpp) execute tile by
-// tile on the CPU, and on CUDA as one kernel per run generated and compiled with NVRTC once per
-// plan (cuda_fusion.cpp) rather than as a templated chain kernel: a run's ops, dtypes and
-// layouts are fixed when the plan is built, so generated code bakes them in (no per-element op
-// switch, index math only where an operand needs it, run-local values in registers) for any
-// chain length, from the same functors.h text that the CPU and CUDA kernels compile.
+// Execution replays launch records (Launch, prepared once when lowering): no shape rule, dtype
+// dispatch or attribute lookup per call. Fused elementwise runs execute tile by tile on the CPU
+// (fusion.cpp), and on CUDA as one kernel per run generated and compiled with NVRTC when
+// lowering (cuda_fusion.cpp; a run that fails to compile runs unfused): a run's ops, dtypes and
+// layouts are fixed by then, so generated code bakes them in, from the same functors.h text that
+// the CPU and CUDA kernels compile.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -32,6 +32,9 @@
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/nn/call_scope.h"
 #include "flowgrad/ops/dispatch.h"
+#include "flowgrad/ops/registry.h"
+#include "flowgrad/plan/memory.h"
+#include "flowgrad/plan/program.h"
 
 namespace fg::plan {
 
@@ -141,46 +144,21 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   void relocate();  // source_ from locate (under mutex_)
 };
 
-// ---- the plan ----
+// ---- the plan: what lowering (lower.cpp) makes of a Program ----
 
-enum class BufferKind : uint8_t {
-  Input,     // a step input, copied into its arena slot at the start of every run
-  External,  // memory owned outside the plan, read and written in place: parameters, optimizer
-             // state, gradients bound to .grad, folded constants
-  Arena,     // an intermediate: bytes at a planned offset of the arena
-};
-
-struct Buffer {
-  BufferKind kind;
-  std::string name;          // "x0", "fc.weight", "%12", "const3"
+// A lowered buffer: its declaration, its memory plan and its memory.
+struct Buffer : BufferDecl {
   std::shared_ptr<Storage> storage{};  // External: the owner's; others: bound after planning
-  size_t bytes = 0;
-  Device device{};
-  DType dtype = DType::Float32;  // of the tensor that made it (for poisoning and display)
-  int first = -1, last = -1;     // instructions that first and last touch it (-1: before the plan)
+  int first = -1, last = -1;     // times that first and last touch it (-1: before the plan; memory.h)
   int64_t offset = 0;            // Arena / Input: bytes from the arena's start
   bool written = false;          // some instruction writes it
   bool local = false;            // lives only inside a fused run: per-tile scratch, no arena bytes
-  bool constant = false;         // folded: its values were computed once while tracing
 };
-
-// A tensor as a layout over a buffer.
-struct Value {
-  int buffer;
-  int64_t offset;  // elements from the buffer's start
-  Dims shape, strides;
-  DType dtype;
-};
-
-// Which part of the step traced an instruction (explain() shows it; common-subexpression
-// elimination never lets a later phase reuse a forward result, to keep recomputation).
-enum class Phase : uint8_t { Forward, Backward, Update };
-const char* phase_name(Phase phase);  // "forward", "backward", "optimizer"
 
 struct Branch;
 // Members past `op` have default initializers, so a braced `{op, attrs, in, out}` may stop early.
 struct Instruction {
-  const OpDef* op;  // a branch instruction: a stand-in OpDef named after its kind
+  const OpDef* op;  // null for a region's record (`branch` is set)
   Attrs attrs;
   std::vector<Value> in{}, out{};
   int64_t rng_delta = -1;  // random ops: counters from the step's first draw
@@ -194,21 +172,12 @@ struct Instruction {
                                      // buffer its blocks read/write
 };
 
-// A branch instruction's conditional parts. The executor reads the decision (selector, halt,
-// count) on the host; `conditional` names the CUDA conditional node the region maps to once
-// plans are captured (needs a device-side decision instead of the host read).
-struct Branch {
+// A lowered region: its IR state (program.h), its blocks lowered, and what runs bind to. The
+// executor reads the decision (selector, halt, count) on the host; `conditional` names the CUDA
+// conditional node the region maps to once plans are captured (needs a device-side decision).
+struct Branch : Region {
   BranchKind kind;
-  int id = 0;
-  std::string label;
-  int64_t max_iter = 0;
   std::vector<std::vector<Instruction>> blocks;
-  Value selector{-1, 0, {}, {}, DType::Float32};  // Switch: branch index; loops: the halt value
-  Value init{-1, 0, {}, {}, DType::Float32}, carried = init, stash = init, count = init, step_input = init;
-  std::vector<Value> zeroed;
-  int loop = -1;  // LoopBackward: the forward loop's branch id
-  std::vector<std::pair<int, int>> guard;  // Guard: runs when branch .first took block .second
-  std::vector<std::vector<int>> present;   // per owned output buffer: blocks that compute it
   // bound by Plan::bind
   Tensor selector_t, init_t, carried_t, count_t, step_input_t;
   Tensors stash_rows, zeroed_t;
@@ -223,6 +192,9 @@ struct FusedKernel {
   std::vector<int> params;  // the buffer each pointer parameter points at (its start), in order
   int64_t numel = 0;        // elements of the run: the kernel's loop bound
 };
+// The CUDA source of one kernel computing Fused instruction `run` of `p`, whose buffers in
+// `local` live in registers only (raises for an op it cannot generate).
+FusedKernel fused_kernel(const Program& p, const Instr& run, const std::vector<bool>& local, const std::string& name);
 // NVRTC (opened on first use): whether it can be used, else why not; the architectures it can
 // make SASS for; PTX for compute_<arch>.
 bool nvrtc_available(std::string* why);
@@ -261,13 +233,16 @@ struct FusedRun {
   int workers = 1;
   std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
   // CUDA plans: one generated kernel for the whole run (cuda_fusion.cpp), compiled and loaded
-  // when the run is formed (a failure undoes the run) and bound to the arena with the plan.
+  // when lowering (a failure unfuses the run) and bound to the arena with the plan.
   FusedKernel kernel;
   std::shared_ptr<const void> loaded;
   Launch launch;
 };
 
 class Capture;  // CUDA graph capture of a plan (capture.h)
+
+// The op's name, or a region record's kind ("switch", "while", ...).
+const char* op_name(const Instruction& ins);
 
 // A tensor with the layout `v` over `storage` (no autograd identity).
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
@@ -325,14 +300,15 @@ class Plan {
   // step again from the same state followed by `after` (a side effect to plant a difference);
   // "" when both leave the same state. Applies exactly one step either way.
   std::string check_step(const Tensors& inputs, const std::function<void()>& after);
-  // Moves the plan's arena buffers onto `arena` (its device, at least stats().arena_bytes bytes),
-  // e.g. one storage shared by plans that never run at the same time (shape buckets).
-  void bind_arena(std::shared_ptr<Storage> arena);
-  const std::shared_ptr<Storage>& arena() const { return arena_; }
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
   void check_memory() const;
+  // The arena: the intermediates' and inputs' bytes. Plans that never run at the same time may
+  // share one: bind_arena rebinds every arena buffer, launch and fused run onto `arena` (at least
+  // stats().arena_bytes on the plan's device) and starts the CUDA graph capture over.
+  const std::shared_ptr<Storage>& arena() const { return arena_; }
+  void bind_arena(std::shared_ptr<Storage> arena);
 
   const std::vector<Instruction>& instructions() const { return code_; }
   const std::vector<Buffer>& buffers() const { return buffers_; }
@@ -349,20 +325,21 @@ class Plan {
   const std::vector<std::tuple<std::string, int64_t, int64_t>>& passes() const { return passes_; }
   // The CUDA source of one kernel computing fused run `run` (raises for an op it cannot generate).
   FusedKernel fused_kernel(int run, const std::string& name) const;
+  const Program& program() const { return program_; }  // what was lowered
 
  private:
-  friend struct Builder;
   friend class Capture;
   Tensors run_with(const Tensors& inputs, std::vector<double>* ms);
   void load_inputs(const Tensors& inputs);  // checked against the signature, copied into their slots
   void draw_rng();  // random instructions take this run's seed and counters
   // The instructions in order on the current stream; `progress(i)` is called before each (capture).
   void execute(const std::function<void(int)>* progress = nullptr);
-  void plan_memory();
-  void bind();
-  int fusable_split(const Instruction& ins, const Dims& shape) const;
-  void fuse();
-  bool compile_cuda_run(int arch, std::string& target);
+  void run_code(std::vector<Instruction>& code, const std::function<void(int)>* progress);
+  // lower.cpp: the program bound to memory and kernels
+  void lower(Program program, std::vector<std::shared_ptr<Storage>> storages, const PlanSpec& spec);
+  void compile_cuda_runs(Program& program);
+  void lower_block(const Block& block, std::vector<Instruction>& out, int& time);
+  void bind();  // onto arena_ (allocated when unset)
   void bind_runs();
   void bind_instruction(Instruction& ins);
   void execute_run(FusedRun& run);
@@ -393,8 +370,15 @@ class Plan {
   PlanStats stats_;
   std::vector<Origin> origins_;
   std::vector<std::tuple<std::string, int64_t, int64_t>> passes_;
+  Program program_;
+  MemoryPlan memory_;
+  std::vector<FusedKernel> kernels_;  // CUDA: per Fused instruction of program_'s body, in order
+  std::vector<std::shared_ptr<const void>> loaded_;
   std::shared_ptr<Capture> capture_;  // made in bind()
 };
+
+// Binds both plans onto the larger of their arenas (they must not run at the same time).
+void share_arena(Plan& a, Plan& b);
 
 // Copies of tensors' values, and writing them back (compile traces one real step, then restores
 // the parameters and optimizer state it touched).

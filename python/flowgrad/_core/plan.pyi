@@ -69,6 +69,10 @@ class Plan:
         """
         Runs the plan once like run() and also returns each instruction's milliseconds (CPU: host clock; CUDA: timing events inside a captured graph of the step).
         """
+    def share_arena(self, other: Plan) -> None:
+        """
+        Binds this plan and `other` (same device) onto one arena, the larger of theirs, so that their intermediates share memory; the two must never run at the same time.
+        """
     def stats(self) -> dict[str, int | str | list[tuple[int, str]]]:
         """
         Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...

@@ -1,0 +1,53 @@
+// Dead-code elimination (passes.h), in every block: a reverse sweep drops what nobody reads (each
+// drop releases its own reads, so chains go in one sweep), repeated until nothing changes (a read
+// in a later block or an earlier loop iteration may have held a value).
+#include "flowgrad/plan/analysis.h"
+#include "flowgrad/plan/passes/passes.h"
+
+namespace fg::plan {
+namespace {
+
+struct Dce {
+  const Program& p;
+  std::vector<int> readers;
+  bool changed = false;
+
+  bool dead(const Instr& ins) const {
+    if (ins.kind == InstrKind::Switch || ins.kind == InstrKind::Guard) {
+      for (const Block& b : ins.blocks)
+        if (!b.empty()) return false;
+      return true;
+    }
+    if (ins.kind != InstrKind::Call || mutates_inputs(*ins.op)) return false;
+    for (const Value& v : ins.out)
+      if (readers[v.buffer] > 0 || p.buffers[v.buffer].kind != BufferKind::Arena) return false;
+    return true;
+  }
+
+  void sweep(Block& code) {
+    std::vector<bool> drop(code.size(), false);
+    for (size_t i = code.size(); i-- > 0;) {
+      for (Block& b : code[i].blocks) sweep(b);
+      if (!dead(code[i])) continue;
+      reads_deep(code[i], [&](const Value& v) { --readers[v.buffer]; });
+      drop[i] = changed = true;
+    }
+    Block kept;
+    for (size_t i = 0; i < code.size(); ++i)
+      if (!drop[i]) kept.push_back(std::move(code[i]));
+    code = std::move(kept);
+  }
+};
+
+}  // namespace
+
+Program dce(Program p) {
+  Dce d{p, def_use(p).readers};
+  do {
+    d.changed = false;
+    d.sweep(p.body);
+  } while (d.changed);
+  return p;
+}
+
+}  // namespace fg::plan

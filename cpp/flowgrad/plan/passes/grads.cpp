@@ -1,0 +1,108 @@
+// Gradient passes (passes.h): binding declared gradients to target buffers, and guarding the
+// optimizer updates of gradients only some branch blocks compute.
+#include <algorithm>
+#include <unordered_set>
+
+#include "flowgrad/plan/passes/passes.h"
+
+namespace fg::plan {
+
+Program bind_grads(Program p) {
+  std::unordered_set<int> forwarded;
+  for (GradDecl& g : p.grads) {
+    const int id = g.grad.buffer;
+    const BufferDecl& b = p.buffers[id];
+    const bool whole = g.grad.offset == 0 && g.grad.strides == contiguous_strides(g.grad.shape) &&
+                       static_cast<size_t>(g.grad.shape.numel()) * itemsize(g.grad.dtype) == b.bytes;
+    if (b.kind == BufferKind::Arena && whole && g.grad.dtype == g.dtype && !forwarded.count(id)) {
+      p.buffers[id].kind = BufferKind::External;  // the producing call writes .grad directly
+      p.buffers[id].name = "grad(" + g.name + ")";
+      forwarded.insert(id);
+      g.target = id;
+      continue;
+    }
+    FG_CHECK(g.grad.dtype == g.dtype, DType, "compile: the gradient of ", g.name, " is ", dtype_name(g.grad.dtype),
+             ", the parameter ", dtype_name(g.dtype));
+    const size_t bytes = static_cast<size_t>(g.shape.numel()) * itemsize(g.dtype);
+    g.target = p.add_buffer({BufferKind::External, "grad(" + g.name + ")", bytes, b.device, g.dtype});
+    Value target{g.target, 0, g.shape, contiguous_strides(g.shape), g.dtype};
+    Instr copy{&op_def(OpId::contiguous), {}, {g.grad}, {target}};
+    copy.phase = Phase::Update;
+    p.body.push_back(std::move(copy));  // a view, a shared or converted gradient: one copy at the end
+  }
+  return p;
+}
+
+namespace {
+
+using Pairs = std::vector<std::pair<int, int>>;  // (region, block)
+
+// Per buffer: the (region, block) pairs that write it, and whether it may be missing.
+struct Presence {
+  std::vector<Pairs> when;
+  std::vector<bool> conditional;
+
+  void region_wrote(const Instr& ins) {
+    const Region& r = ins.region;
+    for (size_t k = 0; k < r.present.size() && k < r.owned.size(); ++k) {
+      const int id = r.owned[k];
+      Pairs pairs;
+      bool zeroed = std::any_of(r.zeroed.begin(), r.zeroed.end(), [&](const Value& v) { return v.buffer == id; });
+      if (ins.kind == InstrKind::Switch && r.present[k].size() < ins.blocks.size())
+        for (int block : r.present[k]) pairs.emplace_back(r.id, block);
+      if (ins.kind == InstrKind::LoopBackward && zeroed) pairs.emplace_back(r.id, 0);
+      conditional[id] = !pairs.empty() || (ins.kind == InstrKind::Switch && r.present[k].empty());
+      when[id] = std::move(pairs);
+    }
+  }
+  // A sum or a copy of gradients exists when any part does; an update needs its gradient.
+  bool depends(const Instr& ins, Pairs& pairs, bool all) const {
+    bool cond = all;
+    const uint32_t written = written_inputs(*ins.op);
+    for (size_t i = 0; i < ins.in.size(); ++i) {
+      if (!all && (written >> i & 1u)) continue;
+      const int id = ins.in[i].buffer;
+      cond = all ? cond && conditional[id] : cond || conditional[id];
+      if (all || conditional[id]) pairs.insert(pairs.end(), when[id].begin(), when[id].end());
+    }
+    return cond;
+  }
+};
+
+bool sums_gradients(const Instr& ins) {
+  const OpId op = ins.op->id;
+  return op == OpId::add || op == OpId::contiguous || op == OpId::copy_ || op == OpId::cast;
+}
+
+}  // namespace
+
+Program guard_updates(Program p) {
+  if (p.regions == 0) return p;
+  Presence s{std::vector<Pairs>(p.buffers.size()), std::vector<bool>(p.buffers.size(), false)};
+  Block out;
+  for (Instr& ins : p.body) {
+    if (is_region(ins.kind)) {
+      s.region_wrote(ins);
+      out.push_back(std::move(ins));
+      continue;
+    }
+    Pairs pairs;
+    bool cond = false;
+    if (ins.kind == InstrKind::Call && sums_gradients(ins)) cond = s.depends(ins, pairs, true);
+    else if (ins.kind == InstrKind::Call && ins.op->family == Family::Optim && s.depends(ins, pairs, false)) {
+      Instr guard{nullptr, {}, {}, {}, -1, ins.phase, ins.origin, InstrKind::Guard};
+      guard.region.id = p.regions++;
+      guard.region.label = std::string("update of ") + ins.op->name;
+      guard.region.guard = std::move(pairs);
+      guard.blocks.push_back({std::move(ins)});
+      out.push_back(std::move(guard));
+      continue;
+    }
+    for (const Value& v : ins.out) s.conditional[v.buffer] = cond, s.when[v.buffer] = pairs;
+    out.push_back(std::move(ins));
+  }
+  p.body = std::move(out);
+  return p;
+}
+
+}  // namespace fg::plan

@@ -1,0 +1,59 @@
+// The passes over the plan IR, each a function Program -> Program (program.h), and the pipeline
+// that runs them in order (pipeline.cpp). Passes see buffers as declarations only: none computes
+// a value, allocates, or binds anything (a folded constant keeps the values the trace computed;
+// lowering binds them).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flowgrad/plan/program.h"
+
+namespace fg::plan {
+
+// Repeated pure calls with the same inputs (same buffer versions, layouts and attributes) reuse
+// the first result, at the top level and inside blocks (a block may reuse a value made before its
+// region; nothing outside a block reuses one made in it). A later phase never reuses a forward
+// result that is dead by then (recomputation gradient checkpointing asked for is kept).
+Program cse(Program p);
+// Calls whose inputs are all constants (fills, aranges and what is computed from them only) and
+// whose results nobody else writes become constant buffers holding the traced values.
+Program fold_constants(Program p);
+// Each declared gradient gets a target buffer: the producing call's own buffer when it writes all
+// of it in the parameter's dtype (it then writes .grad directly), else a copy at the end.
+Program bind_grads(Program p);
+// Drops calls whose results nobody reads and that write nothing outside the plan, in every block;
+// a switch or guard whose blocks end up empty goes too.
+Program dce(Program p);
+// A 2-D matmul whose result is only copied out transposed (every Linear's weight gradient)
+// computes the transposed product directly: (A B)^T = B^T A^T.
+Program fold_transposes(Program p);
+// Wraps each optimizer update whose gradient only some branch blocks compute in a Guard region,
+// so that, as in eager mode (a parameter without .grad is skipped), it runs only when one ran.
+Program guard_updates(Program p);
+// Runs of consecutive elementwise calls writing the same shape become one Fused instruction
+// whose block is the chain (fuse_elementwise.cpp says when a run is exact).
+Program fuse_elementwise(Program p);
+
+// Layouts against a fused run's shape (fuse_elementwise.cpp; fusion.cpp tiles by them): leading
+// dims of `shape` that v has at full size and that merge into one stride, and leading dims of
+// `shape` that v is broadcast over (absent or of size 1).
+int spanned_dims(const Value& v, const Dims& shape);
+int broadcast_dims(const Value& v, const Dims& shape);
+
+// A pass's entry in the pipeline: its name (step.explain()'s pass counts), the function, and
+// the setting that turns it off (null: always on). Unreported passes keep the count unchanged
+// and are left out of the counts.
+struct Pass {
+  const char* name;
+  Program (*run)(Program);
+  bool (*enabled)();
+  bool reported;
+};
+const std::vector<Pass>& pipeline();
+// Runs the pipeline; appends (pass, instructions before, after) to *counts, where the fusion
+// pass counts kernels after (a fused run is one). Prints "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
+Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts);
+
+}  // namespace fg::plan

@@ -1,0 +1,293 @@
+// Plan passes as functions Program -> Program (plan/passes/passes.h), the def/use analysis and
+// the memory plan with its checker, on hand-built programs: no trace, no kernels, no memory.
+#include <gtest/gtest.h>
+
+#include "flowgrad/plan/memory.h"
+#include "flowgrad/plan/passes/passes.h"
+
+namespace fg::plan {
+namespace {
+
+// A program over float32 buffers of one shape: x0 is the input, `arena(n)` makes intermediates.
+struct Builder {
+  Program p;
+  Dims shape;
+
+  explicit Builder(Dims s) : shape(std::move(s)) {
+    p.device = cpu_device();
+    p.inputs.push_back(value(buffer(BufferKind::Input, "x0")));
+  }
+  int buffer(BufferKind kind, const std::string& name, Dims of = {}) {
+    const Dims& dims = of.size() ? of : shape;
+    return p.add_buffer({kind, name, static_cast<size_t>(dims.numel()) * 4, cpu_device(), DType::Float32});
+  }
+  Value value(int id, Dims of = {}) const {
+    const Dims& dims = of.size() ? of : shape;
+    return {id, 0, dims, contiguous_strides(dims), DType::Float32};
+  }
+  Value x() const { return p.inputs[0]; }
+  Value fresh() { return value(buffer(BufferKind::Arena, "%" + std::to_string(p.buffers.size()))); }
+  Instr call(OpId op, std::vector<Value> in, Value out) { return {&op_def(op), {}, std::move(in), {std::move(out)}}; }
+  // Appends op(in...) into a new buffer and returns it.
+  Value emit(Block& code, OpId op, std::vector<Value> in) {
+    Value out = fresh();
+    code.push_back(call(op, std::move(in), out));
+    return out;
+  }
+  Value emit(OpId op, std::vector<Value> in) { return emit(p.body, op, std::move(in)); }
+  // A switch over `selector` with the given blocks, owning `owned`.
+  Instr region(InstrKind kind, Value selector, std::vector<Block> blocks, std::vector<int> owned) {
+    Instr r{nullptr, {}, {}, {}, -1, Phase::Forward, -1, kind};
+    r.region.id = p.regions++;
+    r.region.label = "test region";
+    r.region.selector = selector;
+    r.region.owned = std::move(owned);
+    r.blocks = std::move(blocks);
+    return r;
+  }
+};
+
+std::vector<OpId> ops(const Block& code) {
+  std::vector<OpId> out;
+  for (const Instr& ins : code) out.push_back(ins.kind == InstrKind::Call ? ins.op->id : OpId::None);
+  return out;
+}
+
+TEST(Cse, MergesARepeatedPureCallAndRenamesItsReaders) {
+  Builder b(Dims{3, 5});
+  Value e1 = b.emit(OpId::exp, {b.x()});
+  Value e2 = b.emit(OpId::exp, {b.x()});
+  b.p.outputs.push_back(b.emit(OpId::add, {e1, e2}));
+  Program p = cse(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::exp, OpId::add}));
+  EXPECT_EQ(p.body[1].in[0].buffer, e1.buffer);
+  EXPECT_EQ(p.body[1].in[1].buffer, e1.buffer);
+}
+
+TEST(Cse, NeverMergesAcrossAWriteOfAnInput) {
+  Builder b(Dims{4});
+  Value e1 = b.emit(OpId::exp, {b.x()});
+  b.p.body.push_back({&op_def(OpId::fill_), Attrs{{"value", 1.0}}, {b.x()}, {b.x()}});
+  Value e2 = b.emit(OpId::exp, {b.x()});
+  b.p.outputs = {b.emit(OpId::add, {e1, e2})};
+  EXPECT_EQ(cse(b.p).body.size(), 4u);
+}
+
+TEST(Cse, MergesInsideABlockAndKeepsBlockValuesInside) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  Value outer = b.emit(OpId::exp, {b.x()});
+  int owned = b.buffer(BufferKind::Arena, "owned");
+  Block inner;
+  Value i1 = b.emit(inner, OpId::exp, {b.x()});  // the same as `outer`: reused
+  Value i2 = b.emit(inner, OpId::relu, {b.x()});
+  Value i3 = b.emit(inner, OpId::relu, {b.x()});  // the same as i2: reused
+  inner.push_back(b.call(OpId::add, {i1, i3}, b.value(owned)));
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {inner, {}}, {owned}));
+  Value after = b.emit(OpId::relu, {b.x()});  // made in a block: not reused outside
+  b.p.outputs = {b.emit(OpId::add, {outer, b.value(owned)}), after};
+  Program p = cse(b.p);
+  ASSERT_EQ(p.body.size(), 4u);
+  const Block& block = p.body[1].blocks[0];
+  ASSERT_EQ(ops(block), (std::vector<OpId>{OpId::relu, OpId::add}));
+  EXPECT_EQ(block[1].in[0].buffer, outer.buffer);
+  EXPECT_EQ(block[1].in[1].buffer, i2.buffer);
+  EXPECT_EQ(p.body[2].op->id, OpId::relu);
+}
+
+TEST(Dce, DropsADeadChainAndKeepsWritesOutsideThePlan) {
+  Builder b(Dims{4});
+  Value dead = b.emit(OpId::exp, {b.x()});
+  b.emit(OpId::relu, {dead});
+  Value param = b.value(b.buffer(BufferKind::External, "w"));
+  b.p.body.push_back(b.call(OpId::exp, {b.x()}, param));
+  b.p.outputs = {b.emit(OpId::neg, {b.x()})};
+  Program p = dce(b.p);
+  EXPECT_EQ(ops(p.body), (std::vector<OpId>{OpId::exp, OpId::neg}));
+  EXPECT_EQ(p.body[0].out[0].buffer, param.buffer);
+}
+
+TEST(Dce, RemovesDeadCallsInsideABranchBlockAndEmptyRegions) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int owned = b.buffer(BufferKind::Arena, "owned");
+  Block live;
+  b.emit(live, OpId::exp, {b.x()});  // read by nobody
+  Value kept = b.emit(live, OpId::relu, {b.x()});
+  live.push_back(b.call(OpId::contiguous, {kept}, b.value(owned)));
+  Block dead;
+  b.emit(dead, OpId::neg, {b.x()});
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {live, {}}, {owned}));
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {dead}, {}));
+  b.p.outputs = {b.value(owned)};
+  Program p = dce(b.p);
+  ASSERT_EQ(p.body.size(), 1u);
+  EXPECT_EQ(ops(p.body[0].blocks[0]), (std::vector<OpId>{OpId::relu, OpId::contiguous}));
+}
+
+TEST(FoldConstants, FoldsCallsComputedFromConstantsOnly) {
+  Builder b(Dims{4});
+  Value c = b.emit(OpId::arange, {});
+  Value e = b.emit(OpId::exp, {c});
+  b.p.outputs = {b.emit(OpId::add, {b.x(), e})};
+  Program p = fold_constants(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::add}));
+  for (const Value& v : {c, e}) {
+    EXPECT_TRUE(p.buffers[v.buffer].constant);
+    EXPECT_EQ(p.buffers[v.buffer].kind, BufferKind::External);
+  }
+  EXPECT_FALSE(p.buffers[p.outputs[0].buffer].constant);
+}
+
+TEST(FuseElementwise, FormsOneFusedInstructionWhoseBlockIsTheChain) {
+  Builder b(Dims{64, 256});
+  Value bias = b.value(b.buffer(BufferKind::External, "bias", Dims{256}), Dims{256});
+  Value e = b.emit(OpId::exp, {b.x()});
+  Value r = b.emit(OpId::relu, {e});
+  Value s = b.emit(OpId::add, {r, bias});  // broadcast over the rows: joins the run
+  b.p.outputs = {b.emit(OpId::matmul, {s, b.x()})};
+  Program p = fuse_elementwise(b.p);
+  ASSERT_EQ(p.body.size(), 2u);
+  EXPECT_EQ(p.body[0].kind, InstrKind::Fused);
+  EXPECT_EQ(p.body[0].split, 1);
+  EXPECT_EQ(ops(p.body[0].blocks[0]), (std::vector<OpId>{OpId::exp, OpId::relu, OpId::add}));
+  EXPECT_EQ(p.body[1].op->id, OpId::matmul);
+}
+
+TEST(FuseElementwise, LeavesShortCpuBuffersAlone) {
+  Builder b(Dims{3, 5});
+  Value e = b.emit(OpId::exp, {b.x()});
+  b.p.outputs = {b.emit(OpId::relu, {e})};
+  EXPECT_EQ(fuse_elementwise(b.p).body.size(), 2u);
+}
+
+TEST(BindGrads, ForwardsAWholeGradientAndCopiesAView) {
+  Builder b(Dims{4, 3});
+  Value whole = b.emit(OpId::exp, {b.x()});
+  Value wide = b.fresh();
+  b.p.body.push_back(b.call(OpId::relu, {b.x()}, wide));
+  Value row{wide.buffer, 3, Dims{3}, Dims{1}, DType::Float32};  // a view: row 1 of `wide`
+  b.p.grads = {{whole, Dims{4, 3}, DType::Float32, "w"}, {row, Dims{3}, DType::Float32, "bias"}};
+  Program p = bind_grads(b.p);
+  EXPECT_EQ(p.grads[0].target, whole.buffer);  // the producing call writes .grad directly
+  EXPECT_EQ(p.buffers[whole.buffer].kind, BufferKind::External);
+  EXPECT_EQ(p.buffers[whole.buffer].name, "grad(w)");
+  const int copy = p.grads[1].target;
+  ASSERT_EQ(copy, static_cast<int>(b.p.buffers.size()));  // a new buffer, written by one copy at the end
+  EXPECT_EQ(p.buffers[copy].bytes, 12u);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::exp, OpId::relu, OpId::contiguous}));
+  EXPECT_EQ(p.body[2].in[0].offset, 3);
+  EXPECT_EQ(p.body[2].out[0].buffer, copy);
+}
+
+TEST(BindGrads, AGradientOfAnotherDtypeRaises) {
+  Builder b(Dims{4});
+  Value g = b.value(b.buffer(BufferKind::Arena, "g"), Dims{2});
+  b.p.grads = {{g, Dims{2}, DType::Float64, "w"}};
+  try {
+    bind_grads(b.p);
+    FAIL() << "bind_grads accepted a float32 gradient of a float64 parameter";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::DType);
+    EXPECT_NE(std::string(e.what()).find("the gradient of w is float32, the parameter float64"), std::string::npos);
+  }
+}
+
+TEST(FoldTransposes, AMatmulCopiedOutTransposedComputesTheTransposedProduct) {
+  Builder b(Dims{4, 6});
+  Value w = b.value(b.buffer(BufferKind::External, "w", Dims{6, 5}), Dims{6, 5});
+  Value r = b.value(b.buffer(BufferKind::Arena, "r", Dims{4, 5}), Dims{4, 5});
+  b.p.body.push_back(b.call(OpId::matmul, {b.x(), w}, r));
+  Value out = b.value(b.buffer(BufferKind::Arena, "t", Dims{5, 4}), Dims{5, 4});
+  b.p.body.push_back(b.call(OpId::contiguous, {{r.buffer, 0, Dims{5, 4}, Dims{1, 5}, DType::Float32}}, out));
+  b.p.outputs = {out};
+  Program p = fold_transposes(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::matmul}));
+  EXPECT_EQ(p.body[0].out[0].buffer, out.buffer);
+  EXPECT_EQ(p.body[0].in[0].buffer, w.buffer);  // (x w)^T = w^T x^T
+  EXPECT_EQ(p.body[0].in[0].shape, (Dims{5, 6}));
+  EXPECT_EQ(p.body[0].in[0].strides, (Dims{1, 5}));
+  EXPECT_EQ(p.body[0].in[1].buffer, b.x().buffer);
+}
+
+TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int grad = b.buffer(BufferKind::Arena, "g");
+  Block computes;
+  computes.push_back(b.call(OpId::exp, {b.x()}, b.value(grad)));
+  Instr branch = b.region(InstrKind::Switch, selector, {computes, {}}, {grad});
+  branch.region.present = {{0}};
+  b.p.body.push_back(branch);
+  Value param = b.value(b.buffer(BufferKind::External, "w"));
+  Value lr = b.value(b.buffer(BufferKind::External, "lr", Dims{1}), Dims{1});
+  Value momentum = b.value(b.buffer(BufferKind::External, "m"));
+  b.p.body.push_back(b.call(OpId::sgd_update, {param, b.value(grad), lr, momentum}, param));
+  b.p.body.back().out.clear();
+  Program p = guard_updates(b.p);
+  ASSERT_EQ(p.body.size(), 2u);
+  const Instr& guard = p.body[1];
+  EXPECT_EQ(guard.kind, InstrKind::Guard);
+  EXPECT_EQ(guard.region.guard, (std::vector<std::pair<int, int>>{{0, 0}}));
+  EXPECT_EQ(ops(guard.blocks[0]), (std::vector<OpId>{OpId::sgd_update}));
+  EXPECT_EQ(p.regions, 2);
+}
+
+TEST(Memory, ReusesBytesOfDeadBuffersAndTheCheckerProvesIt) {
+  Builder b(Dims{16});
+  Value a = b.emit(OpId::exp, {b.x()});
+  Value c = b.emit(OpId::exp, {a});
+  Value d = b.emit(OpId::exp, {c});  // a is dead by now: d may take its bytes
+  b.p.outputs = {d};
+  const DefUse du = def_use(b.p);
+  EXPECT_EQ(du.first[a.buffer], 0);
+  EXPECT_EQ(du.last[a.buffer], 1);
+  EXPECT_EQ(du.last[d.buffer], du.end);
+  MemoryPlan m = plan_memory(b.p, du);
+  EXPECT_EQ(m.offset[d.buffer], m.offset[a.buffer]);
+  EXPECT_NE(m.offset[c.buffer], m.offset[a.buffer]);
+  EXPECT_LT(m.arena_bytes, m.naive_bytes);
+  EXPECT_EQ(m.released[1], (std::vector<int>{a.buffer}));
+  check_memory(b.p, m);
+  m.offset[c.buffer] = m.offset[d.buffer];  // c and d live at the same time
+  try {
+    check_memory(b.p, m);
+    FAIL() << "check_memory accepted overlapping buffers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+    EXPECT_NE(std::string(e.what()).find("are alive at the same time and share arena bytes"), std::string::npos);
+  }
+}
+
+TEST(Memory, ALoopKeepsWhatItsBodyTouchesAliveThroughAllIterations) {
+  Builder b(Dims{16});
+  Value halt = b.value(b.buffer(BufferKind::Arena, "halt", Dims{1}), Dims{1});
+  Block body;
+  Value t = b.emit(body, OpId::exp, {b.x()});
+  body.push_back(b.call(OpId::relu, {t}, b.fresh()));
+  Instr loop = b.region(InstrKind::While, halt, {{}, body}, {});
+  b.p.body.push_back(loop);
+  b.p.outputs = {b.emit(OpId::neg, {b.x()})};
+  const DefUse du = def_use(b.p);
+  EXPECT_EQ(du.first[t.buffer], 0);  // the loop's entry
+  EXPECT_EQ(du.last[t.buffer], 3);   // its exit
+  check_memory(b.p, plan_memory(b.p, du));
+}
+
+TEST(Pipeline, CountsEveryReportedPassAndChainsThem) {
+  Builder b(Dims{4});
+  Value e1 = b.emit(OpId::exp, {b.x()});
+  b.emit(OpId::exp, {b.x()});
+  b.p.outputs = {b.emit(OpId::neg, {e1})};
+  std::vector<std::tuple<std::string, int64_t, int64_t>> counts;
+  Program p = run_pipeline(b.p, &counts);
+  ASSERT_EQ(counts.size(), 6u);
+  EXPECT_EQ(std::get<0>(counts[0]), "cse");
+  EXPECT_EQ(std::get<1>(counts[0]), 3);
+  EXPECT_EQ(std::get<2>(counts[0]), 2);
+  for (size_t k = 1; k < counts.size(); ++k) EXPECT_EQ(std::get<2>(counts[k - 1]), std::get<1>(counts[k]));
+  EXPECT_EQ(p.body.size(), 2u);
+}
+
+}  // namespace
+}  // namespace fg::plan
