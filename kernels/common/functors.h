@@ -155,6 +155,19 @@ struct GeluTanhGrad {
     return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
   }
 };
+// Activation gradients g * f'(.) for the fused first-order backward, each from what its forward
+// saves: the input x (relu, silu) or the output y (tanh, sigmoid).
+struct ReluGrad {  // the gradient passes where x > 0 (not for NaN x), as PyTorch's threshold_backward
+  template <class T> FG_HD T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
+};
+struct TanhGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * (T(1) - y * y); } };
+struct SigmoidGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * y * (T(1) - y); } };
+struct SiluGrad {  // d/dx x s(x) = s (1 + x (1 - s))
+  template <class T> FG_HD T operator()(T g, T x) const {
+    T s = Sigmoid{}(x);
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
 struct Clamp {
   double lo, hi;  // NaN bound = no bound
   template <class T> FG_HD T operator()(T x) const {
