@@ -72,17 +72,18 @@ FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, c
   }
 }
 
-// One row of norm_backward_cpu (nn.h): xhat, then dx from the row means of gw and gw * xhat.
+// One row of norm_backward_cpu (nn.h): the row sums of gw and gw * xhat, the column sums of
+// g * xhat and g added into acc_w and acc_b (cols), then dx (xhat recomputed: no stores).
 template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
-                                     int64_t n, T mu, T inv, bool rms, T* __restrict dx, T* __restrict xhat) {
+                                     int64_t n, T mu, T inv, bool rms, T* __restrict dx,
+                                     double* __restrict acc_w, double* __restrict acc_b) {
   double p_gw[8] = {}, p_gwx[8] = {};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8)
     for (int j = 0; j < 8; ++j) {
       T h = (x[k + j] - mu) * inv;
       T gw = kWeight ? g[k + j] * w[k + j] : g[k + j];
-      xhat[k + j] = h;
       p_gw[j] += gw;
       p_gwx[j] += gw * h;
     }
@@ -90,7 +91,6 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
   for (; k < n; ++k) {
     T h = (x[k] - mu) * inv;
     T gw = kWeight ? g[k] * w[k] : g[k];
-    xhat[k] = h;
     sum_gw += gw;
     sum_gwx += static_cast<double>(gw) * h;
   }
@@ -98,8 +98,11 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) {
+    T h = (x[j] - mu) * inv;
     T gw = kWeight ? g[j] * w[j] : g[j];
-    dx[j] = inv * (gw - a - xhat[j] * c);
+    dx[j] = inv * (gw - a - h * c);
+    acc_w[j] += static_cast<double>(g[j] * h);
+    acc_b[j] += g[j];
   }
 }
 
@@ -172,9 +175,10 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
   });
 }
 
+// Rows go to `parts` threads, each with its own column sums (2 x cols doubles), added up once.
 void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
-                       void* xhat) {
+                       void* dw, void* db) {
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
     const T* gs = static_cast<const T*>(g);
@@ -183,13 +187,23 @@ void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, cons
     const T* means = static_cast<const T*>(mean);
     const T* rstds = static_cast<const T*>(rstd);
     auto* backward = ws ? norm_backward_row<T, true> : norm_backward_row<T, false>;
-    parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        int64_t at = r * cols;
-        backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms,
-                 static_cast<T*>(dx) + at, static_cast<T*>(xhat) + at);
+    const int64_t parts = rows * cols > kParallelGrain ? std::min<int64_t>(pool_threads(), rows) : 1;
+    std::vector<double> sums(parts * 2 * cols, 0.0);  // (parts, [dw, db], cols)
+    parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        double* acc = sums.data() + p * 2 * cols;
+        for (int64_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) {
+          int64_t at = r * cols;
+          backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms,
+                   static_cast<T*>(dx) + at, acc, acc + cols);
+        }
       }
     });
+    for (int64_t j = 0; j < 2 * cols; ++j) {
+      double v = 0;
+      for (int64_t p = 0; p < parts; ++p) v += sums[p * 2 * cols + j];
+      static_cast<T*>(j < cols ? dw : db)[j % cols] = static_cast<T>(v);
+    }
   });
 }
 

@@ -181,3 +181,20 @@ def test_norm_propagates_non_finite_rows_only(device):
     y = F.layer_norm(on(device, fg.tensor(a)), 9).cpu().numpy()
     assert np.isnan(y[1]).all()
     np.testing.assert_allclose(y[[0, 2]], np_norm(a[[0, 2]], None, None, 1e-5, False), rtol=1e-10)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_norm_weight_and_bias_gradients_from_many_rows(rng, rms, device, four_threads):
+    """Rows split over threads, each with its own column sums: dweight = sum(g * xhat), dbias = sum(g)."""
+    a, ga = make(rng, (600, 301)), make(rng, (600, 301))
+    w, b = make(rng, (301,), low=0.5, high=1.5), make(rng, (301,))
+    x, weight, bias = (on(device, fg.tensor(v)).requires_grad_() for v in (a, w, b))
+    inputs = [x, weight] if rms else [x, weight, bias]
+    grads = fg.autograd.grad(norm(x, 301, weight, bias, rms), inputs, on(device, fg.tensor(ga)))
+    xhat = np_norm(a, None, None, 1e-6 if rms else 1e-5, rms)
+    fg.testing.assert_close(grads[1], (ga * xhat).sum(axis=0), rtol=1e-10, atol=1e-10)
+    if not rms:
+        fg.testing.assert_close(grads[2], ga.sum(axis=0), rtol=1e-12, atol=1e-12)
+    composite = fg.autograd.grad(norm(x, 301, weight, bias, rms), inputs, on(device, fg.tensor(ga)), create_graph=True)
+    for f, c in zip(grads, composite):
+        fg.testing.assert_close(f, c.detach(), rtol=1e-10, atol=1e-10)
