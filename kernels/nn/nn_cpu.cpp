@@ -42,21 +42,24 @@ FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
 
 // ---- layer_norm / rms_norm: one row at a time, each loop simple enough to vectorise ----
 
-// sum of x (squared = false) or of (x - shift)^2 over a row, in double with eight partials.
+// sum of x (squared = false) or of (x - shift)^2 over a row: sixteen partial sums in T (one
+// vector register of floats: a row is short, so each partial adds few terms), combined in double.
 template <class T>
 FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
-  double partial[8] = {};
+  constexpr int kLanes = 16;
+  T partial[kLanes] = {};
+  const T s = static_cast<T>(shift);
   int64_t k = 0;
   if (squared) {
-    for (; k + 8 <= n; k += 8)
-      for (int j = 0; j < 8; ++j) partial[j] += (x[k + j] - shift) * (x[k + j] - shift);
+    for (; k + kLanes <= n; k += kLanes)
+      for (int j = 0; j < kLanes; ++j) partial[j] += (x[k + j] - s) * (x[k + j] - s);
   } else {
-    for (; k + 8 <= n; k += 8)
-      for (int j = 0; j < 8; ++j) partial[j] += x[k + j];
+    for (; k + kLanes <= n; k += kLanes)
+      for (int j = 0; j < kLanes; ++j) partial[j] += x[k + j];
   }
   double sum = 0;
   for (; k < n; ++k) sum += squared ? (x[k] - shift) * (x[k] - shift) : static_cast<double>(x[k]);
-  for (int j = 0; j < 8; ++j) sum += partial[j];
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
   return sum;
 }
 
@@ -78,10 +81,11 @@ template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, T* __restrict dx,
                                      double* __restrict acc_w, double* __restrict acc_b) {
-  double p_gw[8] = {}, p_gwx[8] = {};
+  constexpr int kLanes = 16;  // partial sums in T, as row_sum
+  T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
   int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
-    for (int j = 0; j < 8; ++j) {
+  for (; k + kLanes <= n; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
       T h = (x[k + j] - mu) * inv;
       T gw = kWeight ? g[k + j] * w[k + j] : g[k + j];
       p_gw[j] += gw;
@@ -94,7 +98,7 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
     sum_gw += gw;
     sum_gwx += static_cast<double>(gw) * h;
   }
-  for (int j = 0; j < 8; ++j) sum_gw += p_gw[j], sum_gwx += p_gwx[j];
+  for (int j = 0; j < kLanes; ++j) sum_gw += p_gw[j], sum_gwx += p_gwx[j];
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) {
