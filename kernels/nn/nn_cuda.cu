@@ -129,8 +129,12 @@ __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w,
 // The weight and bias gradients: per column j, the sums over rows of g * xhat and of g. One
 // thread per column walks the rows (reads coalesce across the warp); accumulates in double.
 template <class T>
-__global__ void norm_param_grads(const T* g, const T* x, const T* mean, const T* rstd, int64_t rows,
-                                 int64_t cols, T* dw, T* db) {
+__global__ void norm_param_grads(const T* g,     // (rows, cols)
+                                 const T* x,     // (rows, cols)
+                                 const T* mean,  // (rows), null for rms_norm
+                                 const T* rstd,  // (rows)
+                                 int64_t rows, int64_t cols,
+                                 T* dw, T* db) {  // (cols) each, overwritten
   int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   double sum_w = 0, sum_b = 0;

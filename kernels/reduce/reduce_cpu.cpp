@@ -40,8 +40,9 @@ FG_CPU_CLONES Acc<T> sum_line(const T* __restrict x, int64_t r) {
 constexpr int64_t kColumnBlock = 512;  // 4 KB of accumulators
 
 template <class T>
-FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc, const T* __restrict x, int64_t rows,
-                            int64_t stride, int64_t width) {
+FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc,  // (width), accumulated into
+                            const T* __restrict x,    // (rows, width), rows `stride` elements apart
+                            int64_t rows, int64_t stride, int64_t width) {
   for (int64_t k = 0; k < rows; ++k) {
     const T* row = x + k * stride;
     for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<Acc<T>>(row[j]);
