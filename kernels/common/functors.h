@@ -140,12 +140,23 @@ struct GeluTanh {
     return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
   }
 };
-// g * d/dx gelu(x), for the fused backward (first-order gradients only).
+// g * d/dx gelu(x), for the fused backward (first-order gradients only). In float32 the erf of
+// erf_any (A&S 7.1.26) and the normal density share one exp(-x^2 / 2).
 struct GeluGrad {
   template <class T> FG_HD T operator()(T g, T x) const {
-    T cdf = T(0.5) * (T(1) + erf_any(x * T(0.70710678118654752440)));
-    T pdf = exp_any(T(-0.5) * x * x) * T(0.39894228040143267794);
-    return g * (cdf + x * pdf);
+    if constexpr (std::is_same_v<T, float>) {
+      float a = (x < 0 ? -x : x) * 0.70710678118654752440f;
+      float t = 1.0f / (1.0f + 0.3275911f * a);
+      float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+      float e = exp_f32(-a * a);
+      float erf_abs = 1.0f - poly * e;
+      float cdf = 0.5f * (1.0f + (x < 0 ? -erf_abs : erf_abs));
+      return g * (cdf + x * e * 0.39894228040143267794f);
+    } else {
+      T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+      T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+      return g * (cdf + x * pdf);
+    }
   }
 };
 struct GeluTanhGrad {
@@ -153,6 +164,19 @@ struct GeluTanhGrad {
     const T k = T(0.79788456080286535588), a = T(0.044715);
     T t = tanh_any(k * (x + a * x * x * x));
     return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
+  }
+};
+// Activation gradients g * f'(.) for the fused first-order backward, each from what its forward
+// saves: the input x (relu, silu) or the output y (tanh, sigmoid).
+struct ReluGrad {  // the gradient passes where x > 0 (not for NaN x), as PyTorch's threshold_backward
+  template <class T> FG_HD T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
+};
+struct TanhGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * (T(1) - y * y); } };
+struct SigmoidGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * y * (T(1) - y); } };
+struct SiluGrad {  // d/dx x s(x) = s (1 + x (1 - s))
+  template <class T> FG_HD T operator()(T g, T x) const {
+    T s = Sigmoid{}(x);
+    return g * s * (T(1) + x * (T(1) - s));
   }
 };
 struct Clamp {

@@ -25,10 +25,11 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
 // Backward of layer_norm (rms = false) or rms_norm over rows of (rows, cols), first order:
 // xhat = (x - mean) * rstd (rms: x * rstd), gw = g * w (w may be null), and
 // dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) (rms: without the mean(gw) term).
-// Writes dx and xhat (rows, cols); mean may be null for rms.
+// Overwrites dx (rows, cols) and the weight and bias gradients dw = sum over rows of g * xhat,
+// db = sum over rows of g (cols; zeros for rows == 0). mean may be null for rms.
 void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
-                       void* xhat);
+                       void* dw, void* db);
 
 // CUDA counterparts (CUDA builds only).
 void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
@@ -37,7 +38,7 @@ void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int6
                    double eps, void* y, void* rstd);
 void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w,
                         const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
-                        void* xhat);
+                        void* dw, void* db);
 
 struct Conv2dGeometry {
   int64_t n, c, h, w;            // input (N, C, H, W)

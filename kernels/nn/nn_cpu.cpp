@@ -40,6 +40,69 @@ FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
   }
 }
 
+// ---- layer_norm / rms_norm: one row at a time, each loop simple enough to vectorise ----
+
+// sum of x (squared = false) or of (x - shift)^2 over a row: sixteen partial sums in T (one
+// vector register of floats: a row is short, so each partial adds few terms), combined in double.
+template <class T>
+FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
+  constexpr int kLanes = 16;
+  T partial[kLanes] = {};
+  const T s = static_cast<T>(shift);
+  int64_t k = 0;
+  if (squared) {
+    for (; k + kLanes <= n; k += kLanes)
+      for (int j = 0; j < kLanes; ++j) partial[j] += (x[k + j] - s) * (x[k + j] - s);
+  } else {
+    for (; k + kLanes <= n; k += kLanes)
+      for (int j = 0; j < kLanes; ++j) partial[j] += x[k + j];
+  }
+  double sum = 0;
+  for (; k < n; ++k) sum += squared ? (x[k] - shift) * (x[k] - shift) : static_cast<double>(x[k]);
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
+  return sum;
+}
+
+// y = (x - m) * inv [* w] [+ b] over a row.
+template <class T, bool kWeight, bool kBias>
+FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+                                 int64_t n, T m, T inv, T* __restrict y) {
+  for (int64_t j = 0; j < n; ++j) {
+    T v = (x[j] - m) * inv;
+    if constexpr (kWeight) v *= w[j];
+    if constexpr (kBias) v += b[j];
+    y[j] = v;
+  }
+}
+
+// One row of norm_backward_cpu (nn.h): the row sums of gw and gw * xhat, dx, and the column
+// sums of g * xhat and g added into acc_w and acc_b (cols); xhat is recomputed, never stored.
+// One sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
+template <class T, bool kWeight>
+FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
+                                     int64_t n, T mu, T inv, bool rms, T* __restrict dx,
+                                     double* __restrict acc_w, double* __restrict acc_b) {
+  constexpr int kLanes = 16;  // partial sums in T, as row_sum
+  T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t k = 0; k < whole; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) p_gw[j] += kWeight ? g[k + j] * w[k + j] : g[k + j];
+  for (int64_t k = 0; k < whole; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) p_gwx[j] += (kWeight ? g[k + j] * w[k + j] : g[k + j]) * ((x[k + j] - mu) * inv);
+  double sum_gw = 0, sum_gwx = 0;
+  for (int64_t k = whole; k < n; ++k) {
+    T gw = kWeight ? g[k] * w[k] : g[k];
+    sum_gw += gw;
+    sum_gwx += static_cast<double>(gw) * ((x[k] - mu) * inv);
+  }
+  for (int j = 0; j < kLanes; ++j) sum_gw += p_gw[j], sum_gwx += p_gwx[j];
+  const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
+  const T c = T(sum_gwx / static_cast<double>(n));
+  for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - (x[j] - mu) * inv * c);
+  for (int64_t j = 0; j < n; ++j) acc_w[j] += static_cast<double>(g[j] * ((x[j] - mu) * inv));
+  for (int64_t j = 0; j < n; ++j) acc_b[j] += static_cast<double>(g[j]);
+}
+
 }  // namespace
 
 void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
@@ -73,25 +136,16 @@ void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, in
     const T* xs = static_cast<const T*>(x);
     const T* ws = static_cast<const T*>(w);
     const T* bs = static_cast<const T*>(b);
-    T* ys = static_cast<T*>(y);
+    auto* normalize = ws ? (bs ? normalize_row<T, true, true> : normalize_row<T, true, false>)
+                         : (bs ? normalize_row<T, false, true> : normalize_row<T, false, false>);
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = xs + r * cols;
-        double mu = 0;
-        for (int64_t j = 0; j < cols; ++j) mu += row[j];
-        mu /= static_cast<double>(cols);
-        double var = 0;
-        for (int64_t j = 0; j < cols; ++j) var += (row[j] - mu) * (row[j] - mu);
-        var /= static_cast<double>(cols);
+        double mu = row_sum(row, cols, 0.0, false) / static_cast<double>(cols);
+        double var = row_sum(row, cols, mu, true) / static_cast<double>(cols);
         T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
         T m = static_cast<T>(mu);
-        T* out = ys + r * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          T v = (row[j] - m) * inv;
-          if (ws) v *= ws[j];
-          if (bs) v += bs[j];
-          out[j] = v;
-        }
+        normalize(row, ws, bs, cols, m, inv, static_cast<T*>(y) + r * cols);
         static_cast<T*>(mean)[r] = m;
         static_cast<T*>(rstd)[r] = inv;
       }
@@ -105,24 +159,23 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     const T* ws = static_cast<const T*>(w);
-    T* ys = static_cast<T*>(y);
+    auto* normalize = ws ? normalize_row<T, true, false> : normalize_row<T, false, false>;
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = xs + r * cols;
-        double ss = 0;
-        for (int64_t j = 0; j < cols; ++j) ss += static_cast<double>(row[j]) * row[j];
+        double ss = row_sum(row, cols, 0.0, true);
         T inv = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
-        T* out = ys + r * cols;
-        for (int64_t j = 0; j < cols; ++j) out[j] = ws ? row[j] * inv * ws[j] : row[j] * inv;
+        normalize(row, ws, nullptr, cols, T(0), inv, static_cast<T*>(y) + r * cols);
         static_cast<T*>(rstd)[r] = inv;
       }
     });
   });
 }
 
+// Rows go to `parts` threads, each with its own column sums (2 x cols doubles), added up once.
 void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
-                       void* xhat) {
+                       void* dw, void* db) {
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
     const T* gs = static_cast<const T*>(g);
@@ -130,31 +183,24 @@ void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, cons
     const T* ws = static_cast<const T*>(w);
     const T* means = static_cast<const T*>(mean);
     const T* rstds = static_cast<const T*>(rstd);
-    T* dxs = static_cast<T*>(dx);
-    T* xh = static_cast<T*>(xhat);
-    parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* gr = gs + r * cols;
-        const T* xr = xs + r * cols;
-        T* hr = xh + r * cols;
-        T* dr = dxs + r * cols;
-        const T mu = rms ? T(0) : means[r], inv = rstds[r];
-        double sum_gw = 0, sum_gwx = 0;
-        for (int64_t j = 0; j < cols; ++j) {
-          T h = (xr[j] - mu) * inv;
-          T gw = ws ? gr[j] * ws[j] : gr[j];
-          hr[j] = h;
-          sum_gw += gw;
-          sum_gwx += static_cast<double>(gw) * h;
-        }
-        const T a = rms ? T(0) : T(sum_gw / static_cast<double>(cols));
-        const T b = T(sum_gwx / static_cast<double>(cols));
-        for (int64_t j = 0; j < cols; ++j) {
-          T gw = ws ? gr[j] * ws[j] : gr[j];
-          dr[j] = inv * (gw - a - hr[j] * b);
+    auto* backward = ws ? norm_backward_row<T, true> : norm_backward_row<T, false>;
+    const int64_t parts = rows * cols > kParallelGrain ? std::min<int64_t>(pool_threads(), rows) : 1;
+    std::vector<double> sums(parts * 2 * cols, 0.0);  // (parts, [dw, db], cols)
+    parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        double* acc = sums.data() + p * 2 * cols;
+        for (int64_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) {
+          int64_t at = r * cols;
+          backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms,
+                   static_cast<T*>(dx) + at, acc, acc + cols);
         }
       }
     });
+    for (int64_t j = 0; j < 2 * cols; ++j) {
+      double v = 0;
+      for (int64_t p = 0; p < parts; ++p) v += sums[p * 2 * cols + j];
+      static_cast<T*>(j < cols ? dw : db)[j % cols] = static_cast<T>(v);
+    }
   });
 }
 

@@ -106,7 +106,7 @@ __global__ void norm_rows(bool rms, const T* x, const T* w, const T* b, int64_t 
 
 template <class T>
 __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w, const T* mean, const T* rstd,
-                                   int64_t cols, T* dx, T* xhat) {
+                                   int64_t cols, T* dx) {
   __shared__ double shared[kBlock];
   int64_t base = blockIdx.x * cols;
   const T mu = rms ? T(0) : mean[blockIdx.x], inv = rstd[blockIdx.x];
@@ -114,16 +114,38 @@ __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w,
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     T h = (x[base + j] - mu) * inv;
     T gw = w ? g[base + j] * w[j] : g[base + j];
-    xhat[base + j] = h;
     sum_gw += static_cast<double>(gw);
     sum_gwx += static_cast<double>(gw) * static_cast<double>(h);
   }
   const T a = rms ? T(0) : T(block_combine(sum_gw, shared, SumOp{}) / static_cast<double>(cols));
   const T c = T(block_combine(sum_gwx, shared, SumOp{}) / static_cast<double>(cols));
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    T h = (x[base + j] - mu) * inv;
     T gw = w ? g[base + j] * w[j] : g[base + j];
-    dx[base + j] = inv * (gw - a - xhat[base + j] * c);
+    dx[base + j] = inv * (gw - a - h * c);
   }
+}
+
+// The weight and bias gradients: per column j, the sums over rows of g * xhat and of g. One
+// thread per column walks the rows (reads coalesce across the warp); accumulates in double.
+template <class T>
+__global__ void norm_param_grads(const T* g,     // (rows, cols)
+                                 const T* x,     // (rows, cols)
+                                 const T* mean,  // (rows), null for rms_norm
+                                 const T* rstd,  // (rows)
+                                 int64_t rows, int64_t cols,
+                                 T* dw, T* db) {  // (cols) each, overwritten
+  int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  double sum_w = 0, sum_b = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    T h = (x[r * cols + j] - (mean ? mean[r] : T(0))) * rstd[r];
+    T gv = g[r * cols + j];
+    sum_w += static_cast<double>(gv * h);
+    sum_b += static_cast<double>(gv);
+  }
+  dw[j] = static_cast<T>(sum_w);
+  db[j] = static_cast<T>(sum_b);
 }
 
 }  // namespace
@@ -153,13 +175,19 @@ void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int6
 }
 
 void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
-                        const void* rstd, int64_t rows, int64_t cols, void* dx, void* xhat) {
-  if (rows == 0 || cols == 0) return;
+                        const void* rstd, int64_t rows, int64_t cols, void* dx, void* dw, void* db) {
+  if (cols == 0) return;
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
-    norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream()>>>(
-        rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(mean),
-        static_cast<const T*>(rstd), cols, static_cast<T*>(dx), static_cast<T*>(xhat));
+    const T* means = rms ? nullptr : static_cast<const T*>(mean);
+    if (rows > 0)
+      norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream()>>>(
+          rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), means,
+          static_cast<const T*>(rstd), cols, static_cast<T*>(dx));
+    unsigned blocks = static_cast<unsigned>((cols + kBlock - 1) / kBlock);
+    norm_param_grads<T><<<blocks, kBlock, 0, kernel_stream()>>>(
+        static_cast<const T*>(g), static_cast<const T*>(x), means, static_cast<const T*>(rstd), rows, cols,
+        static_cast<T*>(dw), static_cast<T*>(db));
   });
   check_launch("norm backward");
 }

@@ -1,37 +1,82 @@
 #include "kernels/reduce/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "flowgrad/base/parallel.h"
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {
 namespace {
 
-// Sum/Mean over a leading axis (inner > 1): accumulate whole rows, which vectorises.
+using reduce::Acc;
+
+template <class Out, class A>
+Out finish_sum(A acc, bool mean, int64_t r) {
+  return mean ? static_cast<Out>(static_cast<double>(acc) / static_cast<double>(r)) : static_cast<Out>(acc);
+}
+
+// ---- Sum/Mean over the last axis (inner == 1): eight partial sums, so the loop vectorises ----
+template <class T>
+FG_CPU_CLONES Acc<T> sum_line(const T* __restrict x, int64_t r) {
+  Acc<T> partial[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= r; k += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += static_cast<Acc<T>>(x[k + j]);
+  Acc<T> acc = 0;
+  for (; k < r; ++k) acc += static_cast<Acc<T>>(x[k]);
+  for (int j = 0; j < 8; ++j) acc += partial[j];
+  return acc;
+}
+
+// ---- Sum/Mean over a leading axis (inner > 1), e.g. a bias gradient: (N, C) -> (C) ----
+// Whole rows are added into a block of accumulators that stays in L1, which vectorises (per
+// instruction set: cpu_dispatch.h). Tasks are (outer, column block, row part); when there are
+// fewer column blocks than threads the rows are split too, and the parts are combined once.
+constexpr int64_t kColumnBlock = 512;  // 4 KB of accumulators
+
+template <class T>
+FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc,  // (width), accumulated into
+                            const T* __restrict x,    // (rows, width), rows `stride` elements apart
+                            int64_t rows, int64_t stride, int64_t width) {
+  for (int64_t k = 0; k < rows; ++k) {
+    const T* row = x + k * stride;
+    for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<Acc<T>>(row[j]);
+  }
+}
+
 template <class T, class Out>
 void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner, Out* out) {
-  parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
-    std::vector<reduce::Acc<T>> acc;
-    for (int64_t line = begin; line < end;) {
-      int64_t o = line / inner, j0 = line % inner;
-      int64_t j1 = std::min(inner, j0 + (end - line));
-      acc.assign(j1 - j0, 0);
-      const T* base = x + o * r * inner;
-      for (int64_t k = 0; k < r; ++k) {
-        const T* row = base + k * inner;
-        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<reduce::Acc<T>>(row[j]);
+  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  const bool large = outer * r * inner > kParallelGrain;
+  int64_t parts = 1;
+  if (large && outer * blocks < pool_threads()) parts = std::min<int64_t>(pool_threads(), r);
+  std::vector<Acc<T>> partial(parts > 1 ? parts * outer * inner : 0);  // (parts, outer, inner)
+  parallel_for(outer * blocks * parts, large ? 1 : outer * blocks * parts, [&](int64_t t0, int64_t t1) {
+    Acc<T> acc[kColumnBlock];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t part = t % parts, block = t / parts % blocks, o = t / parts / blocks;
+      const int64_t j0 = block * kColumnBlock, width = std::min(kColumnBlock, inner - j0);
+      const int64_t k0 = r * part / parts, k1 = r * (part + 1) / parts;
+      std::fill(acc, acc + width, Acc<T>(0));
+      add_rows(acc, x + (o * r + k0) * inner + j0, k1 - k0, inner, width);
+      if (parts > 1) {
+        std::copy(acc, acc + width, partial.data() + (part * outer + o) * inner + j0);
+      } else {
+        for (int64_t j = 0; j < width; ++j) out[o * inner + j0 + j] = finish_sum<Out>(acc[j], mean, r);
       }
-      for (int64_t j = j0; j < j1; ++j) {
-        double v = static_cast<double>(acc[j - j0]);
-        out[o * inner + j] = mean ? static_cast<Out>(v / static_cast<double>(r)) : static_cast<Out>(acc[j - j0]);
-      }
-      line += j1 - j0;
     }
   });
+  if (parts == 1) return;
+  for (int64_t i = 0; i < outer * inner; ++i) {
+    Acc<T> v = 0;
+    for (int64_t p = 0; p < parts; ++p) v += partial[p * outer * inner + i];
+    out[i] = finish_sum<Out>(v, mean, r);
+  }
 }
 
 }  // namespace
@@ -44,8 +89,15 @@ void reduce_cpu(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int
       using Out = decltype(out_tag);
       const T* xs = static_cast<const T*>(x);
       Out* ys = static_cast<Out*>(out);
-      if ((fn == ReduceFn::Sum || fn == ReduceFn::Mean) && inner > 1) {
-        sum_columns<T, Out>(fn == ReduceFn::Mean, xs, outer, r, inner, ys);
+      const bool mean = fn == ReduceFn::Mean;
+      if ((fn == ReduceFn::Sum || mean) && inner > 1) {
+        sum_columns<T, Out>(mean, xs, outer, r, inner, ys);
+        return;
+      }
+      if (fn == ReduceFn::Sum || mean) {
+        parallel_for(outer, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
+          for (int64_t line = begin; line < end; ++line) ys[line] = finish_sum<Out>(sum_line(xs + line * r, r), mean, r);
+        });
         return;
       }
       parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {

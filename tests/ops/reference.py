@@ -30,12 +30,16 @@ def np_gelu_tanh_grad(x):
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x)
 
 
-def first_order_gelu_grad(approximate):
-    """gelu's gradient as autograd computes it to first order: the fused gelu(_tanh)_backward kernel."""
+def first_order_grad(fn):
+    """fn's gradient as autograd computes it to first order: the fused *_backward kernel."""
     def grad(x, g):
-        (dx,) = fg.autograd.grad(fg.gelu(x, approximate=approximate), x, g)
+        (dx,) = fg.autograd.grad(fn(x), x, g)
         return dx
     return grad
+
+
+def np_sigmoid(x):
+    return 1 / (1 + np.exp(-x))
 
 
 # float ops: name -> (flowgrad function, NumPy reference, input range)
@@ -80,8 +84,12 @@ BITWISE = {
 }
 # gradient kernels: name -> (flowgrad gradient of x given g, NumPy derivative of x times g)
 GRADIENT = {
-    "gelu_backward": (first_order_gelu_grad("none"), lambda x, g: g * np_gelu_grad(x)),
-    "gelu_tanh_backward": (first_order_gelu_grad("tanh"), lambda x, g: g * np_gelu_tanh_grad(x)),
+    "gelu_backward": (first_order_grad(fg.gelu), lambda x, g: g * np_gelu_grad(x)),
+    "gelu_tanh_backward": (first_order_grad(lambda x: fg.gelu(x, approximate="tanh")), lambda x, g: g * np_gelu_tanh_grad(x)),
+    "relu_backward": (first_order_grad(fg.relu), lambda x, g: np.where(x > 0, g, 0.0)),
+    "tanh_backward": (first_order_grad(fg.tanh), lambda x, g: g * (1 - np.tanh(x) ** 2)),
+    "sigmoid_backward": (first_order_grad(fg.sigmoid), lambda x, g: g * np_sigmoid(x) * (1 - np_sigmoid(x))),
+    "silu_backward": (first_order_grad(fg.silu), lambda x, g: g * np_sigmoid(x) * (1 + x * (1 - np_sigmoid(x)))),
 }
 # name -> (flowgrad function, NumPy reference) of (cond, a, b) and (x,)
 OTHER = {

@@ -56,6 +56,10 @@ Launch unary_prepare(TensorList in, const Tensors& out, const Attrs& attrs) {
 
 Tensor ones_mask(const Tensor& cond, const Tensor& like) { return cast(cond, like.dtype()); }
 
+// g * f'(saved) by the fused kernel of an activation's *_backward row (ops.def), defined below.
+// It serves first-order gradients in one pass; the composite rules keep second order exact.
+Tensor fused_grad(BinaryFn fn, const Tensor& g, const Tensor& saved);
+
 // d/dx of each unary function, times g.
 Tensors unary_backward_neg(const BackwardCtx& c) { return {-c.grads[0]}; }
 Tensors unary_backward_abs(const BackwardCtx& c) { return {c.grads[0] * sign(c.inputs[0])}; }
@@ -63,6 +67,7 @@ Tensors unary_backward_square(const BackwardCtx& c) { return {c.grads[0] * c.inp
 Tensors unary_backward_sign(const BackwardCtx& c) { return {c.grads[0] * 0.0}; }
 Tensors unary_backward_relu(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
+  if (!c.create_graph) return {fused_grad(BinaryFn::ReluGrad, c.grads[0], x)};
   return {c.grads[0] * ones_mask(gt(x, scalar_like(x, 0)), x)};
 }
 Tensors unary_backward_exp(const BackwardCtx& c) { return {c.grads[0] * c.outputs[0]}; }
@@ -76,6 +81,7 @@ Tensors unary_backward_sin(const BackwardCtx& c) { return {c.grads[0] * cos(c.in
 Tensors unary_backward_cos(const BackwardCtx& c) { return {-(c.grads[0] * sin(c.inputs[0]))}; }
 Tensors unary_backward_tanh(const BackwardCtx& c) {
   const Tensor& y = c.outputs[0];
+  if (!c.create_graph) return {fused_grad(BinaryFn::TanhGrad, c.grads[0], y)};
   return {c.grads[0] * (1.0 - y * y)};
 }
 Tensors unary_backward_erf(const BackwardCtx& c) {
@@ -86,29 +92,28 @@ Tensors unary_backward_log1p(const BackwardCtx& c) { return {c.grads[0] / (c.inp
 Tensors unary_backward_expm1(const BackwardCtx& c) { return {c.grads[0] * (c.outputs[0] + 1.0)}; }
 Tensors unary_backward_sigmoid(const BackwardCtx& c) {
   const Tensor& y = c.outputs[0];
+  if (!c.create_graph) return {fused_grad(BinaryFn::SigmoidGrad, c.grads[0], y)};
   return {c.grads[0] * y * (1.0 - y)};
 }
 Tensors unary_backward_silu(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
+  if (!c.create_graph) return {fused_grad(BinaryFn::SiluGrad, c.grads[0], x)};
   Tensor s = sigmoid(x);
   return {c.grads[0] * s * (x * (1.0 - s) + 1.0)};
 }
 Tensors unary_backward_softplus(const BackwardCtx& c) {
   return {c.grads[0] * sigmoid(c.inputs[0])};
 }
-Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation);
-
-// The fused kernel serves first-order gradients; the composite keeps second order exact.
 Tensors unary_backward_gelu(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
-  if (!c.create_graph) return {gelu_grad(c.grads[0], x, false)};
+  if (!c.create_graph) return {fused_grad(BinaryFn::GeluGrad, c.grads[0], x)};
   Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
   Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
   return {c.grads[0] * (cdf + x * pdf)};
 }
 Tensors unary_backward_gelu_tanh(const BackwardCtx& c) {
   const Tensor& x = c.inputs[0];
-  if (!c.create_graph) return {gelu_grad(c.grads[0], x, true)};
+  if (!c.create_graph) return {fused_grad(BinaryFn::GeluTanhGrad, c.grads[0], x)};
   const double k = 0.7978845608028654, a = 0.044715;
   Tensor t = tanh((x + x * x * x * a) * k);
   Tensor dinner = (x * x * (3 * a) + 1.0) * k;
@@ -326,8 +331,17 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   return run_op1(tanh_approximation ? k_gelu_tanh : k_gelu, {x});
 }
 namespace {
-Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approximation) {
-  return run_op1(tanh_approximation ? k_gelu_tanh_backward : k_gelu_backward, {g, x});
+Tensor fused_grad(BinaryFn fn, const Tensor& g, const Tensor& saved) {
+  switch (fn) {
+    case BinaryFn::GeluGrad: return run_op1(k_gelu_backward, {g, saved});
+    case BinaryFn::GeluTanhGrad: return run_op1(k_gelu_tanh_backward, {g, saved});
+    case BinaryFn::ReluGrad: return run_op1(k_relu_backward, {g, saved});
+    case BinaryFn::TanhGrad: return run_op1(k_tanh_backward, {g, saved});
+    case BinaryFn::SigmoidGrad: return run_op1(k_sigmoid_backward, {g, saved});
+    case BinaryFn::SiluGrad: return run_op1(k_silu_backward, {g, saved});
+    default: FG_ASSERT(false && "not an activation gradient");
+  }
+  return {};
 }
 }  // namespace
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {

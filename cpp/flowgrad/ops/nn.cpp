@@ -133,10 +133,11 @@ Tensors norm_backward(const BackwardCtx& c, bool rms) {
 Tensors layer_norm_backward(const BackwardCtx& c) { return norm_backward(c, false); }
 Tensors rms_norm_backward(const BackwardCtx& c) { return norm_backward(c, true); }
 
-// ---- the fused first-order backward: (g, x, [weight], [mean], rstd) -> (dx, xhat) ----
-// attrs: rms, has_weight, cols.
-Specs norm_backward_shape(TensorList in, const Attrs&) {
-  return {{in[1].shape(), in[1].dtype()}, {in[1].shape(), in[1].dtype()}};
+// ---- the fused first-order backward: (g, x, [weight], [mean], rstd) -> (dx, dweight, dbias) ----
+// dweight and dbias are the (cols) column sums of g * xhat and g. attrs: rms, has_weight, cols.
+Specs norm_backward_shape(TensorList in, const Attrs& attrs) {
+  Dims cols{attrs.i("cols")};
+  return {{in[1].shape(), in[1].dtype()}, {cols, in[1].dtype()}, {cols, in[1].dtype()}};
 }
 template <decltype(&norm_backward_cpu) Run>
 void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
@@ -149,7 +150,7 @@ void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs)
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
   Run(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
                     mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
-                    out[0].data_ptr(), out[1].data_ptr());
+                    out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 const OpDef k_norm_backward{.id = OpId::norm_backward, .name = "norm_backward", .family = Family::NN,
                             .shape_rule = norm_backward_shape,
@@ -166,8 +167,8 @@ Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
   Tensors out = run_op(k_norm_backward, in, {{"rms", rms}, {"has_weight", has_w},
                                              {"cols", c.attrs.dims("normalized_shape").numel()}});
   Tensors grads{c.needs_grad[0] ? out[0] : Tensor()};
-  if (has_w) grads.push_back(c.needs_grad[1] ? sum_to(c.grads[0] * out[1], c.input_specs[1].shape) : Tensor());
-  if (has_b) grads.push_back(sum_to(c.grads[0], c.input_specs[grads.size()].shape));
+  if (has_w) grads.push_back(c.needs_grad[1] ? reshape(out[1], c.input_specs[1].shape.vec()) : Tensor());
+  if (has_b) grads.push_back(reshape(out[2], c.input_specs[grads.size()].shape.vec()));
   return grads;
 }
 
