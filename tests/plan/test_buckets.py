@@ -241,8 +241,8 @@ def test_bind_arena_refuses_memory_that_cannot_hold_the_plan():
     step = bucketed(lm("cpu"), batch(rng, 16, "cpu"))
     plan = step.plan
     need = plan.stats()["arena_bytes"]
-    with pytest.raises(fg.InvalidArgumentError, match=rf"plan: an arena of {need - 1} bytes on cpu cannot hold "
-                                                      rf"this plan's {need} bytes on cpu"):
+    with pytest.raises(fg.InvalidArgumentError, match=rf"bind_arena: the plan needs {need} arena bytes on cpu, "
+                                                      rf"got {need - 1} bytes on cpu"):
         plan.bind_arena(fg.empty(need - 1, dtype=fg.uint8))
     with pytest.raises(fg.InvalidArgumentError, match=r"Plan.bind_arena: expected a whole 1-D uint8 storage"):
         plan.bind_arena(fg.empty(need, dtype=fg.float32))
