@@ -71,7 +71,19 @@ const char* fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
 DType accumulation_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
 
 // ---- flash_attention: (q, k, v[, mask]) -> (out, stats); attrs scale, causal ----
-Specs flash_attention_shape(TensorList in, const Attrs&) {
+// seq_major: the op's tensors of shape (..., H, L, E) are stored (..., L, H, E), as the head permute
+// `x.view(B, T, H, E).transpose(1, 2)` of a (B, T, H * E) activation: the op computes through
+// strided views and the public functions hand out transposed views, so neither the inputs nor the
+// output nor the gradients are copied to or from the head-major order.
+Dims stored_shape(Dims shape, const Attrs& attrs) {
+  if (attrs.b("seq_major")) std::swap(shape[shape.size() - 2], shape[shape.size() - 3]);
+  return shape;
+}
+Tensor heads_major(const Tensor& t, const Attrs& attrs) {  // (..., L, H, E) storage as (..., H, L, E)
+  return attrs.b("seq_major") ? transpose(t, -2, -3) : t;
+}
+
+Specs flash_attention_shape(TensorList in, const Attrs& attrs) {
   const Tensor& q = in[0];
   Tensor mask = in.size() > 3 ? in[3] : Tensor();
   check_attention_args(q, in[1], in[2], mask);
@@ -81,46 +93,40 @@ Specs flash_attention_shape(TensorList in, const Attrs&) {
   Dims out = batch_dims(q), stats = batch_dims(q);
   out.push_back(q.shape()[q.ndim() - 2]), out.push_back(in[2].shape().back());
   stats.push_back(q.shape()[q.ndim() - 2]), stats.push_back(2);  // each row's max and log-sum (attention.h)
-  return {{out, q.dtype()}, {stats, accumulation_dtype(q.dtype())}};
+  return {{stored_shape(out, attrs), q.dtype()}, {stats, accumulation_dtype(q.dtype())}};
 }
 
-// Contiguous operands in the dtype the device computes in (the CPU widens half types) and the
-// mask's broadcast strides over (batch..., L, S).
-struct AttentionCall {
-  DType dtype;
-  AttentionShape shape;
-  AttentionMask mask;
-  Tensors operands;  // q, k, v, then the tensors the backward reads; kept alive here
-  Tensor mask_data;
-};
+AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v, const Attrs& attrs) {
+  return {batch_dims(q).numel(), q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2], q.shape().back(),
+          v.shape().back(), attrs.f("scale"), attrs.b("causal")};
+}
 
-AttentionCall attention_call(TensorList in, size_t mask_at, const Attrs& attrs) {
-  const Tensor& q = in[0];
-  AttentionCall c;
-  c.dtype = q.device().is_cpu() ? accumulation_dtype(q.dtype()) : q.dtype();
-  for (size_t i = 0; i < mask_at; ++i) c.operands.push_back(contiguous_raw(converted(in[i], i < 3 ? c.dtype : in[i].dtype())));
-  int64_t L = q.shape()[q.ndim() - 2], S = in[1].shape()[in[1].ndim() - 2];
-  c.shape = {batch_dims(q).numel(), L, S, q.shape().back(), in[2].shape().back(), attrs.f("scale"),
-             attrs.b("causal")};
-  if (in.size() <= mask_at) return c;
-  const Tensor& m = in[mask_at];
+// The mask (when defined) in the kernels' dtype with its broadcast strides over (batch..., L, S);
+// `data` keeps a converted copy alive.
+struct MaskArg {
+  AttentionMask mask;
+  Tensor data;
+};
+MaskArg mask_arg(const Tensor& q, const Tensor& m, int64_t S) {
+  MaskArg a;
+  if (!m.defined()) return a;
   bool is_bool = m.dtype() == DType::Bool;
-  c.mask_data = contiguous_raw(is_bool ? m : converted(m, accumulation_dtype(q.dtype())));
-  c.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
-  c.mask.data = c.mask_data.data_ptr();
+  a.data = contiguous_raw(is_bool ? m : converted(m, accumulation_dtype(q.dtype())));
+  a.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
+  a.mask.data = a.data.data_ptr();
   int full = q.ndim(), lead = full - m.ndim();
   auto stride = [&](int d, int64_t size) {  // of full dim d, 0 where the mask broadcasts
     int md = d - lead;
-    return md < 0 || (m.shape()[md] == 1 && size != 1) ? int64_t{0} : c.mask_data.strides()[md];
+    return md < 0 || (m.shape()[md] == 1 && size != 1) ? int64_t{0} : a.data.strides()[md];
   };
-  c.mask.batch_ndim = full - 2;
+  a.mask.batch_ndim = full - 2;
   for (int d = 0; d < full - 2; ++d) {
-    c.mask.batch_shape[d] = q.shape()[d];
-    c.mask.batch_stride[d] = stride(d, q.shape()[d]);
+    a.mask.batch_shape[d] = q.shape()[d];
+    a.mask.batch_stride[d] = stride(d, q.shape()[d]);
   }
-  c.mask.row_stride = stride(full - 2, L);
-  c.mask.col_stride = stride(full - 1, S);
-  return c;
+  a.mask.row_stride = stride(full - 2, q.shape()[full - 2]);
+  a.mask.col_stride = stride(full - 1, S);
+  return a;
 }
 
 // out[i] itself when it has the compute dtype, else a temporary that finish() copies back.
@@ -131,46 +137,117 @@ void finish(const Tensor& out, const Tensor& target) {
   if (target.data_ptr() != out.data_ptr()) copy_into(out, target);
 }
 
-template <decltype(&attention_forward_cpu) Run>
-void flash_attention_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  AttentionCall c = attention_call(in, 3, attrs);
+// ---- CPU: the kernels read and write strided views (attention.h, AttentionOperands) ----
+struct CpuCall {
+  DType dtype;
+  AttentionShape shape;
+  MaskArg mask;
+  AttentionOperands x;
+  bool flat;      // more batch dims than AttentionOperands holds: contiguous operands, one batch dim
+  Tensors keep;   // converted or contiguous copies, alive for the call
+
+  // t (..., rows, cols) as the kernels see it: t's own memory when it has the compute dtype, unit
+  // column stride and rows at least a row apart (BLAS's leading dimension), else a copy.
+  AttentionOperand operand(const Tensor& t) {
+    Tensor m = converted(t, dtype);
+    int n = m.ndim();
+    int64_t rows = m.shape()[n - 2], cols = m.shape()[n - 1];
+    bool unit_cols = cols <= 1 || m.strides()[n - 1] == 1, apart = rows <= 1 || m.strides()[n - 2] >= cols;
+    if (flat || !unit_cols || !apart) m = contiguous_raw(m);
+    keep.push_back(m);
+    AttentionOperand o;
+    o.data = m.data_ptr();
+    o.ld = rows <= 1 ? std::max<int64_t>(cols, 1) : m.strides()[n - 2];
+    for (int d = 0; d < x.batch_ndim; ++d) o.batch_stride[d] = flat ? rows * cols : m.strides()[d];
+    return o;
+  }
+};
+
+CpuCall cpu_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Attrs& attrs) {
+  CpuCall c;
+  c.dtype = accumulation_dtype(q.dtype());
+  c.shape = attention_shape(q, k, v, attrs);
+  c.mask = mask_arg(q, mask, c.shape.S);
+  int batch = q.ndim() - 2;
+  c.flat = batch > kAttentionMaxBatchDims;
+  c.x.batch_ndim = c.flat ? 1 : batch;
+  for (int d = 0; d < c.x.batch_ndim; ++d) c.x.batch_shape[d] = c.flat ? c.shape.bh : q.shape()[d];
+  c.x.q = c.operand(q), c.x.k = c.operand(k), c.x.v = c.operand(v);
+  return c;
+}
+
+// The stored (..., L, H, E) tensor of a seq_major op as its (..., H, L, E) view, no autograd.
+Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
+  if (!attrs.b("seq_major")) return t;
+  Dims shape = t.shape(), strides = t.strides();
+  int n = t.ndim();
+  std::swap(shape[n - 2], shape[n - 3]), std::swap(strides[n - 2], strides[n - 3]);
+  return t.alias(shape, strides, t.offset());
+}
+
+void flash_attention_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  CpuCall c = cpu_call(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), attrs);
   Tensor o = compute_target(out[0], c.dtype);
-  const Tensors& x = c.operands;
-  Run(c.dtype, c.shape, c.mask, x[0].data_ptr(), x[1].data_ptr(), x[2].data_ptr(), o.data_ptr(),
-      out[1].data_ptr());
+  c.x.out = c.operand(heads_major_raw(o, attrs));
+  attention_forward_cpu(c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
   finish(out[0], o);
 }
 
 // ---- flash_attention_backward: (dout, q, k, v, out, stats[, mask]) -> (dq, dk, dv) ----
-Specs flash_attention_backward_shape(TensorList in, const Attrs&) {
+Specs flash_attention_backward_shape(TensorList in, const Attrs& attrs) {
   for (int i = 1; i <= 3; ++i) FG_CHECK(in[i].dtype() == in[1].dtype(), DType, "flash_attention_backward: dtypes differ");
-  return {{in[1].shape(), in[1].dtype()}, {in[2].shape(), in[2].dtype()}, {in[3].shape(), in[3].dtype()}};
+  return {{stored_shape(in[1].shape(), attrs), in[1].dtype()}, {stored_shape(in[2].shape(), attrs), in[2].dtype()},
+          {stored_shape(in[3].shape(), attrs), in[3].dtype()}};
 }
 
-template <decltype(&attention_backward_cpu) Run>
-void flash_attention_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  // attention_call reads q, k, v at positions 0..2: shift dout to the end of the operand list
-  Tensors order{in[1], in[2], in[3], in[4], in[0], in[5]};
-  if (in.size() > 6) order.push_back(in[6]);
-  AttentionCall c = attention_call(order, 6, attrs);
-  const Tensors& x = c.operands;  // q, k, v, out, dout, stats
-  Tensor o = contiguous_raw(converted(x[3], c.dtype)), g = contiguous_raw(converted(x[4], c.dtype));
+void flash_attention_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  CpuCall c = cpu_call(in[1], in[2], in[3], in.size() > 6 ? in[6] : Tensor(), attrs);
+  c.x.dout = c.operand(heads_major_raw(in[0], attrs));
+  c.x.out = c.operand(heads_major_raw(in[4], attrs));
   Tensor dq = compute_target(out[0], c.dtype), dk = compute_target(out[1], c.dtype),
          dv = compute_target(out[2], c.dtype);
-  Tensor workspace;  // the CUDA kernels sum dQ over key blocks in float32
-  if (!o.device().is_cpu()) workspace = Tensor::empty({c.shape.bh * c.shape.L * (c.shape.E + 1)}, DType::Float32, o.device());
-  Run(c.dtype, c.shape, c.mask, x[0].data_ptr(), x[1].data_ptr(), x[2].data_ptr(), o.data_ptr(),
-      g.data_ptr(), x[5].data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-      workspace.defined() ? static_cast<float*>(workspace.data_ptr()) : nullptr);
+  c.x.dq = c.operand(heads_major_raw(dq, attrs)), c.x.dk = c.operand(heads_major_raw(dk, attrs)),
+  c.x.dv = c.operand(heads_major_raw(dv, attrs));
+  attention_backward_cpu(c.dtype, c.shape, c.mask.mask, c.x, contiguous_raw(in[5]).data_ptr());
   finish(out[0], dq), finish(out[1], dk), finish(out[2], dv);
 }
+
+#if defined(FLOWGRAD_HAVE_CUDA)
+// ---- CUDA: contiguous operands in the kernels' dtype ----
+Tensors contiguous_operands(TensorList in, size_t count, DType dtype) {
+  Tensors x;
+  for (size_t i = 0; i < count; ++i) x.push_back(contiguous_raw(converted(in[i], dtype)));
+  return x;
+}
+
+void flash_attention_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+  FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
+  const Tensor& q = in[0];
+  MaskArg mask = mask_arg(q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
+  Tensors x = contiguous_operands(in, 3, q.dtype());
+  attention_forward_cuda(q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
+                         x[1].data_ptr(), x[2].data_ptr(), out[0].data_ptr(), out[1].data_ptr());
+}
+
+void flash_attention_backward_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+  FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
+  const Tensor& q = in[1];
+  MaskArg mask = mask_arg(q, in.size() > 6 ? in[6] : Tensor(), in[2].shape()[in[2].ndim() - 2]);
+  Tensors x = contiguous_operands(in, 5, q.dtype());  // dout, q, k, v, out
+  AttentionShape shape = attention_shape(q, in[2], in[3], attrs);
+  // the kernels sum dQ over key blocks in float32
+  Tensor workspace = Tensor::empty({shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
+  attention_backward_cuda(q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
+                          x[4].data_ptr(), x[0].data_ptr(), contiguous_raw(in[5]).data_ptr(), out[0].data_ptr(),
+                          out[1].data_ptr(), out[2].data_ptr(), static_cast<float*>(workspace.data_ptr()));
+}
+#endif
 
 const OpDef k_flash_attention_backward{
     .id = OpId::flash_attention_backward, .name = "flash_attention_backward", .family = Family::NN,
     .flags = kHalfNative,
     .shape_rule = flash_attention_backward_shape,
-    .cpu = flash_attention_backward_kernel<attention_backward_cpu>,
-    .cuda = FG_CUDA(flash_attention_backward_kernel<attention_backward_cuda>),
+    .cpu = flash_attention_backward_cpu, .cuda = FG_CUDA(flash_attention_backward_cuda),
     .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
 
 Tensor attention_probs(const Tensor& q, const Tensor& k, const Tensor& mask, bool causal, double scale) {
@@ -194,7 +271,7 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
   Tensors grads;
   double scale = c.attrs.f("scale");
   if (c.create_graph) {
-    Tensor p = attention_probs(in[0], in[1], mask, c.attrs.b("causal"), scale), g = c.grads[0];
+    Tensor p = attention_probs(in[0], in[1], mask, c.attrs.b("causal"), scale), g = heads_major(c.grads[0], c.attrs);
     Tensor ds = matmul(g, transpose(in[2], -1, -2));
     ds = p * (ds - sum(ds * p, Dims{-1}, true));
     grads = {matmul(ds, in[1]) * scale, matmul(transpose(ds, -1, -2), in[0]) * scale,
@@ -203,6 +280,7 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
     Tensors args{c.grads[0], in[0], in[1], in[2], c.outputs[0], c.outputs[1]};
     if (mask.defined()) args.push_back(mask);
     grads = run_op(k_flash_attention_backward, args, c.attrs);
+    for (Tensor& g : grads) g = heads_major(g, c.attrs);
   }
   for (size_t i = 0; i < 3; ++i)
     if (!c.needs_grad[i]) grads[i] = Tensor();
@@ -212,8 +290,8 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
 
 const OpDef k_flash_attention{
     .id = OpId::flash_attention, .name = "flash_attention", .family = Family::NN, .flags = kHalfNative,
-    .shape_rule = flash_attention_shape, .cpu = flash_attention_kernel<attention_forward_cpu>,
-    .cuda = FG_CUDA(flash_attention_kernel<attention_forward_cuda>), .backward = flash_attention_backward,
+    .shape_rule = flash_attention_shape, .cpu = flash_attention_cpu,
+    .cuda = FG_CUDA(flash_attention_cuda), .backward = flash_attention_backward,
     .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 3};
 
 }  // namespace
@@ -238,7 +316,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensors in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);
   double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
-  return run_op1(k_flash_attention, in, {{"scale", scale}, {"causal", is_causal}});
+  auto head_permuted = [](const Tensor& t) { return t.ndim() >= 3 && t.strides()[t.ndim() - 3] < t.strides()[t.ndim() - 2]; };
+  bool seq_major = q.device().is_cpu() && head_permuted(q) && head_permuted(k) && head_permuted(v);
+  Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"seq_major", seq_major}};
+  return heads_major(run_op1(k_flash_attention, in, attrs), attrs);
 }
 
 }  // namespace fg
