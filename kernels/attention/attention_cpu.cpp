@@ -2,7 +2,9 @@
 // batch*head in the backward pass (dQ is accumulated over key blocks by the worker that owns it,
 // so no two workers write the same row). Block products go through gemm_cpu (BLAS): with OpenBLAS's
 // Haswell kernels it beat vectorised axpy loops by 1.2-1.7x at head dims 32-128 (bench_attention.py
-// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set.
+// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set. Up to 64 queries
+// and keys a head is one tile (forward_tile, backward_tile). Operands are strided views: BLAS
+// takes each one's leading dimension.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -244,7 +246,8 @@ void attention_forward_cpu(DType dtype, const AttentionShape& s, const Attention
     if (attention_single_tile(s)) {
       parallel_for(s.bh, kParallelGrain / (s.L * s.S * (s.E + s.Ev) + 1) + 1, [&](int64_t begin, int64_t end) {
         std::vector<T> p(s.L * s.S);
-        for (int64_t bh = begin; bh < end; ++bh) forward_tile<T>(s, mask, bh, head_of<T>(x, bh), st + bh * s.L * 2, p.data());
+        for (int64_t bh = begin; bh < end; ++bh)
+          forward_tile<T>(s, mask, bh, head_of<T>(x, bh), st + bh * s.L * 2, p.data());
       });
       return;
     }

@@ -316,7 +316,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensors in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);
   double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
-  auto head_permuted = [](const Tensor& t) { return t.ndim() >= 3 && t.strides()[t.ndim() - 3] < t.strides()[t.ndim() - 2]; };
+  auto head_permuted = [](const Tensor& t) {
+    return t.ndim() >= 3 && t.strides()[t.ndim() - 3] < t.strides()[t.ndim() - 2];
+  };
   bool seq_major = q.device().is_cpu() && head_permuted(q) && head_permuted(k) && head_permuted(v);
   Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"seq_major", seq_major}};
   return heads_major(run_op1(k_flash_attention, in, attrs), attrs);
