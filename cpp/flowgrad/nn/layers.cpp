@@ -114,6 +114,15 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
            to_string(x.shape()), " must be (..., T, ", dim, ")");
   Tensor w = param(*qkv, "weight"), b = param(*qkv, "bias");
   bool self_attention = in.size() < 3 || !in[1].defined();
+  Tensor mask = in.size() == 2 ? in[1] : (in.size() > 3 ? in[3] : Tensor());
+  auto merge_heads = [&](const Tensor& heads_out) {  // (..., H, T, D/H) -> (..., T, D), projected
+    Tensor out = transpose(heads_out, -2, -3);
+    std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
+    shape.push_back(dim);
+    return (*child("proj"))({reshape(out, shape)});
+  };
+  if (self_attention && !(dropout > 0 && training_))  // one op reads q, k, v out of the projection
+    return merge_heads(scaled_dot_product_attention_packed(linear(x, w, b), heads, mask, causal));
   Tensor q, k, v;
   if (self_attention) {
     Tensors parts = chunk(linear(x, w, b), 3, -1);
@@ -124,7 +133,6 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
     k = linear(input(in, 1, type_name_), ws[1], bs[1]);
     v = linear(input(in, 2, type_name_), ws[2], bs[2]);
   }
-  Tensor mask = in.size() == 2 ? in[1] : (in.size() > 3 ? in[3] : Tensor());
   auto split_heads = [&](const Tensor& t) {  // (..., T, D) -> (..., H, T, D/H)
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
     shape.push_back(heads);
@@ -147,10 +155,7 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
   } else {
     out = scaled_dot_product_attention(q, k, v, mask, causal);
   }
-  out = transpose(out, -2, -3);  // (..., T, H, D/H)
-  std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
-  shape.push_back(dim);
-  return (*child("proj"))({reshape(out, shape)});
+  return merge_heads(out);
 }
 std::optional<Config> MultiheadAttention::config() const {
   return Config{{"dim", dim}, {"heads", heads}, {"causal", causal}, {"dropout", dropout}};

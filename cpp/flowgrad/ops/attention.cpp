@@ -185,12 +185,17 @@ Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
   return t.alias(shape, strides, t.offset());
 }
 
-void flash_attention_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
-  CpuCall c = cpu_call(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), attrs);
+// out[0] (stored as attrs say) and the stats out[1] of q, k, v (raw views).
+void forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
+                 const Attrs& attrs) {
+  CpuCall c = cpu_call(q, k, v, mask, attrs);
   Tensor o = compute_target(out[0], c.dtype);
   c.x.out = c.operand(heads_major_raw(o, attrs));
   attention_forward_cpu(c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
   finish(out[0], o);
+}
+void flash_attention_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  forward_cpu(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
 }
 
 // ---- flash_attention_backward: (dout, q, k, v, out, stats[, mask]) -> (dq, dk, dv) ----
@@ -200,16 +205,61 @@ Specs flash_attention_backward_shape(TensorList in, const Attrs& attrs) {
           {stored_shape(in[3].shape(), attrs), in[3].dtype()}};
 }
 
+// dq, dk, dv (raw views of the op's outputs) of q, k, v from dout, out (stored as attrs say), stats.
+void backward_cpu(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& stats, const Tensor& mask, const Tensors& grads, const Attrs& attrs) {
+  CpuCall c = cpu_call(q, k, v, mask, attrs);
+  c.x.dout = c.operand(heads_major_raw(dout, attrs));
+  c.x.out = c.operand(heads_major_raw(out, attrs));
+  c.x.dq = c.operand(grads[0]), c.x.dk = c.operand(grads[1]), c.x.dv = c.operand(grads[2]);
+  attention_backward_cpu(c.dtype, c.shape, c.mask.mask, c.x, contiguous_raw(stats).data_ptr());
+}
+
 void flash_attention_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
-  CpuCall c = cpu_call(in[1], in[2], in[3], in.size() > 6 ? in[6] : Tensor(), attrs);
-  c.x.dout = c.operand(heads_major_raw(in[0], attrs));
-  c.x.out = c.operand(heads_major_raw(in[4], attrs));
-  Tensor dq = compute_target(out[0], c.dtype), dk = compute_target(out[1], c.dtype),
-         dv = compute_target(out[2], c.dtype);
-  c.x.dq = c.operand(heads_major_raw(dq, attrs)), c.x.dk = c.operand(heads_major_raw(dk, attrs)),
-  c.x.dv = c.operand(heads_major_raw(dv, attrs));
-  attention_backward_cpu(c.dtype, c.shape, c.mask.mask, c.x, contiguous_raw(in[5]).data_ptr());
+  DType dtype = accumulation_dtype(in[1].dtype());
+  Tensor dq = compute_target(out[0], dtype), dk = compute_target(out[1], dtype), dv = compute_target(out[2], dtype);
+  backward_cpu(in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
+               {heads_major_raw(dq, attrs), heads_major_raw(dk, attrs), heads_major_raw(dv, attrs)}, attrs);
   finish(out[0], dq), finish(out[1], dk), finish(out[2], dv);
+}
+
+// ---- flash_attention_packed: (qkv[, mask]) -> (out, stats); attrs scale, causal, heads ----
+// qkv (..., T, 3 * H * D) holds q, k, v side by side, as MultiheadAttention's one projection:
+// the kernels read the three head views in place, and the backward writes the three gradients
+// into one (..., T, 3 * H * D) buffer (no slice_backward, no adds). Always seq_major; CPU only.
+
+// Part `part` (0 q, 1 k, 2 v) of a packed tensor as (..., H, T, D), no autograd.
+Tensor packed_part(const Tensor& qkv, int part, int64_t heads) {
+  int n = qkv.ndim();
+  int64_t width = qkv.shape()[n - 1] / 3, last = qkv.strides()[n - 1];
+  Dims shape(std::vector<int64_t>(qkv.shape().begin(), qkv.shape().end() - 2));
+  Dims strides(std::vector<int64_t>(qkv.strides().begin(), qkv.strides().end() - 2));
+  shape.push_back(heads), shape.push_back(qkv.shape()[n - 2]), shape.push_back(width / heads);
+  strides.push_back(width / heads * last), strides.push_back(qkv.strides()[n - 2]), strides.push_back(last);
+  return qkv.alias(shape, strides, qkv.offset() + part * width * last);
+}
+
+Specs flash_attention_packed_shape(TensorList in, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  Tensors views{packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads)};
+  if (in.size() > 1) views.push_back(in[1]);
+  return flash_attention_shape(views, attrs);
+}
+void flash_attention_packed_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  forward_cpu(packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads),
+              in.size() > 1 ? in[1] : Tensor(), out, attrs);
+}
+
+// ---- flash_attention_packed_backward: (dout, qkv, out, stats[, mask]) -> dqkv ----
+Specs flash_attention_packed_backward_shape(TensorList in, const Attrs&) { return {{in[1].shape(), in[1].dtype()}}; }
+void flash_attention_packed_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  Tensor dqkv = compute_target(out[0], accumulation_dtype(in[1].dtype()));
+  auto part = [&](const Tensor& t, int i) { return packed_part(t, i, heads); };
+  backward_cpu(in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
+               {part(dqkv, 0), part(dqkv, 1), part(dqkv, 2)}, attrs);
+  finish(out[0], dqkv);
 }
 
 #if defined(FLOWGRAD_HAVE_CUDA)
@@ -263,19 +313,24 @@ Tensor attention_probs(const Tensor& q, const Tensor& k, const Tensor& mask, boo
   return scaled_softmax(scores, scale, causal);
 }
 
+// dq, dk, dv of the composite from public ops (differentiable again) for output gradient g.
+Tensors composite_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& g,
+                        const Attrs& attrs) {
+  double scale = attrs.f("scale");
+  Tensor p = attention_probs(q, k, mask, attrs.b("causal"), scale);
+  Tensor ds = matmul(g, transpose(v, -1, -2));
+  ds = p * (ds - sum(ds * p, Dims{-1}, true));
+  return {matmul(ds, k) * scale, matmul(transpose(ds, -1, -2), q) * scale, matmul(transpose(p, -1, -2), g)};
+}
+
 // With create_graph the gradients are built from public ops (differentiable again); otherwise
 // one fused kernel recomputes the probabilities block by block.
 Tensors flash_attention_backward(const BackwardCtx& c) {
   const Tensors& in = c.inputs;
   Tensor mask = in.size() > 3 ? in[3] : Tensor();
   Tensors grads;
-  double scale = c.attrs.f("scale");
   if (c.create_graph) {
-    Tensor p = attention_probs(in[0], in[1], mask, c.attrs.b("causal"), scale), g = heads_major(c.grads[0], c.attrs);
-    Tensor ds = matmul(g, transpose(in[2], -1, -2));
-    ds = p * (ds - sum(ds * p, Dims{-1}, true));
-    grads = {matmul(ds, in[1]) * scale, matmul(transpose(ds, -1, -2), in[0]) * scale,
-             matmul(transpose(p, -1, -2), g)};
+    grads = composite_grads(in[0], in[1], in[2], mask, heads_major(c.grads[0], c.attrs), c.attrs);
   } else {
     Tensors args{c.grads[0], in[0], in[1], in[2], c.outputs[0], c.outputs[1]};
     if (mask.defined()) args.push_back(mask);
@@ -294,11 +349,54 @@ const OpDef k_flash_attention{
     .cuda = FG_CUDA(flash_attention_cuda), .backward = flash_attention_backward,
     .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 3};
 
+// The three (..., H, T, D) head views of a packed (..., T, 3 * H * D) tensor, as public views.
+Tensors packed_heads(const Tensor& qkv, int64_t heads) {
+  Tensors parts = chunk(qkv, 3, -1);
+  for (Tensor& t : parts) {
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
+    shape.push_back(heads), shape.push_back(t.shape().back() / heads);
+    t = transpose(reshape(t, shape), -2, -3);
+  }
+  return parts;
+}
+
+const OpDef k_flash_attention_packed_backward{
+    .id = OpId::flash_attention_packed_backward, .name = "flash_attention_packed_backward",
+    .family = Family::NN, .flags = kHalfNative, .shape_rule = flash_attention_packed_backward_shape,
+    .cpu = flash_attention_packed_backward_cpu,
+    .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
+    .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
+
+Tensors flash_attention_packed_backward(const BackwardCtx& c) {
+  const Tensors& in = c.inputs;
+  Tensor mask = in.size() > 1 ? in[1] : Tensor(), dqkv;
+  if (c.create_graph) {
+    Tensors h = packed_heads(in[0], c.attrs.i("heads"));
+    Tensors grads = composite_grads(h[0], h[1], h[2], mask, heads_major(c.grads[0], c.attrs), c.attrs);
+    for (Tensor& g : grads) g = flatten(transpose(g, -2, -3), -2, -1);  // (..., T, H * D)
+    dqkv = cat(grads, -1);
+  } else {
+    Tensors args{c.grads[0], in[0], c.outputs[0], c.outputs[1]};
+    if (mask.defined()) args.push_back(mask);
+    dqkv = run_op1(k_flash_attention_packed_backward, args, c.attrs);
+  }
+  return mask.defined() ? Tensors{dqkv, Tensor()} : Tensors{dqkv};
+}
+
+const OpDef k_flash_attention_packed{
+    .id = OpId::flash_attention_packed, .name = "flash_attention_packed", .family = Family::NN,
+    .flags = kHalfNative, .shape_rule = flash_attention_packed_shape, .cpu = flash_attention_packed_cpu,
+    .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
+    .backward = flash_attention_packed_backward, .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 1};
+
 }  // namespace
 
 // Registration of this file's rows of the op table (ops.def).
 FG_REGISTER(flash_attention);
 FG_REGISTER(flash_attention_backward);
+FG_REGISTER(flash_attention_packed);
+FG_REGISTER(flash_attention_packed_backward);
+
 
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& attn_mask, bool is_causal) {
@@ -322,6 +420,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   bool seq_major = q.device().is_cpu() && head_permuted(q) && head_permuted(k) && head_permuted(v);
   Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"seq_major", seq_major}};
   return heads_major(run_op1(k_flash_attention, in, attrs), attrs);
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t heads, const Tensor& attn_mask, bool is_causal) {
+  FG_CHECK(qkv.ndim() >= 2 && heads > 0 && qkv.shape().back() % (3 * heads) == 0, Shape,
+           "scaled_dot_product_attention_packed: qkv ", to_string(qkv.shape()),
+           " must be (..., T, 3 * heads * D) with heads = ", heads);
+  Tensor q = packed_part(qkv, 0, heads), k = packed_part(qkv, 1, heads), v = packed_part(qkv, 2, heads);
+  check_attention_args(q, k, v, attn_mask);
+  bool packed = qkv.device().is_cpu() && !fused_problem(q, k, v, attn_mask) &&
+                !(attn_mask.defined() && requires_grad(attn_mask));
+  if (!packed) {
+    Tensors h = packed_heads(qkv, heads);
+    return scaled_dot_product_attention(h[0], h[1], h[2], attn_mask, is_causal);
+  }
+  Tensors in{qkv};
+  if (attn_mask.defined()) in.push_back(attn_mask);
+  double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
+  Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"heads", heads}, {"seq_major", true}};
+  return heads_major(run_op1(k_flash_attention_packed, in, attrs), attrs);
 }
 
 }  // namespace fg
