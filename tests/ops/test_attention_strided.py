@@ -154,3 +154,23 @@ def test_bfloat16_head_views_match_the_composite(rng):
     (got,) = fg.autograd.grad(out.sum(), [qkv])
     (want,) = fg.autograd.grad(ref.sum(), [qkv])
     np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=5e-2, atol=5e-2)
+
+
+def test_packed_ops_run_under_multihead_attention(rng):
+    """flash_attention_packed and flash_attention_packed_backward: MultiheadAttention's self-attention
+    on the CPU, here on a non-contiguous input, against its heads through the composite."""
+    m = fg.nn.MultiheadAttention(8, 2, causal=True)
+    x = fg.tensor(make(rng, (5, 2, 8)).astype(np.float32)).transpose(0, 1)
+    qkv = F.linear(x, m.qkv.weight, m.qkv.bias)
+    q, k, v = (t.contiguous() for t in qkv_heads(qkv, 2))
+    heads = F.scaled_dot_product_attention_reference(q, k, v, is_causal=True)
+    want = F.linear(heads.transpose(1, 2).reshape(2, 5, 8), m.proj.weight, m.proj.bias)
+    got = m(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    w = m.qkv.weight
+    (g_got,) = fg.autograd.grad(got.sum(), [w])
+    (g_want,) = fg.autograd.grad(want.sum(), [w])
+    np.testing.assert_allclose(g_got.numpy(), g_want.numpy(), rtol=1e-4, atol=1e-5)
+    ops = {op["name"]: op for op in fg._core._op_registry()}
+    for name in ("flash_attention_packed", "flash_attention_packed_backward"):
+        assert "CPU layout" in ops[name]["cuda_missing"]
