@@ -174,3 +174,14 @@ def test_packed_ops_run_under_multihead_attention(rng):
     ops = {op["name"]: op for op in fg._core._op_registry()}
     for name in ("flash_attention_packed", "flash_attention_packed_backward"):
         assert "CPU layout" in ops[name]["cuda_missing"]
+
+
+
+def test_six_batch_dims(rng):
+    """The most batch dims a tensor can have (8 dims in all), head-permuted: read in place."""
+    a = make(rng, (1, 2, 1, 1, 2, 5, 3, 8))
+    q, k, v = (fg.tensor(a, dtype=fg.float64, requires_grad=True).transpose(-2, -3) for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.transpose(-2, -3).is_contiguous()
+    np.testing.assert_allclose(out.detach().numpy(), numpy_attention(*(np.swapaxes(a, -2, -3),) * 3, causal=True),
+                               rtol=1e-10, atol=1e-12)

@@ -143,7 +143,6 @@ struct CpuCall {
   AttentionShape shape;
   MaskArg mask;
   AttentionOperands x;
-  bool flat;      // more batch dims than AttentionOperands holds: contiguous operands, one batch dim
   Tensors keep;   // converted or contiguous copies, alive for the call
 
   // t (..., rows, cols) as the kernels see it: t's own memory when it has the compute dtype, unit
@@ -153,12 +152,12 @@ struct CpuCall {
     int n = m.ndim();
     int64_t rows = m.shape()[n - 2], cols = m.shape()[n - 1];
     bool unit_cols = cols <= 1 || m.strides()[n - 1] == 1, apart = rows <= 1 || m.strides()[n - 2] >= cols;
-    if (flat || !unit_cols || !apart) m = contiguous_raw(m);
+    if (!unit_cols || !apart) m = contiguous_raw(m);  // never an output: those are laid out to fit
     keep.push_back(m);
     AttentionOperand o;
     o.data = m.data_ptr();
     o.ld = rows <= 1 ? std::max<int64_t>(cols, 1) : m.strides()[n - 2];
-    for (int d = 0; d < x.batch_ndim; ++d) o.batch_stride[d] = flat ? rows * cols : m.strides()[d];
+    for (int d = 0; d < x.batch_ndim; ++d) o.batch_stride[d] = m.strides()[d];
     return o;
   }
 };
@@ -168,10 +167,9 @@ CpuCall cpu_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   c.dtype = accumulation_dtype(q.dtype());
   c.shape = attention_shape(q, k, v, attrs);
   c.mask = mask_arg(q, mask, c.shape.S);
-  int batch = q.ndim() - 2;
-  c.flat = batch > kAttentionMaxBatchDims;
-  c.x.batch_ndim = c.flat ? 1 : batch;
-  for (int d = 0; d < c.x.batch_ndim; ++d) c.x.batch_shape[d] = c.flat ? c.shape.bh : q.shape()[d];
+  static_assert(Dims::kMaxRank - 2 <= kAttentionMaxBatchDims, "every batch dim has a stride slot");
+  c.x.batch_ndim = q.ndim() - 2;
+  for (int d = 0; d < c.x.batch_ndim; ++d) c.x.batch_shape[d] = q.shape()[d];
   c.x.q = c.operand(q), c.x.k = c.operand(k), c.x.v = c.operand(v);
   return c;
 }
