@@ -1,12 +1,15 @@
 """scaled_dot_product_attention forward+backward: the fused flash_attention op against the
-composite (matmul + softmax, scaled_dot_product_attention_reference) and PyTorch, same threads.
+composite (matmul + softmax, scaled_dot_product_attention_reference) and PyTorch, same threads,
+in interleaved rounds (the median of the rounds is reported, with the load average).
 
-    python benchmarks/bench_attention.py [--save] [--device cpu|cuda] [--cpu-time]
+    python benchmarks/bench_attention.py [--save] [--device cpu|cuda] [--cpu-time] [--rounds N]
 
 --cpu-time: one thread on each side, timed by the process's CPU time instead of the wall clock,
 for a machine shared with other jobs (wall-clock timings there mostly measure the neighbours).
 
-The first case is the char transformer's attention in bench_compile.py (B=16, 4 heads of 32, T=64).
+The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
+32) at T = 64..512. "fused (qkv views)" feeds the fused op as MultiheadAttention does: q, k, v
+are head views of one (B, T, 3 * H * E) projection and the gradient flows back into it.
 """
 import argparse
 import os
@@ -19,8 +22,9 @@ import flowgrad.nn.functional as F
 from common import best_time, machine, save
 
 CASES = [  # (batch, heads, L, S, head dim, causal)
-    (16, 4, 64, 64, 32, True), (16, 4, 64, 64, 64, True), (8, 4, 128, 128, 128, True),
-    (4, 4, 256, 256, 64, True), (4, 4, 256, 256, 64, False), (2, 2, 1024, 1024, 64, True),
+    (16, 4, 64, 64, 32, True), (16, 4, 128, 128, 32, True), (16, 4, 256, 256, 32, True),
+    (16, 4, 512, 512, 32, True), (16, 4, 64, 64, 64, False), (8, 4, 128, 128, 128, True),
+    (2, 2, 1024, 1024, 64, True),
 ]
 
 
@@ -52,11 +56,25 @@ def torch_fwd_bwd(tq, tk, tv, causal):
     return step
 
 
+def qkv_views_fwd_bwd(b, h, L, e, causal, device, rng):
+    """The fused op on head views of one packed projection, as MultiheadAttention calls it."""
+    qkv = fg.tensor(rng.standard_normal((b, L, 3 * h * e)).astype(np.float32)).to(device)
+    qkv.requires_grad = True
+
+    def step():
+        q, k, v = (p.reshape(b, L, h, e).transpose(1, 2) for p in qkv.chunk(3, -1))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out.backward(fg.ones_like(out))
+    return step
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cpu-time", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-len", type=int, default=1 << 30, help="skip cases with longer sequences")
     args = parser.parse_args()
     if args.cpu_time:
         fg.set_num_threads(1)
@@ -69,24 +87,36 @@ def main():
     rng = np.random.default_rng(0)
     rows = []
     for b, h, L, S, e, causal in CASES:
+        if max(L, S) > args.max_len:
+            continue
         arrays = [rng.standard_normal((b, h, n, e)).astype(np.float32) for n in (L, S, S)]
         q, k, v = (fg.tensor(a).to(args.device) for a in arrays)
         for t in (q, k, v):
             t.requires_grad = True
-        row = {"shape": [b, h, L, S, e], "causal": causal,
-               "fused_ms": 1e3 * timer(fwd_bwd(F.scaled_dot_product_attention, q, k, v, causal)),
-               "composite_ms": 1e3 * timer(fwd_bwd(F.scaled_dot_product_attention_reference, q, k, v, causal))}
+        steps = {"fused": fwd_bwd(F.scaled_dot_product_attention, q, k, v, causal),
+                 "composite": fwd_bwd(F.scaled_dot_product_attention_reference, q, k, v, causal)}
+        if L == S:
+            steps["fused_qkv_views"] = qkv_views_fwd_bwd(b, h, L, e, causal, args.device, rng)
         if torch is not None:
             dev = "cuda" if args.device == "cuda" else "cpu"
             tq, tk, tv = (torch.tensor(a, device=dev, requires_grad=True) for a in arrays)
-            row["torch_ms"] = 1e3 * timer(torch_fwd_bwd(tq, tk, tv, causal))
+            steps["torch"] = torch_fwd_bwd(tq, tk, tv, causal)
+        times = {name: [] for name in steps}
+        for _ in range(args.rounds):  # interleaved: each round times every implementation once
+            for name, step in steps.items():
+                times[name].append(1e3 * timer(step))
+        row = {"shape": [b, h, L, S, e], "causal": causal, "load_average": os.getloadavg()}
+        row.update({f"{name}_ms": float(np.median(t)) for name, t in times.items()})
         rows.append(row)
-        print(f"B={b} H={h} L={L} S={S} E={e} causal={causal}: fused {row['fused_ms']:.3f} ms, "
-              f"composite {row['composite_ms']:.3f} ms, torch {row.get('torch_ms', float('nan')):.3f} ms "
-              f"(fused/torch {row['fused_ms'] / row.get('torch_ms', float('nan')):.2f}x)")
+        line = ", ".join(f"{name} {row[name + '_ms']:.3f} ms" for name in steps)
+        ratio = row["torch_ms"] / row["fused_ms"] if "torch_ms" in row else float("nan")
+        print(f"B={b} H={h} L={L} S={S} E={e} causal={causal}: {line} (torch/fused {ratio:.2f}x, "
+              f"composite/fused {row['composite_ms'] / row['fused_ms']:.2f}x; load {row['load_average'][0]:.1f})",
+              flush=True)
     if args.save:
         save("bench_attention", {"machine": machine(), "device": args.device, "load_average": os.getloadavg(),
                                  "timer": "process CPU time, 1 thread" if args.cpu_time else "wall clock",
+                                 "rounds": args.rounds, "statistic": "median of interleaved rounds",
                                  "fwd_bwd": rows})
 
 

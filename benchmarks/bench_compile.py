@@ -203,7 +203,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["chain"], help="run one case only")
+    parser.add_argument("--only", choices=["chain", "transformer"], help="run one case only")
     args = parser.parse_args()
     try:
         import torch
@@ -212,8 +212,10 @@ def main():
         torch = None
     info = machine()
     print(f"machine: {info}")
-    results = [chain_per_op()]
-    for case, batch in () if args.only else (("mlp", 64), ("mlp", 512), ("transformer", 16)):
+    results = [] if args.only == "transformer" else [chain_per_op()]
+    every = (("mlp", 64), ("mlp", 512), ("transformer", 16))
+    cases = {"chain": (), "transformer": every[2:]}.get(args.only, every)
+    for case, batch in cases:
         unit_items = batch if case == "mlp" else batch * T
         for opt_name in ("sgd", "adamw"):
             eager, compiled, step = flowgrad_steps(case, batch, opt_name, args.device)

@@ -329,7 +329,9 @@ void bind_nn(py::module_& m) {
   }), py::arg("modules") = py::none());
   bind_container(list);
   py::class_<nn::MultiheadAttention, Module, py::smart_holder>(nn, "MultiheadAttention",
-      "Multi-head attention: m(x) for self-attention, m(q, k, v) otherwise; an attention mask may follow.")
+      "Multi-head attention: m(x) for self-attention, m(q, k, v) otherwise; an attention mask may follow.\n\n"
+      "Self-attention without attention dropout runs on the CPU as one fused op on the packed qkv "
+      "projection (q, k, v read in place, their gradient written into one buffer).")
       .def(py::init<int64_t, int64_t, bool, double>(), py::arg("dim"), py::arg("heads"),
            py::arg("causal") = false, py::arg("dropout") = 0.0);
   py::class_<nn::TransformerBlock, Module, py::smart_holder>(nn, "TransformerBlock",

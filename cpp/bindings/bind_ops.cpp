@@ -366,10 +366,13 @@ void bind_functional(py::module_& m) {
      "softmax(q k^T / sqrt(E) + mask) v over q (..., L, E), k (..., S, E), v (..., S, Ev).\n\n"
      "attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is "
      "added to the scores; is_causal masks key j > query i. A query row with every key masked gives "
-     "NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on cuda "
+     "NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on the CPU "
+     "one exact-softmax tile per head up to L, S = 64, and strided views read in place; on cuda "
      "float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 "
      "and a float mask does not require grad; otherwise the composite "
-     "scaled_dot_product_attention_reference. Raises ShapeError (ranks, E or S differ), DTypeError "
+     "scaled_dot_product_attention_reference. On the CPU, head-permuted q, k, v (a (B, T, H, E) "
+     "tensor transposed to (B, H, T, E)) give an output stored (B, T, H, Ev) and returned as its "
+     "(B, H, T, Ev) view, so merging the heads back copies nothing. Raises ShapeError (ranks, E or S differ), DTypeError "
      "(q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).",
      ReleaseGil());
   def_op(nn, "scaled_dot_product_attention_reference", [](const Tensor& q, const Tensor& k, const Tensor& v,

@@ -2,8 +2,9 @@
 // (L, S) score matrix is ever stored; each row's softmax statistics are kept for the backward
 // pass, which recomputes the probabilities block by block (FlashAttention-2).
 //
-// Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), stats (BH, L, 2), all
-// contiguous; BH is the flattened batch (batch..., heads). The mask is read through
+// Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), stats (BH, L, 2); BH is the
+// flattened batch (batch..., heads). CUDA: all contiguous; CPU: strided views (AttentionOperands),
+// stats contiguous. The mask is read through
 // AttentionMask (broadcast strides), so it is never expanded to (BH, L, S).
 #pragma once
 #include <cmath>
@@ -87,27 +88,54 @@ FG_HD void store_row_stats(T* stats, int64_t row, T m, T log_l) {
   stats[2 * row + 1] = log_l;
 }
 
+// The CPU kernels take a head whole (one score tile, exact softmax, no accumulation) up to this
+// many queries and keys, and run the flash loop beyond: measured with bench_attention.py --cpu-time
+// (B=16, 4 heads of 32, causal), see the README's attention section.
+constexpr int64_t kAttentionCpuTile = 64;
+inline bool attention_single_tile(const AttentionShape& s) {
+  return s.L <= kAttentionCpuTile && s.S <= kAttentionCpuTile;
+}
+
+// The CPU kernels read and write strided views (the qkv split's q, k, v and head permutes need no
+// copy): matrix bh of an operand starts at data + the sum of its batch strides over bh unravelled
+// (row-major) over batch_shape, its rows ld elements apart, its columns adjacent. Elements are
+// the dtype's compute type.
+struct AttentionOperand {
+  void* data = nullptr;
+  int64_t ld = 0;
+  int64_t batch_stride[kAttentionMaxBatchDims] = {};
+};
+struct AttentionOperands {
+  int batch_ndim = 0;
+  int64_t batch_shape[kAttentionMaxBatchDims] = {};
+  AttentionOperand q, k, v;  // (L, E), (S, E), (S, Ev) per head
+  AttentionOperand out;      // (L, Ev): written by the forward, read by the backward
+  AttentionOperand dout;     // (L, Ev), backward only
+  AttentionOperand dq, dk, dv;  // like q, k, v; written (overwritten) by the backward
+};
+inline int64_t attention_operand_offset(const AttentionOperands& x, const AttentionOperand& o, int64_t bh) {
+  int64_t off = 0;
+  for (int d = x.batch_ndim - 1; d >= 0; --d) {
+    off += (bh % x.batch_shape[d]) * o.batch_stride[d];
+    bh /= x.batch_shape[d];
+  }
+  return off;
+}
+
 // Forward: out = softmax(scale * q k^T + mask) v and each row's statistics (log l = -inf and NaN
-// output for a row whose keys are all masked, like the composite).
-// dtype float32/float64 on the CPU; float32/bfloat16/float16 on CUDA (float32 math, stats float32).
+// output for a row whose keys are all masked, like the composite). float32/float64.
 void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                           const void* q,   // (BH, L, E)
-                           const void* k,   // (BH, S, E)
-                           const void* v,   // (BH, S, Ev)
-                           void* out,       // (BH, L, Ev), overwritten
-                           void* stats);    // (BH, L, 2), overwritten; dtype's compute type
+                           const AttentionOperands& x,  // reads q, k, v; writes out
+                           void* stats);                // (BH, L, 2), overwritten
 
 // Backward (overwrites dq, dk, dv): with P recomputed from stats and D = rowsum(dout * out),
 // dV = P^T dO, dS = P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q.
 void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                            const void* q, const void* k, const void* v,
-                            const void* out,   // (BH, L, Ev)
-                            const void* dout,  // (BH, L, Ev)
-                            const void* stats,  // (BH, L, 2)
-                            void* dq, void* dk, void* dv,  // like q, k, v; overwritten
-                            float* workspace);  // CUDA: (BH, L, E + 1) float32 (dQ sums, D); CPU: unused
+                            const AttentionOperands& x,  // reads q, k, v, out, dout; writes dq, dk, dv
+                            const void* stats);          // (BH, L, 2)
 
-// CUDA counterparts (CUDA builds only): head dims up to kAttentionCudaMaxHeadDim.
+// CUDA counterparts (CUDA builds only): contiguous operands, float32/bfloat16/float16 (float32
+// math, stats float32), head dims up to kAttentionCudaMaxHeadDim.
 constexpr int64_t kAttentionCudaMaxHeadDim = 128;
 
 // The CUDA kernels' tiles: 64 query rows per forward block (four warps of 16 on tensor cores), 32
@@ -144,7 +172,12 @@ inline const char* attention_cuda_shared_problem(DType dtype, int64_t head_dim, 
 // attention_cuda_shared_problem for the device with that index (CUDA builds only).
 const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int device);
 void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                            const void* q, const void* k, const void* v, void* out, void* stats);
+                            const void* q,   // (BH, L, E)
+                            const void* k,   // (BH, S, E)
+                            const void* v,   // (BH, S, Ev)
+                            void* out,       // (BH, L, Ev), overwritten
+                            void* stats);    // (BH, L, 2) float32, overwritten
+// Backward as attention_backward_cpu; workspace (BH, L, E + 1) float32 (dQ sums, D).
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                              const void* q, const void* k, const void* v, const void* out,
                              const void* dout, const void* stats, void* dq, void* dk, void* dv,

@@ -2,7 +2,9 @@
 // batch*head in the backward pass (dQ is accumulated over key blocks by the worker that owns it,
 // so no two workers write the same row). Block products go through gemm_cpu (BLAS): with OpenBLAS's
 // Haswell kernels it beat vectorised axpy loops by 1.2-1.7x at head dims 32-128 (bench_attention.py
-// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set.
+// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set. Up to 64 queries
+// and keys a head is one tile (forward_tile, backward_tile). Operands are strided views: BLAS
+// takes each one's leading dimension.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -60,10 +62,23 @@ template <class T>
 FG_CPU_CLONES void rescale_add(T* __restrict acc, const T* __restrict add, int64_t n, T alpha) {
   for (int64_t e = 0; e < n; ++e) acc[e] = acc[e] * alpha + add[e];
 }
-// dS = P * (dP - D) over one row, written over dP.
+// dS = scale * P * (dP - D) over one row, written over dP (scale: that of the scores, so that
+// dQ and dK come out of their products finished).
 template <class T>
-FG_CPU_CLONES void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d) {
-  for (int64_t c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - d);
+FG_CPU_CLONES void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
+  for (int64_t c = 0; c < n; ++c) dp[c] = scale * p[c] * (dp[c] - d);
+}
+// D = rowsum(dO * O) of one row.
+template <class T>
+FG_CPU_CLONES T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
+  T part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) part[j] += a[c + j] * b[c + j];
+  T sum = 0;
+  for (; c < n; ++c) sum += a[c] * b[c];
+  for (int j = 0; j < 8; ++j) sum += part[j];
+  return sum;
 }
 
 // C (M, N) (+)= op(A) @ op(B) through gemm_cpu (BLAS sgemm/dgemm, one thread inside a worker);
@@ -78,13 +93,36 @@ void block_gemm(Into into, bool trans_a, bool trans_b, int64_t M, int64_t N, int
   add_rows(M, N, scratch, C, ldc);
 }
 
+// One head's matrix of an operand: rows `ld` elements apart, columns adjacent.
+template <class T>
+struct Mat {
+  T* data;
+  int64_t ld;
+  T* row(int64_t i) const { return data + i * ld; }
+};
+
+// Head bh of every operand (bh unravelled over the batch shape).
+template <class T>
+struct Head {
+  Mat<const T> q, k, v, out, dout;
+  Mat<T> out_w, dq, dk, dv;  // outputs: out (forward), dq, dk, dv (backward)
+};
+template <class T>
+Head<T> head_of(const AttentionOperands& x, int64_t bh) {
+  auto mat = [&](const AttentionOperand& o) {
+    return Mat<T>{o.data ? static_cast<T*>(o.data) + attention_operand_offset(x, o, bh) : nullptr, o.ld};
+  };
+  auto in = [&](const AttentionOperand& o) { Mat<T> m = mat(o); return Mat<const T>{m.data, m.ld}; };
+  return {in(x.q), in(x.k), in(x.v), in(x.out), in(x.dout), mat(x.out), mat(x.dq), mat(x.dk), mat(x.dv)};
+}
+
 // Scores of query rows [i0, i0 + rows) against keys [j0, j0 + cols): s = scale * q k^T + mask,
 // written (rows, cols).
 template <class T>
-void score_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const T* q, int64_t i0,
-                 int64_t rows, const T* k, int64_t j0, int64_t cols, T* scores) {
-  block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.E, q + i0 * s.E, s.E, k + j0 * s.E, s.E,
-                scores, cols, nullptr);
+void score_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh, Mat<const T> q, int64_t i0,
+                 int64_t rows, Mat<const T> k, int64_t j0, int64_t cols, T* scores) {
+  block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.E, q.row(i0), q.ld, k.row(j0), k.ld, scores, cols,
+                nullptr);
   T scale = static_cast<T>(s.scale);
   for (int64_t r = 0; r < rows; ++r) {
     int64_t i = i0 + r, row = mask.kind == MaskKind::None ? 0 : mask_row_offset(mask, bh, i);
@@ -98,15 +136,15 @@ void score_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 }
 
 template <class T>
-void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh, int64_t i0,
-                   const T* q, const T* k, const T* v, T* out, T* stats) {
+void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh, int64_t i0, const Head<T>& h,
+                   T* stats) {
   int64_t rows = std::min(kQueryBlock, s.L - i0);
   std::vector<T> scores(rows * kKeyBlock), pv(rows * s.Ev), acc(rows * s.Ev, T(0));
   std::vector<T> m(rows, -INFINITY), l(rows, T(0)), alpha(rows);
   int64_t key_end = attention_key_end(i0 + rows, s.S, s.causal);
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
     int64_t cols = std::min(kKeyBlock, key_end - j0);
-    score_block(s, mask, bh, q, i0, rows, k, j0, cols, scores.data());
+    score_block(s, mask, bh, h.q, i0, rows, h.k, j0, cols, scores.data());
     for (int64_t r = 0; r < rows; ++r) {
       T* p = scores.data() + r * cols;
       T new_max = std::max(m[r], max_row(p, cols)), base = finite_max(new_max);
@@ -114,91 +152,131 @@ void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t b
       l[r] = l[r] * alpha[r] + exp_row(p, cols, base);
       m[r] = new_max;
     }
-    block_gemm<T>(Into::Overwrite, false, false, rows, s.Ev, cols, scores.data(), cols, v + j0 * s.Ev, s.Ev,
+    block_gemm<T>(Into::Overwrite, false, false, rows, s.Ev, cols, scores.data(), cols, h.v.row(j0), h.v.ld,
                   pv.data(), s.Ev, nullptr);
     for (int64_t r = 0; r < rows; ++r) rescale_add(acc.data() + r * s.Ev, pv.data() + r * s.Ev, s.Ev, alpha[r]);
   }
   for (int64_t r = 0; r < rows; ++r) {  // a fully masked row: 0 / 0 = NaN and log l = -inf
     T inv = T(1) / l[r];
-    for (int64_t e = 0; e < s.Ev; ++e) out[(i0 + r) * s.Ev + e] = acc[r * s.Ev + e] * inv;
+    for (int64_t e = 0; e < s.Ev; ++e) h.out_w.row(i0 + r)[e] = acc[r * s.Ev + e] * inv;
     store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
   }
 }
 
+template <class T>
+void zero_rows(Mat<T> m, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) std::fill(m.row(i), m.row(i) + cols, T(0));
+}
+
 // One batch*head: FlashAttention-2 with key blocks outside and query blocks inside.
 template <class T>
-void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const T* q,
-                   const T* k, const T* v, const T* out, const T* dout, const T* stats, T* dq, T* dk, T* dv) {
+void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, const T* stats) {
   int64_t widest = std::max(s.E, s.Ev);
+  T scale = static_cast<T>(s.scale);
   std::vector<T> d(s.L), p(kQueryBlock * kKeyBlock), dp(kQueryBlock * kKeyBlock);
   std::vector<T> scratch(std::max(kQueryBlock, kKeyBlock) * widest);
-  for (int64_t i = 0; i < s.L; ++i) {
-    T sum = 0;
-    for (int64_t e = 0; e < s.Ev; ++e) sum += dout[i * s.Ev + e] * out[i * s.Ev + e];
-    d[i] = sum;
-  }
-  std::fill(dq, dq + s.L * s.E, T(0));
-  std::fill(dk, dk + s.S * s.E, T(0));
-  std::fill(dv, dv + s.S * s.Ev, T(0));
+  for (int64_t i = 0; i < s.L; ++i) d[i] = dot_row(h.dout.row(i), h.out.row(i), s.Ev);
+  zero_rows(h.dq, s.L, s.E), zero_rows(h.dk, s.S, s.E), zero_rows(h.dv, s.S, s.Ev);
   for (int64_t j0 = 0; j0 < s.S; j0 += kKeyBlock) {
     int64_t cols = std::min(kKeyBlock, s.S - j0);
     int64_t first = s.causal ? j0 / kQueryBlock * kQueryBlock : 0;  // rows i < j0 see none of these keys
     for (int64_t i0 = first; i0 < s.L; i0 += kQueryBlock) {
       int64_t rows = std::min(kQueryBlock, s.L - i0);
-      score_block(s, mask, bh, q, i0, rows, k, j0, cols, p.data());
+      score_block(s, mask, bh, h.q, i0, rows, h.k, j0, cols, p.data());
       for (int64_t r = 0; r < rows; ++r)  // log l = -inf (all masked): exp(-inf + inf) = NaN, as the composite
         exp_row(p.data() + r * cols, cols, stats[2 * (i0 + r)], stats[2 * (i0 + r) + 1]);
-      block_gemm<T>(Into::Add, true, false, cols, s.Ev, rows, p.data(), cols, dout + i0 * s.Ev, s.Ev,
-                    dv + j0 * s.Ev, s.Ev, scratch.data());
-      block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.Ev, dout + i0 * s.Ev, s.Ev, v + j0 * s.Ev, s.Ev,
-                    dp.data(), cols, nullptr);
-      for (int64_t r = 0; r < rows; ++r) ds_row(dp.data() + r * cols, p.data() + r * cols, cols, d[i0 + r]);
-      block_gemm<T>(Into::Add, false, false, rows, s.E, cols, dp.data(), cols, k + j0 * s.E, s.E,
-                    dq + i0 * s.E, s.E, scratch.data());
-      block_gemm<T>(Into::Add, true, false, cols, s.E, rows, dp.data(), cols, q + i0 * s.E, s.E,
-                    dk + j0 * s.E, s.E, scratch.data());
+      block_gemm<T>(Into::Add, true, false, cols, s.Ev, rows, p.data(), cols, h.dout.row(i0), h.dout.ld,
+                    h.dv.row(j0), h.dv.ld, scratch.data());
+      block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.Ev, h.dout.row(i0), h.dout.ld, h.v.row(j0),
+                    h.v.ld, dp.data(), cols, nullptr);
+      for (int64_t r = 0; r < rows; ++r) ds_row(dp.data() + r * cols, p.data() + r * cols, cols, d[i0 + r], scale);
+      block_gemm<T>(Into::Add, false, false, rows, s.E, cols, dp.data(), cols, h.k.row(j0), h.k.ld,
+                    h.dq.row(i0), h.dq.ld, scratch.data());
+      block_gemm<T>(Into::Add, true, false, cols, s.E, rows, dp.data(), cols, h.q.row(i0), h.q.ld,
+                    h.dk.row(j0), h.dk.ld, scratch.data());
     }
   }
+}
+
+// ---- Single tile (attention_single_tile): a head's whole (L, S) score matrix in cache, the exact
+// softmax in one pass (no online rescale), and every product written once (no accumulation, no
+// zero fill): at T = 64 the flash loop's per-block bookkeeping cost as much as its products.
+
+template <class T>
+void forward_tile(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
+                  T* p) {
+  score_block(s, mask, bh, h.q, 0, s.L, h.k, 0, s.S, p);
+  for (int64_t r = 0; r < s.L; ++r) {
+    T* row = p + r * s.S;
+    T m = max_row(row, s.S), l = exp_row(row, s.S, finite_max(m));
+    scale_row(row, s.S, T(1) / l, s.S);  // a fully masked row: 0 * inf = NaN, as the composite
+    store_row_stats(stats, r, m, std::log(l));
+  }
+  block_gemm<T>(Into::Overwrite, false, false, s.L, s.Ev, s.S, p, s.S, h.v.data, h.v.ld, h.out_w.data,
+                h.out_w.ld, nullptr);
+}
+
+// p and dp: (L, S) scratch.
+template <class T>
+void backward_tile(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
+                   const T* stats, T* p, T* dp) {
+  score_block(s, mask, bh, h.q, 0, s.L, h.k, 0, s.S, p);
+  for (int64_t r = 0; r < s.L; ++r) exp_row(p + r * s.S, s.S, stats[2 * r], stats[2 * r + 1]);
+  block_gemm<T>(Into::Overwrite, true, false, s.S, s.Ev, s.L, p, s.S, h.dout.data, h.dout.ld, h.dv.data,
+                h.dv.ld, nullptr);
+  block_gemm<T>(Into::Overwrite, false, true, s.L, s.S, s.Ev, h.dout.data, h.dout.ld, h.v.data, h.v.ld, dp,
+                s.S, nullptr);
   T scale = static_cast<T>(s.scale);
-  for (int64_t i = 0; i < s.L * s.E; ++i) dq[i] *= scale;
-  for (int64_t i = 0; i < s.S * s.E; ++i) dk[i] *= scale;
+  for (int64_t r = 0; r < s.L; ++r)
+    ds_row(dp + r * s.S, p + r * s.S, s.S, dot_row(h.dout.row(r), h.out.row(r), s.Ev), scale);
+  block_gemm<T>(Into::Overwrite, false, false, s.L, s.E, s.S, dp, s.S, h.k.data, h.k.ld, h.dq.data, h.dq.ld,
+                nullptr);
+  block_gemm<T>(Into::Overwrite, true, false, s.S, s.E, s.L, dp, s.S, h.q.data, h.q.ld, h.dk.data, h.dk.ld,
+                nullptr);
 }
 
 }  // namespace
 
 void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                           const void* q, const void* k, const void* v, void* out, void* stats) {
+                           const AttentionOperands& x, void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
+    SingleThreadedBlas single;  // block products run inside the pool's workers
+    auto* st = static_cast<T*>(stats);
+    if (attention_single_tile(s)) {
+      parallel_for(s.bh, kParallelGrain / (s.L * s.S * (s.E + s.Ev) + 1) + 1, [&](int64_t begin, int64_t end) {
+        std::vector<T> p(s.L * s.S);
+        for (int64_t bh = begin; bh < end; ++bh)
+          forward_tile<T>(s, mask, bh, head_of<T>(x, bh), st + bh * s.L * 2, p.data());
+      });
+      return;
+    }
     int64_t blocks = (s.L + kQueryBlock - 1) / kQueryBlock;
     int64_t work = s.S * (s.E + s.Ev) * std::min(s.L, kQueryBlock);  // per task
-    SingleThreadedBlas single;  // block products run inside the pool's workers
     parallel_for(s.bh * blocks, kParallelGrain / (work + 1) + 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         int64_t bh = t / blocks, i0 = t % blocks * kQueryBlock;
-        forward_block<T>(s, mask, bh, i0, static_cast<const T*>(q) + bh * s.L * s.E,
-                         static_cast<const T*>(k) + bh * s.S * s.E, static_cast<const T*>(v) + bh * s.S * s.Ev,
-                         static_cast<T*>(out) + bh * s.L * s.Ev, static_cast<T*>(stats) + bh * s.L * 2);
+        forward_block<T>(s, mask, bh, i0, head_of<T>(x, bh), st + bh * s.L * 2);
       }
     });
   });
 }
 
 void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
-                            const void* q, const void* k, const void* v, const void* out,
-                            const void* dout, const void* stats, void* dq, void* dk, void* dv,
-                            float* /*workspace*/) {
+                            const AttentionOperands& x, const void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention backward", [&](auto tag) {
     using T = decltype(tag);
     int64_t work = s.L * s.S * (s.E + s.Ev);  // per batch*head
     SingleThreadedBlas single;
+    bool tile = attention_single_tile(s);
     parallel_for(s.bh, kParallelGrain / (work + 1) + 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> p(tile ? s.L * s.S : 0), dp(p.size());
       for (int64_t bh = begin; bh < end; ++bh) {
-        int64_t qo = bh * s.L * s.E, ko = bh * s.S * s.E, vo = bh * s.S * s.Ev, oo = bh * s.L * s.Ev;
-        backward_head<T>(s, mask, bh, static_cast<const T*>(q) + qo, static_cast<const T*>(k) + ko,
-                         static_cast<const T*>(v) + vo, static_cast<const T*>(out) + oo,
-                         static_cast<const T*>(dout) + oo, static_cast<const T*>(stats) + bh * s.L * 2,
-                         static_cast<T*>(dq) + qo, static_cast<T*>(dk) + ko, static_cast<T*>(dv) + vo);
+        const T* st = static_cast<const T*>(stats) + bh * s.L * 2;
+        if (tile)
+          backward_tile<T>(s, mask, bh, head_of<T>(x, bh), st, p.data(), dp.data());
+        else
+          backward_head<T>(s, mask, bh, head_of<T>(x, bh), st);
       }
     });
   });

@@ -114,6 +114,18 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
            to_string(x.shape()), " must be (..., T, ", dim, ")");
   Tensor w = param(*qkv, "weight"), b = param(*qkv, "bias");
   bool self_attention = in.size() < 3 || !in[1].defined();
+  Tensor mask = in.size() == 2 ? in[1] : (in.size() > 3 ? in[3] : Tensor());
+  auto merge_heads = [&](const Tensor& heads_out) {  // (..., H, T, D/H) -> (..., T, D), projected
+    Tensor out = transpose(heads_out, -2, -3);
+    std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
+    shape.push_back(dim);
+    return (*child("proj"))({reshape(out, shape)});
+  };
+  // One op reads q, k, v out of the projection, unless attention dropout needs the probabilities
+  // or an additive mask wants a gradient (the composite computes the scores' gradient).
+  bool mask_grad = mask.defined() && requires_grad(mask);
+  if (self_attention && !(dropout > 0 && training_) && !mask_grad)
+    return merge_heads(scaled_dot_product_attention_packed(linear(x, w, b), heads, mask, causal));
   Tensor q, k, v;
   if (self_attention) {
     Tensors parts = chunk(linear(x, w, b), 3, -1);
@@ -124,7 +136,6 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
     k = linear(input(in, 1, type_name_), ws[1], bs[1]);
     v = linear(input(in, 2, type_name_), ws[2], bs[2]);
   }
-  Tensor mask = in.size() == 2 ? in[1] : (in.size() > 3 ? in[3] : Tensor());
   auto split_heads = [&](const Tensor& t) {  // (..., T, D) -> (..., H, T, D/H)
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
     shape.push_back(heads);
@@ -147,10 +158,7 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
   } else {
     out = attention(q, k, v, mask, causal);
   }
-  out = transpose(out, -2, -3);  // (..., T, H, D/H)
-  std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 2);
-  shape.push_back(dim);
-  return (*child("proj"))({reshape(out, shape)});
+  return merge_heads(out);
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal) {
   if (attn_mask.defined() && requires_grad(attn_mask))

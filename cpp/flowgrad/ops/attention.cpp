@@ -70,7 +70,19 @@ const char* fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
 DType accumulation_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
 
 // ---- flash_attention: (q, k, v[, mask]) -> (out, stats); attrs scale, causal ----
-Specs flash_attention_shape(TensorList in, const Attrs&) {
+// seq_major: the op's tensors of shape (..., H, L, E) are stored (..., L, H, E), as the head permute
+// `x.view(B, T, H, E).transpose(1, 2)` of a (B, T, H * E) activation: the op computes through
+// strided views and the public functions hand out transposed views, so neither the inputs nor the
+// output nor the gradients are copied to or from the head-major order.
+Dims stored_shape(Dims shape, const Attrs& attrs) {
+  if (attrs.b("seq_major")) std::swap(shape[shape.size() - 2], shape[shape.size() - 3]);
+  return shape;
+}
+Tensor heads_major(const Tensor& t, const Attrs& attrs) {  // (..., L, H, E) storage as (..., H, L, E)
+  return attrs.b("seq_major") ? transpose(t, -2, -3) : t;
+}
+
+Specs flash_attention_shape(TensorList in, const Attrs& attrs) {
   const Tensor& q = in[0];
   Tensor mask = in.size() > 3 ? in[3] : Tensor();
   check_attention_args(q, in[1], in[2], mask);
@@ -80,46 +92,40 @@ Specs flash_attention_shape(TensorList in, const Attrs&) {
   Dims out = batch_dims(q), stats = batch_dims(q);
   out.push_back(q.shape()[q.ndim() - 2]), out.push_back(in[2].shape().back());
   stats.push_back(q.shape()[q.ndim() - 2]), stats.push_back(2);  // each row's max and log-sum (attention.h)
-  return {{out, q.dtype()}, {stats, accumulation_dtype(q.dtype())}};
+  return {{stored_shape(out, attrs), q.dtype()}, {stats, accumulation_dtype(q.dtype())}};
 }
 
-// Contiguous operands in the dtype the device computes in (the CPU widens half types) and the
-// mask's broadcast strides over (batch..., L, S).
-struct AttentionCall {
-  DType dtype;
-  AttentionShape shape;
-  AttentionMask mask;
-  Tensors operands;  // q, k, v, then the tensors the backward reads; kept alive here
-  Tensor mask_data;
-};
+AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v, const Attrs& attrs) {
+  return {batch_dims(q).numel(), q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2], q.shape().back(),
+          v.shape().back(), attrs.f("scale"), attrs.b("causal")};
+}
 
-AttentionCall attention_call(TensorList in, size_t mask_at, const Attrs& attrs) {
-  const Tensor& q = in[0];
-  AttentionCall c;
-  c.dtype = q.device().is_cpu() ? accumulation_dtype(q.dtype()) : q.dtype();
-  for (size_t i = 0; i < mask_at; ++i) c.operands.push_back(raw::contiguous(raw::converted(in[i], i < 3 ? c.dtype : in[i].dtype())));
-  int64_t L = q.shape()[q.ndim() - 2], S = in[1].shape()[in[1].ndim() - 2];
-  c.shape = {batch_dims(q).numel(), L, S, q.shape().back(), in[2].shape().back(), attrs.f("scale"),
-             attrs.b("causal")};
-  if (in.size() <= mask_at) return c;
-  const Tensor& m = in[mask_at];
+// The mask (when defined) in the kernels' dtype with its broadcast strides over (batch..., L, S);
+// `data` keeps a converted copy alive.
+struct MaskArg {
+  AttentionMask mask;
+  Tensor data;
+};
+MaskArg mask_arg(const Tensor& q, const Tensor& m, int64_t S) {
+  MaskArg a;
+  if (!m.defined()) return a;
   bool is_bool = m.dtype() == DType::Bool;
-  c.mask_data = raw::contiguous(is_bool ? m : raw::converted(m, accumulation_dtype(q.dtype())));
-  c.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
-  c.mask.data = c.mask_data.data_ptr();
+  a.data = raw::contiguous(is_bool ? m : raw::converted(m, accumulation_dtype(q.dtype())));
+  a.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
+  a.mask.data = a.data.data_ptr();
   int full = q.ndim(), lead = full - m.ndim();
   auto stride = [&](int d, int64_t size) {  // of full dim d, 0 where the mask broadcasts
     int md = d - lead;
-    return md < 0 || (m.shape()[md] == 1 && size != 1) ? int64_t{0} : c.mask_data.strides()[md];
+    return md < 0 || (m.shape()[md] == 1 && size != 1) ? int64_t{0} : a.data.strides()[md];
   };
-  c.mask.batch_ndim = full - 2;
+  a.mask.batch_ndim = full - 2;
   for (int d = 0; d < full - 2; ++d) {
-    c.mask.batch_shape[d] = q.shape()[d];
-    c.mask.batch_stride[d] = stride(d, q.shape()[d]);
+    a.mask.batch_shape[d] = q.shape()[d];
+    a.mask.batch_stride[d] = stride(d, q.shape()[d]);
   }
-  c.mask.row_stride = stride(full - 2, L);
-  c.mask.col_stride = stride(full - 1, S);
-  return c;
+  a.mask.row_stride = stride(full - 2, q.shape()[full - 2]);
+  a.mask.col_stride = stride(full - 1, S);
+  return a;
 }
 
 // out[i] itself when it has the compute dtype, else a temporary that finish() copies back.
@@ -130,46 +136,165 @@ void finish(const Tensor& out, const Tensor& target) {
   if (target.data_ptr() != out.data_ptr()) raw::copy_into(out, target);
 }
 
-template <decltype(&attention_forward_cpu) Run>
-void flash_attention_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  AttentionCall c = attention_call(in, 3, attrs);
+// ---- CPU: the kernels read and write strided views (attention.h, AttentionOperands) ----
+struct CpuCall {
+  DType dtype;
+  AttentionShape shape;
+  MaskArg mask;
+  AttentionOperands x;
+  Tensors keep;   // converted or contiguous copies, alive for the call
+
+  // t (..., rows, cols) as the kernels see it: t's own memory when it has the compute dtype, unit
+  // column stride and rows at least a row apart (BLAS's leading dimension), else a copy.
+  AttentionOperand operand(const Tensor& t) {
+    Tensor m = raw::converted(t, dtype);
+    int n = m.ndim();
+    int64_t rows = m.shape()[n - 2], cols = m.shape()[n - 1];
+    bool unit_cols = cols <= 1 || m.strides()[n - 1] == 1, apart = rows <= 1 || m.strides()[n - 2] >= cols;
+    if (!unit_cols || !apart) m = raw::contiguous(m);  // never an output: those are laid out to fit
+    keep.push_back(m);
+    AttentionOperand o;
+    o.data = m.data_ptr();
+    o.ld = rows <= 1 ? std::max<int64_t>(cols, 1) : m.strides()[n - 2];
+    for (int d = 0; d < x.batch_ndim; ++d) o.batch_stride[d] = m.strides()[d];
+    return o;
+  }
+};
+
+CpuCall cpu_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Attrs& attrs) {
+  CpuCall c;
+  c.dtype = accumulation_dtype(q.dtype());
+  c.shape = attention_shape(q, k, v, attrs);
+  c.mask = mask_arg(q, mask, c.shape.S);
+  static_assert(Dims::kMaxRank - 2 <= kAttentionMaxBatchDims, "every batch dim has a stride slot");
+  c.x.batch_ndim = q.ndim() - 2;
+  for (int d = 0; d < c.x.batch_ndim; ++d) c.x.batch_shape[d] = q.shape()[d];
+  c.x.q = c.operand(q), c.x.k = c.operand(k), c.x.v = c.operand(v);
+  return c;
+}
+
+// The stored (..., L, H, E) tensor of a seq_major op as its (..., H, L, E) view, no autograd.
+Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
+  if (!attrs.b("seq_major")) return t;
+  Dims shape = t.shape(), strides = t.strides();
+  int n = t.ndim();
+  std::swap(shape[n - 2], shape[n - 3]), std::swap(strides[n - 2], strides[n - 3]);
+  return t.alias(shape, strides, t.offset());
+}
+
+// out[0] (stored as attrs say) and the stats out[1] of q, k, v (raw views).
+void forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
+                 const Attrs& attrs) {
+  CpuCall c = cpu_call(q, k, v, mask, attrs);
   Tensor o = compute_target(out[0], c.dtype);
-  const Tensors& x = c.operands;
-  Run(c.dtype, c.shape, c.mask, x[0].data_ptr(), x[1].data_ptr(), x[2].data_ptr(), o.data_ptr(),
-      out[1].data_ptr());
+  c.x.out = c.operand(heads_major_raw(o, attrs));
+  attention_forward_cpu(c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
   finish(out[0], o);
+}
+void flash_attention_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  forward_cpu(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
 }
 
 // ---- flash_attention_backward: (dout, q, k, v, out, stats[, mask]) -> (dq, dk, dv) ----
-Specs flash_attention_backward_shape(TensorList in, const Attrs&) {
+Specs flash_attention_backward_shape(TensorList in, const Attrs& attrs) {
   for (int i = 1; i <= 3; ++i) FG_CHECK(in[i].dtype() == in[1].dtype(), DType, "flash_attention_backward: dtypes differ");
-  return {{in[1].shape(), in[1].dtype()}, {in[2].shape(), in[2].dtype()}, {in[3].shape(), in[3].dtype()}};
+  return {{stored_shape(in[1].shape(), attrs), in[1].dtype()}, {stored_shape(in[2].shape(), attrs), in[2].dtype()},
+          {stored_shape(in[3].shape(), attrs), in[3].dtype()}};
 }
 
-template <decltype(&attention_backward_cpu) Run>
-void flash_attention_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
-  // attention_call reads q, k, v at positions 0..2: shift dout to the end of the operand list
-  Tensors order{in[1], in[2], in[3], in[4], in[0], in[5]};
-  if (in.size() > 6) order.push_back(in[6]);
-  AttentionCall c = attention_call(order, 6, attrs);
-  const Tensors& x = c.operands;  // q, k, v, out, dout, stats
-  Tensor o = raw::contiguous(raw::converted(x[3], c.dtype)), g = raw::contiguous(raw::converted(x[4], c.dtype));
-  Tensor dq = compute_target(out[0], c.dtype), dk = compute_target(out[1], c.dtype),
-         dv = compute_target(out[2], c.dtype);
-  Tensor workspace;  // the CUDA kernels sum dQ over key blocks in float32
-  if (!o.device().is_cpu()) workspace = Tensor::empty({c.shape.bh * c.shape.L * (c.shape.E + 1)}, DType::Float32, o.device());
-  Run(c.dtype, c.shape, c.mask, x[0].data_ptr(), x[1].data_ptr(), x[2].data_ptr(), o.data_ptr(),
-      g.data_ptr(), x[5].data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-      workspace.defined() ? static_cast<float*>(workspace.data_ptr()) : nullptr);
+// dq, dk, dv (raw views of the op's outputs) of q, k, v from dout, out (stored as attrs say), stats.
+void backward_cpu(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& stats, const Tensor& mask, const Tensors& grads, const Attrs& attrs) {
+  CpuCall c = cpu_call(q, k, v, mask, attrs);
+  c.x.dout = c.operand(heads_major_raw(dout, attrs));
+  c.x.out = c.operand(heads_major_raw(out, attrs));
+  c.x.dq = c.operand(grads[0]), c.x.dk = c.operand(grads[1]), c.x.dv = c.operand(grads[2]);
+  attention_backward_cpu(c.dtype, c.shape, c.mask.mask, c.x, raw::contiguous(stats).data_ptr());
+}
+
+void flash_attention_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  DType dtype = accumulation_dtype(in[1].dtype());
+  Tensor dq = compute_target(out[0], dtype), dk = compute_target(out[1], dtype), dv = compute_target(out[2], dtype);
+  backward_cpu(in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
+               {heads_major_raw(dq, attrs), heads_major_raw(dk, attrs), heads_major_raw(dv, attrs)}, attrs);
   finish(out[0], dq), finish(out[1], dk), finish(out[2], dv);
 }
+
+// ---- flash_attention_packed: (qkv[, mask]) -> (out, stats); attrs scale, causal, heads ----
+// qkv (..., T, 3 * H * D) holds q, k, v side by side, as MultiheadAttention's one projection:
+// the kernels read the three head views in place, and the backward writes the three gradients
+// into one (..., T, 3 * H * D) buffer (no slice_backward, no adds). Always seq_major; CPU only.
+
+// Part `part` (0 q, 1 k, 2 v) of a packed tensor as (..., H, T, D), no autograd.
+Tensor packed_part(const Tensor& qkv, int part, int64_t heads) {
+  int n = qkv.ndim();
+  int64_t width = qkv.shape()[n - 1] / 3, last = qkv.strides()[n - 1];
+  Dims shape(std::vector<int64_t>(qkv.shape().begin(), qkv.shape().end() - 2));
+  Dims strides(std::vector<int64_t>(qkv.strides().begin(), qkv.strides().end() - 2));
+  shape.push_back(heads), shape.push_back(qkv.shape()[n - 2]), shape.push_back(width / heads);
+  strides.push_back(width / heads * last), strides.push_back(qkv.strides()[n - 2]), strides.push_back(last);
+  return qkv.alias(shape, strides, qkv.offset() + part * width * last);
+}
+
+Specs flash_attention_packed_shape(TensorList in, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  Tensors views{packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads)};
+  if (in.size() > 1) views.push_back(in[1]);
+  return flash_attention_shape(views, attrs);
+}
+void flash_attention_packed_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  forward_cpu(packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads),
+              in.size() > 1 ? in[1] : Tensor(), out, attrs);
+}
+
+// ---- flash_attention_packed_backward: (dout, qkv, out, stats[, mask]) -> dqkv ----
+Specs flash_attention_packed_backward_shape(TensorList in, const Attrs&) { return {{in[1].shape(), in[1].dtype()}}; }
+void flash_attention_packed_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+  int64_t heads = attrs.i("heads");
+  Tensor dqkv = compute_target(out[0], accumulation_dtype(in[1].dtype()));
+  auto part = [&](const Tensor& t, int i) { return packed_part(t, i, heads); };
+  backward_cpu(in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
+               {part(dqkv, 0), part(dqkv, 1), part(dqkv, 2)}, attrs);
+  finish(out[0], dqkv);
+}
+
+#if defined(FLOWGRAD_HAVE_CUDA)
+// ---- CUDA: contiguous operands in the kernels' dtype ----
+Tensors contiguous_operands(TensorList in, size_t count, DType dtype) {
+  Tensors x;
+  for (size_t i = 0; i < count; ++i) x.push_back(raw::contiguous(raw::converted(in[i], dtype)));
+  return x;
+}
+
+void flash_attention_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+  FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
+  const Tensor& q = in[0];
+  MaskArg mask = mask_arg(q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
+  Tensors x = contiguous_operands(in, 3, q.dtype());
+  attention_forward_cuda(q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
+                         x[1].data_ptr(), x[2].data_ptr(), out[0].data_ptr(), out[1].data_ptr());
+}
+
+void flash_attention_backward_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+  FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
+  const Tensor& q = in[1];
+  MaskArg mask = mask_arg(q, in.size() > 6 ? in[6] : Tensor(), in[2].shape()[in[2].ndim() - 2]);
+  Tensors x = contiguous_operands(in, 5, q.dtype());  // dout, q, k, v, out
+  AttentionShape shape = attention_shape(q, in[2], in[3], attrs);
+  // the kernels sum dQ over key blocks in float32
+  Tensor workspace = Tensor::empty({shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
+  attention_backward_cuda(q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
+                          x[4].data_ptr(), x[0].data_ptr(), raw::contiguous(in[5]).data_ptr(), out[0].data_ptr(),
+                          out[1].data_ptr(), out[2].data_ptr(), static_cast<float*>(workspace.data_ptr()));
+}
+#endif
 
 const OpDef k_flash_attention_backward{
     .id = OpId::flash_attention_backward, .name = "flash_attention_backward", .family = Family::NN,
     .flags = kHalfNative,
     .shape_rule = flash_attention_backward_shape,
-    .cpu = flash_attention_backward_kernel<attention_backward_cpu>,
-    .cuda = FG_CUDA(flash_attention_backward_kernel<attention_backward_cuda>),
+    .cpu = flash_attention_backward_cpu, .cuda = FG_CUDA(flash_attention_backward_cuda),
     .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
 
 Tensor attention_probs(const Tensor& q, const Tensor& k, const Tensor& mask, bool causal, double scale) {
@@ -185,23 +310,29 @@ Tensor attention_probs(const Tensor& q, const Tensor& k, const Tensor& mask, boo
   return scaled_softmax(scores, scale, causal);
 }
 
+// dq, dk, dv of the composite from public ops (differentiable again) for output gradient g.
+Tensors composite_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& g,
+                        const Attrs& attrs) {
+  double scale = attrs.f("scale");
+  Tensor p = attention_probs(q, k, mask, attrs.b("causal"), scale);
+  Tensor ds = matmul(g, transpose(v, -1, -2));
+  ds = p * (ds - sum(ds * p, Dims{-1}, true));
+  return {matmul(ds, k) * scale, matmul(transpose(ds, -1, -2), q) * scale, matmul(transpose(p, -1, -2), g)};
+}
+
 // With create_graph the gradients are built from public ops (differentiable again); otherwise
 // one fused kernel recomputes the probabilities block by block.
 Tensors flash_attention_backward(const BackwardCtx& c) {
   const Tensors& in = c.inputs;
   Tensor mask = in.size() > 3 ? in[3] : Tensor();
   Tensors grads;
-  double scale = c.attrs.f("scale");
   if (c.create_graph) {
-    Tensor p = attention_probs(in[0], in[1], mask, c.attrs.b("causal"), scale), g = c.grads[0];
-    Tensor ds = matmul(g, transpose(in[2], -1, -2));
-    ds = p * (ds - sum(ds * p, Dims{-1}, true));
-    grads = {matmul(ds, in[1]) * scale, matmul(transpose(ds, -1, -2), in[0]) * scale,
-             matmul(transpose(p, -1, -2), g)};
+    grads = composite_grads(in[0], in[1], in[2], mask, heads_major(c.grads[0], c.attrs), c.attrs);
   } else {
     Tensors args{c.grads[0], in[0], in[1], in[2], c.outputs[0], c.outputs[1]};
     if (mask.defined()) args.push_back(mask);
     grads = run_op(k_flash_attention_backward, args, c.attrs);
+    for (Tensor& g : grads) g = heads_major(g, c.attrs);
   }
   for (size_t i = 0; i < 3; ++i)
     if (!c.needs_grad[i]) grads[i] = Tensor();
@@ -211,15 +342,58 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
 
 const OpDef k_flash_attention{
     .id = OpId::flash_attention, .name = "flash_attention", .family = Family::NN, .flags = kHalfNative,
-    .shape_rule = flash_attention_shape, .cpu = flash_attention_kernel<attention_forward_cpu>,
-    .cuda = FG_CUDA(flash_attention_kernel<attention_forward_cuda>), .backward = flash_attention_backward,
+    .shape_rule = flash_attention_shape, .cpu = flash_attention_cpu,
+    .cuda = FG_CUDA(flash_attention_cuda), .backward = flash_attention_backward,
     .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 3};
+
+// The three (..., H, T, D) head views of a packed (..., T, 3 * H * D) tensor, as public views.
+Tensors packed_heads(const Tensor& qkv, int64_t heads) {
+  Tensors parts = chunk(qkv, 3, -1);
+  for (Tensor& t : parts) {
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
+    shape.push_back(heads), shape.push_back(t.shape().back() / heads);
+    t = transpose(reshape(t, shape), -2, -3);
+  }
+  return parts;
+}
+
+const OpDef k_flash_attention_packed_backward{
+    .id = OpId::flash_attention_packed_backward, .name = "flash_attention_packed_backward",
+    .family = Family::NN, .flags = kHalfNative, .shape_rule = flash_attention_packed_backward_shape,
+    .cpu = flash_attention_packed_backward_cpu,
+    .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
+    .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
+
+Tensors flash_attention_packed_backward(const BackwardCtx& c) {
+  const Tensors& in = c.inputs;
+  Tensor mask = in.size() > 1 ? in[1] : Tensor(), dqkv;
+  if (c.create_graph) {
+    Tensors h = packed_heads(in[0], c.attrs.i("heads"));
+    Tensors grads = composite_grads(h[0], h[1], h[2], mask, heads_major(c.grads[0], c.attrs), c.attrs);
+    for (Tensor& g : grads) g = flatten(transpose(g, -2, -3), -2, -1);  // (..., T, H * D)
+    dqkv = cat(grads, -1);
+  } else {
+    Tensors args{c.grads[0], in[0], c.outputs[0], c.outputs[1]};
+    if (mask.defined()) args.push_back(mask);
+    dqkv = run_op1(k_flash_attention_packed_backward, args, c.attrs);
+  }
+  return mask.defined() ? Tensors{dqkv, Tensor()} : Tensors{dqkv};
+}
+
+const OpDef k_flash_attention_packed{
+    .id = OpId::flash_attention_packed, .name = "flash_attention_packed", .family = Family::NN,
+    .flags = kHalfNative, .shape_rule = flash_attention_packed_shape, .cpu = flash_attention_packed_cpu,
+    .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
+    .backward = flash_attention_packed_backward, .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 1};
 
 }  // namespace
 
 // Registration of this file's rows of the op table (ops.def).
 FG_REGISTER(flash_attention);
 FG_REGISTER(flash_attention_backward);
+FG_REGISTER(flash_attention_packed);
+FG_REGISTER(flash_attention_packed_backward);
+
 
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& attn_mask, bool is_causal) {
@@ -236,7 +410,30 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensors in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);
   double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
-  return run_op1(k_flash_attention, in, {{"scale", scale}, {"causal", is_causal}});
+  auto head_permuted = [](const Tensor& t) {
+    return t.ndim() >= 3 && t.strides()[t.ndim() - 3] < t.strides()[t.ndim() - 2];
+  };
+  bool seq_major = q.device().is_cpu() && head_permuted(q) && head_permuted(k) && head_permuted(v);
+  Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"seq_major", seq_major}};
+  return heads_major(run_op1(k_flash_attention, in, attrs), attrs);
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t heads, const Tensor& attn_mask, bool is_causal) {
+  FG_CHECK(qkv.ndim() >= 2 && heads > 0 && qkv.shape().back() % (3 * heads) == 0, Shape,
+           "scaled_dot_product_attention_packed: qkv ", to_string(qkv.shape()),
+           " must be (..., T, 3 * heads * D) with heads = ", heads);
+  Tensor q = packed_part(qkv, 0, heads), k = packed_part(qkv, 1, heads), v = packed_part(qkv, 2, heads);
+  check_attention_args(q, k, v, attn_mask);
+  bool packed = qkv.device().is_cpu() && !fused_problem(q, k, v, attn_mask);
+  if (!packed) {
+    Tensors h = packed_heads(qkv, heads);
+    return scaled_dot_product_attention(h[0], h[1], h[2], attn_mask, is_causal);
+  }
+  Tensors in{qkv};
+  if (attn_mask.defined()) in.push_back(attn_mask);
+  double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
+  Attrs attrs{{"scale", scale}, {"causal", is_causal}, {"heads", heads}, {"seq_major", true}};
+  return heads_major(run_op1(k_flash_attention_packed, in, attrs), attrs);
 }
 
 }  // namespace fg

@@ -152,7 +152,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              to_string(b.shape()), ": inner dimensions ", a.shape().back(), " and ", b.shape()[0], " differ");
     std::vector<int64_t> shape = a.shape().vec();
     shape.back() = b.shape()[1];
-    return reshape(run_op1(k_matmul, {reshape(a, {-1, a.shape().back()}), b}), shape);
+    int64_t rows = raw::span(a.shape(), 0, a.ndim() - 1);  // not -1: K may be 0
+    return reshape(run_op1(k_matmul, {reshape(a, {rows, a.shape().back()}), b}), shape);
   }
   Tensor out = run_op1(k_matmul, {vec_a ? unsqueeze(a, 0) : a, vec_b ? unsqueeze(b, -1) : b});
   if (vec_b) out = squeeze(out, -1);

@@ -156,6 +156,12 @@ Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride);
 // composite (nn::attention decides, since ops know nothing of autograd).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal);
+// Self-attention on a packed projection qkv (..., T, 3 * heads * D) holding q, k, v side by side
+// (MultiheadAttention's one Linear): scaled_dot_product_attention of its three (..., heads, T, D)
+// head views. On the CPU one fused op reads them in place and writes the gradient of qkv into one
+// buffer (no slice_backward, no adds); elsewhere the views go through scaled_dot_product_attention.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t heads, const Tensor& attn_mask,
+                                           bool is_causal);
 // matmul + softmax, materialising the (..., L, S) scores: the reference for the fused kernels.
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const Tensor& attn_mask, bool is_causal);

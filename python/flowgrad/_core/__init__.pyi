@@ -661,6 +661,8 @@ class ModuleList(Module):
 class MultiheadAttention(Module):
     """
     Multi-head attention: m(x) for self-attention, m(q, k, v) otherwise; an attention mask may follow.
+    
+    Self-attention without attention dropout runs on the CPU as one fused op on the packed qkv projection (q, k, v read in place, their gradient written into one buffer).
     """
     def __init__(self, dim: typing.SupportsInt | typing.SupportsIndex, heads: typing.SupportsInt | typing.SupportsIndex, causal: builtins.bool = False, dropout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         ...
