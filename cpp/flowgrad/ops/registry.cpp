@@ -21,6 +21,8 @@ InPlaceHook g_in_place_hook = nullptr;
 std::mutex g_observers_mutex;
 std::vector<OpObserver*> g_observers;
 std::atomic<bool> g_observed{false};
+std::atomic<uint64_t> g_shape_only_from{0};  // see set_shape_only_trace
+std::atomic<uint64_t> g_kernel_calls{0};
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
@@ -52,6 +54,7 @@ using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
 // Kernels compute float16/bfloat16 through float32 unless they handle them: widen, run, narrow.
 Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in, const Specs& specs,
                    const Attrs& attrs) {
+  g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
   if ((op.flags & kHalfNative) || !any_half(in, specs)) {
     Tensors out = allocate(specs, device);
     kernel(in, out, attrs);
@@ -97,10 +100,12 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
     if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
   bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
                 ((op.flags & kHalfNative) || !any_half(in, specs));
-  if (direct)
+  if (direct) {
+    g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
     kernel(args, Tensors{target}, attrs);
-  else
+  } else {
     copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+  }
   bump_version(target);
   Tensors out{target};
   notify_op(op, in, out, attrs);
@@ -112,7 +117,48 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
   return out;
 }
 
+// Shape-only tracing: whether this call still runs its kernel (see set_shape_only_trace).
+bool runs_while_tracing(const OpDef& op, TensorList in) {
+  if (op.in(Group::View)) return true;
+  if (op.in(Group::Random)) return false;
+  uint64_t from = g_shape_only_from.load(std::memory_order_relaxed);
+  return std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
+    return !t.storage()->is_shape_only() && t.storage()->serial() >= from;
+  });
+}
+
+// Shape-only tracing: the call's outputs without running it (in place: the target, unwritten).
+Tensors trace_shapes(const OpDef& op, TensorList in, const Specs& specs, const Attrs& attrs, Device device) {
+  Tensors out;
+  if (op.in(Group::InPlace)) {
+    check_writable(in[0], op.name);
+    FG_CHECK(specs[0].shape == in[0].shape(), Shape, op.name, ": the result has shape ", to_string(specs[0].shape),
+             " but the tensor written in place has shape ", to_string(in[0].shape()));
+    Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
+    out.push_back(in[0]);
+    bump_version(in[0]);
+    notify_op(op, in, out, attrs);
+    Tensors seen = in.vec();
+    seen[0] = original;
+    if (g_hook) g_hook(op, seen, out, attrs);
+    return out;
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!(op.mutated_inputs >> i & 1)) continue;
+    check_writable(in[i], op.name);
+    bump_version(in[i]);
+  }
+  for (const TensorSpec& s : specs) out.push_back(Tensor::shape_only(s.shape, s.dtype, device));
+  notify_op(op, in, out, attrs);
+  if (g_hook) g_hook(op, in, out, attrs);
+  return out;
+}
+
 }  // namespace
+
+void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }
+bool shape_only_trace() { return g_shape_only_from.load(std::memory_order_relaxed) != 0; }
+uint64_t kernel_calls() { return g_kernel_calls.load(std::memory_order_relaxed); }
 
 std::string Attrs::str() const {
   std::ostringstream os;
@@ -204,7 +250,11 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
+  bool shape_only = shape_only_trace() && !runs_while_tracing(op, in);  // fg.compile's trace
+  FG_CHECK(!(shape_only && op.in(Group::DataDependent)), Value, "compile: '", op.name, "' has an output shape "
+           "that depends on its input values; plans need static shapes");
   Specs specs = op.shape_rule(in, attrs);
+  if (shape_only) return trace_shapes(op, in, specs, attrs, device);
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
   if (device.is_cuda()) on_device.emplace(device.index);
   if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);

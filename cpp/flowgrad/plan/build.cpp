@@ -11,6 +11,7 @@
 // - transpose folding: a 2-D matmul whose result is only copied out transposed (every Linear's
 //   weight gradient) computes the transposed product directly: (A B)^T = B^T A^T.
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <sstream>
 #include <string_view>
@@ -22,6 +23,15 @@
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
+
+// Milliseconds since the last lap (Plan::pass_ms).
+struct Stopwatch {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double lap_ms() {
+    auto now = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(now - std::exchange(start, now)).count();
+  }
+};
 
 struct Builder {
   Plan& plan;
@@ -386,10 +396,7 @@ struct Builder {
       auto it = buffer_of.find(t.storage().get());
       bool computed = it != buffer_of.end() && !plan.buffers_[it->second].constant &&
                       (plan.buffers_[it->second].written || plan.buffers_[it->second].kind == BufferKind::Input);
-      FG_CHECK(!computed, Value, "compile: the step reads a computed value on the host (", what, " of ",
-               fg::describe(t), "): a plan would replay the decision made while tracing. Data-dependent "
-               "control flow in Python (.item() inside the step) cannot be compiled; FlowBuilder's switch and "
-               "while_/until compile to branch instructions");
+      FG_CHECK(!computed, Value, host_read_message(t, what));
     }
   }
 };
@@ -417,6 +424,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     inputs_.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
     input_t_.push_back(x);  // the traced example, for shapes and dtypes until bound
   }
+  Stopwatch clock;
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
@@ -430,8 +438,10 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     auto before = static_cast<int64_t>(code_.size());
     run();
     passes_.emplace_back(name, before, static_cast<int64_t>(code_.size()));
+    pass_ms_.emplace_back(name, clock.lap_ms());
   };
   passes_.emplace_back("trace", stats_.traced, static_cast<int64_t>(code_.size()));
+  pass_ms_.emplace_back("trace", clock.lap_ms());
   std::unordered_set<int> roots;
   for (const Tensor& out : spec.outputs) {
     Value v = b.read(out, [] { return std::string("an output of the step"); });
@@ -465,9 +475,12 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   int64_t kernels = static_cast<int64_t>(runs_.size());
   for (const Instruction& ins : code_) kernels += ins.run < 0;
   passes_.emplace_back("fusion", before, kernels);
+  pass_ms_.emplace_back("fusion", clock.lap_ms());
   plan_memory();
   check_memory();
+  pass_ms_.emplace_back("memory", clock.lap_ms());
   bind();
+  pass_ms_.emplace_back("bind", clock.lap_ms());
   trace.calls.clear();
   trace.host_reads.clear();
 }

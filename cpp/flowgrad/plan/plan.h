@@ -139,6 +139,9 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   void relocate();  // source_ from locate (under mutex_)
 };
 
+// Why a host read of t's values inside a compiled step raises.
+std::string host_read_message(const Tensor& t, const std::string& what);
+
 // ---- the plan ----
 
 enum class BufferKind : uint8_t {
@@ -338,6 +341,8 @@ class Plan {
   const std::vector<Origin>& origins() const { return origins_; }
   // What each pass did: (pass, instructions before, after); "fusion" counts kernels after.
   const std::vector<std::tuple<std::string, int64_t, int64_t>>& passes() const { return passes_; }
+  // Milliseconds each stage of the build took: the passes above, then memory planning and binding.
+  const std::vector<std::pair<std::string, double>>& pass_ms() const { return pass_ms_; }
   // The CUDA source of one kernel computing fused run `run` (raises for an op it cannot generate).
   FusedKernel fused_kernel(int run, const std::string& name) const;
 
@@ -384,11 +389,12 @@ class Plan {
   PlanStats stats_;
   std::vector<Origin> origins_;
   std::vector<std::tuple<std::string, int64_t, int64_t>> passes_;
+  std::vector<std::pair<std::string, double>> pass_ms_;
   std::shared_ptr<Capture> capture_;  // made in bind()
 };
 
-// Copies of tensors' values, and writing them back (compile traces one real step, then restores
-// the parameters and optimizer state it touched).
+// Copies of tensors' values, and writing them back (the CUDA graph capture self-check runs a step
+// and restores the state it touched).
 Tensors snapshot(const Tensors& tensors);
 void restore(const Tensors& tensors, const Tensors& copies);
 
