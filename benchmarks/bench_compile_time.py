@@ -16,6 +16,7 @@ import cProfile
 import io
 import os
 import pstats
+import sys
 import time
 
 import numpy as np
@@ -117,6 +118,7 @@ def main():
               f"{b['compile_s'] / b['layers']:.3f} s ({b['layers']} layers)")
     if args.save:
         print("saved", save("bench_compile_time", {"machine": machine(), "load_average": load,
+                                                   "command": "python benchmarks/bench_compile_time.py " + " ".join(sys.argv[1:]),
                                                    "batch": BATCH, "T": T, "d": D, "heads": HEADS,
                                                    "vocab": VOCAB, "results": rows}))
 

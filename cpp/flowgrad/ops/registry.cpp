@@ -82,12 +82,34 @@ void notify_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& 
   for (auto it = g_observers.rbegin(); it != g_observers.rend(); ++it) (*it)->on_op(op, in, out, attrs);
 }
 
+// Whether a call runs its kernel, or only applies its shape rule (fg.compile's trace).
+enum class Dispatch : uint8_t { Kernel, ShapesOnly };
+
+// While fg.compile traces (see set_shape_only_trace), only calls that can make a folded constant
+// run their kernel; the others only apply their shape rule.
+Dispatch dispatch_of(const OpDef& op, TensorList in) {
+  uint64_t from = g_shape_only_from.load(std::memory_order_relaxed);
+  if (from == 0) {  // a traced value kept past its trace has no bytes to compute with
+    for (size_t i = 0; i < in.size(); ++i)
+      FG_CHECK(!in[i].storage()->is_shape_only(), Value, op.name, ": input ", i, " (", describe(in[i]), ") is a "
+               "shape-only value from fg.compile's trace and has no data; keep no traced value past the compile");
+    return Dispatch::Kernel;
+  }
+  if (op.in(Group::View)) return Dispatch::Kernel;
+  if (op.in(Group::Random)) return Dispatch::ShapesOnly;
+  bool constants = std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
+    return !t.storage()->is_shape_only() && t.storage()->serial() >= from;
+  });
+  return constants ? Dispatch::Kernel : Dispatch::ShapesOnly;
+}
+
 // Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
 // result dtype, else into a temporary that is copied back (cast). Inputs sharing the target's
 // memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
+// ShapesOnly (tracing) checks and records the write without making it.
 
 Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs& specs,
-                     const Attrs& attrs) {
+                     const Attrs& attrs, Dispatch dispatch) {
   const Tensor& target = in[0];
   check_writable(target, op.name);
   FG_CHECK(specs[0].shape == target.shape(), Shape, op.name, ": the result has shape ",
@@ -95,16 +117,18 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
   FG_CHECK(kind_rank(specs[0].dtype) <= kind_rank(target.dtype()), DType, op.name, ": the result type ",
            dtype_name(specs[0].dtype), " cannot be written in place into ", describe(target));
   Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
-  Tensors args = in.vec();
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
-  bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
-                ((op.flags & kHalfNative) || !any_half(in, specs));
-  if (direct) {
-    g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
-    kernel(args, Tensors{target}, attrs);
-  } else {
-    copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+  if (dispatch == Dispatch::Kernel) {
+    Tensors args = in.vec();
+    for (size_t i = 1; i < args.size(); ++i)
+      if (args[i].storage() == target.storage()) args[i] = clone_raw(args[i]);
+    bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
+                  ((op.flags & kHalfNative) || !any_half(in, specs));
+    if (direct) {
+      g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
+      kernel(args, Tensors{target}, attrs);
+    } else {
+      copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+    }
   }
   bump_version(target);
   Tensors out{target};
@@ -114,43 +138,6 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
     seen[0] = original;
     g_hook(op, seen, out, attrs);
   }
-  return out;
-}
-
-// Shape-only tracing: whether this call still runs its kernel (see set_shape_only_trace).
-bool runs_while_tracing(const OpDef& op, TensorList in) {
-  if (op.in(Group::View)) return true;
-  if (op.in(Group::Random)) return false;
-  uint64_t from = g_shape_only_from.load(std::memory_order_relaxed);
-  return std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
-    return !t.storage()->is_shape_only() && t.storage()->serial() >= from;
-  });
-}
-
-// Shape-only tracing: the call's outputs without running it (in place: the target, unwritten).
-Tensors trace_shapes(const OpDef& op, TensorList in, const Specs& specs, const Attrs& attrs, Device device) {
-  Tensors out;
-  if (op.in(Group::InPlace)) {
-    check_writable(in[0], op.name);
-    FG_CHECK(specs[0].shape == in[0].shape(), Shape, op.name, ": the result has shape ", to_string(specs[0].shape),
-             " but the tensor written in place has shape ", to_string(in[0].shape()));
-    Tensor original = g_in_place_hook ? g_in_place_hook(op, in) : Tensor();
-    out.push_back(in[0]);
-    bump_version(in[0]);
-    notify_op(op, in, out, attrs);
-    Tensors seen = in.vec();
-    seen[0] = original;
-    if (g_hook) g_hook(op, seen, out, attrs);
-    return out;
-  }
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!(op.mutated_inputs >> i & 1)) continue;
-    check_writable(in[i], op.name);
-    bump_version(in[i]);
-  }
-  for (const TensorSpec& s : specs) out.push_back(Tensor::shape_only(s.shape, s.dtype, device));
-  notify_op(op, in, out, attrs);
-  if (g_hook) g_hook(op, in, out, attrs);
   return out;
 }
 
@@ -250,19 +237,20 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
-  bool shape_only = shape_only_trace() && !runs_while_tracing(op, in);  // fg.compile's trace
-  FG_CHECK(!(shape_only && op.in(Group::DataDependent)), Value, "compile: '", op.name, "' has an output shape "
-           "that depends on its input values; plans need static shapes");
+  Dispatch dispatch = dispatch_of(op, in);
+  FG_CHECK(!(dispatch == Dispatch::ShapesOnly && op.in(Group::DataDependent)), Value, "compile: '", op.name,
+           "' has an output shape that depends on its input values; plans need static shapes");
   Specs specs = op.shape_rule(in, attrs);
-  if (shape_only) return trace_shapes(op, in, specs, attrs, device);
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
   if (device.is_cuda()) on_device.emplace(device.index);
-  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
+  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs, dispatch);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
   Tensors out;
   if (op.in(Group::View)) {
     out.push_back(op.view(in[0], specs[0], attrs));
+  } else if (dispatch == Dispatch::ShapesOnly) {  // tracing: outputs without bytes, no kernel
+    for (const TensorSpec& s : specs) out.push_back(Tensor::shape_only(s.shape, s.dtype, device));
   } else if (device.is_cpu()) {
     out = run_kernel(op, op.cpu, device, in, specs, attrs);
   } else if (op.cuda) {
