@@ -169,3 +169,20 @@ def test_constants_made_inside_the_step_still_fold_with_their_values():
     assert step.stats["constants_folded"] >= 3
     want = (model.fc(x) * (np.tril(np.ones((4, 4), np.float32)) * 2.0)).sum().item()
     np.testing.assert_allclose(step(x).item(), want, rtol=1e-6)
+
+
+def test_eager_ops_compute_again_after_a_trace_that_raised():
+    x, y = batch("cpu", np.random.default_rng(8))
+    with pytest.raises(fg.InvalidArgumentError, match=r"reads a computed value on the host"):
+        fg.compile(ReadsOnHost(lambda h: h.sum().item()), F.cross_entropy, None, example_inputs=(x, y))
+    np.testing.assert_array_equal((x + x).numpy(), 2 * x.numpy())
+
+
+def test_compile_reports_where_its_time_went():
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    x, y = batch("cpu", np.random.default_rng(9))
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x, y))
+    stages = [name for name, _ in step.plan.pass_ms()]
+    assert stages == [name for name, _, _ in step.plan.passes()] + ["memory", "bind"]
+    assert all(ms >= 0 for _, ms in step.plan.pass_ms())
+    assert set(step.compile_seconds) == {"trace", "plan"} and min(step.compile_seconds.values()) > 0
