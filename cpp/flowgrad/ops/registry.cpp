@@ -144,7 +144,6 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
 }  // namespace
 
 void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }
-bool shape_only_trace() { return g_shape_only_from.load(std::memory_order_relaxed) != 0; }
 uint64_t kernel_calls() { return g_kernel_calls.load(std::memory_order_relaxed); }
 
 std::string Attrs::str() const {

@@ -248,7 +248,6 @@ void notify_host_read(const Tensor& t, const char* what);
 // Every other call applies the shape rule and is recorded: its outputs are shape-only tensors
 // and an in-place write (optimizer update, running statistics, all_reduce_) is not made.
 void set_shape_only_trace(uint64_t first_serial);
-bool shape_only_trace();
 // How many kernels run_op has called in this process (tests check that a trace calls none).
 uint64_t kernel_calls();
 

@@ -1,7 +1,8 @@
 // Compiled plans: a traced step (forward, loss, backward, optimizer update) as a flat list of
 // kernel calls over buffers whose bytes are planned once in one arena per device.
 //
-// Pipeline (one file each): trace.cpp records every run_op call while a step runs once;
+// Pipeline (one file each): trace.cpp records every run_op call while a step is traced once on
+// shape-only tensors (no kernel runs, see set_shape_only_trace);
 // build.cpp turns the calls into instructions over buffers and runs the passes (view folding,
 // constant folding, dead-code elimination, gradient binding); memory.cpp plans the arena and
 // proves it safe; plan.cpp executes, and prints the plan.
@@ -86,7 +87,8 @@ struct TracedBranch {
   int id = -1;      // set by the builder
 };
 
-// While alive, records every op call (from any thread) and every host read of a tensor, and
+// While alive, records every op call (from any thread) and every host read of a tensor, with
+// run_op tracing shapes only (set_shape_only_trace: a host read of a shape-only value raises), and
 // traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp). Also
 // keeps which module each call came from (as a module call observer) and the source line
 // `locate` gives at each op and module call (the bindings read the Python stack when the calling
