@@ -70,7 +70,9 @@ py::list explain(const plan::Plan& p);
 
 void bind_plan(py::module_& m) {
   auto pm = m.def_submodule("plan", "Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).");
-  py::class_<plan::Tracer>(pm, "Tracer", "Records every op call while alive (use as a context manager).")
+  py::class_<plan::Tracer>(pm, "Tracer", "Records every op call while alive (use as a context manager), tracing shapes only: "
+                                  "values computed from anything but constants made during the trace are shape-only "
+                                  "tensors (no kernel runs, no in-place write is made; reading their values raises).")
       .def(py::init<>())
       .def("__enter__", [](plan::Tracer& t) -> plan::Tracer& { return t; }, py::return_value_policy::reference)
       .def("__exit__", [](plan::Tracer& t, py::args) { t.stop(); return false; })
@@ -178,6 +180,9 @@ void bind_plan(py::module_& m) {
            "output), bytes and offset (arena bytes of its outputs and the first one's offset; None outside the arena).")
       .def("passes", &plan::Plan::passes,
            "What each pass did: (pass, instructions before, after); for 'fusion', kernels after.")
+      .def("pass_ms", &plan::Plan::pass_ms,
+           "Milliseconds each stage of the plan's build took: (stage, ms) for every pass of passes(), then "
+           "'memory' (arena planning and its check) and 'bind'.")
       .def("fused_cuda_source", [](const plan::Plan& p, int run) {
              FG_CHECK(run >= 0 && run < static_cast<int>(p.runs().size()), Index, "fused_cuda_source: run ", run,
                       " of a plan with ", p.runs().size(), " fused run(s)");
@@ -232,8 +237,9 @@ void bind_plan(py::module_& m) {
   "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or "
   "'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy "
   "default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.");
-  pm.def("snapshot", &plan::snapshot, py::arg("tensors"), "Copies of the tensors' values.");
-  pm.def("restore", &plan::restore, py::arg("tensors"), py::arg("copies"), "Writes copies back into the tensors.");
+  pm.def("kernel_calls", &kernel_calls,
+         "How many kernels eager dispatch has called in this process (testing aid: compiling calls none for "
+         "values computed from the step's inputs, it traces shapes only).");
 }
 
 }  // namespace fg::py_bind

@@ -2,13 +2,19 @@
 
 The step is traced once: every op it runs, forward and backward and the optimizer's update ops,
 is recorded by the C++ tracer and becomes an instruction over planned memory (flowgrad._core.plan).
+The trace computes nothing: values derived from the step's inputs or parameters are shape-only
+tensors (no kernel runs, no bytes are allocated for them) and in-place writes (optimizer updates,
+running statistics, gradient all-reduces) are recorded, not made; only constants made inside the
+step (fills, aranges and what is computed from them only) run for real, so their values fold.
+Compiling changes no parameter, state or RNG; the first call makes the first update.
 Calling the step then runs that flat list of kernels: no Python, no op dispatch, no allocation
 and no autograd bookkeeping per op. Python only composes here; the plan is built and run in C++.
 
 What tracing means for you:
 - The step is traced as the path it took: Python-side control flow in a model's forward is
-  frozen at compile time. A host read of a computed value inside the step (``.item()``) raises
-  at compile time instead of freezing it. FlowBuilder ``switch`` and ``while_``/``until`` are
+  frozen at compile time. A host read of a computed value inside the step (``.item()``,
+  ``float(t)``, ``.numpy()``) raises at compile time instead of freezing it, as does an op whose
+  output shape depends on values (``nonzero``, ``x[x > 0]``). FlowBuilder ``switch`` and ``while_``/``until`` are
   data-dependent control flow the plan keeps: they compile to branch instructions decided at
   run time (a parameter only a branch trains is updated only when that branch ran).
 - Parameters, gradients and optimizer state stay the model's and optimizer's own tensors,
@@ -25,6 +31,7 @@ import collections
 import contextlib
 import os
 import sys
+import time
 
 from . import _core
 from .autograd import grad as _grad
@@ -76,13 +83,13 @@ def _module_labels(model):
 
 
 class _Traced:
-    """Runs `fn(tracer)` once under the tracer with parameters, state and the RNG restored afterwards."""
+    """Traces `fn(tracer)` once on shape-only tensors (no kernel runs, no in-place write is made:
+    parameters and state stay as they are); the RNG state is put back after the trace."""
 
-    def __init__(self, keep, model=None):
-        self.keep, self.model = keep, model
+    def __init__(self, model=None):
+        self.model = model
 
     def __call__(self, fn):
-        copies = _core.plan.snapshot(self.keep)
         rng = _core.get_rng_state()
         tracer = _core.plan.Tracer()
         tracer.set_module_names(_module_labels(self.model))
@@ -96,8 +103,8 @@ class _Traced:
                     sys.setprofile(tracer.profile)
                 result = fn(tracer)
         finally:
-            sys.setprofile(previous)
-            _core.plan.restore(self.keep, copies)
+            if previous is None:  # a cProfile profiler reads back as an object setprofile refuses
+                sys.setprofile(None)
             _core.set_rng_state(rng)
         return tracer, result
 
@@ -275,7 +282,8 @@ class CompiledStep(_PlanViews):
     """A compiled training step: ``loss = step(*inputs)``. Made by :func:`compile`.
 
     ``step.forward_only`` is True when there is nothing to train (no parameter requires grad):
-    the plan then computes the loss only."""
+    the plan then computes the loss only. ``step.compile_seconds`` says where the last build's
+    time went: ``{"trace": s, "plan": s}`` (``step.plan.pass_ms()`` splits the plan's part)."""
 
     def __init__(self, model, loss_fn, optimizer, example_inputs, dynamic, buckets=None, bucket_dim=1,
                  pad_values=None, max_plans=8):
@@ -343,7 +351,9 @@ class CompiledStep(_PlanViews):
                 opt.traced_step(grads, foreach=False if tracer.branches else None)
             return loss, grads
 
-        tracer, (loss, grads) = _Traced(self._params + state + buffers, self.model)(step)
+        start = time.perf_counter()
+        tracer, (loss, grads) = _Traced(self.model)(step)
+        traced = time.perf_counter()
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
         names = list(_named(self.model, "named_parameters")) + state_names
         self._tagged = _tagged_values(self.model)
@@ -352,6 +362,8 @@ class CompiledStep(_PlanViews):
         shared = self._plans.grads()  # the other plans' gradient tensors: one set for all of them
         plan = _core.plan.Plan(tracer, inputs, outputs, pairs, names, self._params + state + buffers,
                                [shared.get(hash(p)) for p, _ in pairs])
+        # Where the last build's time went (seconds): tracing the step, building the plan.
+        self.compile_seconds = {"trace": traced - start, "plan": time.perf_counter() - traced}
         bucket = self._buckets.bucket_of(inputs) if self._buckets is not None else None
         self._plans.add(_signature(inputs), plan, bucket, [(p, p.grad) for p, _ in pairs])
         self._traced_identity = self._identity()
@@ -448,7 +460,7 @@ class ForwardPlan(_PlanViews):
             with _no_grad():
                 return _outputs(model(*inputs), "forward_plan")
 
-        tracer, outputs = _Traced(params + buffers, model)(forward)
+        tracer, outputs = _Traced(model)(forward)
         self._single = len(outputs) == 1
         names = [(n, p) for n, p in model.named_parameters()]
         self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)

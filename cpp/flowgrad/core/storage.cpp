@@ -61,6 +61,20 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
   return s;
 }
 
+std::shared_ptr<Storage> Storage::shape_only(size_t bytes, Device device) {
+  auto s = std::make_shared<Storage>(Key{});
+  s->bytes_ = bytes;
+  s->device_ = device;
+  s->shape_only_ = true;
+  return s;
+}
+
+void Storage::fail_shape_only() const {
+  fail(ErrorKind::Value, "compile: a value computed from the step's inputs (", bytes_, " bytes on ", device_.str(),
+       ") has no data while fg.compile traces the step (shape-only tracing runs no kernel); read values after "
+       "compiling, outside the step");
+}
+
 Storage::~Storage() {
   if (release_) {
     release_();

@@ -18,6 +18,9 @@ class Storage {
   // tensor using it goes away.
   static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device,
                                        std::function<void()> release);
+  // A buffer with a size, a device and an identity but no bytes: what fg.compile's trace makes
+  // for values computed from the step's inputs (no kernel runs while tracing). data() raises.
+  static std::shared_ptr<Storage> shape_only(size_t bytes, Device device);
   struct Key {  // lets make_shared build a Storage (one allocation) while others cannot
    private:
     Key() = default;
@@ -28,7 +31,11 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const {
+    if (shape_only_) [[unlikely]] fail_shape_only();
+    return data_;
+  }
+  bool is_shape_only() const { return shape_only_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   // Increases with every Storage made in this process: tells buffers made during a compile
@@ -54,6 +61,8 @@ class Storage {
   std::function<void()> release_;
   std::atomic<uint32_t> version_{0};
   bool read_only_ = false;
+  bool shape_only_ = false;
+  [[noreturn]] void fail_shape_only() const;
 };
 
 // Device allocators other than the CPU register here (the CUDA backend does so at start-up).

@@ -2,17 +2,31 @@
 
 namespace fg {
 
-Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
+namespace {
+size_t checked_bytes(const Dims& shape, DType dtype) {
   int64_t n = checked_numel(shape);
   size_t item = itemsize(dtype);
   FG_CHECK(n <= static_cast<int64_t>(INT64_MAX / item), OutOfMemory, "cannot allocate ",
            to_string(shape), " of ", dtype_name(dtype), ": byte count overflows");
+  return static_cast<size_t>(n) * item;
+}
+
+Tensor contiguous_over(std::shared_ptr<Storage> storage, const Dims& shape, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(static_cast<size_t>(n) * item, device);
+  impl->storage = std::move(storage);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
+  return contiguous_over(Storage::allocate(checked_bytes(shape, dtype), device), shape, dtype);
+}
+
+Tensor Tensor::shape_only(const Dims& shape, DType dtype, Device device) {
+  return contiguous_over(Storage::shape_only(checked_bytes(shape, dtype), device), shape, dtype);
 }
 
 bool Tensor::is_contiguous() const {

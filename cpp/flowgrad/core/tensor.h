@@ -28,6 +28,8 @@ class Tensor {
 
   // A new contiguous tensor with uninitialised memory.
   static Tensor empty(const Dims& shape, DType dtype, Device device);
+  // A new contiguous tensor over a shape-only storage (no bytes; see Storage::shape_only).
+  static Tensor shape_only(const Dims& shape, DType dtype, Device device);
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }

@@ -20,8 +20,15 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   return out;
 }
 
+// A contiguous tensor of t's shape: shape-only when t is (fg.compile's trace), else uninitialised.
+static Tensor empty_like_layout(const Tensor& t, DType dtype) {
+  return t.storage()->is_shape_only() ? Tensor::shape_only(t.shape(), dtype, t.device())
+                                      : Tensor::empty(t.shape(), dtype, t.device());
+}
+
 Tensor device_copy(const Tensor& t, Device device) {
   if (t.device() == device) return t;
+  if (t.storage()->is_shape_only()) return Tensor::shape_only(t.shape(), t.dtype(), device);
   Tensor src = contiguous(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
   cuda::copy_bytes(out.data_ptr(), device, src.data_ptr(), src.device(),
@@ -39,6 +46,7 @@ void fill(const Tensor& t, double value) {
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   FG_ASSERT(dst.device() == src.device());
+  if (dst.storage()->is_shape_only()) return;  // tracing: no bytes to write
   Strided<2> s = strided_over<2>(dst.shape(), {&dst, &src});
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (dst.device().is_cuda()) return copy_cuda(dst.dtype(), src.dtype(), s);
@@ -48,20 +56,20 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 
 Tensor converted(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  Tensor out = empty_like_layout(t, dtype);
   copy_into(out, t);
   return out;
 }
 
 Tensor clone(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  Tensor out = empty_like_layout(t, t.dtype());
   copy_into(out, t);
   return out;
 }
 
 Tensor contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  Tensor out = empty_like_layout(t, t.dtype());
   copy_into(out, t);
   return out;
 }

@@ -18,6 +18,8 @@ std::array<std::atomic<DispatchMode*>, kModeKinds> g_modes{};
 std::mutex g_modes_mutex;  // changes to every stack, and walks of the trace stack
 
 std::atomic<DispatchMode*>& top(ModeKind kind) { return g_modes[static_cast<size_t>(kind)]; }
+std::atomic<uint64_t> g_shape_only_from{0};  // see set_shape_only_trace
+std::atomic<uint64_t> g_kernel_calls{0};
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
@@ -49,6 +51,7 @@ using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
 // Kernels compute float16/bfloat16 through float32 unless they handle them: widen, run, narrow.
 Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in, const Specs& specs,
                    const Attrs& attrs) {
+  g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
   if ((op.flags & kHalfNative) || !any_half(in, specs)) {
     Tensors out = allocate(specs, device);
     kernel(in, out, attrs);
@@ -96,12 +99,34 @@ void after_op(const OpDef& op, TensorList recorded_in, TensorList traced_in, Ten
   ModeWalk::each(ModeKind::Trace, [&](DispatchMode& m) { m.after(op, traced_in, out, attrs); });
 }
 
+// Whether a call runs its kernel, or only applies its shape rule (fg.compile's trace).
+enum class Dispatch : uint8_t { Kernel, ShapesOnly };
+
+// While fg.compile traces (see set_shape_only_trace), only calls that can make a folded constant
+// run their kernel; the others only apply their shape rule.
+Dispatch dispatch_of(const OpDef& op, TensorList in) {
+  uint64_t from = g_shape_only_from.load(std::memory_order_relaxed);
+  if (from == 0) {  // a traced value kept past its trace has no bytes to compute with
+    for (size_t i = 0; i < in.size(); ++i)
+      FG_CHECK(!in[i].storage()->is_shape_only(), Value, op.name, ": input ", i, " (", describe(in[i]), ") is a "
+               "shape-only value from fg.compile's trace and has no data; keep no traced value past the compile");
+    return Dispatch::Kernel;
+  }
+  if (op.in(Group::View)) return Dispatch::Kernel;
+  if (op.in(Group::Random)) return Dispatch::ShapesOnly;
+  bool constants = std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
+    return !t.storage()->is_shape_only() && t.storage()->serial() >= from;
+  });
+  return constants ? Dispatch::Kernel : Dispatch::ShapesOnly;
+}
+
 // Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
 // result dtype, else into a temporary that is copied back (cast). Inputs sharing the target's
 // memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
+// ShapesOnly (tracing) checks and records the write without making it.
 
 Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs& specs,
-                     const Attrs& attrs) {
+                     const Attrs& attrs, Dispatch dispatch) {
   const Tensor& target = in[0];
   check_writable(target, op.name);
   FG_CHECK(specs[0].shape == target.shape(), Shape, op.name, ": the result has shape ",
@@ -112,15 +137,19 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
   ModeWalk::each(ModeKind::InPlaceCheck, [&](DispatchMode& m) {
     if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
   });
-  Tensors args = in.vec();
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].storage() == target.storage()) args[i] = raw::clone(args[i]);
-  bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
-                ((op.flags & kHalfNative) || !any_half(in, specs));
-  if (direct)
-    kernel(args, Tensors{target}, attrs);
-  else
-    raw::copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+  if (dispatch == Dispatch::Kernel) {
+    Tensors args = in.vec();
+    for (size_t i = 1; i < args.size(); ++i)
+      if (args[i].storage() == target.storage()) args[i] = raw::clone(args[i]);
+    bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
+                  ((op.flags & kHalfNative) || !any_half(in, specs));
+    if (direct) {
+      g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
+      kernel(args, Tensors{target}, attrs);
+    } else {
+      raw::copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+    }
+  }
   bump_version(target);
   Tensors out{target};
   Tensors recorded = in.vec();
@@ -130,6 +159,9 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
 }
 
 }  // namespace
+
+void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }
+uint64_t kernel_calls() { return g_kernel_calls.load(std::memory_order_relaxed); }
 
 std::string Attrs::str() const {
   std::ostringstream os;
@@ -232,15 +264,20 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
+  Dispatch dispatch = dispatch_of(op, in);
+  FG_CHECK(!(dispatch == Dispatch::ShapesOnly && op.in(Group::DataDependent)), Value, "compile: '", op.name,
+           "' has an output shape that depends on its input values; plans need static shapes");
   Specs specs = op.shape_rule(in, attrs);
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
   if (device.is_cuda()) on_device.emplace(device.index);
-  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs);
+  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs, dispatch);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
   Tensors out;
   if (op.in(Group::View)) {
     out.push_back(op.view(in[0], specs[0], attrs));
+  } else if (dispatch == Dispatch::ShapesOnly) {  // tracing: outputs without bytes, no kernel
+    for (const TensorSpec& s : specs) out.push_back(Tensor::shape_only(s.shape, s.dtype, device));
   } else if (device.is_cpu()) {
     out = run_kernel(op, op.cpu, device, in, specs, attrs);
   } else if (op.cuda) {

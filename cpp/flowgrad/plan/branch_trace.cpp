@@ -4,8 +4,9 @@
 // backward of every branch (of the body, recomputed from the saved iteration input) as the
 // blocks of a second branch instruction, which the plan runs as the forward decided.
 //
-// Values computed while tracing stand in for the real ones (the first branch's output, zeros for
-// gradients, the loop input for the loop output): a plan only keeps the calls and the shapes.
+// Shape-only values stand in for the real ones (the buffers a branch owns: outputs, carried
+// values, stash, count, gradient sums): tracing runs no kernel, a plan only keeps the calls and
+// the shapes.
 #include <algorithm>
 
 #include "flowgrad/autograd/autograd.h"
@@ -15,11 +16,7 @@
 namespace fg::plan {
 namespace {
 
-Tensor zeros_like_raw(const Tensor& t) {
-  Tensor z = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (z.numel() > 0) raw::fill(z, 0);
-  return z;
-}
+Tensor stand_in(const Tensor& t) { return Tensor::shape_only(t.shape(), t.dtype(), t.device()); }
 
 // A leaf over t's memory (the plan builder maps it to t's buffer).
 Tensor leaf(const Tensor& t, bool grad) {
@@ -84,7 +81,7 @@ Tensor Tracer::run_switch(const graph::SwitchCall& c) {
     FG_CHECK(ys[b].shape() == ys[0].shape() && ys[b].dtype() == ys[0].dtype(), Graph, c.node,
              ": a compiled switch needs every branch to return the same shape and dtype; branch 0 returns ",
              describe(ys[0]), ", branch ", b, " returns ", describe(ys[b]));
-  Tensor out = raw::clone(ys[0]);
+  Tensor out = stand_in(ys[0]);
   for (const Tensor& y : ys) fwd->results.push_back({{y, out, false}});
   fwd->owned = {out};
   add_branch(fwd);
@@ -103,8 +100,8 @@ Tensors Tracer::switch_backward(const std::shared_ptr<TracedBranch>& forward, co
   bwd->label = forward->label + " backward";
   bwd->selector = forward->selector;
   bool x_grad = requires_grad(xs[0]);
-  Tensors result{x_grad ? zeros_like_raw(xs[0]) : Tensor()};
-  for (const Tensor& p : all) result.push_back(zeros_like_raw(p));
+  Tensors result{x_grad ? stand_in(xs[0]) : Tensor()};
+  for (const Tensor& p : all) result.push_back(stand_in(p));
   for (size_t b = 0; b < ys.size(); ++b) {
     Tensors targets;
     if (x_grad) targets.push_back(xs[b]);
@@ -130,11 +127,11 @@ Tensor Tracer::run_loop(const graph::LoopCall& c) {
   fwd->label = c.node;
   fwd->max_iter = c.max_iter;
   fwd->init = c.x;
-  fwd->carried = raw::clone(c.x);
+  fwd->carried = stand_in(c.x);
   Dims rows{c.max_iter};
   for (int64_t d : c.x.shape()) rows.push_back(d);
-  fwd->stash = Tensor::empty(rows, c.x.dtype(), c.x.device());
-  fwd->count = zeros_like_raw(Tensor::empty(Dims{}, DType::Int64, c.x.device()));
+  fwd->stash = Tensor::shape_only(rows, c.x.dtype(), c.x.device());
+  fwd->count = Tensor::shape_only(Dims{}, DType::Int64, c.x.device());
   Tensor y;
   {
     GradModeGuard no_grad(false);
@@ -173,8 +170,8 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   bwd->label = forward->label + " backward";
   bwd->loop = forward;
   bwd->init = grad;
-  bwd->carried = zeros_like_raw(c.x);
-  bwd->step_input = zeros_like_raw(c.x);
+  bwd->carried = stand_in(c.x);
+  bwd->step_input = stand_in(c.x);
   Tensors targets{leaf(bwd->step_input, true)}, body_in = targets;
   for (const Tensor& r : c.refs) {
     body_in.push_back(leaf(r, requires_grad(r)));
@@ -192,11 +189,11 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   std::vector<TracedResult> results;
   size_t k = 1;
   for (const Tensor& r : c.refs) {
-    Tensor sum = requires_grad(r) && grads[k].defined() ? zeros_like_raw(r) : Tensor();
+    Tensor sum = requires_grad(r) && grads[k].defined() ? stand_in(r) : Tensor();
     if (requires_grad(r)) ++k;
     result.push_back(sum);
   }
-  for (size_t i = 0; i < params.size(); ++i, ++k) result.push_back(grads[k].defined() ? zeros_like_raw(params[i]) : Tensor());
+  for (size_t i = 0; i < params.size(); ++i, ++k) result.push_back(grads[k].defined() ? stand_in(params[i]) : Tensor());
   k = 1;
   for (size_t i = 0; i < c.refs.size() + params.size(); ++i) {
     bool target = i >= c.refs.size() || requires_grad(c.refs[i]);

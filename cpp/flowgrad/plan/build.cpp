@@ -4,6 +4,7 @@
 // runs the pass pipeline (passes/), checks what plans cannot run, plans memory and lowers the
 // result (lower.cpp).
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <unordered_map>
 
@@ -24,6 +25,15 @@ InstrKind region_kind(BranchKind kind) {
   }
   return InstrKind::Guard;
 }
+
+// Milliseconds since the last lap (Plan::pass_ms).
+struct Stopwatch {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double lap_ms() {
+    auto now = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(now - std::exchange(start, now)).count();
+  }
+};
 
 struct Builder {
   Program& program;
@@ -196,10 +206,7 @@ void check_host_reads(const Tracer& trace, const Builder& b, const DefUse& du) {
     if (it == b.buffer_of.end()) continue;
     const BufferDecl& buf = b.program.buffers[it->second];
     bool computed = !buf.constant && (buf.kind != BufferKind::External || du.written(it->second));
-    FG_CHECK(!computed, Value, "compile: the step reads a computed value on the host (", what, " of ",
-             fg::describe(t), "): a plan would replay the decision made while tracing. Data-dependent "
-             "control flow in Python (.item() inside the step) cannot be compiled; FlowBuilder's switch and "
-             "while_/until compile to branch instructions");
+    FG_CHECK(!computed, Value, host_read_message(t, what));
   }
 }
 
@@ -247,6 +254,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     program.buffers[id].bytes = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
     program.inputs.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
   }
+  Stopwatch clock;
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
@@ -263,7 +271,8 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     program.grads.push_back({b.value_of(grad, it->second), param.shape(), param.dtype(), b.name_of(param)});
   }
   passes_.emplace_back("trace", stats_.traced, count_calls(program.body));
-  program = run_pipeline(std::move(program), &passes_);
+  pass_ms_.emplace_back("trace", clock.lap_ms());
+  program = run_pipeline(std::move(program), &passes_, &pass_ms_);
   check_host_reads(trace, b, def_use(program));
   check_devices(program);
   for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());

@@ -5,6 +5,7 @@
 // .grad); instructions are flattened into the executor's records, a fused run as its calls
 // marked with the run, a region as one record holding its lowered blocks.
 #include <algorithm>
+#include <chrono>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/env.h"
@@ -81,6 +82,11 @@ void Plan::compile_cuda_runs(Program& p) {
 }
 
 void Plan::lower(Program program, std::vector<std::shared_ptr<Storage>> storages, const PlanSpec& spec) {
+  auto start = std::chrono::steady_clock::now();
+  auto lap = [&](const char* stage) {  // Plan::pass_ms
+    auto now = std::chrono::steady_clock::now();
+    pass_ms_.emplace_back(stage, std::chrono::duration<double, std::milli>(now - std::exchange(start, now)).count());
+  };
   device_ = program.device;
   stats_.common = static_cast<int>(count_of(passes_, "cse"));
   stats_.folded = static_cast<int>(count_of(passes_, "constant folding"));
@@ -91,6 +97,7 @@ void Plan::lower(Program program, std::vector<std::shared_ptr<Storage>> storages
   const DefUse du = def_use(program);
   memory_ = plan_memory(program, du, env::plan_planner());
   plan::check_memory(program, memory_);
+  lap("memory");
   stats_.arena_bytes = memory_.arena_bytes;
   stats_.naive_bytes = memory_.naive_bytes;
   for (size_t id = 0; id < program.buffers.size(); ++id) {
@@ -124,6 +131,7 @@ void Plan::lower(Program program, std::vector<std::shared_ptr<Storage>> storages
                                 std::count_if(code_.begin(), code_.end(), [](const Instruction& i) { return i.run < 0; });
   program_ = std::move(program);
   bind();
+  lap("bind");
 }
 
 void Plan::lower_block(const Block& block, std::vector<Instruction>& out, int& time) {

@@ -1,11 +1,13 @@
 // Compiled plans: a traced step (forward, loss, backward, optimizer update) as a flat list of
 // kernel calls over buffers whose bytes are planned once in one arena per device.
 //
-// Pipeline: trace.cpp records every run_op call while a step runs once; build.cpp turns the calls
-// into a Program (program.h: buffers as declarations, instructions, regions with blocks, fused
-// runs as instructions); passes/ map Program to Program (one table, pipeline.cpp); memory.cpp
-// plans the arena from the def/use analysis (analysis.h) and an independent checker proves it;
-// lower.cpp binds the result to memory and kernels as a Plan, which plan.cpp executes and prints.
+// Pipeline: trace.cpp records every run_op call while a step is traced once on shape-only
+// tensors (no kernel runs but those that make folded constants; see set_shape_only_trace);
+// build.cpp turns the calls into a Program (program.h: buffers as declarations, instructions,
+// regions with blocks, fused runs as instructions); passes/ map Program to Program (one table,
+// pipeline.cpp); memory.cpp plans the arena from the def/use analysis (analysis.h) and an
+// independent checker proves it; lower.cpp binds the result to memory and kernels as a Plan,
+// which plan.cpp executes and prints.
 //
 // Execution replays launch records (Launch, prepared once when lowering): no shape rule, dtype
 // dispatch or attribute lookup per call. Fused elementwise runs execute tile by tile on the CPU
@@ -90,7 +92,8 @@ struct TracedBranch {
   int id = -1;      // set by the builder
 };
 
-// While alive, records every op call (from any thread) and every host read of a tensor, and
+// While alive, records every op call (from any thread) and every host read of a tensor, with
+// run_op tracing shapes only (set_shape_only_trace: a host read of a shape-only value raises), and
 // traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp). Also
 // keeps which module each call came from (as a module call observer) and the source line
 // `locate` gives at each op and module call (the bindings read the Python stack when the calling
@@ -143,6 +146,9 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   int origin();  // the current origin's index (under mutex_)
   void relocate();  // source_ from locate (under mutex_)
 };
+
+// Why a host read of t's values inside a compiled step raises.
+std::string host_read_message(const Tensor& t, const std::string& what);
 
 // ---- the plan: what lowering (lower.cpp) makes of a Program ----
 
@@ -323,6 +329,8 @@ class Plan {
   const std::vector<Origin>& origins() const { return origins_; }
   // What each pass did: (pass, instructions before, after); "fusion" counts kernels after.
   const std::vector<std::tuple<std::string, int64_t, int64_t>>& passes() const { return passes_; }
+  // Milliseconds each stage of the build took: the passes above, then memory planning and binding.
+  const std::vector<std::pair<std::string, double>>& pass_ms() const { return pass_ms_; }
   // The CUDA source of one kernel computing fused run `run` (raises for an op it cannot generate).
   FusedKernel fused_kernel(int run, const std::string& name) const;
   const Program& program() const { return program_; }  // what was lowered
@@ -374,14 +382,15 @@ class Plan {
   MemoryPlan memory_;
   std::vector<FusedKernel> kernels_;  // CUDA: per Fused instruction of program_'s body, in order
   std::vector<std::shared_ptr<const void>> loaded_;
+  std::vector<std::pair<std::string, double>> pass_ms_;
   std::shared_ptr<Capture> capture_;  // made in bind()
 };
 
 // Binds both plans onto the larger of their arenas (they must not run at the same time).
 void share_arena(Plan& a, Plan& b);
 
-// Copies of tensors' values, and writing them back (compile traces one real step, then restores
-// the parameters and optimizer state it touched).
+// Copies of tensors' values, and writing them back (the CUDA graph capture self-check runs a step
+// and restores the state it touched).
 Tensors snapshot(const Tensors& tensors);
 void restore(const Tensors& tensors, const Tensors& copies);
 

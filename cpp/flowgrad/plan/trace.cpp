@@ -15,6 +15,7 @@ thread_local std::vector<const nn::Module*> t_modules;
 }  // namespace
 
 Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) {
+  set_shape_only_trace(first_serial);
   trace_mode_.emplace(this);
   previous_ = graph::control_flow();
   graph::set_control_flow(this);
@@ -29,6 +30,7 @@ void Tracer::stop() {
   active_ = false;
   rng_end = rng_state();
   trace_mode_.reset();
+  set_shape_only_trace(0);
   graph::set_control_flow(previous_);
   nn::set_call_observer(previous_observer_);
 }
@@ -89,6 +91,18 @@ void Tracer::add_branch(std::shared_ptr<TracedBranch> branch) {
   (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch), origin()});
 }
 
-void Tracer::on_host_read(const Tensor& t, const char* what) { host_reads.emplace_back(t, what); }
+// A value computed from the step's inputs has no data while tracing: the read raises here, before
+// it would reach the missing bytes. Other reads are checked when the plan is built.
+void Tracer::on_host_read(const Tensor& t, const char* what) {
+  FG_CHECK(!t.storage()->is_shape_only(), Value, host_read_message(t, what));
+  host_reads.emplace_back(t, what);
+}
+
+std::string host_read_message(const Tensor& t, const std::string& what) {
+  return "compile: the step reads a computed value on the host (" + what + " of " + describe(t) +
+         "): a plan would replay the decision made while tracing. Data-dependent control flow in Python "
+         "(.item() inside the step) cannot be compiled; FlowBuilder's switch and while_/until compile to branch "
+         "instructions";
+}
 
 }  // namespace fg::plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'nvrtc_archs', 'nvrtc_available', 'restore', 'set_fused_fault', 'snapshot']
+__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
 class Plan:
     """
     A traced step as instructions over planned memory.
@@ -57,6 +57,10 @@ class Plan:
         """
         The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it maps to, its selector and its blocks (lists of records).
         """
+    def pass_ms(self) -> list[tuple[str, float]]:
+        """
+        Milliseconds each stage of the plan's build took: (stage, ms) for every pass of passes(), then 'memory' (arena planning and its check) and 'bind'.
+        """
     def passes(self) -> list[tuple[str, int, int]]:
         """
         What each pass did: (pass, instructions before, after); for 'fusion', kernels after.
@@ -88,7 +92,7 @@ class Plan:
         """
 class Tracer:
     """
-    Records every op call while alive (use as a context manager).
+    Records every op call while alive (use as a context manager), tracing shapes only: values computed from anything but constants made during the trace are shape-only tensors (no kernel runs, no in-place write is made; reading their values raises).
     """
     def __enter__(self) -> Tracer:
         ...
@@ -134,6 +138,10 @@ def compile_ptx(source: str, name: str, arch: typing.SupportsInt | typing.Suppor
     """
     PTX of CUDA source compiled by NVRTC for compute_<arch>.
     """
+def kernel_calls() -> int:
+    """
+    How many kernels eager dispatch has called in this process (testing aid: compiling calls none for values computed from the step's inputs, it traces shapes only).
+    """
 def nvrtc_archs() -> list[int]:
     """
     The GPU architectures (80, 90, ...) NVRTC can compile SASS for.
@@ -142,15 +150,7 @@ def nvrtc_available() -> tuple[bool, str]:
     """
     (True, '') when NVRTC can compile fused CUDA kernels here, else (False, why).
     """
-def restore(tensors: collections.abc.Sequence[flowgrad._core.Tensor], copies: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
-    """
-    Writes copies back into the tensors.
-    """
 def set_fused_fault(stage: str) -> None:
     """
     Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.
-    """
-def snapshot(tensors: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
-    """
-    Copies of the tensors' values.
     """

@@ -54,6 +54,9 @@ struct Pass {
 const std::vector<Pass>& pipeline();
 // Runs the pipeline; appends (pass, instructions before, after) to *counts, where the fusion
 // pass counts kernels after (a fused run is one). Prints "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
-Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts);
+// Runs the table in order; `counts` gets (pass, instructions before, after) and `ms` the
+// milliseconds of each reported pass.
+Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts,
+                     std::vector<std::pair<std::string, double>>* ms = nullptr);
 
 }  // namespace fg::plan
