@@ -21,6 +21,10 @@ class Plan:
         """
         The memory the plan's intermediates and input slots live in, as a 1-D uint8 tensor over all of it.
         """
+    def arena_shared_with(self, other: Plan) -> bool:
+        """
+        True when this plan and `other` use the same arena storage.
+        """
     def bind_arena(self, arena: flowgrad._core.Tensor) -> None:
         """
         Moves the plan's intermediates onto `arena` (a 1-D uint8 tensor over a whole storage on the plan's device, at least stats()['arena_bytes'] bytes), e.g. another plan's arena(): plans that never run at the same time can share one. A captured CUDA graph is taken again on a later call.
