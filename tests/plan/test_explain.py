@@ -80,6 +80,11 @@ def test_mlp_rows_name_phase_layer_and_line():
     assert [r["module"] for r in forward if r["op"] == "matmul"] == ["0", "2"]
     assert all(r["source"] == line for r in e.rows)  # a C++ model: the compile call issued every op
     assert [r["op"] for r in e.rows if r["phase"] == "optimizer"] == ["adam_update_multi"]  # one per group
+    # A backward op is labelled with the forward call whose gradient it computes.
+    backward = [r for r in e.rows if r["phase"] == "backward"]
+    assert sorted(r["module"] for r in backward if r["op"] == "matmul") == ["0", "2", "2"]
+    assert [r["module"] for r in backward if r["op"] == "relu_backward"] == ["1"]
+    assert [r["module"] for r in backward if r["op"].startswith("cross_entropy")] == [""]  # the loss function
     assert str(step).endswith(str(e)) and "optimizer" in str(step) and "module" in str(step)
 
 
@@ -110,7 +115,12 @@ def test_transformer_rows_name_blocks_and_source_lines():
     # The loss, backward and update ops are issued by flowgrad's step on behalf of the compile call.
     call = line_of(test_transformer_rows_name_blocks_and_source_lines, "fg.compile(")
     assert {r["source"] for r in e.rows if r["op"].startswith("cross_entropy")} == {call}
-    assert {r["source"] for r in e.rows if r["phase"] != "forward"} == {call}
+    assert {r["source"] for r in e.rows if r["phase"] == "optimizer"} == {call}
+    # Backward ops carry the module and source line of the forward call they differentiate.
+    backward = [r for r in e.rows if r["phase"] == "backward"]
+    assert {r["source"] for r in backward if r["module"].startswith("blocks.")} == {block}
+    assert {r["source"] for r in backward if r["module"] == "head"} == {head}
+    assert any(r["module"].startswith("blocks.1.") for r in backward)
     # step.explain() describes the same plan every call runs: training goes on unchanged.
     losses = [step(idx, y).item() for _ in range(3)]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]

@@ -4,6 +4,7 @@
 #include <map>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/dispatch.h"
@@ -17,7 +18,7 @@ namespace {
 std::atomic<bool> g_anomaly{false};
 std::atomic<uint64_t> g_sequence{0};
 // The node whose backward rule is running on this thread: ops it calls are reported as its backward.
-thread_local const char* t_backward_of = nullptr;
+thread_local const Node* t_backward_node = nullptr;
 
 AutogradMeta& meta(const Tensor& t) {
   auto& m = t.impl()->autograd;
@@ -78,7 +79,7 @@ void watch_version(Node& node, const Tensor& t, bool output, int index) {
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
   if (g_anomaly.load())
     for (size_t i = 0; i < out.size(); ++i)
-      check_finite(out[i], t_backward_of ? t_backward_of : op.name, t_backward_of ? "backward" : "forward", i);
+      check_finite(out[i], t_backward_node ? t_backward_node->name() : op.name, t_backward_node ? "backward" : "forward", i);
   Tensors in_place_inputs;
   if (op.in(Group::InPlace)) {
     in_place_inputs = in.vec();
@@ -263,17 +264,16 @@ class Engine {
     for (size_t i = 0; i < node->saved_outputs.size(); ++i)
       outputs.push_back(create_ ? node->attached_output(static_cast<int>(i)) : node->saved_outputs[i]);
     BackwardCtx ctx{node->attrs, node->saved_inputs, outputs, node->input_specs, grads, needs, create_};
-    const char* outer = t_backward_of;
-    t_backward_of = node->name();
     Tensors input_grads;
-    AutocastScope autocast_off({});  // gradients follow the dtypes of the forward
-    try {
+    {
+      struct Running {  // t_backward_node for the rule's duration, restored on an exception too
+        const Node* outer = std::exchange(t_backward_node, nullptr);
+        explicit Running(const Node* n) { t_backward_node = n; }
+        ~Running() { t_backward_node = outer; }
+      } running(node);
+      AutocastScope autocast_off({});  // gradients follow the dtypes of the forward
       input_grads = node->custom ? node->custom(grads) : node->op->backward(ctx);
-    } catch (...) {
-      t_backward_of = outer;
-      throw;
     }
-    t_backward_of = outer;
     FG_ASSERT(input_grads.size() == node->next.size());
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
@@ -440,6 +440,8 @@ bool grad_enabled() { return context().grad_enabled; }
 void set_grad_enabled(bool enabled) { context().grad_enabled = enabled; }
 bool anomaly_enabled() { return g_anomaly.load(); }
 void set_anomaly_enabled(bool enabled) { g_anomaly = enabled; }
+
+const Node* running_backward() { return t_backward_node; }
 
 bool requires_grad(const Tensor& t) {
   const auto& m = t.impl()->autograd;

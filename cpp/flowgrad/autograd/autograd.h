@@ -91,6 +91,10 @@ void set_grad_enabled(bool enabled);  // the Python fg.set_grad_enabled; C++ tak
 bool anomaly_enabled();
 void set_anomaly_enabled(bool enabled);
 
+// The node whose backward rule this thread is running (nullptr outside one): the compile tracer
+// labels a backward op with the forward call that made the node.
+const Node* running_backward();
+
 bool requires_grad(const Tensor& t);
 void set_requires_grad(const Tensor& t, bool value);  // leaves only
 Tensor grad_of(const Tensor& t);

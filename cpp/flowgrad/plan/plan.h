@@ -126,6 +126,8 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   size_t update_start = SIZE_MAX;    // calls from here on are the optimizer's update
   std::unordered_map<const nn::Module*, std::string> module_names;  // labels for Origin::module
   std::vector<Origin> origins;
+  // The origin of the forward call that made each autograd node: its backward ops take it.
+  std::unordered_map<const void*, int> node_origins;
   std::function<std::string()> locate;
   void note_source();  // asks locate now (e.g. before a call that runs ops without the interpreter)
   RngState rng_start, rng_end;

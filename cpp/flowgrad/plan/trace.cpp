@@ -1,6 +1,7 @@
 // The tracer: an op observer that records every call while a step runs once.
 #include <mutex>
 
+#include "flowgrad/autograd/autograd.h"
 #include "flowgrad/plan/plan.h"
 
 namespace fg::plan {
@@ -56,6 +57,10 @@ void Tracer::relocate() {
 }
 
 int Tracer::origin() {
+  if (const Node* node = running_backward()) {  // a backward op: where its forward call came from
+    auto found = node_origins.find(node);
+    if (found != node_origins.end()) return found->second;
+  }
   std::string module;
   for (auto it = t_modules.rbegin(); it != t_modules.rend() && module.empty(); ++it) {
     auto found = module_names.find(*it);
@@ -71,7 +76,10 @@ int Tracer::origin() {
 void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
   std::lock_guard<std::mutex> lock(mutex_);
   relocate();
-  (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr, origin()});
+  const int at = origin();
+  (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr, at});
+  for (const Tensor& t : out)  // autograd recorded the call before this mode saw it
+    if (auto node = t.defined() ? grad_fn(t) : nullptr) node_origins.emplace(node.get(), at);
 }
 
 void Tracer::begin_block() {
