@@ -17,7 +17,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import best_time, machine, save
+from common import best_time, machine, save, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -26,23 +26,7 @@ def flowgrad_model(case):
     fg.manual_seed(0)
     if case == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    return CharTransformer()
-
-
-class CharTransformer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.tokens = nn.Embedding(VOCAB, D)
-        self.positions = nn.Parameter(fg.randn(T, D) * 0.02)
-        self.blocks = nn.ModuleList([nn.TransformerBlock(D, HEADS, causal=True) for _ in range(LAYERS)])
-        self.norm = nn.LayerNorm(D)
-        self.head = nn.Linear(D, VOCAB)
-
-    def forward(self, idx):
-        x = self.tokens(idx) + self.positions
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x)).reshape(-1, VOCAB)
+    return transformer_lm(VOCAB, T, D, HEADS, LAYERS)
 
 
 def torch_model(case):

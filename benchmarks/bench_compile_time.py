@@ -23,26 +23,9 @@ import numpy as np
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from flowgrad import nn
-from common import machine, save
+from common import machine, save, transformer_lm
 
 VOCAB, T, D, HEADS, BATCH = 50304, 64, 768, 12, 1
-
-
-class LM(nn.Module):
-    def __init__(self, layers):
-        super().__init__()
-        self.tokens = nn.Embedding(VOCAB, D)
-        self.positions = nn.Parameter(fg.randn(T, D) * 0.02)
-        self.blocks = nn.ModuleList([nn.TransformerBlock(D, HEADS, causal=True) for _ in range(layers)])
-        self.norm = nn.LayerNorm(D)
-        self.head = nn.Linear(D, VOCAB)
-
-    def forward(self, idx):
-        x = self.tokens(idx) + self.positions
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x)).reshape(-1, VOCAB)
 
 
 def seconds(fn):
@@ -53,7 +36,7 @@ def seconds(fn):
 
 def measure(layers, profile=False):
     fg.manual_seed(0)
-    model = LM(layers)
+    model = transformer_lm(VOCAB, T, D, HEADS, layers)
     opt = fg.optim.AdamW(model.parameters(), lr=3e-4)
     rng = np.random.default_rng(0)
     x, y = fg.tensor(rng.integers(0, VOCAB, (BATCH, T))), fg.tensor(rng.integers(0, VOCAB, BATCH * T))

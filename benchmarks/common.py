@@ -60,3 +60,27 @@ def save(name, payload):
     path = RESULTS / f"{name}-{stamp}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def transformer_lm(vocab, seq, dim, heads, layers):
+    """The benchmarks' causal transformer LM, built as a user would: token embedding + learned
+    positions, `layers` nn.TransformerBlocks, LayerNorm, an untied head; logits (batch * seq, vocab)."""
+    import flowgrad as fg
+    from flowgrad import nn
+
+    class TransformerLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(vocab, dim)
+            self.positions = nn.Parameter(fg.randn(seq, dim) * 0.02)
+            self.blocks = nn.ModuleList([nn.TransformerBlock(dim, heads, causal=True) for _ in range(layers)])
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, vocab)
+
+        def forward(self, idx):
+            x = self.tokens(idx) + self.positions
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x)).reshape(-1, vocab)
+
+    return TransformerLM()
