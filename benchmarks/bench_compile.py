@@ -9,7 +9,6 @@ transformer (4 layers, d=128, T=64, B=16) compiled >= 1.3x PyTorch eager; arena/
 """
 import argparse
 import sys
-import time
 
 import numpy as np
 
