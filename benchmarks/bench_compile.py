@@ -174,6 +174,10 @@ def chain_per_op():
         row["torch_us_per_op"] = best_time(torch_eager) / ops * 1e6
     except ImportError:
         row["torch_us_per_op"] = None
+    # Whole steps too: the instruction count differs between builds, so per-op times alone mislead.
+    for who in ("compiled", "eager", "torch"):
+        per_op = row[f"{who}_us_per_op"]
+        row[f"{who}_step_us"] = None if per_op is None else per_op * ops
     line = (f"chain of {ops} ops on {CHAIN_SIZE} floats: compiled {row['compiled_us_per_op']:.2f} us/op  "
             f"eager {row['eager_us_per_op']:.2f} us/op")
     if row["torch_us_per_op"] is not None:
