@@ -66,3 +66,36 @@ def test_sharing_an_arena_across_devices_raises(device):
                            example_inputs=(x.to(device), y.to(device)))
     with pytest.raises(fg.DeviceError, match="share_arena: plans on cuda:0 and cpu"):
         on_device.plan.share_arena(on_cpu.plan)
+
+
+def mlp_step(seed=0):
+    fg.manual_seed(seed)
+    model = fg.nn.Sequential(fg.nn.Linear(6, 8), fg.nn.ReLU(), fg.nn.Linear(8, 2))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    x, y = fg.randn(4, 6), fg.randn(4, 2)
+    return model, fg.compile(model, F.mse_loss, opt, example_inputs=(x, y)), (x, y)
+
+
+def test_plan_skip_turns_optional_passes_off_and_the_step_trains_the_same(monkeypatch):
+    model, full, (x, y) = mlp_step()
+    counts = {name: (before, after) for name, before, after in full.plan.passes()}
+    assert counts["transpose folding"][0] > counts["transpose folding"][1]  # Linear weight gradients
+    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", "transpose_folding, dead_code")
+    other, skipping, _ = mlp_step()
+    counts = {name: (before, after) for name, before, after in skipping.plan.passes()}
+    assert counts["transpose folding"][0] == counts["transpose folding"][1]
+    assert counts["dead code"][0] == counts["dead code"][1]
+    assert skipping.stats["instructions"] > full.stats["instructions"]
+    for _ in range(3):
+        np.testing.assert_allclose(skipping(x, y).item(), full(x, y).item(), rtol=1e-5)
+    for a, b in zip(other.parameters(), model.parameters()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_plan_skip_refuses_a_required_or_unknown_pass(monkeypatch):
+    for name in ("gradient_binding", "cse2"):
+        monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", name)
+        with pytest.raises(fg.InvalidArgumentError, match=rf"FLOWGRAD_PLAN_SKIP: '{name}' is not a pass that can be "
+                                                          r"skipped \(cse, constant_folding, dead_code, "
+                                                          r"transpose_folding, fusion\)"):
+            mlp_step()

@@ -58,6 +58,7 @@ int64_t cublas_workspace_mb() { return read_text("FLOWGRAD_CUBLAS_WORKSPACE_MB")
 
 bool plan_planner() { return read_int("FLOWGRAD_NO_PLANNER", 0, 0) == 0; }
 bool plan_fusion() { return read_int("FLOWGRAD_NO_FUSION", 0, 0) == 0; }
+std::string plan_skip() { return read_text("FLOWGRAD_PLAN_SKIP"); }
 bool plan_debug() { return read_int("FLOWGRAD_DEBUG_PLAN", 0, 0) != 0; }
 bool cuda_graphs() { return read_int("FLOWGRAD_NO_CUDA_GRAPH", 0, 0) == 0; }
 bool capture_check() { return read_int("FLOWGRAD_CAPTURE_CHECK", 1, 0) != 0; }

@@ -13,6 +13,7 @@ int64_t cublas_workspace_mb();  // FLOWGRAD_CUBLAS_WORKSPACE_MB; -1 (unset): 32 
 // Compiled plans read these when a plan is built (so tests can flip them between compiles).
 bool plan_planner();         // FLOWGRAD_NO_PLANNER=1: every buffer gets its own bytes (no reuse)
 bool plan_fusion();          // FLOWGRAD_NO_FUSION=1: no fused kernels
+std::string plan_skip();     // FLOWGRAD_PLAN_SKIP: optional plan passes to skip, comma-separated (plan/passes/pipeline.cpp)
 bool plan_debug();           // FLOWGRAD_DEBUG_PLAN=1: released arena ranges are filled with NaN
 bool cuda_graphs();          // FLOWGRAD_NO_CUDA_GRAPH=1: plans on CUDA are never captured
 bool capture_check();        // FLOWGRAD_CAPTURE_CHECK=0: a new capture is not checked against a plain step

@@ -45,10 +45,14 @@ int broadcast_dims(const Value& v, const Dims& shape);
 // A pass's entry in the pipeline: its name (step.explain()'s pass counts), the function, and
 // the setting that turns it off (null: always on). Unreported passes keep the count unchanged
 // and are left out of the counts.
+enum class PassUse : uint8_t {
+  Optional,  // an optimisation: FLOWGRAD_PLAN_SKIP may name it (its name with '_' for ' ')
+  Required,  // the plan is wrong without it
+};
 struct Pass {
   const char* name;
   Program (*run)(Program);
-  bool (*enabled)();
+  PassUse use;
   bool reported;
 };
 const std::vector<Pass>& pipeline();

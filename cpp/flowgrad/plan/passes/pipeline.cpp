@@ -1,6 +1,9 @@
 // The pass pipeline: one table, run in order, each pass counted (and logged at FLOWGRAD_DEBUG>=1).
+#include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <set>
+#include <sstream>
 
 #include "flowgrad/core/env.h"
 #include "flowgrad/plan/passes/passes.h"
@@ -9,24 +12,58 @@ namespace fg::plan {
 
 const std::vector<Pass>& pipeline() {
   static const std::vector<Pass> passes = {
-      {"cse", cse, nullptr, true},
-      {"constant folding", fold_constants, nullptr, true},
-      {"gradient binding", bind_grads, nullptr, true},
-      {"dead code", dce, nullptr, true},
-      {"transpose folding", fold_transposes, nullptr, true},
-      {"guard updates", guard_updates, nullptr, false},
-      {"fusion", fuse_elementwise, env::plan_fusion, true},  // FLOWGRAD_NO_FUSION=1
+      {"cse", cse, PassUse::Optional, true},
+      {"constant folding", fold_constants, PassUse::Optional, true},
+      {"gradient binding", bind_grads, PassUse::Required, true},
+      {"dead code", dce, PassUse::Optional, true},
+      {"transpose folding", fold_transposes, PassUse::Optional, true},
+      {"guard updates", guard_updates, PassUse::Required, false},
+      {"fusion", fuse_elementwise, PassUse::Optional, true},  // also FLOWGRAD_NO_FUSION=1
   };
   return passes;
 }
+
+namespace {
+
+std::string env_name(const char* pass) {  // "dead code" -> "dead_code"
+  std::string s(pass);
+  std::replace(s.begin(), s.end(), ' ', '_');
+  return s;
+}
+
+// The passes FLOWGRAD_PLAN_SKIP names; a name that is no optional pass raises, listing them.
+std::set<std::string> skipped() {
+  std::set<std::string> names;
+  std::stringstream list(env::plan_skip());
+  for (std::string name; std::getline(list, name, ',');) {
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    if (name.empty()) continue;
+    std::string valid;
+    bool found = false;
+    for (const Pass& p : pipeline()) {
+      if (p.use != PassUse::Optional) continue;
+      valid += (valid.empty() ? "" : ", ") + env_name(p.name);
+      found |= env_name(p.name) == name;
+    }
+    FG_CHECK(found, Value, "FLOWGRAD_PLAN_SKIP: '", name, "' is not a pass that can be skipped (", valid, ")");
+    names.insert(name);
+  }
+  return names;
+}
+
+}  // namespace
 
 Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts,
                      std::vector<std::pair<std::string, double>>* ms) {
   const bool log = env::debug_level() >= 1;
   auto start = std::chrono::steady_clock::now();
+  const std::set<std::string> skip = skipped();
   for (const Pass& pass : pipeline()) {
     const int64_t before = count_calls(p.body);
-    if (!pass.enabled || pass.enabled()) p = pass.run(std::move(p));
+    bool run = pass.use == PassUse::Required ||
+               (!skip.count(env_name(pass.name)) && (pass.run != fuse_elementwise || env::plan_fusion()));
+    if (run) p = pass.run(std::move(p));
     const int64_t after = pass.run == fuse_elementwise ? static_cast<int64_t>(p.body.size()) : count_calls(p.body);
     if (counts && pass.reported) counts->emplace_back(pass.name, before, after);
     if (ms && pass.reported) {  // an unreported pass's time goes to the next reported one
