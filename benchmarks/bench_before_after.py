@@ -79,7 +79,8 @@ def main():
                     samples[script][label].setdefault(key, []).append(value)
                 loads.append(os.getloadavg()[0])
     report = {"machine": machine(), "load_average": loads, "rounds": opts.rounds, "before": str(opts.before.name),
-              "command": "python benchmarks/bench_before_after.py " + " ".join(sys.argv[1:]), "scripts": {}}
+              "command": "python benchmarks/bench_before_after.py " + " ".join(  # no machine paths
+                  opts.before.name if a == str(opts.before) else a for a in sys.argv[1:]), "scripts": {}}
     print(f"load average during the run: {min(loads):.2f}-{max(loads):.2f}")
     for script, by in samples.items():
         rows = []
