@@ -167,3 +167,22 @@ def test_a_fused_kernel_the_driver_rejects_falls_back_to_unfused_launches(device
     expected, expected_weight = eager(device, 5)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     np.testing.assert_allclose(weight, expected_weight, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_that_fell_back_keeps_its_own_memory_when_the_plan_moves_arena(device, fault):
+    # The fallen-back run's local values live outside the arena; rebinding onto a larger arena
+    # (what shape buckets do) must leave them there rather than overlap the arena's buffers.
+    cuda_only(device)
+    fault("launch")
+    model = mlp(device)
+    xs, ys = batches(device, 5)
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(xs[0], ys[0]))
+    losses = [step(xs[0], ys[0]).item()]
+    if "fell back to unfused launches" not in step.stats["cuda_fusion"]:
+        pytest.skip(f"no fused run fell back here: {step.stats['cuda_fusion']}")
+    need = step.plan.stats()["arena_bytes"]
+    step.plan.bind_arena(fg.empty(need + 4096, dtype=fg.uint8, device=device))
+    losses += [step(x, y).item() for x, y in zip(xs[1:], ys[1:])]
+    expected, expected_weight = eager(device, 5)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    np.testing.assert_allclose(model[0].weight.cpu().numpy(), expected_weight, rtol=1e-5, atol=1e-6)

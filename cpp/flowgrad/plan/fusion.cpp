@@ -20,10 +20,14 @@ constexpr int64_t kTile = 1 << 14;  // elements per tile: a few operands stay in
 }  // namespace
 
 // A CUDA run whose kernel failed to launch runs as its ops from now on. Its local values get
-// bytes of their own (they have none in the arena), its ops' launches are bound again, and the
-// reason goes to step.stats.
+// bytes of their own outside the arena (they have none in it; as External buffers a later
+// bind_arena leaves them there), its ops' launches are bound again, and the reason goes to
+// step.stats.
 void Plan::unfuse(FusedRun& run, const std::string& why) {
-  for (int b : run.local) buffers_[b].storage = Storage::allocate(std::max<size_t>(buffers_[b].bytes, 1), device_);
+  for (int b : run.local) {
+    buffers_[b].storage = Storage::allocate(std::max<size_t>(buffers_[b].bytes, 1), device_);
+    buffers_[b].kind = BufferKind::External;
+  }
   for (int k = run.first; k <= run.last; ++k) {
     code_[k].run = -1;
     bind_instruction(code_[k]);
