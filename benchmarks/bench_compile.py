@@ -1,13 +1,21 @@
-"""Compiled training steps (fg.compile) against our eager steps and PyTorch, one run, same data and
-threads. Also the same GEMMs run alone (the physical floor of an MLP step) and the memory plan.
+"""Compiled training steps (fg.compile) against our eager steps, PyTorch eager and torch.compile, in
+one run with the same data and threads; also the step's own GEMMs run alone (its physical floor:
+every matmul of the plan with the plan's shapes and layouts), the rest of the step (step - GEMMs),
+and the memory plan.
 
-    python benchmarks/bench_compile.py [--save] [--device cpu|cuda]
+    python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--device cpu|cuda]
 
-Targets (issue 10), CPU: MLP 784-512-512-10 compiled >= 1.1x PyTorch eager with SGD at batch 64,
->= 1.05x at 512, >= 1.8x / >= 1.3x with AdamW, and within 15% of its GEMMs run alone; char
-transformer (4 layers, d=128, T=64, B=16) compiled >= 1.3x PyTorch eager; arena/naive <= 0.5.
+Every peer of a case is timed in interleaved rounds with a pause before each (common.interleaved:
+spinning BLAS/OpenMP threads of one library must not overlap another's timing); medians and the
+load average are reported.
+
+Targets (issue 23), CPU: char transformer (4 layers, d=128, 4 heads, T=64, B=16) compiled >= 1.3x
+PyTorch eager and >= 1.1x torch.compile with SGD and AdamW, its non-GEMM rest <= 20% of the step;
+MLP 784-512-512-10 compiled >= 1.2x PyTorch eager at batch 512 and within 10% of its GEMMs alone;
+eager MLP steps >= 1.0x PyTorch eager; arena/naive <= 0.5.
 """
 import argparse
+import re
 import sys
 
 import numpy as np
@@ -16,7 +24,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import best_time, machine, save, transformer_lm
+from common import interleaved, load_average, machine, save, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -114,20 +122,28 @@ def torch_steps(case, batch, opt_name, device):
     return eager, compiled
 
 
-def mlp_gemms(batch, device):
-    """The MLP step's 8 GEMMs alone (3 forward, 2 input-gradient, 3 weight-gradient): time and FLOPs."""
-    shapes = [(batch, 784, 512), (batch, 512, 512), (batch, 512, 10),   # forward: (M, K) @ (K, N)
-              (batch, 10, 512), (batch, 512, 512),                      # input gradients
-              (512, batch, 784), (512, batch, 512), (10, batch, 512)]   # weight gradients
-    pairs = [(fg.randn(m, k).to(device), fg.randn(k, n).to(device)) for m, k, n in shapes]
+def plan_gemms(step, device):
+    """The GEMMs of a compiled step run alone (the physical floor of the step): every matmul of its
+    plan with the plan's shapes and operand layouts (a transposed view stays a transposed view),
+    on fresh random operands. Returns a function running them all and their FLOPs."""
+    operands, flops = [], 0
+    for row in step._plan.ir():
+        if row["op"] != "matmul":
+            continue
+        pair = []
+        for name, shape in zip(row["inputs"], row["input_shapes"]):
+            transposed = re.search(r"strides \(1, \d+\)", name) and len(shape) == 2
+            pair.append(fg.randn(*shape[::-1]).to(device).t() if transposed else fg.randn(*shape).to(device))
+        operands.append(pair)
+        (m, k), n = row["input_shapes"][0][-2:], row["input_shapes"][1][-1]
+        flops += 2 * m * k * n * int(np.prod(row["input_shapes"][0][:-2], dtype=np.int64))
     sync = fg.cuda.synchronize if device != "cpu" else (lambda: None)
 
     def run():
-        for a, b in pairs:
+        for a, b in operands:
             fg.matmul(a, b)
         sync()
-    flops = sum(2 * m * k * n for m, k, n in shapes)
-    return best_time(run), flops
+    return run, flops
 
 
 CHAIN_OPS, CHAIN_SIZE = 100, 64
@@ -150,20 +166,17 @@ def chain(x):
     return x
 
 
-def chain_per_op():
+def chain_per_op(rounds):
     """Microseconds per plan instruction, 100 ops on 64 floats and their backward: compiled plan vs the
     same step in our eager mode vs PyTorch eager (each time divided by the plan's instruction count)."""
     x = fg.randn(CHAIN_SIZE)
     model = Chain()
     step = fg.compile(model, example_inputs=(x,))
-    ops = step.stats["instructions"]
-    row = {"case": "chain", "ops": ops, "numel": CHAIN_SIZE,
-           "compiled_us_per_op": best_time(lambda: step(x)) / ops * 1e6}
 
     def eager():
         model.scale.grad = None
         model(x).backward()
-    row["eager_us_per_op"] = best_time(eager) / ops * 1e6
+    peers = {"compiled": lambda: step(x), "eager": eager}
     try:
         import torch
         tx, scale = torch.tensor(x.numpy()), torch.ones(CHAIN_SIZE, requires_grad=True)
@@ -171,13 +184,17 @@ def chain_per_op():
         def torch_eager():
             scale.grad = None
             chain(tx * scale).sum().backward()
-        row["torch_us_per_op"] = best_time(torch_eager) / ops * 1e6
+        peers["torch"] = torch_eager
     except ImportError:
-        row["torch_us_per_op"] = None
+        pass
+    times = interleaved(peers, rounds)
+    ops = step.stats["instructions"]
+    row = {"case": "chain", "ops": ops, "numel": CHAIN_SIZE}
     # Whole steps too: the instruction count differs between builds, so per-op times alone mislead.
     for who in ("compiled", "eager", "torch"):
-        per_op = row[f"{who}_us_per_op"]
-        row[f"{who}_step_us"] = None if per_op is None else per_op * ops
+        seconds = times[who]["median"] if who in times else None
+        row[f"{who}_step_us"] = None if seconds is None else seconds * 1e6
+        row[f"{who}_us_per_op"] = None if seconds is None else seconds / ops * 1e6
     line = (f"chain of {ops} ops on {CHAIN_SIZE} floats: compiled {row['compiled_us_per_op']:.2f} us/op  "
             f"eager {row['eager_us_per_op']:.2f} us/op")
     if row["torch_us_per_op"] is not None:
@@ -186,11 +203,60 @@ def chain_per_op():
     return row
 
 
+def run_case(case, batch, opt_name, device, rounds, torch):
+    """One case: our compiled and eager steps, PyTorch eager and torch.compile, and the step's GEMMs
+    alone, timed in interleaved rounds (medians, milliseconds)."""
+    eager, compiled, step = flowgrad_steps(case, batch, opt_name, device)
+    gemms, flops = plan_gemms(step, device)
+    peers = {"flowgrad_compiled": compiled, "flowgrad_eager": eager, "gemms_alone": gemms}
+    if torch is not None:
+        peers["torch_eager"], t_compiled = torch_steps(case, batch, opt_name, device)
+        if t_compiled:
+            peers["torch_compile"] = t_compiled
+    load_start = load_average()
+    times = interleaved(peers, rounds)
+    row = {"case": case, "batch": batch, "optimizer": opt_name,
+           "unit": "samples/s" if case == "mlp" else "tokens/s", "rounds": rounds,
+           "statistic": "median of interleaved rounds", "load_average": [load_start, load_average()]}
+    for name in ("flowgrad_compiled", "flowgrad_eager", "gemms_alone", "torch_eager", "torch_compile"):
+        row[f"{name}_ms"] = times[name]["median"] * 1e3 if name in times else None
+    step_ms, gemm_ms = row["flowgrad_compiled_ms"], row["gemms_alone_ms"]
+    row["gemm_gflops"] = flops / (gemm_ms / 1e3) / 1e9
+    row["compiled_vs_gemms"] = step_ms / gemm_ms
+    row["rest_ms"] = step_ms - gemm_ms  # everything of the step that is not a GEMM
+    row["rest_share"] = row["rest_ms"] / step_ms
+    if row["torch_eager_ms"]:
+        row["compiled_vs_torch_eager"] = row["torch_eager_ms"] / step_ms
+        row["eager_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_eager_ms"]
+    if row["torch_compile_ms"]:
+        row["compiled_vs_torch_compile"] = row["torch_compile_ms"] / step_ms
+    stats = step.stats
+    row["arena_bytes"], row["naive_bytes"] = stats["arena_bytes"], stats["naive_bytes"]
+    row["arena_ratio"] = stats["arena_bytes"] / stats["naive_bytes"]
+    row["instructions"] = stats["instructions"]
+    return row
+
+
+def describe(row):
+    line = (f"{row['case']:11s} b{row['batch']:<4d} {row['optimizer']:5s}: compiled {row['flowgrad_compiled_ms']:7.3f} ms  "
+            f"eager {row['flowgrad_eager_ms']:7.3f} ms")
+    if row["torch_eager_ms"]:
+        line += (f"  torch {row['torch_eager_ms']:7.3f} ms -> compiled {row['compiled_vs_torch_eager']:.2f}x, "
+                 f"eager {row['eager_vs_torch_eager']:.2f}x torch")
+    if row["torch_compile_ms"]:
+        line += f" (torch.compile {row['torch_compile_ms']:.3f} ms -> {row['compiled_vs_torch_compile']:.2f}x)"
+    line += (f"  | GEMMs alone {row['gemms_alone_ms']:.3f} ms ({row['gemm_gflops']:.0f} GFLOP/s), "
+             f"step/GEMMs {row['compiled_vs_gemms']:.2f}, rest {row['rest_ms']:.3f} ms = {100 * row['rest_share']:.0f}%"
+             f"  | arena/naive {row['arena_ratio']:.2f}  | load {row['load_average'][0]}-{row['load_average'][1]}")
+    return line
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["chain", "transformer"], help="run one case only")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--only", choices=["chain", "mlp", "transformer"], help="run one case only")
     args = parser.parse_args()
     try:
         import torch
@@ -199,45 +265,13 @@ def main():
         torch = None
     info = machine()
     print(f"machine: {info}")
-    results = [] if args.only == "transformer" else [chain_per_op()]
+    results = [chain_per_op(args.rounds)] if args.only in (None, "chain") else []
     every = (("mlp", 64), ("mlp", 512), ("transformer", 16))
-    cases = {"chain": (), "transformer": every[2:]}.get(args.only, every)
-    for case, batch in cases:
-        unit_items = batch if case == "mlp" else batch * T
-        for opt_name in ("sgd", "adamw"):
-            eager, compiled, step = flowgrad_steps(case, batch, opt_name, args.device)
-            row = {"case": case, "batch": batch, "optimizer": opt_name,
-                   "unit": "samples/s" if case == "mlp" else "tokens/s"}
-            row["flowgrad_compiled_ms"] = best_time(compiled) * 1e3
-            row["flowgrad_eager_ms"] = best_time(eager) * 1e3
-            stats = step.stats
-            row["arena_bytes"], row["naive_bytes"] = stats["arena_bytes"], stats["naive_bytes"]
-            row["arena_ratio"] = stats["arena_bytes"] / stats["naive_bytes"]
-            row["instructions"] = stats["instructions"]
-            if torch is not None:
-                t_eager, t_compiled = torch_steps(case, batch, opt_name, args.device)
-                row["torch_eager_ms"] = best_time(t_eager) * 1e3
-                row["torch_compile_ms"] = best_time(t_compiled) * 1e3 if t_compiled else None
-                row["compiled_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_compiled_ms"]
-                row["eager_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_eager_ms"]
-            if case == "mlp":
-                seconds, flops = mlp_gemms(batch, args.device)
-                row["gemms_alone_ms"] = seconds * 1e3
-                row["gemm_gflops"] = flops / seconds / 1e9
-                row["step_gflops"] = flops / (row["flowgrad_compiled_ms"] / 1e3) / 1e9
-                row["compiled_vs_gemms"] = row["flowgrad_compiled_ms"] / row["gemms_alone_ms"]
-            results.append(row)
-            line = (f"{case:11s} b{batch:<4d} {opt_name:5s}: compiled {row['flowgrad_compiled_ms']:7.3f} ms  "
-                    f"eager {row['flowgrad_eager_ms']:7.3f} ms")
-            if torch is not None:
-                line += f"  torch {row['torch_eager_ms']:7.3f} ms -> compiled {row['compiled_vs_torch_eager']:.2f}x torch"
-                if row["torch_compile_ms"]:
-                    line += f" (torch.compile {row['torch_compile_ms']:.3f} ms)"
-            if case == "mlp":
-                line += (f"  | GEMMs alone {row['gemms_alone_ms']:.3f} ms ({row['gemm_gflops']:.0f} GFLOP/s), "
-                         f"step/GEMMs {row['compiled_vs_gemms']:.2f}")
-            line += f"  | arena/naive {row['arena_ratio']:.2f}"
-            print(line, flush=True)
+    for case, batch in every if args.only != "chain" else ():
+        if args.only in (None, case):
+            for opt_name in ("sgd", "adamw"):
+                results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch))
+                print(describe(results[-1]), flush=True)
     if args.save:
         payload = {"machine": info, "device": args.device, "command": "python " + " ".join(sys.argv),
                    "results": results}

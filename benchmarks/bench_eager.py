@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import flowgrad as fg
-from common import machine, save
+from common import SWITCH_GAP, machine, save
 
 try:
     import torch
@@ -110,6 +110,7 @@ def interleaved(peers, rounds, timer):
     samples = {name: [] for name in peers}
     for _ in range(rounds):
         for name, fn in peers.items():
+            time.sleep(SWITCH_GAP)  # no library's spinning threads overlap the other's timing
             samples[name].append(timer(fn))
     return {name: statistics.median(values) for name, values in samples.items()}
 

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import platform
+import statistics
 import time
 
 import numpy as np
@@ -30,6 +31,48 @@ def best_time(fn, repeat=5, min_time=0.2):
             fn()
         best = min(best, (time.perf_counter() - start) / calls)
     return best
+
+
+# Seconds to sleep before timing a different library. OpenBLAS's worker threads (ours) and
+# OpenMP's (PyTorch's) keep spinning for a while after a parallel region; without a pause they
+# steal the cores from whichever library is timed next, which made PyTorch look up to 2x slower
+# when it ran right after our GEMMs (seen in bench_eager's MLP step on 2 cores).
+SWITCH_GAP = 0.3
+
+
+def calibrate(fn, min_time=0.05):
+    """How many back-to-back calls of fn last at least min_time seconds (after one warm-up call)."""
+    fn()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if time.perf_counter() - start >= min_time or calls > 1 << 24:
+            return calls
+        calls *= 2
+
+
+def interleaved(peers, rounds=7, min_time=0.05, gap=SWITCH_GAP):
+    """Per-call seconds of each function in `peers` ({name: fn}), timed in alternating rounds: each
+    round times every peer once (a calibrated batch of calls, after a `gap` pause so that no
+    library's spinning threads overlap another's timing). Returns {name: {"median", "samples"}}:
+    load changes during the run hit every peer alike, and the median drops the outliers."""
+    calls = {name: calibrate(fn, min_time) for name, fn in peers.items()}
+    samples = {name: [] for name in peers}
+    for _ in range(rounds):
+        for name, fn in peers.items():
+            time.sleep(gap)
+            fn()  # one untimed call: wakes the threads the pause put to sleep
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls[name])
+    return {name: {"median": statistics.median(values), "samples": values} for name, values in samples.items()}
+
+
+def load_average():
+    return round(os.getloadavg()[0], 2)
 
 
 def machine():
