@@ -116,6 +116,42 @@ struct Expm1 {
     return um1 * x / log(u);
   }
 };
+// The inverse error function. A first guess from Giles' single-precision approximation ("Approximating
+// the erfinv function", GPU Computing Gems, 2011: two polynomials in w = -log(1 - x^2)), good to a
+// few float32 ulp; float64 refines it with Newton steps on erf(y) = |x|, and for |x| >= 0.5 on
+// log erfc(y) = log(1 - |x|), where erf(y) - x would cancel.
+struct Erfinv {
+  template <class T> FG_HD T operator()(T x) const {
+    if (!(x > T(-1) && x < T(1))) return x == T(1) || x == T(-1) ? x / T(0) : T(0) / T(0);
+    // Horner over each polynomial's coefficients, highest degree first.
+    const T small[] = {T(2.81022636e-08), T(3.43273939e-07), T(-3.5233877e-06), T(-4.39150654e-06), T(0.00021858087),
+                       T(-0.00125372503), T(-0.00417768164), T(0.246640727), T(1.50140941)};
+    const T large[] = {T(-0.000200214257), T(0.000100950558), T(0.00134934322), T(-0.00367342844), T(0.00573950773),
+                       T(-0.0076224613), T(0.00943887047), T(1.00167406), T(2.83297682)};
+    T w = -log((T(1) - x) * (T(1) + x));
+    const bool central = w < T(5);  // |x| below about 0.9966
+    const T* c = central ? small : large;
+    w = central ? w - T(2.5) : sqrt(w) - T(3);
+    T p = c[0];
+    for (int i = 1; i < 9; ++i) p = c[i] + p * w;
+    T y = p * x;
+    if constexpr (std::is_same_v<T, double>) {
+      const T a = abs(x), c2 = T(1.1283791670955126);  // erf'(b) = c2 e^(-b^2)
+      T b = abs(y);
+      if (a < T(0.5)) {
+        for (int i = 0; i < 3; ++i) b -= (erf(b) - a) / (c2 * exp(-b * b));
+      } else {  // Newton on log erfc(b) = log(1 - a): nearly linear in the tail, so the seed
+        const T target = log(T(1) - a);  // from past float32's range converges too; 1 - a is exact
+        for (int i = 0; i < 5; ++i) {
+          T e = erfc(b);
+          b += (log(e) - target) * e / (c2 * exp(-b * b));
+        }
+      }
+      y = x < T(0) ? -b : b;
+    }
+    return y;
+  }
+};
 struct Sigmoid {
   template <class T> FG_HD T operator()(T x) const {
     // Branches keep exp's argument <= 0: no overflow for large |x|.

@@ -12,6 +12,11 @@ import flowgrad as fg
 erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+def erfinv(x):
+    from scipy.special import erfinv as scipy_erfinv  # SciPy comes with scikit-learn (the test extra)
+    return scipy_erfinv(np.asarray(x, np.float64))
+
+
 def np_gelu(x):
     return 0.5 * x * (1 + erf(x / np.sqrt(2)))
 
@@ -59,6 +64,7 @@ UNARY = {
     "erf": (fg.erf, erf, (-2, 2)),
     "log1p": (fg.log1p, np.log1p, (-0.9, 3)),
     "expm1": (fg.expm1, np.expm1, (-3, 3)),
+    "erfinv": (fg.erfinv, erfinv, (-0.95, 0.95)),
     "sigmoid": (fg.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-5, 5)),
     "silu": (fg.silu, lambda x: x / (1 + np.exp(-x)), (-5, 5)),
     "softplus": (fg.softplus, lambda x: np.log1p(np.exp(x)), (-5, 5)),

@@ -90,6 +90,10 @@ Tensors unary_backward_erf(const BackwardCtx& c) {
 }
 Tensors unary_backward_log1p(const BackwardCtx& c) { return {c.grads[0] / (c.inputs[0] + 1.0)}; }
 Tensors unary_backward_expm1(const BackwardCtx& c) { return {c.grads[0] * (c.outputs[0] + 1.0)}; }
+Tensors unary_backward_erfinv(const BackwardCtx& c) {  // d/dx erfinv(x) = sqrt(pi) / 2 * e^(y^2)
+  const Tensor& y = c.outputs[0];
+  return {c.grads[0] * exp(y * y) * 0.88622692545275801};
+}
 Tensors unary_backward_sigmoid(const BackwardCtx& c) {
   const Tensor& y = c.outputs[0];
   if (!c.create_graph) return {fused_grad(BinaryFn::SigmoidGrad, c.grads[0], y)};
