@@ -1,10 +1,13 @@
 """Elementwise ops: forward vs NumPy (tests/ops/reference.py) on awkward layouts, float64 gradchecks,
 promotion, errors."""
+import math
+
 import numpy as np
 import pytest
 
 import flowgrad as fg
 from conftest import ODD_SHAPES, gradcheck, make, non_contiguous, on
+import reference
 from reference import ALL, BINARY, BITWISE, COMPARE, GRADIENT, OTHER, UNARY
 
 def test_every_elementwise_row_of_the_op_table_has_a_reference():
@@ -46,6 +49,24 @@ def test_sign_gradient_is_zero():
     x = fg.tensor([-1.0, 2.0], requires_grad=True)
     fg.sign(x).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+
+
+def test_erfinv_tails_and_special_values(device):
+    """erfinv up to the last float64 below 1 (Newton on the erfc form near +-1), +-inf at +-1,
+    NaN beyond and for NaN; float32 from Giles' approximation alone."""
+    tails = 1 - np.logspace(-1, -15, 15)
+    y = fg.erfinv(on(device, fg.tensor(np.concatenate([tails, -tails])))).numpy()
+    erfc = np.vectorize(math.erfc)
+    fg.testing.assert_close(erfc(y[:15]), 1 - tails, rtol=1e-12, atol=0)  # erfc(y) = 1 - x, no cancellation
+    np.testing.assert_array_equal(y[15:], -y[:15])
+    x = np.array([0.0, 1e-300, -1e-8, 0.25, 0.5, -0.75])
+    fg.testing.assert_close(fg.erfinv(on(device, fg.tensor(x))), reference.erfinv(x), rtol=1e-14, atol=0)
+    x32 = np.array([-0.9999, -0.5, 0.1, 0.9, 0.999, 0.999999], np.float32)
+    fg.testing.assert_close(fg.erfinv(on(device, fg.tensor(x32))), reference.erfinv(x32).astype(np.float32),
+                            rtol=2e-6, atol=0)
+    special = fg.erfinv(on(device, fg.tensor([1.0, -1.0, 1.5, -2.0, np.nan, np.inf]))).numpy()
+    np.testing.assert_array_equal(special[:2], [np.inf, -np.inf])
+    assert np.isnan(special[2:]).all()
 
 
 def test_unary_integer_inputs_follow_numpy():
