@@ -240,10 +240,23 @@ void bind_nn(py::module_& m) {
       .def("eval", [](py::object self) { self.cast<Module&>().train(false); return self; },
            "Sets evaluation mode (dropout off); returns self.")
       .def_property_readonly("training", &Module::training, "True in training mode.")
-      .def("to", [](py::object self, const py::object& device) {
-        self.cast<Module&>().to(device_arg(device));
+      .def("to", named("to", [](py::object self, const py::object& target, const py::object& device,
+                                const py::object& dtype) {
+        std::optional<Device> dev = device.is_none() ? std::nullopt : std::optional(device_arg(device));
+        std::optional<DType> dt = dtype_arg(dtype);
+        if (py::isinstance<DType>(target)) dt = target.cast<DType>();  // m.to(fg.float64)
+        else if (!target.is_none()) dev = device_arg(target);          // m.to("cuda")
+        self.cast<Module&>().to(dev, dt);
         return self;
-      }, py::arg("device"), "Moves parameters and buffers to a device; returns self.")
+      }), py::arg("target") = py::none(), py::arg("device") = py::none(), py::arg("dtype") = py::none(),
+         "Moves parameters and buffers to a device and/or converts the floating ones to a dtype, in place "
+         "(optimizers keep their tensors); m.to('cuda'), m.to(fg.float64), m.to(device=..., dtype=...). Returns self.")
+      .def("cpu", [](py::object self) { self.cast<Module&>().to(cpu_device()); return self; },
+           "Moves parameters and buffers to the CPU; returns self.")
+      .def("cuda", [](py::object self, const py::object& device) {
+        self.cast<Module&>().to(device_arg(device.is_none() ? py::str("cuda") : device));
+        return self;
+      }, py::arg("device") = py::none(), "Moves parameters and buffers to a CUDA device (default: the current one); returns self.")
       .def("zero_grad", &Module::zero_grad, "Sets every parameter's .grad to None.")
       .def("state_dict", [](const Module& self) {
         py::dict out;
@@ -263,6 +276,12 @@ void bind_nn(py::module_& m) {
         sync_type_names(self);
         return self.repr();
       });
+  for (auto [name, dt] : {std::pair{"float", DType::Float32}, std::pair{"double", DType::Float64},
+                          std::pair{"half", DType::Float16}, std::pair{"bfloat16", DType::BFloat16}}) {
+    std::string doc = std::string("Converts the floating parameters and buffers to ") + dtype_name(dt) +
+                      " in place; returns self.";
+    mod.def(name, [dt = dt](py::object self) { self.cast<Module&>().to(std::nullopt, dt); return self; }, doc.c_str());
+  }
 
   auto nn = m;  // layers live beside Module in _core; flowgrad.nn re-exports them
   py::class_<nn::Linear, Module, py::smart_holder>(nn, "Linear", "y = x W^T + b.")

@@ -226,3 +226,62 @@ def test_module_trees_deeper_than_the_limit_raise_instead_of_crashing():
         print("done")
     """)
     assert out.strip() == "done"
+
+
+class WithBuffers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("steps", fg.tensor([7]))               # int64: never converted
+        self.register_buffer("scale", fg.tensor([0.5, 2.0]))        # float32 buffer: converted
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+@pytest.mark.parametrize("convert", [lambda m: m.to(fg.float64), lambda m: m.double(),
+                                     lambda m: m.to(dtype="float64"), lambda m: m.to(device="cpu", dtype=fg.float64)])
+def test_module_to_dtype_converts_floating_tensors_in_place(convert):
+    fg.manual_seed(0)
+    m = WithBuffers()
+    opt = fg.optim.SGD(m.parameters(), lr=0.1)
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    expected = m(fg.tensor(x.astype(np.float32))).numpy()
+    m(fg.tensor(x.astype(np.float32))).sum().backward()
+    assert convert(m) is m
+    assert [p.dtype for p in m.parameters()] == [fg.float64, fg.float64]
+    assert m.fc.weight.grad.dtype == fg.float64  # gradients convert with their tensors
+    assert m.steps.dtype == fg.int64 and m.scale.dtype == fg.float64
+    out = m(fg.tensor(x))
+    assert out.dtype == fg.float64
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-6)
+    before = m.fc.weight.numpy().copy()
+    opt.step()  # the optimizer built before the conversion still holds (and updates) the same tensors
+    np.testing.assert_allclose(m.fc.weight.numpy(), before - 0.1 * m.fc.weight.grad.numpy())
+
+
+def test_module_float_half_bfloat16_and_back():
+    m = WithBuffers()
+    for method, dtype in (("half", fg.float16), ("bfloat16", fg.bfloat16), ("float", fg.float32)):
+        getattr(m, method)()
+        assert {p.dtype for p in m.parameters()} == {dtype} and m.scale.dtype == dtype and m.steps.dtype == fg.int64
+
+
+def test_module_to_rejects_what_is_neither_device_nor_dtype():
+    m = WithBuffers()
+    with pytest.raises(fg.DeviceError, match="to: unknown device 'gpu7' \\(expected 'cpu', 'cuda' or 'cuda:N'\\)"):
+        m.to("gpu7")
+    with pytest.raises(fg.DTypeError, match="to: expected a flowgrad dtype such as fg.float32, got int 3"):
+        m.to(dtype=3)
+    assert m.fc.weight.dtype == fg.float32 and m.cpu() is m
+
+
+def test_module_cuda_and_to_device(device):
+    m = WithBuffers()
+    if device == "cpu":
+        if not fg.cuda.is_available():
+            with pytest.raises(fg.DeviceError):
+                m.cuda()
+        return
+    assert m.cuda() is m and m.fc.weight.device.type == "cuda" and m.steps.device.type == "cuda"
+    assert m.to("cpu", dtype=fg.float64).fc.weight.device.type == "cpu" and m.fc.weight.dtype == fg.float64

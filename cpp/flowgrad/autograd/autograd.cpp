@@ -515,16 +515,20 @@ Tensor to_device(const Tensor& x, Device device) {
   return record_custom("to_device", {x}, {out}, [back](const Tensors& g) { return Tensors{to_device(g[0], back)}; })[0];
 }
 
-void move_to_device(const Tensor& t, Device device) {
-  if (!t.defined() || t.device() == device) return;
-  Tensor moved = copied_to(t, device);
+void move_to(const Tensor& t, Device device, std::optional<DType> dtype) {
+  if (!t.defined()) return;
+  const DType target = dtype && is_floating(t.dtype()) ? *dtype : t.dtype();  // integer tensors keep theirs
+  if (t.device() == device && t.dtype() == target) return;
+  auto convert = [&](const Tensor& x) { return copied_to(raw::converted(x, target), device); };
+  Tensor moved = convert(t);
   Tensor grad = grad_of(t);
   TensorImpl* impl = t.impl();
   moved.storage()->set_version(t.storage()->version());  // tensors saved for backward still match
   impl->storage = moved.storage();
   impl->offset = 0;
   impl->strides = moved.strides();
-  if (grad.defined()) set_grad(t, copied_to(grad, device));
+  impl->dtype = target;
+  if (grad.defined()) set_grad(t, convert(grad));
 }
 
 Tensor make_parameter(const Tensor& t, bool requires_gradient) {

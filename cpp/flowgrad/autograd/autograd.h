@@ -104,9 +104,10 @@ bool is_leaf(const Tensor& t);
 Tensor detach(const Tensor& t);
 // A copy of x on another device (x itself when already there); gradients flow back across.
 Tensor to_device(const Tensor& x, Device device);
-// Moves a tensor's data to `device` in place: the same tensor (its identity, autograd flags and
-// parameter mark are kept, so optimizers still hold it) now lives there. Its gradient moves too.
-void move_to_device(const Tensor& t, Device device);
+// Moves a tensor's data to `device` in place and, for a floating tensor, converts it to `dtype`:
+// the same tensor (its identity, autograd flags and parameter mark are kept, so optimizers still
+// hold it) now lives there. Its gradient moves and converts too. Integer tensors keep their dtype.
+void move_to(const Tensor& t, Device device, std::optional<DType> dtype = std::nullopt);
 // Registers a grad-ready hook on a leaf (see AutogradMeta::grad_ready_hooks); returns its id.
 int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
 void remove_grad_ready_hook(const Tensor& leaf, int64_t id);

@@ -211,10 +211,10 @@ void Module::zero_grad() {
   for (auto& [name, p] : named_parameters()) set_grad(p, Tensor());
 }
 
-void Module::to(Device device) {
+void Module::to(std::optional<Device> device, std::optional<DType> dtype) {
   for (auto& [name, m] : named_modules())
     for (auto* entries : {&m->params_, &m->buffers_})
-      for (auto& [key, t] : *entries) move_to_device(t, device);
+      for (auto& [key, t] : *entries) move_to(t, device.value_or(t.device()), dtype);
 }
 
 Named<Tensor> Module::state_dict() const {

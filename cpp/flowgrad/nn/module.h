@@ -59,7 +59,9 @@ class Module {
   void train(bool mode = true);
   bool training() const { return training_; }
   void zero_grad();
-  void to(Device device);
+  // Moves every parameter and buffer to `device` and converts the floating ones to `dtype` (each
+  // left as it is when not given), in place: optimizers keep holding the same tensors.
+  void to(std::optional<Device> device, std::optional<DType> dtype = std::nullopt);
 
   Named<Tensor> state_dict() const;  // parameters then buffers, detached
   // Copies values into the existing tensors (their identity is kept for optimizers). Raises

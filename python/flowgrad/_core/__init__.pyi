@@ -557,6 +557,10 @@ class Module:
         ...
     def __setstate__(self, state):
         ...
+    def bfloat16(self) -> typing.Any:
+        """
+        Converts the floating parameters and buffers to bfloat16 in place; returns self.
+        """
     def buffers(self, recurse: builtins.bool = True) -> list:
         """
         The buffers, in definition order.
@@ -564,6 +568,18 @@ class Module:
     def children(self) -> list:
         """
         The direct submodules.
+        """
+    def cpu(self) -> typing.Any:
+        """
+        Moves parameters and buffers to the CPU; returns self.
+        """
+    def cuda(self, device: typing.Any = None) -> typing.Any:
+        """
+        Moves parameters and buffers to a CUDA device (default: the current one); returns self.
+        """
+    def double(self) -> typing.Any:
+        """
+        Converts the floating parameters and buffers to float64 in place; returns self.
         """
     def eval(self) -> typing.Any:
         """
@@ -573,9 +589,17 @@ class Module:
         """
         Text shown inside this module's repr parentheses.
         """
+    def float(self) -> typing.Any:
+        """
+        Converts the floating parameters and buffers to float32 in place; returns self.
+        """
     def forward(self, *args) -> typing.Any:
         """
         The computation; subclasses override it.
+        """
+    def half(self) -> typing.Any:
+        """
+        Converts the floating parameters and buffers to float16 in place; returns self.
         """
     def load_state_dict(self, state_dict: dict, strict: builtins.bool = True) -> None:
         """
@@ -625,9 +649,9 @@ class Module:
         """
         Parameters and buffers by dotted name (detached, sharing memory).
         """
-    def to(self, device: typing.Any) -> typing.Any:
+    def to(self, target: typing.Any = None, device: typing.Any = None, dtype: typing.Any = None) -> typing.Any:
         """
-        Moves parameters and buffers to a device; returns self.
+        Moves parameters and buffers to a device and/or converts the floating ones to a dtype, in place (optimizers keep their tensors); m.to('cuda'), m.to(fg.float64), m.to(device=..., dtype=...). Returns self.
         """
     def train(self, mode: builtins.bool = True) -> typing.Any:
         """
