@@ -29,8 +29,8 @@ void Plan::unfuse(FusedRun& run, const std::string& why) {
     buffers_[b].kind = BufferKind::External;
   }
   for (int k = run.first; k <= run.last; ++k) {
-    code_[k].run = -1;
-    bind_instruction(code_[k]);
+    (*run.code)[k].run = -1;
+    bind_instruction((*run.code)[k]);
   }
   run.launch = {};
   stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
@@ -87,10 +87,11 @@ void Plan::bind_runs() {
     for (int w = 0; w < run.workers; ++w)
       for (int64_t t = tiles * w / run.workers; t < tiles * (w + 1) / run.workers; ++t)
         for (int i = run.first; i <= run.last; ++i) {
+          const Instruction& ins = (*run.code)[i];
           TileCall call;
-          for (const Value& v : code_[i].in) call.in.push_back(tile_of(v, t, w));
-          for (const Value& v : code_[i].out) call.out.push_back(tile_of(v, t, w));
-          call.launch = prepare_launch(*code_[i].op, device_, call.in, call.out, code_[i].attrs, false);
+          for (const Value& v : ins.in) call.in.push_back(tile_of(v, t, w));
+          for (const Value& v : ins.out) call.out.push_back(tile_of(v, t, w));
+          call.launch = prepare_launch(*ins.op, device_, call.in, call.out, ins.attrs, false);
           run.tiles[t].push_back(std::move(call));
         }
   }
@@ -103,7 +104,8 @@ void Plan::execute_run(FusedRun& run) {
     } catch (const Error& e) {
       unfuse(run, e.what());
     }
-    return code_[run.first].launch.run(code_[run.first].launch.args.get());  // the loop runs the rest
+    const Launch& first = (*run.code)[run.first].launch;
+    return first.run(first.args.get());  // the loop runs the rest
   }
   detail::run_tasks(run.workers, [](void* p, int w) {
     const FusedRun& r = *static_cast<const FusedRun*>(p);

@@ -43,35 +43,41 @@ int64_t count_of(const std::vector<std::tuple<std::string, int64_t, int64_t>>& p
 
 }  // namespace
 
+// Fused runs at any depth, in program order (lower_block takes kernels_ in the same order).
 void Plan::compile_cuda_runs(Program& p) {
   if (!env::plan_fusion()) return;
   int arch = 0;
   std::string target;  // what NVRTC made: "CUBIN for sm_90", ...
   const std::string blocker = cuda_fusion_blocker(device_.index, &arch);
   const std::vector<bool> local = fused_locals(p, def_use(p));
-  Block out;
-  for (Instr& ins : p.body) {
-    if (ins.kind != InstrKind::Fused) {
-      out.push_back(std::move(ins));
-      continue;
+  auto compile = [&](auto& self, Block& code) -> void {
+    Block out;
+    for (Instr& ins : code) {
+      if (is_region(ins.kind))
+        for (Block& b : ins.blocks) self(self, b);
+      if (ins.kind != InstrKind::Fused) {
+        out.push_back(std::move(ins));
+        continue;
+      }
+      if (!blocker.empty()) {
+        unfuse_into(ins, out);
+        continue;
+      }
+      try {
+        FusedKernel kernel = plan::fused_kernel(p, ins, local, "fg_fused_" + std::to_string(kernels_.size()));
+        FusedBinary binary = compile_fused(kernel.source, kernel.name, arch);
+        loaded_.push_back(load_fused(device_.index, kernel, binary));
+        kernels_.push_back(std::move(kernel));
+        target = binary.target;
+        out.push_back(std::move(ins));
+      } catch (const Error& e) {  // its ops launch one by one; the reason goes to step.stats
+        stats_.cuda_fusion = e.what();
+        unfuse_into(ins, out);
+      }
     }
-    if (!blocker.empty()) {
-      unfuse_into(ins, out);
-      continue;
-    }
-    try {
-      FusedKernel kernel = plan::fused_kernel(p, ins, local, "fg_fused_" + std::to_string(kernels_.size()));
-      FusedBinary binary = compile_fused(kernel.source, kernel.name, arch);
-      loaded_.push_back(load_fused(device_.index, kernel, binary));
-      kernels_.push_back(std::move(kernel));
-      target = binary.target;
-      out.push_back(std::move(ins));
-    } catch (const Error& e) {  // its ops launch one by one; the reason goes to step.stats
-      stats_.cuda_fusion = e.what();
-      unfuse_into(ins, out);
-    }
-  }
-  p.body = std::move(out);
+    code = std::move(out);
+  };
+  compile(compile, p.body);
   if (!blocker.empty()) {
     stats_.cuda_fusion = blocker;
     return;
@@ -126,9 +132,10 @@ void Plan::lower(Program program, std::vector<std::shared_ptr<Storage>> storages
   lower_block(program.body, code_, time);
   inputs_ = program.inputs;
   outputs_ = program.outputs;
-  for (const Instruction& ins : code_) stats_.fused += ins.run >= 0;
-  std::get<2>(passes_.back()) = static_cast<int64_t>(runs_.size()) +
-                                std::count_if(code_.begin(), code_.end(), [](const Instruction& i) { return i.run < 0; });
+  walk(program.body, [&](const Instr& ins, int) {
+    if (ins.kind == InstrKind::Fused) stats_.fused += static_cast<int>(ins.blocks[0].size());
+  });
+  std::get<2>(passes_.back()) = count_kernels(program.body);  // after CUDA runs that failed to compile
   program_ = std::move(program);
   bind();
   lap("bind");
@@ -148,6 +155,7 @@ void Plan::lower_block(const Block& block, std::vector<Instruction>& out, int& t
       run.last = run.first + static_cast<int>(ins.blocks[0].size()) - 1;
       run.shape = ins.blocks[0][0].out[0].shape;
       run.split = ins.split;
+      run.code = &out;
       lower_block(ins.blocks[0], out, time);
       for (int k = run.first; k <= run.last; ++k) {
         out[k].run = static_cast<int>(runs_.size());
@@ -186,9 +194,12 @@ namespace fg::plan {
 void Plan::check_memory() const { plan::check_memory(program_, memory_); }
 
 FusedKernel Plan::fused_kernel(int run, const std::string& name) const {
+  const Instr* found = nullptr;
   int k = 0;
-  for (const Instr& ins : program_.body)
-    if (ins.kind == InstrKind::Fused && k++ == run) return plan::fused_kernel(program_, ins, memory_.local, name);
+  walk(program_.body, [&](const Instr& ins, int) {
+    if (ins.kind == InstrKind::Fused && k++ == run) found = &ins;
+  });
+  if (found) return plan::fused_kernel(program_, *found, memory_.local, name);
   fail(ErrorKind::Index, "fused_kernel: run ", run, " of a plan with ", runs_.size(), " fused run(s)");
 }
 

@@ -105,11 +105,9 @@ Tensors Plan::run(const Tensors& inputs) { return run_with(inputs, nullptr); }
 PlanStats Plan::stats() const {
   PlanStats s = stats_;
   s.instructions = static_cast<int64_t>(code_.size());
-  for (const Instruction& ins : code_) {
-    s.kernels += ins.run < 0;
-    s.fused_runs = std::max<int64_t>(s.fused_runs, ins.run + 1);
-  }
-  s.kernels += s.fused_runs;
+  for (size_t i = 0; i < code_.size(); ++i)  // a fused run is one kernel (per tile pass)
+    s.kernels += code_[i].run < 0 || static_cast<int>(i) == runs_[code_[i].run].first;
+  for (const FusedRun& run : runs_) s.fused_runs += (*run.code)[run.first].run >= 0;  // not fallen back
   s.cuda_graph_replays = static_cast<int64_t>(capture_->replays());
   s.poisons = poison_;
   for (int i : s.allocating) s.allocating_ops.emplace_back(i, op_name(code_[i]));

@@ -234,7 +234,8 @@ struct TileCall {
   Launch launch;
 };
 struct FusedRun {
-  int first, last;  // instructions [first, last]
+  std::vector<Instruction>* code = nullptr;  // the block holding it: the top level or a region's
+  int first = 0, last = 0;                   // instructions [first, last] of *code
   Dims shape;       // the shape every instruction of the run writes
   int split = 1;    // tiles are ranges of shape[0:split] flattened ("rows")
   std::vector<int> local;  // buffers kept in per-worker tile scratch
