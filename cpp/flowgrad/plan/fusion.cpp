@@ -9,7 +9,7 @@
 
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/passes/passes.h"
-#include "flowgrad/plan/plan.h"
+#include "flowgrad/plan/executable.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg::plan {
@@ -23,7 +23,7 @@ constexpr int64_t kTile = 1 << 14;  // elements per tile: a few operands stay in
 // bytes of their own outside the arena (they have none in it; as External buffers a later
 // bind_arena leaves them there), its ops' launches are bound again, and the reason goes to
 // step.stats.
-void Plan::unfuse(FusedRun& run, const std::string& why) {
+void Executable::unfuse(FusedRun& run, const std::string& why) {
   for (int b : run.local) {
     buffers_[b].storage = Storage::allocate(std::max<size_t>(buffers_[b].bytes, 1), device_);
     buffers_[b].kind = BufferKind::External;
@@ -33,13 +33,13 @@ void Plan::unfuse(FusedRun& run, const std::string& why) {
     bind_instruction((*run.code)[k]);
   }
   run.launch = {};
-  stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
+  run_stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
                         " fell back to unfused launches: " + why;
 }
 
 // Tile tensors for every op of every run: workers own contiguous ranges of tiles and one
 // scratch each, so the tensors and launches are built once here and the executor only launches.
-void Plan::bind_runs() {
+void Executable::bind_runs() {
   if (!device_.is_cpu()) {
     for (FusedRun& run : runs_) {
       std::vector<void*> pointers;
@@ -97,7 +97,7 @@ void Plan::bind_runs() {
   }
 }
 
-void Plan::execute_run(FusedRun& run) {
+void Executable::execute_run(FusedRun& run) {
   if (run.launch) {  // CUDA: one generated kernel
     try {
       return run.launch.run(run.launch.args.get());
