@@ -151,7 +151,7 @@ void bind_plan(py::module_& m) {
            "to plant a difference), and compares what both leave. Returns '' when they agree, else the first "
            "buffer that differs and the instruction that wrote it. Applies exactly one step either way.")
       .def("capture_blocker", [](const plan::Plan& p, const py::object& device) {
-             return plan::capture_blocker(p, device_arg(device, p.device()));
+             return plan::capture_blocker(p.executable(), device_arg(device, p.device()));
            }, py::arg("device") = py::none(),
            "Why the plan would not be captured into a CUDA graph on `device` (default: its own), decided on the "
            "host before any attempt; '' when capture would be tried.")

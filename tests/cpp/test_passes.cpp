@@ -161,6 +161,48 @@ TEST(FuseElementwise, LeavesShortCpuBuffersAlone) {
   EXPECT_EQ(fuse_elementwise(b.p).body.size(), 2u);
 }
 
+TEST(FoldConstants, FoldsInsideABlockButNeverARegionsResult) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int owned = b.buffer(BufferKind::Arena, "owned"), copied = b.buffer(BufferKind::Arena, "copied");
+  Block inner;
+  Value c = b.emit(inner, OpId::arange, {});
+  Value e = b.emit(inner, OpId::exp, {c});  // computed from a constant: folded too
+  inner.push_back(b.call(OpId::add, {b.x(), e}, b.value(owned)));
+  inner.push_back(b.call(OpId::contiguous, {e}, b.value(copied)));  // a result: kept
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {inner, {}}, {owned, copied}));
+  b.p.outputs = {b.value(owned), b.value(copied)};
+  Program p = fold_constants(b.p);
+  ASSERT_EQ(p.body.size(), 1u);
+  EXPECT_EQ(ops(p.body[0].blocks[0]), (std::vector<OpId>{OpId::add, OpId::contiguous}));
+  EXPECT_TRUE(p.buffers[c.buffer].constant && p.buffers[e.buffer].constant);
+  EXPECT_FALSE(p.buffers[copied].constant);
+  EXPECT_EQ(p.buffers[copied].kind, BufferKind::Arena);
+}
+
+TEST(FuseElementwise, FusesAChainInsideABranchBlock) {
+  Builder b(Dims{64, 256});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int owned = b.buffer(BufferKind::Arena, "owned");
+  Block inner;
+  Value e = b.emit(inner, OpId::exp, {b.x()});
+  Value r = b.emit(inner, OpId::relu, {e});
+  inner.push_back(b.call(OpId::neg, {r}, b.value(owned)));
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {inner, {}}, {owned}));
+  b.p.outputs = {b.value(owned)};
+  Program p = fuse_elementwise(b.p);
+  ASSERT_EQ(p.body.size(), 1u);
+  const Block& block = p.body[0].blocks[0];
+  ASSERT_EQ(block.size(), 1u);
+  EXPECT_EQ(block[0].kind, InstrKind::Fused);
+  EXPECT_EQ(ops(block[0].blocks[0]), (std::vector<OpId>{OpId::exp, OpId::relu, OpId::neg}));
+  EXPECT_EQ(count_kernels(p.body), 2);  // the region and its fused run
+  EXPECT_EQ(count_calls(p.body), 4);    // the region and the run's three calls
+  std::vector<bool> local = fused_locals(p, def_use(p));
+  EXPECT_TRUE(local[e.buffer] && local[r.buffer]);
+  EXPECT_FALSE(local[owned]);  // read after the region
+}
+
 TEST(BindGrads, ForwardsAWholeGradientAndCopiesAView) {
   Builder b(Dims{4, 3});
   Value whole = b.emit(OpId::exp, {b.x()});
@@ -208,6 +250,36 @@ TEST(FoldTransposes, AMatmulCopiedOutTransposedComputesTheTransposedProduct) {
   EXPECT_EQ(p.body[0].in[0].shape, (Dims{5, 6}));
   EXPECT_EQ(p.body[0].in[0].strides, (Dims{1, 5}));
   EXPECT_EQ(p.body[0].in[1].buffer, b.x().buffer);
+}
+
+TEST(FoldTransposes, FoldsInsideALoopBodyButNotAcrossBlocks) {
+  Builder b(Dims{4, 6});
+  Value halt = b.value(b.buffer(BufferKind::Arena, "halt", Dims{1}), Dims{1});
+  Value w = b.value(b.buffer(BufferKind::External, "w", Dims{6, 5}), Dims{6, 5});
+  auto product = [&](Block& code) {
+    Value r = b.value(b.buffer(BufferKind::Arena, "r", Dims{4, 5}), Dims{4, 5});
+    code.push_back(b.call(OpId::matmul, {b.x(), w}, r));
+    return Value{r.buffer, 0, Dims{5, 4}, Dims{1, 5}, DType::Float32};  // r transposed
+  };
+  auto copy = [&](Block& code, const Value& from) {
+    Value out = b.value(b.buffer(BufferKind::Arena, "t", Dims{5, 4}), Dims{5, 4});
+    code.push_back(b.call(OpId::contiguous, {from}, out));
+    return out;
+  };
+  Block body;
+  Value t = copy(body, product(body));
+  Value outer = product(b.p.body);  // made outside the loop, copied inside it: kept
+  Value u = copy(body, outer);
+  b.p.body.push_back(b.region(InstrKind::While, halt, {{}, body}, {t.buffer, u.buffer}));
+  b.p.outputs = {t, u};
+  Program p = fold_transposes(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::matmul, OpId::None}));
+  const Block& folded = p.body[1].blocks[1];
+  ASSERT_EQ(ops(folded), (std::vector<OpId>{OpId::matmul, OpId::contiguous}));
+  EXPECT_EQ(folded[0].out[0].buffer, t.buffer);
+  EXPECT_EQ(folded[0].in[0].buffer, w.buffer);  // (x w)^T = w^T x^T
+  EXPECT_EQ(folded[0].in[1].buffer, b.x().buffer);
+  EXPECT_EQ(folded[1].in[0].buffer, outer.buffer);
 }
 
 TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {

@@ -114,7 +114,20 @@ std::vector<const Value*> region_values(const Region& r) {
 
 int64_t count_calls(const Block& block) {
   int64_t n = 0;
-  for (const Instr& ins : block) n += ins.kind == InstrKind::Fused ? static_cast<int64_t>(ins.blocks[0].size()) : 1;
+  for (const Instr& ins : block) n += ins.kind == InstrKind::Fused ? count_calls(ins.blocks[0]) : 1;
+  for (const Instr& ins : block)
+    if (is_region(ins.kind))
+      for (const Block& b : ins.blocks) n += count_calls(b);
+  return n;
+}
+
+int64_t count_kernels(const Block& block) {
+  int64_t n = 0;
+  for (const Instr& ins : block) {
+    n += 1;
+    if (is_region(ins.kind))
+      for (const Block& b : ins.blocks) n += count_kernels(b);
+  }
   return n;
 }
 

@@ -1,6 +1,6 @@
 // Lowered regions: data-dependent control flow inside a plan (switch, while_/until and their
 // backward, guarded optimizer updates; program.h's region kinds). Each runs as one record whose
-// blocks go through the executor's own loop (plan.cpp run_code). The CPU executor reads each decision (selector, halt,
+// blocks go through the executor's own loop (executable.cpp run_code). The CPU executor reads each decision (selector, halt,
 // iteration count) from its slot on the host and runs the chosen block's instructions; on CUDA
 // that read synchronises today, and each kind names the CUDA conditional node (IF, SWITCH,
 // WHILE) that holds it once plans are captured as graphs.
@@ -39,7 +39,7 @@ const char* op_name(const Instruction& ins) { return ins.branch ? branch_kind_na
 
 // ---- binding and running ----
 
-void Plan::bind_branch(Branch& b) {
+void Executable::bind_branch(Branch& b) {
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (auto& block : b.blocks)
     for (Instruction& ins : block) bind_instruction(ins);
@@ -56,13 +56,13 @@ void Plan::bind_branch(Branch& b) {
   }
 }
 
-void Plan::run_block(Branch& b, size_t index) {
+void Executable::run_block(Branch& b, size_t index) {
   if (b.runs.size() != b.blocks.size()) b.runs.assign(b.blocks.size(), 0);
   ++b.runs[index];
   run_code(b.blocks[index], nullptr);  // the executor's own loop
 }
 
-void Plan::run_branch(Instruction& ins) {
+void Executable::run_branch(Instruction& ins) {
   Branch& b = *ins.branch;
   b.taken = -1;
   switch (b.kind) {
@@ -186,7 +186,7 @@ void Plan::dot_block(std::ostream& os, const std::vector<Instruction>& code, std
     os << "];\n";
     for (const Value& v : ins.in) {
       if (!producer[v.buffer].empty()) os << "  " << producer[v.buffer] << " -> " << node << ";\n";
-      else if (buffers_[v.buffer].kind == BufferKind::Input) os << "  b" << v.buffer << " -> " << node << ";\n";
+      else if (buffers()[v.buffer].kind == BufferKind::Input) os << "  b" << v.buffer << " -> " << node << ";\n";
     }
     if (ins.branch)
       for (size_t b = 0; b < ins.branch->blocks.size(); ++b) {

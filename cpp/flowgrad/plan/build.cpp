@@ -2,7 +2,7 @@
 // buffers, except view ops, which fold into layouts over their input's buffer; a traced branch
 // becomes a region instruction whose blocks are recorded the same way. The Plan constructor then
 // runs the pass pipeline (passes/), checks what plans cannot run, plans memory and lowers the
-// result (lower.cpp).
+// result into an Executable (lower.cpp).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -276,9 +276,11 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   check_host_reads(trace, b, def_use(program));
   check_devices(program);
   for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());
-  rng_advance_ = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
-  poison_ = env::plan_debug();
-  lower(std::move(program), std::move(storages), spec);
+  Binding binding;
+  binding.storages = std::move(storages);
+  binding.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
+  binding.poison = env::plan_debug();
+  lower(std::move(program), std::move(binding), spec);
   trace.calls.clear();
   trace.host_reads.clear();
 }

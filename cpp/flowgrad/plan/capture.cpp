@@ -13,17 +13,17 @@
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/cuda/runtime.h"
-#include "flowgrad/plan/plan.h"
+#include "flowgrad/plan/executable.h"
 #if defined(FLOWGRAD_HAVE_CUDA)
 #include "kernels/creation/creation.h"
 #endif
 
 namespace fg::plan {
 
-std::string capture_blocker(const Plan& plan, Device device) {
+std::string capture_blocker(const Executable& exec, Device device) {
   if (device.is_cpu()) return "not used: a CPU plan";
   if (!env::cuda_graphs()) return "off: FLOWGRAD_NO_CUDA_GRAPH=1 (the plan runs as a flat loop of launches)";
-  const auto& code = plan.instructions();
+  const auto& code = exec.instructions();
   for (size_t i = 0; i < code.size(); ++i) {
     const std::string at = "not captured: instruction " + std::to_string(i) + " (" + op_name(code[i]);
     if (code[i].branch)  // branch.cpp reads the selector / halt value on the host
@@ -35,13 +35,12 @@ std::string capture_blocker(const Plan& plan, Device device) {
   return "";
 }
 
-Capture::Capture(Plan& plan) : plan_(plan) {
-  status_ = capture_blocker(plan, plan.device());
+Capture::Capture(Executable& exec) : exec_(exec) {
+  status_ = capture_blocker(exec, exec.device());
   if (status_.empty()) {
     phase_ = Phase::WarmUp;
     status_ = "pending: the step is captured into a CUDA graph on its second call, after one warm-up run";
   }
-  plan_.stats_.cuda_graph = status_;
 }
 
 Capture::~Capture() = default;
@@ -53,17 +52,15 @@ bool Capture::try_replay() {
     case Phase::Capture:
       try_capture();
       if (phase_ == Phase::Replay && env::capture_check() && self_check()) {  // its replay was this call's step
-        plan_.stats_.cuda_graph = status_;
         ++replays_;
         return true;
       }
-      plan_.stats_.cuda_graph = status_;
       if (phase_ != Phase::Replay) return false;
       break;
     case Phase::Replay: break;
   }
   sync_philox();
-  graph_->launch(cuda::current_stream_handle(plan_.device().index));
+  graph_->launch(cuda::current_stream_handle(exec_.device().index));
   ++replays_;
   return true;
 }
@@ -72,46 +69,46 @@ bool Capture::try_replay() {
 // last replay, so it is written only when something else moved the host generator in between
 // (fg.manual_seed, eager random ops).
 void Capture::sync_philox() {
-  if (plan_.rng_advance_ == 0) return;
+  const auto advance = static_cast<uint64_t>(exec_.rng_advance());
+  if (advance == 0) return;
   uint64_t seed = rng_state().seed;
-  uint64_t base = rng_reserve(static_cast<uint64_t>(plan_.rng_advance_));
+  uint64_t base = rng_reserve(advance);
   if (!philox_known_ || seed != philox_seed_ || base != philox_base_) {
     const uint64_t pair[2] = {seed, base};
     cuda::copy_bytes(philox_.data_ptr(), philox_.device(), pair, cpu_device(), sizeof pair);
   }
   philox_seed_ = seed;
-  philox_base_ = base + static_cast<uint64_t>(plan_.rng_advance_);
+  philox_base_ = base + advance;
   philox_known_ = true;
 }
 
 std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() {
-  const uint64_t advance = static_cast<uint64_t>(plan_.rng_advance_);
+  const auto advance = static_cast<uint64_t>(exec_.rng_advance());
   if (advance > 0 && !philox_.defined())  // allocated before capture
-    philox_ = Tensor::empty(Dims{2}, DType::Int64, plan_.device());
-  for (Instruction& ins : plan_.code_)
-    if (ins.rng_delta >= 0) ins.attrs.set("offset", ins.rng_delta);  // relative to the device base
+    philox_ = Tensor::empty(Dims{2}, DType::Int64, exec_.device());
+  exec_.rng_from_device_base();
   auto* counter = philox_.defined() ? static_cast<uint64_t*>(philox_.data_ptr()) : nullptr;
   return [this, counter, advance](const std::function<void(int)>& progress) {
 #if defined(FLOWGRAD_HAVE_CUDA)
     CapturePhilox on_device(counter);
-    plan_.execute(&progress);
+    exec_.execute(&progress);
     if (counter) advance_philox_cuda(counter, advance);
 #else
     (void)counter, (void)advance;
-    plan_.execute(&progress);
+    exec_.execute(&progress);
 #endif
   };
 }
 
 std::vector<double> Capture::profile() {
-  const int n = static_cast<int>(plan_.code_.size());
+  const int n = static_cast<int>(exec_.instructions().size());
   std::vector<double> ms(n, 0.0);
-  if (plan_.device().is_cpu()) {
+  if (exec_.device().is_cpu()) {
     using Clock = std::chrono::steady_clock;
     std::vector<Clock::time_point> at(n + 1);
-    plan_.draw_rng();
+    exec_.draw_rng();
     std::function<void(int)> mark = [&](int i) { at[i] = Clock::now(); };
-    plan_.execute(&mark);
+    exec_.execute(&mark);
     at[n] = Clock::now();
     for (int i = 0; i < n; ++i) ms[i] = std::chrono::duration<double, std::milli>(at[i + 1] - at[i]).count();
     return ms;
@@ -122,19 +119,19 @@ std::vector<double> Capture::profile() {
   sync_philox();  // the profiling graph draws like a replay and advances the pair too
   std::string why;
   int step = -1;
-  ms = cuda::time_steps(plan_.device().index, n, body, &why, &step);
+  ms = cuda::time_steps(exec_.device().index, n, body, &why, &step);
   FG_CHECK(why.empty(), Value, "step.profile: capturing the step failed",
-           step >= 0 ? " at instruction " + std::to_string(step) + " (" + op_name(plan_.code_[step]) + ")" : "", ": ", why);
+           step >= 0 ? " at instruction " + std::to_string(step) + " (" + op_name(exec_.instructions()[step]) + ")" : "", ": ", why);
   return ms;
 }
 
 void Capture::try_capture() {
-  cuda::CaptureResult r = cuda::capture(plan_.device().index, device_rng_body());
+  cuda::CaptureResult r = cuda::capture(exec_.device().index, device_rng_body());
   if (!r.graph) {
     phase_ = Phase::Off;
     std::string where;
     if (r.step >= 0)
-      where = " at instruction " + std::to_string(r.step) + " (" + op_name(plan_.code_[r.step]) + ")";
+      where = " at instruction " + std::to_string(r.step) + " (" + op_name(exec_.instructions()[r.step]) + ")";
     status_ = "fallback to plain execution: capture failed" + where + ": " + r.why;
     return;
   }

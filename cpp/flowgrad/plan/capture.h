@@ -1,6 +1,7 @@
-// Whole-step CUDA graph capture of a plan: a small state machine (warm up, capture, replay) that
-// falls back to plain execution for good when capture fails, and says why in
-// stats()["cuda_graph"]. Kept apart from the executor loop (plan.cpp) on purpose.
+// Whole-step CUDA graph capture of a plan's executable: a small state machine (warm up, capture,
+// replay) that falls back to plain execution for good when capture fails, and says why in
+// status() (stats()["cuda_graph"]). Kept apart from the executor loop (executable.cpp) on purpose:
+// it drives the Executable through its public interface only.
 #pragma once
 #include <memory>
 #include <functional>
@@ -16,17 +17,17 @@ class CapturedGraph;
 
 namespace fg::plan {
 
-class Plan;
+class Executable;
 
 // Why a plan on `device` will not be captured, decided on the host before any attempt ("" when
 // it will be tried): a CPU plan, the FLOWGRAD_NO_CUDA_GRAPH kill switch, a branch instruction
 // (switch / while_ / until decide on the host until they become CUDA conditional nodes), an
 // instruction whose op needs the host. CPU tests ask it about "cuda" to exercise the rules.
-std::string capture_blocker(const Plan& plan, Device device);
+std::string capture_blocker(const Executable& exec, Device device);
 
 class Capture {
  public:
-  explicit Capture(Plan& plan);
+  explicit Capture(Executable& exec);
   ~Capture();
   Capture(const Capture&) = delete;
   Capture& operator=(const Capture&) = delete;
@@ -61,7 +62,7 @@ class Capture {
   // The capture body: the instructions with random fills reading the device Philox pair.
   std::function<void(const std::function<void(int)>&)> device_rng_body();
 
-  Plan& plan_;
+  Executable& exec_;
   Phase phase_ = Phase::Off;
   std::string status_;
   std::unique_ptr<cuda::CapturedGraph> graph_;

@@ -9,11 +9,12 @@
 #include <sstream>
 
 #include "flowgrad/autograd/autograd.h"
+#include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/captured_graph.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/plan/capture.h"
-#include "flowgrad/plan/plan.h"
+#include "flowgrad/plan/executable.h"
 
 namespace fg::plan {
 namespace {
@@ -66,11 +67,13 @@ void copy_all(const Tensors& dst, const Tensors& src) {
 }  // namespace
 
 std::string Capture::check_against_plain(const std::function<void()>& step) {
-  Plan& p = plan_;
-  std::vector<int> writer(p.buffers_.size(), -1);
+  const Executable& p = exec_;
+  const auto& code = p.instructions();
+  const auto& buffers = p.buffers();
+  std::vector<int> writer(buffers.size(), -1);
   bool exact = true;
-  for (int i = 0; i < static_cast<int>(p.code_.size()); ++i) {
-    const Instruction& ins = p.code_[i];
+  for (int i = 0; i < static_cast<int>(code.size()); ++i) {
+    const Instruction& ins = code[i];
     for (const Value& v : ins.out) writer[v.buffer] = i;
     // Optimizer updates write their inputs; a region record lists every outer buffer its blocks use.
     const uint32_t written = ins.branch ? ~0u : written_inputs(*ins.op);
@@ -79,26 +82,26 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
     exact = exact && !order_dependent(ins);
   }
   Left left;
-  for (int id = 0; id < static_cast<int>(p.buffers_.size()); ++id) {
-    const Buffer& b = p.buffers_[id];
+  for (int id = 0; id < static_cast<int>(buffers.size()); ++id) {
+    const Buffer& b = buffers[id];
     if (b.kind == BufferKind::Arena || !b.written || b.bytes < itemsize(b.dtype)) continue;
     left.names.push_back(b.name);
     left.writers.push_back(writer[id]);
     left.values.push_back(whole(b, id));
     left.kept.push_back(left.values.back());
   }
-  for (size_t k = 0; k < p.outputs_.size(); ++k) {
-    left.names.push_back("output " + std::to_string(k) + " (" + p.describe(p.outputs_[k]) + ")");
-    left.writers.push_back(writer[p.outputs_[k].buffer]);
-    left.values.push_back(p.output_t_[k]);
+  for (size_t k = 0; k < p.outputs().size(); ++k) {
+    left.names.push_back("output " + std::to_string(k) + " (" + p.describe(p.outputs()[k]) + ")");
+    left.writers.push_back(writer[p.outputs()[k].buffer]);
+    left.values.push_back(p.output_tensors()[k]);
   }
   const Tensors before = snapshot(left.kept);
   const RngState rng = rng_state();
   Tensors plain;
   try {
     plain = snapshot(left.values);  // allocated before the step, so a failure leaves the state as it was
-    p.draw_rng();
-    p.execute();
+    exec_.draw_rng();
+    exec_.execute();
     copy_all(plain, left.values);
   } catch (...) {
     restore(left.kept, before);
@@ -116,14 +119,14 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
     std::ostringstream os;
     os << left.names[k] << " differs at " << at;
     int w = left.writers[k];
-    if (w >= 0) os << "; written by instruction " << w << " (" << op_name(p.code_[w]) << ")";
+    if (w >= 0) os << "; written by instruction " << w << " (" << op_name(code[w]) << ")";
     return os.str();
   }
   return "";
 }
 
 bool Capture::self_check() {
-  const cuda::StreamHandle stream = cuda::current_stream_handle(plan_.device().index);
+  const cuda::StreamHandle stream = cuda::current_stream_handle(exec_.device().index);
   std::string diff;
   try {
     diff = check_against_plain([&] {

@@ -9,7 +9,7 @@
 
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/passes/passes.h"
-#include "flowgrad/plan/plan.h"
+#include "flowgrad/plan/executable.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg::plan {
@@ -23,23 +23,23 @@ constexpr int64_t kTile = 1 << 14;  // elements per tile: a few operands stay in
 // bytes of their own outside the arena (they have none in it; as External buffers a later
 // bind_arena leaves them there), its ops' launches are bound again, and the reason goes to
 // step.stats.
-void Plan::unfuse(FusedRun& run, const std::string& why) {
+void Executable::unfuse(FusedRun& run, const std::string& why) {
   for (int b : run.local) {
     buffers_[b].storage = Storage::allocate(std::max<size_t>(buffers_[b].bytes, 1), device_);
     buffers_[b].kind = BufferKind::External;
   }
   for (int k = run.first; k <= run.last; ++k) {
-    code_[k].run = -1;
-    bind_instruction(code_[k]);
+    (*run.code)[k].run = -1;
+    bind_instruction((*run.code)[k]);
   }
   run.launch = {};
-  stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
+  run_stats_.cuda_fusion += "; instructions " + std::to_string(run.first) + ".." + std::to_string(run.last) +
                         " fell back to unfused launches: " + why;
 }
 
 // Tile tensors for every op of every run: workers own contiguous ranges of tiles and one
 // scratch each, so the tensors and launches are built once here and the executor only launches.
-void Plan::bind_runs() {
+void Executable::bind_runs() {
   if (!device_.is_cpu()) {
     for (FusedRun& run : runs_) {
       std::vector<void*> pointers;
@@ -87,23 +87,25 @@ void Plan::bind_runs() {
     for (int w = 0; w < run.workers; ++w)
       for (int64_t t = tiles * w / run.workers; t < tiles * (w + 1) / run.workers; ++t)
         for (int i = run.first; i <= run.last; ++i) {
+          const Instruction& ins = (*run.code)[i];
           TileCall call;
-          for (const Value& v : code_[i].in) call.in.push_back(tile_of(v, t, w));
-          for (const Value& v : code_[i].out) call.out.push_back(tile_of(v, t, w));
-          call.launch = prepare_launch(*code_[i].op, device_, call.in, call.out, code_[i].attrs, false);
+          for (const Value& v : ins.in) call.in.push_back(tile_of(v, t, w));
+          for (const Value& v : ins.out) call.out.push_back(tile_of(v, t, w));
+          call.launch = prepare_launch(*ins.op, device_, call.in, call.out, ins.attrs, false);
           run.tiles[t].push_back(std::move(call));
         }
   }
 }
 
-void Plan::execute_run(FusedRun& run) {
+void Executable::execute_run(FusedRun& run) {
   if (run.launch) {  // CUDA: one generated kernel
     try {
       return run.launch.run(run.launch.args.get());
     } catch (const Error& e) {
       unfuse(run, e.what());
     }
-    return code_[run.first].launch.run(code_[run.first].launch.args.get());  // the loop runs the rest
+    const Launch& first = (*run.code)[run.first].launch;
+    return first.run(first.args.get());  // the loop runs the rest
   }
   detail::run_tasks(run.workers, [](void* p, int w) {
     const FusedRun& r = *static_cast<const FusedRun*>(p);

@@ -18,8 +18,8 @@ bool overlap_in_time(const MemoryPlan& m, int a, int b) { return m.first[a] <= m
 std::vector<bool> fused_locals(const Program& p, const DefUse& du) {
   std::vector<bool> local(p.buffers.size(), false);
   std::vector<int> touched(p.buffers.size(), 0);
-  for (const Instr& run : p.body) {
-    if (run.kind != InstrKind::Fused) continue;
+  walk(p.body, [&](const Instr& run, int) {
+    if (run.kind != InstrKind::Fused) return;
     std::vector<int> mine;
     for (const Instr& ins : run.blocks[0]) {
       for (const Value& v : ins.in) ++touched[v.buffer], mine.push_back(v.buffer);
@@ -30,7 +30,7 @@ std::vector<bool> fused_locals(const Program& p, const DefUse& du) {
                                 touched[id] == du.readers[id] + du.writers[id]);
     }
     for (int id : mine) touched[id] = 0;
-  }
+  });
   return local;
 }
 

@@ -6,8 +6,9 @@
 // build.cpp turns the calls into a Program (program.h: buffers as declarations, instructions,
 // regions with blocks, fused runs as instructions); passes/ map Program to Program (one table,
 // pipeline.cpp); memory.cpp plans the arena from the def/use analysis (analysis.h) and an
-// independent checker proves it; lower.cpp binds the result to memory and kernels as a Plan,
-// which plan.cpp executes and prints.
+// independent checker proves it; lower.cpp binds the result to memory and kernels as an
+// Executable (executable.h, executable.cpp runs it); Plan is the façade that builds, counts and
+// prints it (plan.cpp).
 //
 // Execution replays launch records (Launch, prepared once when lowering): no shape rule, dtype
 // dispatch or attribute lookup per call. Fused elementwise runs execute tile by tile on the CPU
@@ -29,30 +30,18 @@
 #include <variant>
 #include <vector>
 
-#include "flowgrad/core/allocator.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/nn/call_scope.h"
 #include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/registry.h"
+#include "flowgrad/plan/executable.h"
 #include "flowgrad/plan/memory.h"
 #include "flowgrad/plan/program.h"
 
 namespace fg::plan {
 
 // ---- tracing ----
-
-// Data-dependent control flow in a plan (branch.cpp runs it). Each kind is one conditional
-// region a CUDA graph can hold as a conditional node: Switch -> IF/SWITCH node, loops -> WHILE.
-enum class BranchKind : uint8_t {
-  Switch,        // runs blocks[selector]
-  While,         // blocks {halt, body}: while halt <= 0 and fewer than max_iter iterations: body
-  Until,         // blocks {body, halt}: body, then stop once halt > 0 (or after max_iter)
-  LoopBackward,  // blocks {body backward}: for k = count - 1 .. 0, on the k-th saved body input
-  Guard,         // blocks {update}: runs when a listed branch took a listed block (optimizer
-                 // updates of parameters whose gradient only a branch computes)
-};
-const char* branch_kind_name(BranchKind kind);
 
 // Where a traced call came from: the innermost named module running it (its dotted path from
 // the compiled model, FlowBuilder nodes as "3[tag]") and the user's source line ("file.py:12").
@@ -152,115 +141,6 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
 // Why a host read of t's values inside a compiled step raises.
 std::string host_read_message(const Tensor& t, const std::string& what);
 
-// ---- the plan: what lowering (lower.cpp) makes of a Program ----
-
-// A lowered buffer: its declaration, its memory plan and its memory.
-struct Buffer : BufferDecl {
-  std::shared_ptr<Storage> storage{};  // External: the owner's; others: bound after planning
-  int first = -1, last = -1;     // times that first and last touch it (-1: before the plan; memory.h)
-  int64_t offset = 0;            // Arena / Input: bytes from the arena's start
-  bool written = false;          // some instruction writes it
-  bool local = false;            // lives only inside a fused run: per-tile scratch, no arena bytes
-};
-
-struct Branch;
-// Members past `op` have default initializers, so a braced `{op, attrs, in, out}` may stop early.
-struct Instruction {
-  const OpDef* op;  // null for a region's record (`branch` is set)
-  Attrs attrs;
-  std::vector<Value> in{}, out{};
-  int64_t rng_delta = -1;  // random ops: counters from the step's first draw
-  Phase phase = Phase::Forward;
-  int origin = -1;         // index into Plan::origins()
-  int run = -1;            // the fused run it belongs to (fusion.cpp)
-  Tensors in_t{}, out_t{};  // bound to planned memory: the executor's arguments
-  Launch launch{};         // the kernel call over in_t/out_t, prepared once (see prepare_launch)
-  std::vector<int> released{};  // buffers whose last use is this instruction (debug poisoning)
-  std::shared_ptr<Branch> branch{};  // set for a branch instruction: `in`/`out` list every outer
-                                     // buffer its blocks read/write
-};
-
-// A lowered region: its IR state (program.h), its blocks lowered, and what runs bind to. The
-// executor reads the decision (selector, halt, count) on the host; `conditional` names the CUDA
-// conditional node the region maps to once plans are captured (needs a device-side decision).
-struct Branch : Region {
-  BranchKind kind;
-  std::vector<std::vector<Instruction>> blocks;
-  // bound by Plan::bind
-  Tensor selector_t, init_t, carried_t, count_t, step_input_t;
-  Tensors stash_rows, zeroed_t;
-  int taken = -1;  // last run: the block a switch took, 0 when a loop ran its body at least once
-  std::vector<int64_t> runs;  // per block: how many runs took it (switch, guard) or iterations (loops)
-  const char* conditional() const;  // "IF", "SWITCH", "WHILE" or "IF" (guard)
-};
-
-// A generated CUDA kernel computing one fused run (cuda_fusion.cpp).
-struct FusedKernel {
-  std::string name, source;
-  std::vector<int> params;  // the buffer each pointer parameter points at (its start), in order
-  int64_t numel = 0;        // elements of the run: the kernel's loop bound
-};
-// The CUDA source of one kernel computing Fused instruction `run` of `p`, whose buffers in
-// `local` live in registers only (raises for an op it cannot generate).
-FusedKernel fused_kernel(const Program& p, const Instr& run, const std::vector<bool>& local, const std::string& name);
-// NVRTC (opened on first use): whether it can be used, else why not; the architectures it can
-// make SASS for; PTX for compute_<arch>.
-bool nvrtc_available(std::string* why);
-std::vector<int> nvrtc_archs();
-std::string compile_ptx(const std::string& source, const std::string& name, int arch);
-// A fused kernel compiled for a GPU of architecture `arch`: a CUBIN when NVRTC knows the
-// architecture, else PTX for the newest one it knows below it. `target` says which.
-struct FusedBinary {
-  std::string image, target;  // target: "CUBIN for sm_90", "PTX for compute_90"
-};
-FusedBinary compile_fused(const std::string& source, const std::string& name, int arch);
-// Why fused runs cannot run on CUDA here ("" when they can: NVRTC and the driver were found).
-std::string cuda_fusion_unavailable();
-int cuda_arch(int device);  // of cuda:<device>: 80, 90, ...
-// Loads a compiled kernel into cuda:<device>'s primary context (the runtime's), and binds it to
-// one device pointer per parameter. Loading raises DeviceError on any driver failure.
-std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, const FusedBinary& binary);
-Launch bind_fused(const std::shared_ptr<const void>& loaded, const FusedKernel& kernel,
-                  const std::vector<void*>& pointers);
-// Fault injection for tests: an image that is no module at load, a 0-block grid at launch (the real
-// driver call fails, and the run falls back), or launches on the legacy stream (review finding
-// F1: the capture self-check must refuse the graph).
-enum class FusedFault { None, Load, Launch, LegacyStream };
-void set_fused_fault(FusedFault fault);
-
-// A run of elementwise instructions executed tile by tile (fusion.cpp).
-struct TileCall {
-  Tensors in, out;
-  Launch launch;
-};
-struct FusedRun {
-  int first, last;  // instructions [first, last]
-  Dims shape;       // the shape every instruction of the run writes
-  int split = 1;    // tiles are ranges of shape[0:split] flattened ("rows")
-  std::vector<int> local;  // buffers kept in per-worker tile scratch
-  int workers = 1;
-  std::vector<std::vector<TileCall>> tiles;  // [tile][instruction - first]
-  // CUDA plans: one generated kernel for the whole run (cuda_fusion.cpp), compiled and loaded
-  // when lowering (a failure unfuses the run) and bound to the arena with the plan.
-  FusedKernel kernel;
-  std::shared_ptr<const void> loaded;
-  Launch launch;
-};
-
-class Capture;  // CUDA graph capture of a plan (capture.h)
-
-// The op's name, or a region record's kind ("switch", "while", ...).
-const char* op_name(const Instruction& ins);
-
-// A tensor with the layout `v` over `storage` (no autograd identity).
-Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
-
-// The one place a plan turns an op call over bound tensors into a launch: the op's prepared
-// launch when it has one for `device`, else a record that calls its cpu/cuda kernel. `attrs` is
-// read at every launch (random ops move their counter in it), so it must outlive the launch.
-Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
-                      bool attrs_change);
-
 // One entry of PlanStats::to_map(): a count, a description, or (instruction, op name) pairs.
 using StatValue = std::variant<int64_t, std::string, std::vector<std::pair<int64_t, std::string>>>;
 
@@ -274,7 +154,7 @@ struct PlanStats {
   uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;          // instructions of the last run that allocated
   int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
-  // Filled by Plan::stats() from the program and its capture:
+  // Filled by Plan::stats() from the executable and its capture (with the run counts above):
   int64_t instructions = 0, kernels = 0, fused_runs = 0;  // a fused run is one kernel per tile pass
   int64_t cuda_graph_replays = 0;
   bool poisons = false;  // FLOWGRAD_DEBUG_PLAN: poisoned_bytes is reported
@@ -296,18 +176,22 @@ struct PlanSpec {
   Tensors grad_targets{};
 };
 
+// The façade fg.compile holds: builds the Program from a trace, runs the passes, plans memory,
+// lowers the result into an Executable (executable.h) that runs it, and prints and counts it.
 class Plan {
  public:
   Plan(Tracer& tracer, const PlanSpec& spec);
 
   // Runs the plan on new inputs (same shapes and dtypes as traced); returns the outputs.
-  Tensors run(const Tensors& inputs);
+  Tensors run(const Tensors& inputs) { return exec_->run(inputs); }
   // The same, also writing each instruction's milliseconds into *ms (capture.h: Capture::profile).
-  Tensors run_profiled(const Tensors& inputs, std::vector<double>* ms);
+  Tensors run_profiled(const Tensors& inputs, std::vector<double>* ms) { return exec_->run(inputs, ms); }
   // The capture self-check's comparison on any device (capture.h): one plain step, then the same
   // step again from the same state followed by `after` (a side effect to plant a difference);
   // "" when both leave the same state. Applies exactly one step either way.
-  std::string check_step(const Tensors& inputs, const std::function<void()>& after);
+  std::string check_step(const Tensors& inputs, const std::function<void()>& after) {
+    return exec_->check_step(inputs, after);
+  }
   // False once a watched tensor's storage changed (Module.to, parameter reassignment).
   bool up_to_date() const;
   // Throws unless no two arena buffers with overlapping lifetimes share bytes.
@@ -315,19 +199,20 @@ class Plan {
   // The arena: the intermediates' and inputs' bytes. Plans that never run at the same time may
   // share one: bind_arena rebinds every arena buffer, launch and fused run onto `arena` (at least
   // stats().arena_bytes on the plan's device) and starts the CUDA graph capture over.
-  const std::shared_ptr<Storage>& arena() const { return arena_; }
+  const std::shared_ptr<Storage>& arena() const { return exec_->arena(); }
   void bind_arena(std::shared_ptr<Storage> arena);
 
-  const std::vector<Instruction>& instructions() const { return code_; }
-  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const Executable& executable() const { return *exec_; }
+  const std::vector<Instruction>& instructions() const { return exec_->instructions(); }
+  const std::vector<Buffer>& buffers() const { return exec_->buffers(); }
   PlanStats stats() const;  // the build's counts plus those of the program and its capture
-  Device device() const { return device_; }
-  bool poisons() const { return poison_; }  // FLOWGRAD_DEBUG_PLAN was set when it was built
+  Device device() const { return exec_->device(); }
+  bool poisons() const { return exec_->poisons(); }  // FLOWGRAD_DEBUG_PLAN was set when it was built
   std::string str() const;
   std::string dot() const;
-  std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
-  const Capture& capture() const { return *capture_; }
-  const std::vector<FusedRun>& runs() const { return runs_; }
+  std::string describe(const Value& v) const { return exec_->describe(v); }  // "%12 float32 (64, 512)"
+  const Capture& capture() const { return exec_->capture(); }
+  const std::vector<FusedRun>& runs() const { return exec_->runs(); }
   const std::vector<Origin>& origins() const { return origins_; }
   // What each pass did: (pass, instructions before, after); "fusion" counts kernels after.
   const std::vector<std::tuple<std::string, int64_t, int64_t>>& passes() const { return passes_; }
@@ -338,62 +223,24 @@ class Plan {
   const Program& program() const { return program_; }  // what was lowered
 
  private:
-  friend class Capture;
-  Tensors run_with(const Tensors& inputs, std::vector<double>* ms);
-  void load_inputs(const Tensors& inputs);  // checked against the signature, copied into their slots
-  void draw_rng();  // random instructions take this run's seed and counters
-  // The instructions in order on the current stream; `progress(i)` is called before each (capture).
-  void execute(const std::function<void(int)>* progress = nullptr);
-  void run_code(std::vector<Instruction>& code, const std::function<void(int)>* progress);
   // lower.cpp: the program bound to memory and kernels
-  void lower(Program program, std::vector<std::shared_ptr<Storage>> storages, const PlanSpec& spec);
-  void compile_cuda_runs(Program& program);
-  void lower_block(const Block& block, std::vector<Instruction>& out, int& time);
-  void bind();  // onto arena_ (allocated when unset)
-  void bind_runs();
-  void bind_instruction(Instruction& ins);
-  void execute_run(FusedRun& run);
-  void unfuse(FusedRun& run, const std::string& why);
-  void poison(const std::vector<int>& released);
-  void run_branch(Instruction& ins);  // branch.cpp
-  void run_block(Branch& b, size_t index);
-  void bind_branch(Branch& b);
+  void lower(Program program, Binding binding, const PlanSpec& spec);
+  void compile_cuda_runs(Program& program, Binding& binding);
   void str_block(std::ostream& os, const std::vector<Instruction>& code, const std::string& indent) const;
   void dot_block(std::ostream& os, const std::vector<Instruction>& code, std::vector<std::string>& producer,
                  const std::string& prefix) const;
 
-  Device device_;
-  std::vector<Buffer> buffers_;
-  std::vector<Instruction> code_;
-  std::vector<FusedRun> runs_;
-  std::vector<std::shared_ptr<Branch>> branches_;  // by id
-  std::vector<Value> inputs_, outputs_;
-  Tensors input_t_, output_t_;
   std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> watched_;
-  std::shared_ptr<Storage> arena_;
-  // Temporaries of kernel wrappers: the first run measures the most one kernel needs, later runs
-  // take them from this block (see KernelScratch), so a warm plan allocates nothing.
-  KernelScratch scratch_;
-  std::shared_ptr<Storage> scratch_block_;
-  int64_t rng_advance_ = 0;
-  bool poison_ = false;
-  PlanStats stats_;
+  PlanStats stats_;  // the build's counts (stats() adds the executable's)
   std::vector<Origin> origins_;
   std::vector<std::tuple<std::string, int64_t, int64_t>> passes_;
+  std::vector<std::pair<std::string, double>> pass_ms_;
   Program program_;
   MemoryPlan memory_;
-  std::vector<FusedKernel> kernels_;  // CUDA: per Fused instruction of program_'s body, in order
-  std::vector<std::shared_ptr<const void>> loaded_;
-  std::vector<std::pair<std::string, double>> pass_ms_;
-  std::shared_ptr<Capture> capture_;  // made in bind()
+  std::unique_ptr<Executable> exec_;
 };
 
 // Binds both plans onto the larger of their arenas (they must not run at the same time).
 void share_arena(Plan& a, Plan& b);
-
-// Copies of tensors' values, and writing them back (the CUDA graph capture self-check runs a step
-// and restores the state it touched).
-Tensors snapshot(const Tensors& tensors);
-void restore(const Tensors& tensors, const Tensors& copies);
 
 }  // namespace fg::plan

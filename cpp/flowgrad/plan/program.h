@@ -132,8 +132,10 @@ void walk(B& block, const Fn& fn, int depth = 0) {
   }
 }
 
-// Instructions of the body, a fused run counting each op of its chain (what executes one by one
-// when it is not fused).
+// Instructions of a block and of its regions' blocks (a region counts itself too), a fused run
+// counting each op of its chain (what executes one by one when it is not fused).
 int64_t count_calls(const Block& block);
+// The same with a fused run counting one (it launches as one kernel per tile pass).
+int64_t count_kernels(const Block& block);
 
 }  // namespace fg::plan

@@ -50,12 +50,11 @@ int fusable_split(const Program& p, const Instr& ins, const Dims& shape) {
   return split;
 }
 
-}  // namespace
-
-Program fuse_elementwise(Program p) {
-  Block& code = p.body;
+// Runs within `code`, then within the blocks of its regions.
+void fuse_block(const Program& p, Block& code) {
   Block out;
   for (size_t i = 0; i < code.size();) {
+    for (Block& b : code[i].blocks) fuse_block(p, b);
     const Dims shape = code[i].out.empty() ? Dims{} : code[i].out[0].shape;
     int split = fusable_split(p, code[i], shape);
     std::vector<bool> written(p.buffers.size(), false), read(p.buffers.size(), false);
@@ -85,7 +84,13 @@ Program fuse_elementwise(Program p) {
     out.push_back(std::move(run));
     i = j + 1;
   }
-  p.body = std::move(out);
+  code = std::move(out);
+}
+
+}  // namespace
+
+Program fuse_elementwise(Program p) {
+  fuse_block(p, p.body);
   return p;
 }
 

@@ -18,7 +18,8 @@ namespace fg::plan {
 // result that is dead by then (recomputation gradient checkpointing asked for is kept).
 Program cse(Program p);
 // Calls whose inputs are all constants (fills, aranges and what is computed from them only) and
-// whose results nobody else writes become constant buffers holding the traced values.
+// whose results nobody else writes become constant buffers holding the traced values, in every
+// block (a region's results excepted: a block that did not run leaves them as they were).
 Program fold_constants(Program p);
 // Each declared gradient gets a target buffer: the producing call's own buffer when it writes all
 // of it in the parameter's dtype (it then writes .grad directly), else a copy at the end.
@@ -27,13 +28,13 @@ Program bind_grads(Program p);
 // a switch or guard whose blocks end up empty goes too.
 Program dce(Program p);
 // A 2-D matmul whose result is only copied out transposed (every Linear's weight gradient)
-// computes the transposed product directly: (A B)^T = B^T A^T.
+// computes the transposed product directly: (A B)^T = B^T A^T; in every block, when both are in it.
 Program fold_transposes(Program p);
 // Wraps each optimizer update whose gradient only some branch blocks compute in a Guard region,
 // so that, as in eager mode (a parameter without .grad is skipped), it runs only when one ran.
 Program guard_updates(Program p);
 // Runs of consecutive elementwise calls writing the same shape become one Fused instruction
-// whose block is the chain (fuse_elementwise.cpp says when a run is exact).
+// whose block is the chain (fuse_elementwise.cpp says when a run is exact), in every block.
 Program fuse_elementwise(Program p);
 
 // Layouts against a fused run's shape (fuse_elementwise.cpp; fusion.cpp tiles by them): leading
@@ -56,10 +57,9 @@ struct Pass {
   bool reported;
 };
 const std::vector<Pass>& pipeline();
-// Runs the pipeline; appends (pass, instructions before, after) to *counts, where the fusion
-// pass counts kernels after (a fused run is one). Prints "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
-// Runs the table in order; `counts` gets (pass, instructions before, after) and `ms` the
-// milliseconds of each reported pass.
+// Runs the table in order; `counts` gets (pass, instructions before, after: count_calls, the
+// fusion pass counting kernels after) and `ms` the milliseconds of each reported pass. Prints
+// "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
 Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts,
                      std::vector<std::pair<std::string, double>>* ms = nullptr);
 

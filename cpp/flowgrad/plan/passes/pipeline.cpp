@@ -64,7 +64,7 @@ Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int
     bool run = pass.use == PassUse::Required ||
                (!skip.count(env_name(pass.name)) && (pass.run != fuse_elementwise || env::plan_fusion()));
     if (run) p = pass.run(std::move(p));
-    const int64_t after = pass.run == fuse_elementwise ? static_cast<int64_t>(p.body.size()) : count_calls(p.body);
+    const int64_t after = pass.run == fuse_elementwise ? count_kernels(p.body) : count_calls(p.body);
     if (counts && pass.reported) counts->emplace_back(pass.name, before, after);
     if (ms && pass.reported) {  // an unreported pass's time goes to the next reported one
       auto now = std::chrono::steady_clock::now();

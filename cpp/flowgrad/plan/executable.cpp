@@ -1,0 +1,238 @@
+// The executor (executable.h): inputs copied into their slots, then one flat loop of kernel calls
+// over tensors bound once to planned memory (no shape rule, no allocation, no autograd per call),
+// for the top level and every region's blocks. Lowering itself, the Executable's constructor, is
+// in lower.cpp.
+#include "flowgrad/plan/executable.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include "flowgrad/core/runtime.h"
+#include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/stream.h"
+#include "flowgrad/ops/raw.h"
+#include "flowgrad/plan/capture.h"
+
+namespace fg::plan {
+Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage;
+  impl->offset = v.offset;
+  impl->shape = v.shape;
+  impl->strides = v.strides;
+  impl->dtype = v.dtype;
+  return Tensor(impl);
+}
+
+namespace {
+
+using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
+
+// The fallback launch: the op's kernel called with the bound tensors.
+struct KernelCall {
+  Kernel kernel;
+  Tensors in, out;
+  const Attrs* attrs;
+};
+void call_kernel(const void* p) {
+  auto* c = static_cast<const KernelCall*>(p);
+  c->kernel(c->in, c->out, *c->attrs);
+}
+
+}  // namespace
+
+Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
+                      bool attrs_change) {
+  PrepareFn prepare = device.is_cpu() ? op.prepare_cpu : op.prepare_cuda;
+  if (prepare && !attrs_change)
+    if (Launch launch = prepare(in, out, attrs)) return launch;
+  Kernel kernel = device.is_cpu() ? op.cpu : op.cuda;
+  return {call_kernel, std::make_shared<KernelCall>(KernelCall{kernel, in, out, &attrs})};
+}
+
+Executable::~Executable() = default;
+
+void Executable::bind_arena(std::shared_ptr<Storage> arena) {
+  FG_CHECK(arena && arena->bytes() >= arena_bytes_ && arena->device() == device_, Value,
+           "bind_arena: the plan needs ", arena_bytes_, " arena bytes on ", device_.str(), ", got ",
+           arena ? std::to_string(arena->bytes()) + " bytes on " + arena->device().str() : std::string("none"));
+  arena_ = std::move(arena);
+  bind();
+}
+
+void Executable::bind() {
+  scratch_.device = device_;
+  char* base = static_cast<char*>(arena_->data());
+  for (Buffer& b : buffers_) {
+    if (b.kind == BufferKind::External) continue;
+    b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
+  }
+  auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
+  for (Instruction& ins : code_) bind_instruction(ins);
+  for (const auto& branch : branches_) bind_branch(*branch);
+  input_t_.clear();  // the traced examples held the shapes until the first bind
+  for (const Value& v : inputs_) input_t_.push_back(tensor(v));
+  output_t_.clear();
+  for (const Value& v : outputs_) output_t_.push_back(tensor(v));
+  bind_runs();
+  capture_ = std::make_shared<Capture>(*this);
+}
+
+void Executable::bind_instruction(Instruction& ins) {
+  auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
+  ins.in_t.clear();
+  ins.out_t.clear();
+  for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
+  for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
+  if (!ins.branch) ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
+}
+
+void Executable::load_inputs(const Tensors& inputs) {
+  FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
+           inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    const Tensor& slot = input_t_[i];
+    FG_CHECK(x.shape() == slot.shape(), Shape, "compiled step: input ", i, " has shape ", to_string(x.shape()),
+             ", the plan was compiled for ", to_string(slot.shape()),
+             " (compile with dynamic=True to keep one plan per input shape)");
+    FG_CHECK(x.dtype() == slot.dtype(), DType, "compiled step: input ", i, " is ", dtype_name(x.dtype()),
+             ", the plan was compiled for ", dtype_name(slot.dtype()));
+    FG_CHECK(x.device() == slot.device(), Device, "compiled step: input ", i, " is on ", x.device().str(),
+             ", the plan runs on ", slot.device().str());
+    raw::copy_into(slot, x);
+  }
+}
+
+std::string Executable::check_step(const Tensors& inputs, const std::function<void()>& after) {
+  load_inputs(inputs);
+  std::string diff = capture_->check_against_plain([&] {
+    draw_rng();
+    execute();
+    if (after) after();
+  });
+  if (!diff.empty()) {  // the state from before both: the step is applied once, plainly
+    draw_rng();
+    execute();
+  }
+  return diff;
+}
+
+Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
+  const int64_t syncs_before = cuda::host_sync_count();
+  load_inputs(inputs);
+  if (ms) {
+    *ms = capture_->profile();
+  } else if (!capture_->try_replay()) {
+    draw_rng();
+    execute();
+  }
+  if (scratch_.peak > scratch_.capacity) {  // after the first run, or an instruction that asked for more
+    scratch_block_ = Storage::allocate(scratch_.peak, device_);
+    scratch_.base = scratch_block_->data();
+    scratch_.capacity = scratch_.peak;
+  }
+  Tensors out;
+  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    raw::copy_into(copy, t);
+    out.push_back(copy);
+  }
+  run_stats_.host_syncs = cuda::host_sync_count() - syncs_before;
+  return out;
+}
+
+void Executable::draw_rng() {
+  if (rng_advance_ == 0) return;  // fresh draws every run, reproducible from the seed
+  RngState state = rng_state();
+  uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
+  for (Instruction& ins : code_) {
+    if (ins.rng_delta < 0) continue;
+    ins.attrs.set("seed", static_cast<int64_t>(state.seed));
+    ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
+  }
+}
+
+void Executable::rng_from_device_base() {
+  for (Instruction& ins : code_)
+    if (ins.rng_delta >= 0) ins.attrs.set("offset", ins.rng_delta);
+}
+
+// One step: the top-level instructions through run_code, on the plan's device with its scratch
+// installed; counts the storages the kernels allocate (their temporaries come from the scratch
+// once it is measured).
+void Executable::execute(const std::function<void(int)>* progress) {
+  std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the plan's device, whichever thread runs it
+  if (device_.is_cuda()) on_device.emplace(device_.index);
+  const uint64_t allocations_before = storage_allocations();
+  run_stats_.allocating.clear();
+  ScratchScope guard(&scratch_);  // kernel temporaries of this run come from the plan's block
+  for (const auto& branch : branches_) branch->taken = -1;
+  run_code(code_, progress);
+  run_stats_.allocations = storage_allocations() - allocations_before;
+}
+
+// The one instruction loop, for the top level and every region's blocks (branch.cpp): prepared
+// launches in order, a fused run at its first instruction, a region's chosen blocks; the kernel
+// scratch is reset before each, and `progress(i)` is called before each (capture.cpp). A top-level
+// instruction that allocated (its blocks included) is listed in run_stats().allocating.
+void Executable::run_code(std::vector<Instruction>& code, const std::function<void(int)>* progress) {
+  const bool top = &code == &code_;
+  for (int i = 0; i < static_cast<int>(code.size()); ++i) {
+    Instruction& ins = code[i];
+    if (progress) (*progress)(i);
+    const uint64_t before = storage_allocations();
+    scratch_.used = 0;
+    if (ins.branch)
+      run_branch(ins);
+    else if (ins.run < 0)
+      ins.launch.run(ins.launch.args.get());
+    else if (i == runs_[ins.run].first)
+      execute_run(runs_[ins.run]);
+    if (top && storage_allocations() != before) run_stats_.allocating.push_back(i);
+    // A fused run's buffers are released once its last instruction has run.
+    if (poison_ && (ins.run < 0 || i == runs_[ins.run].last))
+      for (int k = ins.run < 0 ? i : runs_[ins.run].first; k <= i; ++k) poison(code[k].released);
+  }
+}
+
+Tensors snapshot(const Tensors& tensors) {
+  Tensors copies;
+  for (const Tensor& t : tensors) {
+    Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
+    raw::copy_into(copy, t);
+    copies.push_back(copy);
+  }
+  return copies;
+}
+
+void restore(const Tensors& tensors, const Tensors& copies) {
+  FG_CHECK(tensors.size() == copies.size(), Value, "restore: ", copies.size(), " copies for ", tensors.size(), " tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) raw::copy_into(tensors[i], copies[i]);
+}
+
+// FLOWGRAD_DEBUG_PLAN: buffers whose last use has run are filled with NaN, so a read after reuse
+// shows up at once.
+void Executable::poison(const std::vector<int>& released) {
+  for (int id : released) {
+    const Buffer& b = buffers_[id];
+    if (!is_floating(b.dtype) || b.bytes < itemsize(b.dtype)) continue;
+    int64_t n = static_cast<int64_t>(b.bytes / itemsize(b.dtype));
+    run_stats_.poisoned_bytes += static_cast<size_t>(n) * itemsize(b.dtype);
+    raw::fill(layout(b.storage, {id, 0, Dims{n}, Dims{1}, b.dtype}), std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
+std::string Executable::describe(const Value& v) const {
+  std::ostringstream os;
+  os << buffers_[v.buffer].name;
+  bool whole = v.offset == 0 && v.strides == contiguous_strides(v.shape) &&
+               static_cast<size_t>(v.shape.numel()) * itemsize(v.dtype) == buffers_[v.buffer].bytes;
+  if (!whole) os << "[view offset " << v.offset << " strides " << to_string(v.strides) << "]";
+  return os.str();
+}
+
+}  // namespace fg::plan
