@@ -149,9 +149,23 @@ struct Tile {
         block(kRows * std::max(Ep, Evp)) {}
 };
 
+// dst (rows, cols) = src, row r times scale[r] when scale is given (times 1 is exact): whole
+// vectors, then a tail; inline, where a memmove call per short row cost more than its copy.
+template <class T>
+FG_CPU_CLONES void copy_rows(const T* __restrict src, int64_t lds, T* __restrict dst, int64_t ldd, int64_t rows,
+                             int64_t cols, const T* __restrict scale = nullptr) {
+  using Unaligned = typename VecOf<T>::unaligned;
+  for (int64_t r = 0; r < rows; ++r, src += lds, dst += ldd) {
+    T f = scale ? scale[r] : T(1);
+    int64_t c = 0;
+    for (; c + kLane<T> <= cols; c += kLane<T>)
+      *reinterpret_cast<Unaligned*>(dst + c) = *reinterpret_cast<const Unaligned*>(src + c) * f;
+    for (; c < cols; ++c) dst[c] = src[c] * f;
+  }
+}
 template <class T>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
-  for (int64_t i = 0; i < rows; ++i) std::copy(src.row(i), src.row(i) + cols, dst + i * ld);
+  copy_rows(src.data, src.ld, dst, ld, rows, cols);
 }
 template <class T>
 void pack_transposed(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
@@ -161,7 +175,7 @@ void pack_transposed(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64
 // Rows [r0, r0 + rows) of dst from a (kRows, padded) block.
 template <class T>
 void unpack(const T* block, int64_t ld, int64_t rows, int64_t cols, Mat<T> dst, int64_t r0) {
-  for (int64_t r = 0; r < rows; ++r) std::copy(block + r * ld, block + r * ld + cols, dst.row(r0 + r));
+  copy_rows(block, ld, dst.row(r0), dst.ld, rows, cols);
 }
 
 // Keys [0, key_end) that query rows [i0, i0 + kRows) can see when blocks skip the causal cut.
@@ -182,10 +196,9 @@ void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
     for (int64_t r = 0; r < rows; ++r) store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
     rows_product(key_end, p, t.Sp, 1, t.v.data(), t.Evp, t.Evp, t.block.data(), t.Evp);
-    for (int64_t r = 0; r < rows; ++r) {  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
-      T inv = T(1) / l[r], *o = h.out_w.row(i0 + r);
-      for (int64_t e = 0; e < s.Ev; ++e) o[e] = t.block[r * t.Evp + e] * inv;
-    }
+    T inv[kRows];
+    for (int64_t r = 0; r < rows; ++r) inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
+    copy_rows(t.block.data(), t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
   }
 }
 
