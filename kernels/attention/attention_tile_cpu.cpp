@@ -72,15 +72,18 @@ FG_CPU_CLONES void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_
 // Forward: x = exp(scale x - max), unnormalised (the output divides by the sum); each row's max
 // (0 while all -inf) into m, its sum into l.
 // The max or the sum of a vector's lanes by halving: a chain log2(lanes) operations deep, where
-// lane-by-lane it would be lanes deep (each one waiting for the last).
+// lane-by-lane it would be lanes deep (each one waiting for the last). By reference: a 64-byte
+// vector by value draws GCC's ABI note.
 template <class T>
-inline __attribute__((always_inline)) T lanes_max(Vec<T> v) {
+inline __attribute__((always_inline)) T lanes_max(const Vec<T>& x) {
+  Vec<T> v = x;
   for (int w = kLane<T> / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) v[j] = v[j + w] > v[j] ? v[j + w] : v[j];
   return v[0];
 }
 template <class T>
-inline __attribute__((always_inline)) T lanes_sum(Vec<T> v) {
+inline __attribute__((always_inline)) T lanes_sum(const Vec<T>& x) {
+  Vec<T> v = x;
   for (int w = kLane<T> / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) v[j] += v[j + w];
   return v[0];
