@@ -1,6 +1,8 @@
 """scaled_dot_product_attention forward+backward: the fused flash_attention op against the
-composite (matmul + softmax, scaled_dot_product_attention_reference) and PyTorch, same threads,
-in interleaved rounds (the median of the rounds is reported, with the load average).
+composite (matmul + softmax, scaled_dot_product_attention_reference), PyTorch's
+scaled_dot_product_attention ("torch") and PyTorch's eager softmax(q k^T / sqrt(E)) v ("torch_composite"),
+same threads, in interleaved rounds (the median of the rounds is reported, with the load average;
+0.3 s pauses between implementations, so that OpenBLAS's spinning workers do not slow the next one).
 
     python benchmarks/bench_attention.py [--save] [--device cpu|cuda] [--cpu-time] [--rounds N]
 
@@ -8,7 +10,7 @@ in interleaved rounds (the median of the rounds is reported, with the load avera
 for a machine shared with other jobs (wall-clock timings there mostly measure the neighbours).
 
 The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
-32) at T = 64..512. "fused (qkv views)" feeds the fused op as MultiheadAttention does: q, k, v
+32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop. "fused (qkv views)" feeds the fused op as MultiheadAttention does: q, k, v
 are head views of one (B, T, 3 * H * E) projection and the gradient flows back into it.
 """
 import argparse
@@ -24,7 +26,7 @@ from common import best_time, machine, save
 CASES = [  # (batch, heads, L, S, head dim, causal)
     (16, 4, 64, 64, 32, True), (16, 4, 128, 128, 32, True), (16, 4, 256, 256, 32, True),
     (16, 4, 512, 512, 32, True), (16, 4, 64, 64, 64, False), (8, 4, 128, 128, 128, True),
-    (2, 2, 1024, 1024, 64, True),
+    (2, 2, 1024, 1024, 64, True), (16, 4, 96, 96, 32, True), (16, 8, 64, 64, 16, True),
 ]
 
 
@@ -52,6 +54,22 @@ def torch_fwd_bwd(tq, tk, tv, causal):
 
     def step():
         out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        out.backward(torch.ones_like(out))
+    return step
+
+
+def torch_composite_fwd_bwd(tq, tk, tv, causal):
+    """PyTorch eager softmax(q k^T / sqrt(E) + causal mask) v."""
+    import torch
+
+    L, S = tq.shape[-2], tk.shape[-2]
+    cut = torch.ones(L, S, dtype=torch.bool, device=tq.device).triu(1) if causal else None
+
+    def step():
+        s = tq @ tk.transpose(-1, -2) / tq.shape[-1] ** 0.5
+        if cut is not None:
+            s = s.masked_fill(cut, float("-inf"))
+        out = torch.softmax(s, -1) @ tv
         out.backward(torch.ones_like(out))
     return step
 
@@ -101,16 +119,20 @@ def main():
             dev = "cuda" if args.device == "cuda" else "cpu"
             tq, tk, tv = (torch.tensor(a, device=dev, requires_grad=True) for a in arrays)
             steps["torch"] = torch_fwd_bwd(tq, tk, tv, causal)
+            steps["torch_composite"] = torch_composite_fwd_bwd(tq, tk, tv, causal)
         times = {name: [] for name in steps}
         for _ in range(args.rounds):  # interleaved: each round times every implementation once
             for name, step in steps.items():
+                time.sleep(0.3)
                 times[name].append(1e3 * timer(step))
         row = {"shape": [b, h, L, S, e], "causal": causal, "load_average": os.getloadavg()}
         row.update({f"{name}_ms": float(np.median(t)) for name, t in times.items()})
         rows.append(row)
         line = ", ".join(f"{name} {row[name + '_ms']:.3f} ms" for name in steps)
         ratio = row["torch_ms"] / row["fused_ms"] if "torch_ms" in row else float("nan")
+        eager = row["torch_composite_ms"] / row["fused_ms"] if "torch_ms" in row else float("nan")
         print(f"B={b} H={h} L={L} S={S} E={e} causal={causal}: {line} (torch/fused {ratio:.2f}x, "
+              f"torch_composite/fused {eager:.2f}x, "
               f"composite/fused {row['composite_ms'] / row['fused_ms']:.2f}x; load {row['load_average'][0]:.1f})",
               flush=True)
     if args.save:

@@ -88,10 +88,11 @@ FG_HD void store_row_stats(T* stats, int64_t row, T m, T log_l) {
   stats[2 * row + 1] = log_l;
 }
 
-// The CPU kernels take a head whole (one score tile, exact softmax, no accumulation) up to this
-// many queries and keys, and run the flash loop beyond: measured with bench_attention.py --cpu-time
-// (B=16, 4 heads of 32, causal), see the README's attention section.
-constexpr int64_t kAttentionCpuTile = 64;
+// The CPU kernels take a head whole (one score tile, exact softmax, no accumulation, causal blocks
+// above the diagonal skipped) up to this many queries and keys, and run the flash loop beyond:
+// at 65-128 the tile took 0.65-0.75x the flash loop's time at head dims 32-64 and about the same
+// at 128 (bench_attention.py --cpu-time, see the README's attention section).
+constexpr int64_t kAttentionCpuTile = 128;
 inline bool attention_single_tile(const AttentionShape& s) {
   return s.L <= kAttentionCpuTile && s.S <= kAttentionCpuTile;
 }

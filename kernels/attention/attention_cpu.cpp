@@ -2,17 +2,15 @@
 // batch*head in the backward pass (dQ is accumulated over key blocks by the worker that owns it,
 // so no two workers write the same row). Block products go through gemm_cpu (BLAS): with OpenBLAS's
 // Haswell kernels it beat vectorised axpy loops by 1.2-1.7x at head dims 32-128 (bench_attention.py
-// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set. Up to 64 queries
-// and keys a head is one tile (forward_tile, backward_tile). Operands are strided views: BLAS
-// takes each one's leading dimension.
+// --cpu-time); row loops (exp, max, rescale) are compiled per instruction set. Up to
+// kAttentionCpuTile queries and keys a head is one tile (attention_tile_cpu.cpp). Operands are
+// strided views: BLAS takes each one's leading dimension.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
-#include "kernels/attention/attention.h"
-#include "kernels/common/cpu_dispatch.h"
-#include "kernels/common/functors.h"
+#include "kernels/attention/attention_cpu_rows.h"
 #include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
@@ -21,64 +19,16 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64, kKeyBlock = 64;
 
-// Row loops, compiled per instruction set (cpu_dispatch.h); sums and maxima keep eight partial
-// results so that they vectorise without reassociating by the compiler.
+// Row loops of the flash loop alone (the shared ones are in attention_cpu_rows.h).
 template <class T>
 FG_CPU_CLONES void add_rows(int64_t M, int64_t N, const T* __restrict src, T* __restrict C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += src[i * N + j];
 }
-// x[c] *= scale for c < valid; -inf from `valid` on (the causal cut).
-template <class T>
-FG_CPU_CLONES void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
-  for (int64_t c = 0; c < n; ++c) x[c] = c < valid ? x[c] * scale : T(-INFINITY);
-}
-template <class T>
-FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
-  T part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] = x[c + j] > part[j] ? x[c + j] : part[j];
-  for (; c < n; ++c) part[0] = x[c] > part[0] ? x[c] : part[0];
-  T m = part[0];
-  for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
-  return m;
-}
-// x[c] = exp((x[c] - base) - shift); returns the sum of the new values.
-template <class T>
-FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
-  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base - shift);
-  T part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] += x[c + j];
-  T sum = 0;
-  for (; c < n; ++c) sum += x[c];
-  for (int j = 0; j < 8; ++j) sum += part[j];
-  return sum;
-}
 // acc = acc * alpha + add over one row.
 template <class T>
 FG_CPU_CLONES void rescale_add(T* __restrict acc, const T* __restrict add, int64_t n, T alpha) {
   for (int64_t e = 0; e < n; ++e) acc[e] = acc[e] * alpha + add[e];
-}
-// dS = scale * P * (dP - D) over one row, written over dP (scale: that of the scores, so that
-// dQ and dK come out of their products finished).
-template <class T>
-FG_CPU_CLONES void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
-  for (int64_t c = 0; c < n; ++c) dp[c] = scale * p[c] * (dp[c] - d);
-}
-// D = rowsum(dO * O) of one row.
-template <class T>
-FG_CPU_CLONES T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
-  T part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] += a[c + j] * b[c + j];
-  T sum = 0;
-  for (; c < n; ++c) sum += a[c] * b[c];
-  for (int j = 0; j < 8; ++j) sum += part[j];
-  return sum;
 }
 
 // C (M, N) (+)= op(A) @ op(B) through gemm_cpu (BLAS sgemm/dgemm, one thread inside a worker);
@@ -93,29 +43,6 @@ void block_gemm(Into into, bool trans_a, bool trans_b, int64_t M, int64_t N, int
   add_rows(M, N, scratch, C, ldc);
 }
 
-// One head's matrix of an operand: rows `ld` elements apart, columns adjacent.
-template <class T>
-struct Mat {
-  T* data;
-  int64_t ld;
-  T* row(int64_t i) const { return data + i * ld; }
-};
-
-// Head bh of every operand (bh unravelled over the batch shape).
-template <class T>
-struct Head {
-  Mat<const T> q, k, v, out, dout;
-  Mat<T> out_w, dq, dk, dv;  // outputs: out (forward), dq, dk, dv (backward)
-};
-template <class T>
-Head<T> head_of(const AttentionOperands& x, int64_t bh) {
-  auto mat = [&](const AttentionOperand& o) {
-    return Mat<T>{o.data ? static_cast<T*>(o.data) + attention_operand_offset(x, o, bh) : nullptr, o.ld};
-  };
-  auto in = [&](const AttentionOperand& o) { Mat<T> m = mat(o); return Mat<const T>{m.data, m.ld}; };
-  return {in(x.q), in(x.k), in(x.v), in(x.out), in(x.dout), mat(x.out), mat(x.dq), mat(x.dk), mat(x.dv)};
-}
-
 // Scores of query rows [i0, i0 + rows) against keys [j0, j0 + cols): s = scale * q k^T + mask,
 // written (rows, cols).
 template <class T>
@@ -123,15 +50,9 @@ void score_block(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
                  int64_t rows, Mat<const T> k, int64_t j0, int64_t cols, T* scores) {
   block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.E, q.row(i0), q.ld, k.row(j0), k.ld, scores, cols,
                 nullptr);
-  T scale = static_cast<T>(s.scale);
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t i = i0 + r, row = mask.kind == MaskKind::None ? 0 : mask_row_offset(mask, bh, i);
-    T* sr = scores + r * cols;
-    if (mask.kind == MaskKind::None) {
-      scale_row(sr, cols, scale, s.causal ? std::clamp<int64_t>(i - j0 + 1, 0, cols) : cols);
-      continue;
-    }
-    for (int64_t c = 0; c < cols; ++c) sr[c] = sr[c] * scale + mask_bias<T>(mask, row, i, j0 + c, s.causal);
+    int64_t i = i0 + r, valid = s.causal ? std::clamp<int64_t>(i - j0 + 1, 0, cols) : cols;
+    mask_scores_row(mask, bh, i, j0, scores + r * cols, cols, static_cast<T>(s.scale), valid);
   }
 }
 
@@ -198,59 +119,15 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
   }
 }
 
-// ---- Single tile (attention_single_tile): a head's whole (L, S) score matrix in cache, the exact
-// softmax in one pass (no online rescale), and every product written once (no accumulation, no
-// zero fill): at T = 64 the flash loop's per-block bookkeeping cost as much as its products.
-
-template <class T>
-void forward_tile(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
-                  T* p) {
-  score_block(s, mask, bh, h.q, 0, s.L, h.k, 0, s.S, p);
-  for (int64_t r = 0; r < s.L; ++r) {
-    T* row = p + r * s.S;
-    T m = max_row(row, s.S), l = exp_row(row, s.S, finite_max(m));
-    scale_row(row, s.S, T(1) / l, s.S);  // a fully masked row: 0 * inf = NaN, as the composite
-    store_row_stats(stats, r, m, std::log(l));
-  }
-  block_gemm<T>(Into::Overwrite, false, false, s.L, s.Ev, s.S, p, s.S, h.v.data, h.v.ld, h.out_w.data,
-                h.out_w.ld, nullptr);
-}
-
-// p and dp: (L, S) scratch.
-template <class T>
-void backward_tile(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
-                   const T* stats, T* p, T* dp) {
-  score_block(s, mask, bh, h.q, 0, s.L, h.k, 0, s.S, p);
-  for (int64_t r = 0; r < s.L; ++r) exp_row(p + r * s.S, s.S, stats[2 * r], stats[2 * r + 1]);
-  block_gemm<T>(Into::Overwrite, true, false, s.S, s.Ev, s.L, p, s.S, h.dout.data, h.dout.ld, h.dv.data,
-                h.dv.ld, nullptr);
-  block_gemm<T>(Into::Overwrite, false, true, s.L, s.S, s.Ev, h.dout.data, h.dout.ld, h.v.data, h.v.ld, dp,
-                s.S, nullptr);
-  T scale = static_cast<T>(s.scale);
-  for (int64_t r = 0; r < s.L; ++r)
-    ds_row(dp + r * s.S, p + r * s.S, s.S, dot_row(h.dout.row(r), h.out.row(r), s.Ev), scale);
-  block_gemm<T>(Into::Overwrite, false, false, s.L, s.E, s.S, dp, s.S, h.k.data, h.k.ld, h.dq.data, h.dq.ld,
-                nullptr);
-  block_gemm<T>(Into::Overwrite, true, false, s.S, s.E, s.L, dp, s.S, h.q.data, h.q.ld, h.dk.data, h.dk.ld,
-                nullptr);
-}
-
 }  // namespace
 
 void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
                            const AttentionOperands& x, void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
-    SingleThreadedBlas single;  // block products run inside the pool's workers
     auto* st = static_cast<T*>(stats);
-    if (attention_single_tile(s)) {
-      parallel_for(s.bh, kParallelGrain / (s.L * s.S * (s.E + s.Ev) + 1) + 1, [&](int64_t begin, int64_t end) {
-        std::vector<T> p(s.L * s.S);
-        for (int64_t bh = begin; bh < end; ++bh)
-          forward_tile<T>(s, mask, bh, head_of<T>(x, bh), st + bh * s.L * 2, p.data());
-      });
-      return;
-    }
+    if (attention_single_tile(s)) return attention_tile_forward<T>(s, mask, x, st);
+    SingleThreadedBlas single;  // block products run inside the pool's workers
     int64_t blocks = (s.L + kQueryBlock - 1) / kQueryBlock;
     int64_t work = s.S * (s.E + s.Ev) * std::min(s.L, kQueryBlock);  // per task
     parallel_for(s.bh * blocks, kParallelGrain / (work + 1) + 1, [&](int64_t begin, int64_t end) {
@@ -266,18 +143,12 @@ void attention_backward_cpu(DType dtype, const AttentionShape& s, const Attentio
                             const AttentionOperands& x, const void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention backward", [&](auto tag) {
     using T = decltype(tag);
+    auto* st = static_cast<const T*>(stats);
+    if (attention_single_tile(s)) return attention_tile_backward<T>(s, mask, x, st);
     int64_t work = s.L * s.S * (s.E + s.Ev);  // per batch*head
     SingleThreadedBlas single;
-    bool tile = attention_single_tile(s);
     parallel_for(s.bh, kParallelGrain / (work + 1) + 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> p(tile ? s.L * s.S : 0), dp(p.size());
-      for (int64_t bh = begin; bh < end; ++bh) {
-        const T* st = static_cast<const T*>(stats) + bh * s.L * 2;
-        if (tile)
-          backward_tile<T>(s, mask, bh, head_of<T>(x, bh), st, p.data(), dp.data());
-        else
-          backward_head<T>(s, mask, bh, head_of<T>(x, bh), st);
-      }
+      for (int64_t bh = begin; bh < end; ++bh) backward_head<T>(s, mask, bh, head_of<T>(x, bh), st + bh * s.L * 2);
     });
   });
 }

@@ -1,6 +1,6 @@
 """scaled_dot_product_attention on strided views: the qkv split and head permute of
 MultiheadAttention (read in place on the CPU, output and gradients stored sequence-major), sliced
-and expanded operands, and the single-tile path (L, S <= 64) against the flash loop beyond it;
+and expanded operands, and the single-tile path (L, S <= 128) against the flash loop beyond it;
 checked against NumPy, the composite on contiguous copies and float64 finite differences."""
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ def contiguous_copies(*ts):
     return [fg.tensor(t.detach().cpu().numpy(), dtype=t.dtype, requires_grad=True) for t in ts]
 
 
-@pytest.mark.parametrize("T", [1, 7, 64, 65, 130])
+@pytest.mark.parametrize("T", [1, 7, 64, 65, 128, 130])
 @pytest.mark.parametrize("causal", [False, True])
 def test_qkv_split_views_forward_and_backward(rng, device, T, causal):
     dtype, rtol, atol = precision(device)
@@ -122,10 +122,10 @@ def test_other_strided_operands(rng, device, layout):
         np.testing.assert_allclose(a.cpu().numpy(), b.numpy(), rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("S", [7, 64, 65])
+@pytest.mark.parametrize("S", [7, 64, 65, 128, 129])
 @pytest.mark.parametrize("fill", [float("-inf"), "finfo.min", -1e4])
 def test_single_tile_masked_rows(rng, device, S, fill):
-    """Around the single-tile limit (S <= 64 one tile, 65 the flash loop): a fully masked row
+    """Around the single-tile limit (S <= 128 one tile, 129 the flash loop): a fully masked row
     (-inf: NaN, as the composite; finfo.min or -1e4: uniform weights) and the other rows exact."""
     dtype, rtol, atol = precision(device)
     fill = float(np.finfo(np.float64 if dtype == fg.float64 else np.float32).min) if fill == "finfo.min" else fill

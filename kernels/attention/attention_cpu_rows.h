@@ -1,0 +1,109 @@
+// Internal to the CPU attention kernels (attention_cpu.cpp: the flash loop, attention_tile_cpu.cpp:
+// a head in one tile): one head's operands and the row loops both paths share. Row loops are
+// compiled per instruction set (cpu_dispatch.h); sums and maxima keep eight partial results so
+// that they vectorise without reassociating by the compiler. Internal linkage (each including
+// file keeps its own clones).
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/common/cpu_dispatch.h"
+#include "kernels/common/functors.h"
+
+namespace fg {
+namespace {
+
+// One head's matrix of an operand: rows `ld` elements apart, columns adjacent.
+template <class T>
+struct Mat {
+  T* data;
+  int64_t ld;
+  T* row(int64_t i) const { return data + i * ld; }
+};
+
+// Head bh of every operand (bh unravelled over the batch shape).
+template <class T>
+struct Head {
+  Mat<const T> q, k, v, out, dout;
+  Mat<T> out_w, dq, dk, dv;  // outputs: out (forward), dq, dk, dv (backward)
+};
+template <class T>
+Head<T> head_of(const AttentionOperands& x, int64_t bh) {
+  auto mat = [&](const AttentionOperand& o) {
+    return Mat<T>{o.data ? static_cast<T*>(o.data) + attention_operand_offset(x, o, bh) : nullptr, o.ld};
+  };
+  auto in = [&](const AttentionOperand& o) { Mat<T> m = mat(o); return Mat<const T>{m.data, m.ld}; };
+  return {in(x.q), in(x.k), in(x.v), in(x.out), in(x.dout), mat(x.out), mat(x.dq), mat(x.dk), mat(x.dv)};
+}
+
+// x[c] *= scale for c < valid; -inf from `valid` on (the causal cut, padding).
+template <class T>
+FG_CPU_CLONES void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
+  for (int64_t c = 0; c < n; ++c) x[c] = c < valid ? x[c] * scale : T(-INFINITY);
+}
+template <class T>
+FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
+  T part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) part[j] = x[c + j] > part[j] ? x[c + j] : part[j];
+  for (; c < n; ++c) part[0] = x[c] > part[0] ? x[c] : part[0];
+  T m = part[0];
+  for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
+  return m;
+}
+// x[c] = exp((x[c] - base) - shift); returns the sum of the new values.
+template <class T>
+FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
+  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base - shift);
+  T part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) part[j] += x[c + j];
+  T sum = 0;
+  for (; c < n; ++c) sum += x[c];
+  for (int j = 0; j < 8; ++j) sum += part[j];
+  return sum;
+}
+// dS = scale * P * (dP - D) over one row, written over dP (scale: that of the scores, so that
+// dQ and dK come out of their products finished).
+template <class T>
+FG_CPU_CLONES void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
+  for (int64_t c = 0; c < n; ++c) dp[c] = scale * p[c] * (dp[c] - d);
+}
+// D = rowsum(dO * O) of one row.
+template <class T>
+FG_CPU_CLONES T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
+  T part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) part[j] += a[c + j] * b[c + j];
+  T sum = 0;
+  for (; c < n; ++c) sum += a[c] * b[c];
+  for (int j = 0; j < 8; ++j) sum += part[j];
+  return sum;
+}
+
+// Raw q.k products x of query row i against keys [j0, j0 + n) made scores in place: times `scale`,
+// plus the mask, -inf from key j0 + valid on (the causal cut, padding columns).
+template <class T>
+void mask_scores_row(const AttentionMask& mask, int64_t bh, int64_t i, int64_t j0, T* x, int64_t n, T scale,
+                     int64_t valid) {
+  scale_row(x, n, scale, valid);
+  if (mask.kind == MaskKind::None) return;
+  int64_t row = mask_row_offset(mask, bh, i);
+  for (int64_t c = 0; c < valid; ++c) x[c] += mask_bias<T>(mask, row, i, j0 + c, false);
+}
+
+}  // namespace
+
+// A head of at most kAttentionCpuTile queries and keys in one tile (attention_tile_cpu.cpp): as
+// attention_forward_cpu / attention_backward_cpu for T = float or double, over every batch*head.
+template <class T>
+void attention_tile_forward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
+                            T* stats);
+template <class T>
+void attention_tile_backward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
+                             const T* stats);
+
+}  // namespace fg
