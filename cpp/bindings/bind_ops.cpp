@@ -329,7 +329,9 @@ void bind_functional(py::module_& m) {
   def_op(nn, "embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
   def_op(nn, "linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
     return linear(x, w, b.value_or(Tensor()));
-  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ weight.T + bias.", ReleaseGil());
+  }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(),
+     "x @ weight.T + bias over any leading dims of x, as one op: the bias is written into the result and one "
+     "GEMM adds the product onto it (weight is read transposed in place, never copied).", ReleaseGil());
   def_op(nn, "conv2d", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, int64_t stride, int64_t padding) {
     return conv2d(x, w, b.value_or(Tensor()), stride, padding);
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,

@@ -24,6 +24,12 @@ void gemm_cuda_prepare_stream();
 void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, int64_t stride_a, const void* B, int64_t ldb,
                        int64_t stride_b, void* C, int64_t ldc, int64_t stride_c, int64_t batches);
+// C = A @ B + C (beta = 1): linear writes its broadcast bias into C, then multiplies onto it
+// (PyTorch's addmm). Same arguments as gemm_cpu / gemm_cuda.
+void gemm_accumulate_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
+void gemm_accumulate_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                          const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 // TF32 tensor-core math for float32 CUDA GEMMs: off by default (full float32 precision).
 void set_gemm_tf32(bool on);
 bool gemm_tf32();

@@ -96,7 +96,7 @@ namespace {
 #if defined(FLOWGRAD_HAVE_BLAS)
 template <class T, class Fn>
 bool try_blas(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
-              int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   for (int64_t v : {M, N, K, lda, ldb, ldc})
     if (v > INT_MAX) return false;
   // Row-major C = A B is column-major C^T = B^T A^T.
@@ -105,28 +105,34 @@ bool try_blas(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   const int la = static_cast<int>(std::max<int64_t>(lda, 1));
   const int lb = static_cast<int>(std::max<int64_t>(ldb, 1));
   const int lc = static_cast<int>(std::max<int64_t>(ldc, 1));
-  const T one = 1, zero = 0;
-  gemm(&tb, &ta, &m, &n, &k, &one, B, &lb, A, &la, &zero, C, &lc);
+  const T one = 1;
+  gemm(&tb, &ta, &m, &n, &k, &one, B, &lb, A, &la, &beta, C, &lc);
   return true;
 }
 #endif
 
+// C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
 template <class T>
 void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
-                int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    if (beta == T(0))
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
   }
 #if defined(FLOWGRAD_HAVE_BLAS)
   if constexpr (std::is_same_v<T, float>) {
-    if (try_blas(sgemm_, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc)) return;
+    if (try_blas(sgemm_, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
   } else if constexpr (std::is_same_v<T, double>) {
-    if (try_blas(dgemm_, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc)) return;
+    if (try_blas(dgemm_, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
   }
 #endif
-  gemm_blocked<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  if (beta == T(0)) return gemm_blocked<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  std::vector<T> product(static_cast<size_t>(M * N));
+  gemm_blocked<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, product.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += product[i * N + j];
 }
 
 }  // namespace
@@ -136,17 +142,31 @@ template void gemm_blocked<int32_t>(bool, bool, int64_t, int64_t, int64_t, const
 template void gemm_blocked<int64_t>(bool, bool, int64_t, int64_t, int64_t, const int64_t*,
                                     int64_t, const int64_t*, int64_t, int64_t*, int64_t);
 
-void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-              const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+namespace {
+
+void gemm_dispatch(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                   int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
   visit_compute_dtype(dtype, "matmul", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       FG_ASSERT(false && "matmul on bool is rejected by its shape rule");
     } else {
       gemm_typed<T>(trans_a, trans_b, M, N, K, static_cast<const T*>(A), lda,
-                    static_cast<const T*>(B), ldb, static_cast<T*>(C), ldc);
+                    static_cast<const T*>(B), ldb, static_cast<T>(beta), static_cast<T*>(C), ldc);
     }
   });
+}
+
+}  // namespace
+
+void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+              const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+  gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+}
+
+void gemm_accumulate_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+  gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 1.0, C, ldc);
 }
 
 }  // namespace fg

@@ -163,10 +163,9 @@ void check_status(cublasStatus_t st, int64_t M, int64_t N, int64_t K) {
            " (M=", M, ", N=", N, ", K=", K, ")");
 }
 
-}  // namespace
-
-void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-               const void* B, int64_t ldb, void* C, int64_t ldc) {
+// C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
+void gemm_scaled(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                 int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
   GemmTypes types = gemm_types(dtype);
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0) return;
@@ -178,19 +177,31 @@ void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, in
   int la = as_int(lda, "lda"), lb = as_int(ldb, "ldb"), lc = as_int(ldc, "ldc");
   cublasStatus_t st;
   if (dtype == DType::Float32) {
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, b = static_cast<float>(beta);
     st = cublas().sgemm(h, op_b, op_a, m, n, k, &one, static_cast<const float*>(B), lb, static_cast<const float*>(A), la,
-                        &zero, static_cast<float*>(C), lc);
+                        &b, static_cast<float*>(C), lc);
   } else if (dtype == DType::Float64) {
-    const double one = 1.0, zero = 0.0;
+    const double one = 1.0;
     st = cublas().dgemm(h, op_b, op_a, m, n, k, &one, static_cast<const double*>(B), lb, static_cast<const double*>(A),
-                        la, &zero, static_cast<double*>(C), lc);
+                        la, &beta, static_cast<double*>(C), lc);
   } else {  // half inputs and output, float32 accumulation (alpha and beta are float32)
-    const float one = 1.0f, zero = 0.0f;
-    st = cublas().gemm_ex(h, op_b, op_a, m, n, k, &one, B, types.data, lb, A, types.data, la, &zero, C, types.data, lc,
+    const float one = 1.0f, b = static_cast<float>(beta);
+    st = cublas().gemm_ex(h, op_b, op_a, m, n, k, &one, B, types.data, lb, A, types.data, la, &b, C, types.data, lc,
                           types.compute, CUBLAS_GEMM_DEFAULT);
   }
   check_status(st, M, N, K);
+}
+
+}  // namespace
+
+void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+               const void* B, int64_t ldb, void* C, int64_t ldc) {
+  gemm_scaled(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+}
+
+void gemm_accumulate_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                          int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+  gemm_scaled(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 1.0, C, ldc);
 }
 
 void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,

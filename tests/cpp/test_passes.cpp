@@ -282,6 +282,94 @@ TEST(FoldTransposes, FoldsInsideALoopBodyButNotAcrossBlocks) {
   EXPECT_EQ(folded[1].in[0].buffer, outer.buffer);
 }
 
+// x (4, 6) @ w^T + b with w (5, 6): the linear's result buffer.
+Value emit_linear(Builder& b) {
+  Value w = b.value(b.buffer(BufferKind::External, "w", Dims{5, 6}), Dims{5, 6});
+  Value bias = b.value(b.buffer(BufferKind::External, "b", Dims{5}), Dims{5});
+  Value y = b.value(b.buffer(BufferKind::Arena, "y", Dims{4, 5}), Dims{4, 5});
+  b.p.body.push_back(b.call(OpId::linear, {b.x(), w, bias}, y));
+  return y;
+}
+
+Value emit_on(Builder& b, OpId op, std::vector<Value> in) {
+  Value out = b.value(b.buffer(BufferKind::Arena, "%" + std::to_string(b.p.buffers.size()), Dims{4, 5}), Dims{4, 5});
+  b.p.body.push_back(b.call(op, std::move(in), out));
+  return out;
+}
+
+TEST(FuseEpilogues, ALinearAndItsActivationBecomeOneCallThatKeepsTheProductForTheBackward) {
+  Builder b(Dims{4, 6});
+  Value y = emit_linear(b);
+  Value h = emit_on(b, OpId::gelu, {y});
+  Value g = emit_on(b, OpId::exp, {h});
+  b.p.outputs = {g, emit_on(b, OpId::gelu_backward, {g, y})};
+  Program p = fuse_epilogues(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_gelu, OpId::exp, OpId::gelu_backward}));
+  ASSERT_EQ(p.body[0].out.size(), 2u);
+  EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
+  EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
+  EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
+  EXPECT_EQ(p.body[0].in.size(), 3u);
+}
+
+TEST(FuseEpilogues, AProductOnlyTheActivationReadsIsNotKept) {
+  Builder b(Dims{4, 6});
+  Value y = emit_linear(b);
+  b.p.outputs = {emit_on(b, OpId::tanh, {y})};
+  Program p = fuse_epilogues(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_tanh}));
+  ASSERT_EQ(p.body[0].out.size(), 1u);
+  EXPECT_EQ(p.body[0].out[0].buffer, b.p.outputs[0].buffer);
+  EXPECT_FALSE(p.body[0].attrs.b("keep_input"));
+}
+
+TEST(FuseEpilogues, AProductThatIsAStepOutputIsKept) {
+  Builder b(Dims{4, 6});
+  Value y = emit_linear(b);
+  b.p.outputs = {y, emit_on(b, OpId::relu, {y})};
+  Program p = fuse_epilogues(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_relu}));
+  EXPECT_EQ(p.body[0].out.size(), 2u);
+}
+
+TEST(FuseEpilogues, LeavesOtherOpsPartialReadsAndRewrittenProductsAlone) {
+  Builder b(Dims{4, 6});
+  Value y = emit_linear(b);
+  Value part{y.buffer, 0, Dims{4, 2}, Dims{5, 1}, DType::Float32};
+  Value r = b.value(b.buffer(BufferKind::Arena, "r", Dims{4, 2}), Dims{4, 2});
+  b.p.body.push_back(b.call(OpId::relu, {part}, r));  // a slice of the product: not the whole
+  Value e = emit_on(b, OpId::exp, {y});               // not an activation the pass fuses
+  b.p.outputs = {r, e};
+  EXPECT_EQ(ops(fuse_epilogues(b.p).body), (std::vector<OpId>{OpId::linear, OpId::relu, OpId::exp}));
+  Builder c(Dims{4, 6});
+  Value z = emit_linear(c);
+  c.p.body.push_back({&op_def(OpId::relu_), {}, {z}, {z}});  // written twice: running relu early is not exact
+  c.p.outputs = {emit_on(c, OpId::sigmoid, {z})};
+  EXPECT_EQ(ops(fuse_epilogues(c.p).body), (std::vector<OpId>{OpId::linear, OpId::relu_, OpId::sigmoid}));
+}
+
+TEST(FuseEpilogues, AnActivationBackwardAndTheColumnSumOfItsResultBecomeOneCallOnTheCpu) {
+  Builder b(Dims{2, 4, 5});
+  Value x = b.value(b.buffer(BufferKind::External, "pre", b.shape));
+  Value dx = b.emit(OpId::silu_backward, {b.x(), x});
+  Value db = b.value(b.buffer(BufferKind::Arena, "db", Dims{5}), Dims{5});
+  Value dw = b.emit(OpId::exp, {dx});
+  b.p.body.push_back({&op_def(OpId::sum), Attrs{{"dims", Dims{0, 1}}, {"keepdim", false}}, {dx}, {db}});
+  b.p.outputs = {dw, db};
+  Program p = fuse_epilogues(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::silu_backward_colsum, OpId::exp}));
+  ASSERT_EQ(p.body[0].out.size(), 2u);
+  EXPECT_EQ(p.body[0].out[0].buffer, dx.buffer);
+  EXPECT_EQ(p.body[0].out[1].buffer, db.buffer);
+  b.p.body.back().attrs = Attrs{{"dims", Dims{0}}, {"keepdim", false}};  // not every leading dim
+  b.p.body.back().out[0] = b.value(b.buffer(BufferKind::Arena, "db2", Dims{4, 5}), Dims{4, 5});
+  EXPECT_EQ(ops(fuse_epilogues(b.p).body), (std::vector<OpId>{OpId::silu_backward, OpId::exp, OpId::sum}));
+  b.p.device = Device{DeviceType::CUDA, 0};  // CUDA plans fuse elementwise chains their own way
+  b.p.body.back().attrs = Attrs{{"dims", Dims{0, 1}}, {"keepdim", false}};
+  b.p.body.back().out[0] = db;
+  EXPECT_EQ(ops(fuse_epilogues(b.p).body), (std::vector<OpId>{OpId::silu_backward, OpId::exp, OpId::sum}));
+}
+
 TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {
   Builder b(Dims{4});
   Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
@@ -353,7 +441,7 @@ TEST(Pipeline, CountsEveryReportedPassAndChainsThem) {
   b.p.outputs = {b.emit(OpId::neg, {e1})};
   std::vector<std::tuple<std::string, int64_t, int64_t>> counts;
   Program p = run_pipeline(b.p, &counts);
-  ASSERT_EQ(counts.size(), 6u);
+  ASSERT_EQ(counts.size(), 7u);
   EXPECT_EQ(std::get<0>(counts[0]), "cse");
   EXPECT_EQ(std::get<1>(counts[0]), 3);
   EXPECT_EQ(std::get<2>(counts[0]), 2);

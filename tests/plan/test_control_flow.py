@@ -146,7 +146,7 @@ def test_branch_instructions_show_in_text_ir_and_dot():
     kinds = {r["branch"]["kind"]: r["branch"] for r in step.ir() if r["branch"] is not None}
     assert set(kinds) == {"switch", "while", "until", "loop_backward", "guard"}
     assert kinds["switch"]["selector"] is not None and len(kinds["switch"]["blocks"]) == 2
-    assert kinds["while"]["max_iter"] == 3 and kinds["while"]["blocks"][1][0]["op"] == "matmul"
+    assert kinds["while"]["max_iter"] == 3 and kinds["while"]["blocks"][1][0]["op"] == "linear_tanh"
     assert step.stats["branches"] == sum(r["branch"] is not None for r in step.ir()) >= 7
     dot = step.dot()
     assert "shape=diamond" in dot and "subgraph cluster_" in dot

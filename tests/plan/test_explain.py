@@ -11,7 +11,8 @@ import flowgrad.nn.functional as F
 from flowgrad import nn
 
 PHASES = ["forward", "backward", "optimizer"]
-PASSES = ["trace", "cse", "constant folding", "gradient binding", "dead code", "transpose folding", "fusion"]
+PASSES = ["trace", "cse", "constant folding", "gradient binding", "dead code", "transpose folding", "fuse epilogues",
+          "fusion"]
 HERE = "test_explain.py:"
 
 
@@ -77,13 +78,14 @@ def test_mlp_rows_name_phase_layer_and_line():
     e = check_common(step)
     line = line_of(mlp_step, "fg.compile(")
     forward = [r for r in e.rows if r["phase"] == "forward"]
-    assert [r["module"] for r in forward if r["op"] == "matmul"] == ["0", "2"]
+    assert [(r["module"], r["op"]) for r in forward if r["op"].startswith("linear")] == [("0", "linear_relu"),
+                                                                                          ("2", "linear")]
     assert all(r["source"] == line for r in e.rows)  # a C++ model: the compile call issued every op
     assert [r["op"] for r in e.rows if r["phase"] == "optimizer"] == ["adam_update_multi"]  # one per group
     # A backward op is labelled with the forward call whose gradient it computes.
     backward = [r for r in e.rows if r["phase"] == "backward"]
     assert sorted(r["module"] for r in backward if r["op"] == "matmul") == ["0", "2", "2"]
-    assert [r["module"] for r in backward if r["op"] == "relu_backward"] == ["1"]
+    assert [r["module"] for r in backward if r["op"] == "relu_backward_colsum"] == ["1"]  # with layer 0's bias gradient
     assert [r["module"] for r in backward if r["op"].startswith("cross_entropy")] == [""]  # the loss function
     assert str(step).endswith(str(e)) and "optimizer" in str(step) and "module" in str(step)
 
@@ -96,8 +98,8 @@ def test_flowbuilder_rows_name_the_tags():
     x, y = fg.randn(8, 20), fg.tensor(np.arange(8) % 5)
     step = fg.compile(g, F.cross_entropy, fg.optim.SGD(g.parameters(), lr=0.1), example_inputs=(x, y))
     e = check_common(step)
-    mods = [r["module"] for r in e.rows if r["phase"] == "forward" and r["op"] == "matmul"]
-    assert mods == ["1[in]", "3[mid].0", "4[logits]"]
+    mods = [(r["module"], r["op"]) for r in e.rows if r["phase"] == "forward" and r["op"].startswith("linear")]
+    assert mods == [("1[in]", "linear_relu"), ("3[mid].0", "linear_tanh"), ("4[logits]", "linear")]
 
 
 def test_transformer_rows_name_blocks_and_source_lines():

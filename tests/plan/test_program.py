@@ -29,7 +29,7 @@ def test_debug_level_one_prints_each_pass_count():
     assert done.returncode == 0, done.stderr
     passes = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert [p[0] for p in passes[1:]] == ["cse", "constant folding", "gradient binding", "dead code",
-                                          "transpose folding", "fusion"]
+                                          "transpose folding", "fuse epilogues", "fusion"]
     for name, before, after in passes[1:-1]:
         assert f"flowgrad: pass {name}: {before} -> {after} instructions" in done.stderr
     assert "flowgrad: pass guard updates:" in done.stderr  # run, though not one of the reported counts
@@ -79,11 +79,11 @@ def mlp_step(seed=0):
 def test_plan_skip_turns_optional_passes_off_and_the_step_trains_the_same(monkeypatch):
     model, full, (x, y) = mlp_step()
     counts = {name: (before, after) for name, before, after in full.plan.passes()}
-    assert counts["transpose folding"][0] > counts["transpose folding"][1]  # Linear weight gradients
-    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", "transpose_folding, dead_code")
+    assert counts["fuse epilogues"][0] > counts["fuse epilogues"][1]  # Linear + ReLU, and its bias gradient
+    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", "fuse_epilogues, dead_code")
     other, skipping, _ = mlp_step()
     counts = {name: (before, after) for name, before, after in skipping.plan.passes()}
-    assert counts["transpose folding"][0] == counts["transpose folding"][1]
+    assert counts["fuse epilogues"][0] == counts["fuse epilogues"][1]
     assert counts["dead code"][0] == counts["dead code"][1]
     assert skipping.stats["instructions"] > full.stats["instructions"]
     for _ in range(3):
@@ -97,5 +97,5 @@ def test_plan_skip_refuses_a_required_or_unknown_pass(monkeypatch):
         monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", name)
         with pytest.raises(fg.InvalidArgumentError, match=rf"FLOWGRAD_PLAN_SKIP: '{name}' is not a pass that can be "
                                                           r"skipped \(cse, constant_folding, dead_code, "
-                                                          r"transpose_folding, fusion\)"):
+                                                          r"transpose_folding, fuse_epilogues, fusion\)"):
             mlp_step()

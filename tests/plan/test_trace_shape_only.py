@@ -39,7 +39,7 @@ def test_compiling_a_training_step_runs_only_its_constants(device):
     before = fg._core.plan.kernel_calls()
     step = fg.compile(model, F.cross_entropy, opt, example_inputs=(x, y))
     ran = fg._core.plan.kernel_calls() - before
-    assert 0 < ran <= step.stats["constants_folded"] + step.stats["common_eliminated"] < step.stats["traced"] // 4
+    assert 0 < ran <= step.stats["constants_folded"] + step.stats["common_eliminated"] < step.stats["traced"] // 3
 
 
 def test_the_kernel_counter_counts_eager_ops(device):

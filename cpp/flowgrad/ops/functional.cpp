@@ -1,7 +1,6 @@
 // Composite nn functions and losses, built only from registered ops: their gradients come
 // from the ops' own backward rules.
 
-#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
@@ -78,17 +77,6 @@ Reduction reduction_from_name(const std::string& name, const char* op) {
   if (name == "sum") return Reduction::Sum;
   if (name == "none") return Reduction::None;
   fail(ErrorKind::Value, op, ": reduction must be 'mean', 'sum' or 'none', got '", name, "'");
-}
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  FG_CHECK(weight.ndim() == 2, Shape, "linear: weight must be (out, in), got ", to_string(weight.shape()));
-  FG_CHECK(x.ndim() >= 1 && x.shape().back() == weight.shape()[1], Shape, "linear: input ",
-           to_string(x.shape()), " does not end in in_features = ", weight.shape()[1]);
-  Tensor y = matmul(x, transpose(weight, 0, 1));
-  if (!bias.defined()) return y;
-  // Under autocast the whole of linear runs in the low dtype, bias included (as torch's linear).
-  bool low = autocast_state(y.device().type).enabled && is_half(y.dtype()) && bias.dtype() == DType::Float32;
-  return y + (low ? cast(bias, y.dtype()) : bias);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

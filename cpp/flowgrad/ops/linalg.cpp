@@ -1,10 +1,13 @@
-// matmul with NumPy semantics: 1-D operands, batched operands with broadcast batch dims.
+// matmul with NumPy semantics: 1-D operands, batched operands with broadcast batch dims; and
+// linear, x @ W^T + b over any leading dims of x, as one GEMM onto the bias (PyTorch's addmm).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/base/parallel.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/linalg/gemm.h"
 
 namespace fg {
@@ -43,6 +46,14 @@ bool blas_layout(const Tensor& t, bool* trans, int64_t* ld) {
     return true;
   }
   return false;
+}
+
+// t itself when BLAS can read it, else a row-major copy (which it always can); sets its layout.
+Tensor blas_operand(Tensor t, bool* trans, int64_t* ld) {
+  if (blas_layout(t, trans, ld)) return t;
+  t = raw::contiguous(t);
+  blas_layout(t, trans, ld);
+  return t;
 }
 
 using BatchedGemm = decltype(&gemm_batched_cuda);
@@ -84,17 +95,9 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
       return;
     }
   }
-  Tensor a = raw::converted(in[0], dt), b = raw::converted(in[1], dt);
   bool ta, tb;
   int64_t lda, ldb;
-  if (!blas_layout(a, &ta, &lda)) {  // neither layout fits: a row-major copy always does
-    a = raw::contiguous(a);
-    blas_layout(a, &ta, &lda);
-  }
-  if (!blas_layout(b, &tb, &ldb)) {
-    b = raw::contiguous(b);
-    blas_layout(b, &tb, &ldb);
-  }
+  Tensor a = blas_operand(raw::converted(in[0], dt), &ta, &lda), b = blas_operand(raw::converted(in[1], dt), &tb, &ldb);
   int n = c.ndim();
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = raw::span(c.shape(), 0, n - 2);
@@ -133,10 +136,139 @@ const OpDef k_matmul{.id = OpId::matmul, .name = "matmul", .family = Family::Lin
                      .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA((matmul_kernel<gemm_cuda, gemm_batched_cuda>)),
                      .backward = matmul_backward, .saved = Saved::Inputs};
 
+// linear: inputs (x (..., in), weight (out, in)[, bias (out)]) -> (..., out). linear_<act>, made
+// by the plan pass fuse_epilogues, also applies the activation to the result; with the attribute
+// keep_input its outputs are (act(y), y), for a backward rule that reads y.
+Specs linear_specs(TensorList in, const char* op) {
+  const Tensor &x = in[0], &w = in[1];
+  FG_CHECK(w.ndim() == 2, Shape, op, ": weight must be (out_features, in_features), got ", to_string(w.shape()));
+  FG_CHECK(x.ndim() >= 1 && x.shape().back() == w.shape()[1], Shape, op, ": input ", to_string(x.shape()),
+           " does not end in in_features = ", w.shape()[1], " of weight ", to_string(w.shape()));
+  DType dt = promote(x.dtype(), w.dtype());
+  if (in.size() > 2) {
+    const Tensor& b = in[2];
+    FG_CHECK(b.ndim() == 1 && b.shape()[0] == w.shape()[0], Shape, op, ": bias must be (", w.shape()[0],
+             ",) for weight ", to_string(w.shape()), ", got ", to_string(b.shape()));
+    dt = promote(dt, b.dtype());
+  }
+  FG_CHECK(dt != DType::Bool, DType, op, ": not defined for bool tensors (got ", describe(x), " and ", describe(w), ")");
+  std::vector<int64_t> shape = x.shape().vec();
+  shape.back() = w.shape()[0];
+  return {{Dims(shape), dt}};
+}
+
+Specs linear_shape(TensorList in, const Attrs&) { return linear_specs(in, "linear"); }
+
+template <OpId Id>
+Specs linear_act_shape(TensorList in, const Attrs& attrs) {
+  Specs specs = linear_specs(in, op_name(Id).data());
+  if (attrs.b("keep_input")) specs.push_back(specs[0]);
+  return specs;
+}
+
+// x as the (rows, in) matrix of its leading dims: a view when their strides collapse into one,
+// else a contiguous copy.
+Tensor as_rows(const Tensor& x, int64_t rows) {
+  int n = x.ndim();
+  int64_t row_stride = x.shape().back(), next = -1;
+  for (int d = n - 2; d >= 0; --d) {
+    if (x.shape()[d] == 1) continue;
+    if (next >= 0 && x.strides()[d] != next) return as_rows(raw::contiguous(x), rows);
+    if (next < 0) row_stride = x.strides()[d];
+    next = x.strides()[d] * x.shape()[d];
+  }
+  return x.alias(Dims{rows, x.shape().back()}, Dims{row_stride, x.strides()[n - 1]}, x.offset());
+}
+
+// Gemm overwrites, Accumulate adds onto the bias broadcast into the output first; Unary applies
+// the activation Act (linear_<act>; -1 for linear) over the result, in place or from y into the
+// activation output, while the product is still in cache.
+template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary, int Act>
+void linear_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+  const Tensor& result = out[0];
+  DType dt = result.dtype();
+  if (Gemm == &gemm_cpu && is_half(dt)) {  // the CPU multiplies halves as float32 copies
+    Tensors wide;
+    for (const Tensor& o : out) wide.push_back(Tensor::empty(o.shape(), DType::Float32, o.device()));
+    Tensors args;
+    for (const Tensor& t : in) args.push_back(raw::converted(t, DType::Float32));
+    linear_kernel<Gemm, Accumulate, Unary, Act>(args, wide, attrs);
+    for (size_t i = 0; i < out.size(); ++i) raw::copy_into(out[i], wide[i]);
+    return;
+  }
+  const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
+  int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
+  const bool bias = in.size() > 2;
+  if (bias) raw::copy_into(y, raw::converted(in[2], dt));
+  if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
+    if (!bias && y.numel() > 0) raw::fill(y, 0.0);
+  } else {
+    Tensor x = raw::converted(in[0], dt), w = raw::converted(in[1], dt);
+    bool ta, tb;
+    int64_t lda, ldb;
+    Tensor a = blas_operand(as_rows(x, M), &ta, &lda);
+    Tensor b = blas_operand(w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
+    (bias ? Accumulate : Gemm)(dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
+  }
+  if constexpr (Act >= 0) {
+    constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+    Unary(static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
+  }
+}
+
+// dX = dY W, dW = dY^T X over the rows of every leading dim, db = the column sum of dY.
+Tensors linear_backward(const BackwardCtx& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+  int64_t N = w.shape()[0], K = w.shape()[1], M = raw::span(x.shape(), 0, x.ndim() - 1);
+  Tensors grads(c.inputs.size());
+  if (c.needs_grad[0]) grads[0] = matmul(g, w);
+  if (c.needs_grad[1]) grads[1] = matmul(transpose(reshape(g, {M, N}), 0, 1), reshape(x, {M, K}));
+  if (grads.size() > 2 && c.needs_grad[2]) {
+    std::vector<int64_t> lead(g.ndim() - 1);
+    for (size_t d = 0; d < lead.size(); ++d) lead[d] = static_cast<int64_t>(d);
+    grads[2] = lead.empty() ? g : sum(g, Dims(lead), false);
+  }
+  return grads;
+}
+
+const OpDef k_linear{.id = OpId::linear, .name = "linear", .family = Family::Linalg, .flags = kHalfNative,
+                     .shape_rule = linear_shape, .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, -1>,
+                     .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, -1>)),
+                     .backward = linear_backward, .saved = Saved::Inputs};
+
+template <OpId Id, UnaryFn Fn>
+constexpr OpDef linear_act_def() {
+  constexpr int act = static_cast<int>(Fn);
+  return {.id = Id, .name = op_name(Id).data(), .family = Family::Linalg, .flags = kHalfNative,
+          .shape_rule = linear_act_shape<Id>, .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, act>,
+          .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, act>)),
+          .not_differentiable = "made by the plan pass fuse_epilogues after the backward is traced"};
+}
+#define FG_LINEAR_ACT(NAME, FN) const OpDef k_linear_##NAME = linear_act_def<OpId::linear_##NAME, UnaryFn::FN>();
+FG_LINEAR_ACT(relu, Relu)
+FG_LINEAR_ACT(gelu, Gelu)
+FG_LINEAR_ACT(gelu_tanh, GeluTanh)
+FG_LINEAR_ACT(silu, Silu)
+FG_LINEAR_ACT(tanh, Tanh)
+FG_LINEAR_ACT(sigmoid, Sigmoid)
+#undef FG_LINEAR_ACT
+
 }  // namespace
 
 // Registration of this file's rows of the op table (ops.def).
 FG_REGISTER(matmul);
+FG_REGISTER(linear);
+FG_REGISTER(linear_relu);
+FG_REGISTER(linear_gelu);
+FG_REGISTER(linear_gelu_tanh);
+FG_REGISTER(linear_silu);
+FG_REGISTER(linear_tanh);
+FG_REGISTER(linear_sigmoid);
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (bias.defined()) return run_op1(k_linear, {x, weight, bias});
+  return run_op1(k_linear, {x, weight});
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   FG_CHECK(a.ndim() > 0 && b.ndim() > 0, Shape, "matmul: operands must have at least one dim, got ",

@@ -52,7 +52,7 @@ def layer_norm(input: flowgrad._core.Tensor, normalized_shape: typing.Any, weigh
     """
 def linear(input: flowgrad._core.Tensor, weight: flowgrad._core.Tensor, bias: flowgrad._core.Tensor | None = None) -> flowgrad._core.Tensor:
     """
-    x @ weight.T + bias.
+    x @ weight.T + bias over any leading dims of x, as one op: the bias is written into the result and one GEMM adds the product onto it (weight is read transposed in place, never copied).
     """
 def log_softmax(input: flowgrad._core.Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> flowgrad._core.Tensor:
     """

@@ -27,12 +27,15 @@ Program bind_grads(Program p);
 // Drops calls whose results nobody reads and that write nothing outside the plan, in every block;
 // a switch or guard whose blocks end up empty goes too.
 Program dce(Program p);
-// A 2-D matmul whose result is only copied out transposed (every Linear's weight gradient)
+// A 2-D matmul whose result is only copied out transposed (the weight gradient of x @ w.t())
 // computes the transposed product directly: (A B)^T = B^T A^T; in every block, when both are in it.
 Program fold_transposes(Program p);
 // Wraps each optimizer update whose gradient only some branch blocks compute in a Guard region,
 // so that, as in eager mode (a parameter without .grad is skipped), it runs only when one ran.
 Program guard_updates(Program p);
+// A linear whose result an activation (relu, gelu, gelu_tanh, silu, tanh, sigmoid) reads whole
+// becomes one linear_<act> call; the product stays an output when something else reads it.
+Program fuse_epilogues(Program p);
 // Runs of consecutive elementwise calls writing the same shape become one Fused instruction
 // whose block is the chain (fuse_elementwise.cpp says when a run is exact), in every block.
 Program fuse_elementwise(Program p);

@@ -18,6 +18,7 @@ const std::vector<Pass>& pipeline() {
       {"dead code", dce, PassUse::Optional, true},
       {"transpose folding", fold_transposes, PassUse::Optional, true},
       {"guard updates", guard_updates, PassUse::Required, false},
+      {"fuse epilogues", fuse_epilogues, PassUse::Optional, true},
       {"fusion", fuse_elementwise, PassUse::Optional, true},  // also FLOWGRAD_NO_FUSION=1
   };
   return passes;

@@ -1,0 +1,121 @@
+// Epilogue fusion (passes.h). An activation applied to a linear's result runs inside the linear
+// (linear_<act>), over the product while it is in cache, instead of as a pass of its own; the
+// fused op calls the same activation kernel on the same values, so the results are the same bits.
+// On the CPU, an activation's backward whose result a column sum reduces (the bias gradient)
+// becomes <act>_backward_colsum, one pass writing both. Each fused call takes the place of the
+// first call and the second goes: exact when the second reads only values ready by then and its
+// result is written nowhere else.
+#include "flowgrad/plan/analysis.h"
+#include "flowgrad/plan/passes/passes.h"
+
+namespace fg::plan {
+namespace {
+
+// The linear_<act> op for an activation, or null.
+const OpDef* linear_with(OpId act) {
+  switch (act) {
+    case OpId::relu: return op_rows::linear_relu;
+    case OpId::gelu: return op_rows::linear_gelu;
+    case OpId::gelu_tanh: return op_rows::linear_gelu_tanh;
+    case OpId::silu: return op_rows::linear_silu;
+    case OpId::tanh: return op_rows::linear_tanh;
+    case OpId::sigmoid: return op_rows::linear_sigmoid;
+    default: return nullptr;
+  }
+}
+
+// The <act>_backward_colsum op for an activation's backward, or null.
+const OpDef* colsum_of(OpId backward) {
+  switch (backward) {
+    case OpId::relu_backward: return op_rows::relu_backward_colsum;
+    case OpId::gelu_backward: return op_rows::gelu_backward_colsum;
+    case OpId::gelu_tanh_backward: return op_rows::gelu_tanh_backward_colsum;
+    case OpId::silu_backward: return op_rows::silu_backward_colsum;
+    case OpId::tanh_backward: return op_rows::tanh_backward_colsum;
+    case OpId::sigmoid_backward: return op_rows::sigmoid_backward_colsum;
+    default: return nullptr;
+  }
+}
+
+bool same(const Value& a, const Value& b) {
+  return a.buffer == b.buffer && a.offset == b.offset && a.shape == b.shape && a.strides == b.strides &&
+         a.dtype == b.dtype;
+}
+
+bool is_call(const Instr& ins, OpId id) { return ins.kind == InstrKind::Call && ins.op->id == id; }
+
+bool dense(const Value& v) { return v.offset == 0 && v.strides == contiguous_strides(v.shape); }
+
+// The first call after `i` that reads all of its result and `wanted` accepts; -1 when there is
+// none or its result is written elsewhere too.
+template <class Wanted>
+int reader_of(const Block& code, size_t i, const DefUse& du, const Wanted& wanted) {
+  const Value& y = code[i].out[0];
+  if (du.writers[y.buffer] != 1) return -1;
+  for (size_t j = i + 1; j < code.size(); ++j) {
+    const Instr& next = code[j];
+    if (next.kind != InstrKind::Call || next.in.size() != 1 || !same(next.in[0], y) || !wanted(next)) continue;
+    const Value& r = next.out[0];
+    return r.dtype == y.dtype && dense(r) && du.writers[r.buffer] == 1 ? static_cast<int>(j) : -1;
+  }
+  return -1;
+}
+
+// A sum over every dim but the last.
+bool is_column_sum(const Instr& ins) {
+  if (!is_call(ins, OpId::sum) || ins.attrs.b("keepdim")) return false;
+  const Dims& dims = ins.attrs.dims("dims");
+  if (dims.size() + 1 != ins.in[0].shape.size()) return false;
+  for (int d = 0; d < dims.size(); ++d)
+    if (dims[d] != d) return false;
+  return true;
+}
+
+bool is_result(const Program& p, int buffer) {
+  for (const Value& v : p.outputs)
+    if (v.buffer == buffer) return true;
+  for (const GradDecl& g : p.grads)
+    if (g.grad.buffer == buffer || g.target == buffer) return true;
+  return false;
+}
+
+void fuse_block(Program& p, Block& code, const DefUse& du) {
+  std::vector<bool> drop(code.size(), false);
+  for (size_t i = 0; i < code.size(); ++i) {
+    for (Block& inner : code[i].blocks) fuse_block(p, inner, du);
+    Instr& ins = code[i];
+    if (ins.kind != InstrKind::Call) continue;
+    if (colsum_of(ins.op->id) && p.device.is_cpu() && is_floating(ins.out[0].dtype) && !is_half(ins.out[0].dtype) &&
+        dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
+      int j = reader_of(code, i, du, is_column_sum);
+      if (j < 0) continue;
+      ins.op = colsum_of(ins.op->id);
+      ins.out.push_back(code[j].out[0]);
+      drop[j] = true;
+    }
+    if (ins.op->id != OpId::linear || is_half(ins.out[0].dtype)) continue;  // halves: activations widen them
+    int j = reader_of(code, i, du, [](const Instr& next) { return linear_with(next.op->id) != nullptr; });
+    if (j < 0) continue;
+    const Value& y = ins.out[0];
+    // The product stays an output when something else reads it (the activation's backward).
+    bool keep = du.readers[y.buffer] > 1 || p.buffers[y.buffer].kind != BufferKind::Arena || is_result(p, y.buffer);
+    ins.op = linear_with(code[j].op->id);
+    ins.attrs = Attrs{{"keep_input", keep}};
+    ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
+    drop[j] = true;
+  }
+  Block kept;
+  for (size_t i = 0; i < code.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(code[i]));
+  code = std::move(kept);
+}
+
+}  // namespace
+
+Program fuse_epilogues(Program p) {
+  DefUse du = def_use(p);
+  fuse_block(p, p.body, du);
+  return p;
+}
+
+}  // namespace fg::plan

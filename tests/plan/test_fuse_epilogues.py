@@ -1,0 +1,98 @@
+"""The fuse_epilogues pass: a linear followed by its activation becomes one linear_<act> call, an
+activation's backward and the bias gradient's column sum one <act>_backward_colsum call (CPU), and
+the step computes what the unfused plan (FLOWGRAD_PLAN_SKIP=fuse_epilogues) and eager mode do."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+
+F = fg.nn.functional
+
+ACTIVATIONS = {  # module, fused op, whether the activation's backward reads the linear's result
+    "relu": (fg.nn.ReLU, "linear_relu", True),
+    "gelu": (fg.nn.GELU, "linear_gelu", True),
+    "gelu_tanh": (lambda: fg.nn.GELU(approximate="tanh"), "linear_gelu_tanh", True),
+    "silu": (fg.nn.SiLU, "linear_silu", True),
+    "tanh": (fg.nn.Tanh, "linear_tanh", False),
+    "sigmoid": (fg.nn.Sigmoid, "linear_sigmoid", False),
+}
+
+
+def model_for(act, device, seed=3):
+    fg.manual_seed(seed)
+    return fg.nn.Sequential(fg.nn.Linear(37, 129), ACTIVATIONS[act][0](), fg.nn.Linear(129, 5)).to(device)
+
+
+def frozen(model):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def data(device, rows=70):
+    rng = np.random.default_rng(0)
+    return (fg.tensor(rng.normal(size=(rows, 37)).astype(np.float32), device=device),
+            fg.tensor(rng.normal(size=(rows, 5)).astype(np.float32), device=device))
+
+
+def training_step(act, device):
+    model = model_for(act, device)
+    opt = fg.optim.SGD(model.parameters(), lr=0.05)
+    return model, fg.compile(model, F.mse_loss, opt, example_inputs=data(device))
+
+
+def forward_ops(step):
+    return [r["op"] for r in step.explain().rows if r["phase"] == "forward"]
+
+
+def backward_ops(step):
+    return [r["op"] for r in step.explain().rows if r["phase"] == "backward"]
+
+
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+def test_linear_and_activation_train_as_one_op_like_the_unfused_plan_and_eager(act, device, monkeypatch):
+    x, y = data(device)
+    model, fused = training_step(act, device)
+    fused_op, keeps_product = ACTIVATIONS[act][1:]
+    ops = forward_ops(fused)
+    assert ops[0] == fused_op and act not in ops, ops
+    row = next(r for r in fused.ir() if r["op"] == fused_op)
+    assert len(row["outputs"]) == (2 if keeps_product else 1)
+    colsum = f"{act}_backward_colsum"
+    assert (colsum in backward_ops(fused)) == (device == "cpu"), backward_ops(fused)
+    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", "fuse_epilogues")
+    plain_model, plain = training_step(act, device)
+    assert forward_ops(plain)[:2] == ["linear", act] and colsum not in backward_ops(plain)
+    eager_model = model_for(act, device)
+    opt = fg.optim.SGD(eager_model.parameters(), lr=0.05)
+    for _ in range(3):
+        loss = F.mse_loss(eager_model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        a, b = fused(x, y).item(), plain(x, y).item()
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+        np.testing.assert_allclose(a, loss.item(), rtol=1e-5)
+    for p, q, r in zip(model.parameters(), plain_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(p.cpu().numpy(), r.cpu().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_inference_keeps_no_product_and_the_pass_is_counted(device):
+    model = frozen(model_for("gelu", device))
+    x, weights = data(device)
+    step = fg.compile(lambda v: (model(v) * weights).sum(), example_inputs=(x,))
+    rows = [r for r in step.ir() if r["op"] == "linear_gelu"]
+    assert len(rows) == 1 and len(rows[0]["outputs"]) == 1
+    counts = {name: (before, after) for name, before, after in step.plan.passes()}
+    assert counts["fuse epilogues"][0] == counts["fuse epilogues"][1] + 1
+    np.testing.assert_allclose(step(x).item(), (model(x) * weights).sum().item(), rtol=1e-6)
+
+
+def test_an_activation_of_part_of_the_product_is_left_alone(device):
+    fg.manual_seed(0)
+    layer = frozen(fg.nn.Linear(6, 8).to(device))
+    x, _ = data(device, rows=4)
+    step = fg.compile(lambda v: F.relu(layer(v[:, :6])[:, :4]).sum(), example_inputs=(x,))
+    assert "linear_relu" not in forward_ops(step) and "relu" in forward_ops(step)
+    assert step(x).item() == F.relu(layer(x[:, :6])[:, :4]).sum().item()
