@@ -1,5 +1,5 @@
 """Every optimisation pass runs inside switch and loop blocks too: a block's constants are folded,
-a switch block's Linear gets its weight gradient's transposed copy folded into the matmul, and a
+a switch block's x @ w.t() gets its weight gradient's transposed copy folded into the matmul, and a
 block's elementwise chain becomes a fused run, with results equal to eager and to a build that
 skips those passes."""
 import numpy as np
@@ -21,8 +21,20 @@ class Chain(nn.Module):
         return ((h.tanh() * 0.5 + h.sigmoid()) * h * scale).relu()
 
 
+class MatmulTransposed(nn.Module):
+    """x @ w.t(): its weight gradient is a matmul copied out transposed (nn.Linear's linear op
+    reads the weight in place and makes no such copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(fg.randn(WIDTH, WIDTH) * 0.1)
+
+    def forward(self, h):
+        return h @ self.w.t()
+
+
 def block():
-    return nn.Sequential(nn.Linear(WIDTH, WIDTH), Chain())
+    return nn.Sequential(MatmulTransposed(), Chain())
 
 
 def graph(kind):
