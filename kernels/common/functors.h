@@ -23,14 +23,10 @@ using std::tanh;
 template <class T> FG_HD bool is_nan(T x) { return x != x; }
 
 // float32 exp without a libm call, so loops over it vectorise: exp(x) = 2^k exp(r) with
-// Cody-Waite reduction and Cephes' degree-6 polynomial. 2^k is applied as two factors, so results
-// in the denormal range come out graded (not flushed to 0) and large x overflows to inf. Error
-// <= 2 ulp against float64 over all floats (tests/ops/test_float32_math.py). float64 uses libm.
-FG_HD float exp_f32(float x) {
-  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // beyond: inf, 0 (exact after rounding)
-  float k = (c * 1.44269504f + 12582912.0f) - 12582912.0f;    // round to nearest integer
-  k = x == x ? k : 0.0f;
-  float r = c - k * 0.693359375f;
+// Cody-Waite reduction and Cephes' degree-6 polynomial for exp(r), |r| <= ln(2)/2.
+FG_HD float exp_poly_f32(float x, float& k) {  // returns exp(r); k = round(x / ln 2)
+  k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+  float r = x - k * 0.693359375f;
   r = r + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -38,13 +34,30 @@ FG_HD float exp_f32(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+FG_HD float pow2i_f32(int32_t k) {  // 2^k for k in [-126, 127]
+  uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+// For x in [-87, 88] only (no inf, NaN or denormal result): the inner loops that know their range.
+FG_HD float exp_normal_f32(float x) {
+  float k;
+  float p = exp_poly_f32(x, k);
+  return p * pow2i_f32(static_cast<int32_t>(k));
+}
+// All floats: 2^k is applied as two factors, so results in the denormal range come out graded
+// (not flushed to 0), and large x overflows to inf. Error <= 1 ulp against float64 over all floats
+// (tests/ops/test_float32_math.py). float64 uses libm.
+FG_HD float exp_f32(float x) {
+  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // beyond: inf, 0 (exact after rounding)
+  c = x == x ? c : 0.0f;
+  float k;
+  float p = exp_poly_f32(c, k);
   int32_t k1 = static_cast<int32_t>(k) >> 1, k2 = static_cast<int32_t>(k) - k1;  // k in [-150, 128]
-  uint32_t bits1 = static_cast<uint32_t>(k1 + 127) << 23, bits2 = static_cast<uint32_t>(k2 + 127) << 23;
-  float scale1, scale2;
-  memcpy(&scale1, &bits1, 4);
-  memcpy(&scale2, &bits2, 4);
-  return x == x ? p * scale1 * scale2 : x;
+  return x == x ? p * pow2i_f32(k1) * pow2i_f32(k2) : x;
 }
 template <class T> FG_HD T exp_any(T x) {
   if constexpr (std::is_same_v<T, float>) return exp_f32(x);
@@ -56,18 +69,20 @@ template <class T> FG_HD T tanh_any(T x) {
     float a = x < 0 ? -x : x;
     float z = x * x;
     float small = x + x * z * (-0.333333333f + z * (0.133333333f + z * (-0.0539682540f + z * (0.0218694885f + z * -0.00886323552f))));
-    float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    float a2 = 2.0f * a < 40.0f ? 2.0f * a : 40.0f;  // tanh rounds to 1 from 9.01 on
+    float large = 1.0f - 2.0f / (exp_normal_f32(a2) + 1.0f);
     large = x < 0 ? -large : large;
-    return a < 0.4f ? small : large;
+    return a < 0.4f || x != x ? small : large;
   } else {
     return tanh(x);
   }
 }
-// float32 erf without a division or libm call: x + x R(x^2) for |x| <= 0.875, and
-// 1 - e^Q(|x|) beyond, Q a fit of log(erfc) on [0.875, 4] (erf rounds to 1 from 3.92 on). Both
-// polynomials are least-squares fits made for flowgrad; error <= 2 ulp against float64 over all
-// floats (tests/ops/test_float32_math.py). float64 uses libm.
-FG_HD float erf_f32(float x) {
+// float32 erf without a division or libm call, given e = exp(-x^2) (below 1e-37 where
+// x^2 > 86): x + x R(x^2) for |x| <= 0.875, 1 - e E(|x|) beyond, E a fit of erfc(t) e^(t^2) on
+// [0.875, 4] (erf rounds to 1 from 3.92 on). Both polynomials are least-squares fits made for
+// flowgrad. GELU's backward shares e with the normal density. Error <= 2 ulp against float64
+// over all floats (tests/ops/test_float32_math.py).
+FG_HD float erf_given_exp_f32(float x, float e) {
   float a = x < 0 ? -x : x;
   float s = x * x;
   float r = -6.229429273e-4f;
@@ -78,20 +93,24 @@ FG_HD float erf_f32(float x) {
   r = r * s + 1.283791512e-1f;
   float small = x + x * r;
   float t = a < 4.0f ? a : 4.0f;
-  float q = 1.077333422e-6f;
-  q = q * t - 1.733104000e-5f;
-  q = q * t + 9.975933062e-5f;
-  q = q * t - 4.533179526e-5f;
-  q = q * t - 2.975130221e-3f;
-  q = q * t + 2.317704260e-2f;
-  q = q * t - 1.062228605e-1f;
-  q = q * t - 6.347181201e-1f;
-  q = q * t - 1.128992558e+0f;
-  q = q * t + 8.794190944e-5f;
-  float large = 1.0f - exp_f32(q);
+  float q = 1.216523306e-4f;
+  q = q * t - 2.142443787e-3f;
+  q = q * t + 1.683346368e-2f;
+  q = q * t - 7.842025161e-2f;
+  q = q * t + 2.433238924e-1f;
+  q = q * t - 5.367940068e-1f;
+  q = q * t + 8.781018257e-1f;
+  q = q * t - 1.087205410e+0f;
+  q = q * t + 9.937648177e-1f;
+  float large = 1.0f - e * q;
   large = x < 0 ? -large : large;
   return a <= 0.875f || x != x ? small : large;
 }
+FG_HD float exp_minus_square_f32(float x) {  // exp(-x^2), flushed below 1e-37
+  float s = x * x;
+  return s < 86.0f ? exp_normal_f32(-s) : 0.0f;
+}
+FG_HD float erf_f32(float x) { return erf_given_exp_f32(x, exp_minus_square_f32(x)); }
 template <class T> FG_HD T erf_any(T x) {
   if constexpr (std::is_same_v<T, float>) return erf_f32(x);
   else return erf(x);
@@ -170,9 +189,16 @@ struct GeluTanh : Costly {
 // g * d/dx gelu(x) = g * (Phi(x) + x phi(x)), for the fused backward (first-order gradients only).
 struct GeluGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
-    T cdf = T(0.5) * (T(1) + erf_any(x * T(0.70710678118654752440)));
-    T pdf = exp_any(T(-0.5) * x * x) * T(0.39894228040143267794);
-    return g * (cdf + x * pdf);
+    if constexpr (std::is_same_v<T, float>) {  // erf and the density share one exp
+      float t = x * 0.70710678118654752440f;
+      float e = exp_minus_square_f32(t);
+      float cdf = 0.5f * (1.0f + erf_given_exp_f32(t, e));
+      return g * (cdf + x * (e * 0.39894228040143267794f));
+    } else {
+      T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+      T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+      return g * (cdf + x * pdf);
+    }
   }
 };
 struct GeluTanhGrad : Costly {

@@ -7,6 +7,7 @@
 
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
+#include "kernels/common/lanes.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg {
@@ -42,11 +43,12 @@ FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
 
 // ---- layer_norm / rms_norm: one row at a time, each loop simple enough to vectorise ----
 
-// sum of x (squared = false) or of (x - shift)^2 over a row: sixteen partial sums in T (one
-// vector register of floats: a row is short, so each partial adds few terms), combined in double.
+// sum of x (squared = false) or of (x - shift)^2 over a row: 32 partial sums in T (two vector
+// registers of floats: a row is short, so each partial adds few terms), totalled pairwise
+// (lanes.h) and then in double.
 template <class T>
 FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
-  constexpr int kLanes = 16;
+  constexpr int kLanes = 32;
   T partial[kLanes] = {};
   const T s = static_cast<T>(shift);
   int64_t k = 0;
@@ -57,9 +59,8 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
     for (; k + kLanes <= n; k += kLanes)
       for (int j = 0; j < kLanes; ++j) partial[j] += x[k + j];
   }
-  double sum = 0;
+  double sum = lane_total<kLanes>(partial);
   for (; k < n; ++k) sum += squared ? (x[k] - shift) * (x[k] - shift) : static_cast<double>(x[k]);
-  for (int j = 0; j < kLanes; ++j) sum += partial[j];
   return sum;
 }
 
@@ -82,7 +83,7 @@ template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, T* __restrict dx,
                                      double* __restrict acc_w, double* __restrict acc_b) {
-  constexpr int kLanes = 16;  // partial sums in T, as row_sum
+  constexpr int kLanes = 16;  // partial sums in T, one register of floats per sum
   T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
   const int64_t whole = n / kLanes * kLanes;
   for (int64_t k = 0; k < whole; k += kLanes)
@@ -95,7 +96,8 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
     sum_gw += gw;
     sum_gwx += static_cast<double>(gw) * ((x[k] - mu) * inv);
   }
-  for (int j = 0; j < kLanes; ++j) sum_gw += p_gw[j], sum_gwx += p_gwx[j];
+  sum_gw += lane_total<kLanes>(p_gw);
+  sum_gwx += lane_total<kLanes>(p_gwx);
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - (x[j] - mu) * inv * c);
