@@ -14,22 +14,29 @@ namespace fg {
 namespace {
 
 // One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
-// enough to vectorise (per instruction set: cpu_dispatch.h); the sum uses eight partial
-// accumulators for the same reason.
+// enough to vectorise (per instruction set: cpu_dispatch.h); the max and the sum keep 32 lanes
+// (lanes.h) for the same reason: a plain running max compiles to a scalar chain.
 template <class T>
 FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
   // entries at or past `valid` are masked: they get probability 0 (log: -inf)
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t k = 0; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
-  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
-  for (int64_t k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
-  for (int64_t k = valid; k < r; ++k) y[k] = T(0);
-  T partial[8] = {};
+  constexpr int kLanes = 32;
+  T lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<T>::infinity();
   int64_t k = 0;
-  for (; k + 8 <= r; k += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += y[k + j];
-  double sum = 0;
-  for (int j = 0; j < 8; ++j) sum += partial[j];
+  for (; k + kLanes <= valid; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      T v = x[k + j] * scale;
+      lanes[j] = v > lanes[j] ? v : lanes[j];
+    }
+  T m = lane_max<kLanes>(lanes);
+  for (; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
+  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
+  for (k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
+  for (k = valid; k < r; ++k) y[k] = T(0);
+  for (int j = 0; j < kLanes; ++j) lanes[j] = T(0);
+  for (k = 0; k + kLanes <= r; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += y[k + j];
+  double sum = lane_total<kLanes>(lanes);
   for (; k < r; ++k) sum += y[k];
   if (log) {
     T lse = m + static_cast<T>(std::log(sum));
