@@ -1,6 +1,6 @@
 """The non-GEMM kernels of a training step against PyTorch eager, measured in one run (issue 23).
 
-    python benchmarks/bench_ewise.py [--rounds N] [--threads T] [--only OPS] [--save]
+    python benchmarks/bench_ewise.py [--rounds N] [--threads T] [--only OPS] [--save [--tag TAG]]
 
 Per op and shape: the median over interleaved rounds of flowgrad's and PyTorch's time per call,
 flowgrad's effective bandwidth (bytes the op must read and write once, over its time) and the
@@ -79,6 +79,7 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated op names")
     parser.add_argument("--sleep", type=float, default=0.3, help="seconds of rest after each PyTorch round")
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--tag", default="", help="suffix of the results file name (bench_ewise-TAG-DATE.json)")
     args = parser.parse_args()
     fg.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
@@ -104,7 +105,7 @@ def main():
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median of {args.rounds} rounds")
     if args.save:
-        save("bench_ewise", {"machine": machine(), "threads": args.threads, "load": load, "rows": rows})
+        save("bench_ewise" + (f"-{args.tag}" if args.tag else ""), {"machine": machine(), "threads": args.threads, "load": load, "rows": rows})
 
 
 if __name__ == "__main__":
