@@ -1,6 +1,6 @@
 """The non-GEMM kernels of a training step against PyTorch eager, measured in one run (issue 23).
 
-    python benchmarks/bench_ewise.py [--rounds N] [--threads T] [--save]
+    python benchmarks/bench_ewise.py [--rounds N] [--threads T] [--only OPS] [--save [--tag TAG]]
 
 Per op and shape: the median over interleaved rounds of flowgrad's and PyTorch's time per call,
 flowgrad's effective bandwidth (bytes the op must read and write once, over its time) and the
@@ -13,6 +13,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -37,7 +38,10 @@ def cases(shape):
         "add": (3 * nbytes, lambda: fa + fb, lambda: ta + tb),
         "add_bias": (2 * nbytes, lambda: fa + fbias, lambda: ta + tbias),
         "mul": (3 * nbytes, lambda: fa * fb, lambda: ta * tb),
+        "mul_bias": (2 * nbytes, lambda: fa * fbias, lambda: ta * tbias),
         "sum_dim0": (nbytes, lambda: fa.reshape(-1, shape[-1]).sum(0), lambda: ta.reshape(-1, shape[-1]).sum(0)),
+        "sum_last": (nbytes, lambda: fa.sum(-1), lambda: ta.sum(-1)),
+        "softmax": (2 * nbytes, lambda: fg.nn.functional.softmax(fa, -1), lambda: torch.softmax(ta, -1)),
     }
     for name, fact, tact in (("relu", fg.relu, torch.relu), ("gelu", fg.gelu, torch.nn.functional.gelu),
                              ("tanh", fg.tanh, torch.tanh), ("sigmoid", fg.sigmoid, torch.sigmoid),
@@ -73,7 +77,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated op names")
+    parser.add_argument("--sleep", type=float, default=0.3, help="seconds of rest after each PyTorch round")
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--tag", default="", help="suffix of the results file name (bench_ewise-TAG-DATE.json)")
     args = parser.parse_args()
     fg.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
@@ -87,6 +93,7 @@ def main():
             for _ in range(args.rounds):  # interleaved: load changes hit both alike
                 t_fg.append(best_time(f_fg, repeat=3, min_time=0.05))
                 t_torch.append(best_time(f_torch, repeat=3, min_time=0.05))
+                time.sleep(args.sleep)  # PyTorch's OpenMP workers spin a while after its last op
             row = {"op": name, "shape": list(shape), "flowgrad_us": statistics.median(t_fg) * 1e6,
                    "torch_us": statistics.median(t_torch) * 1e6}
             row["flowgrad_gbs"] = nbytes / row["flowgrad_us"] / 1e3
@@ -98,7 +105,7 @@ def main():
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median of {args.rounds} rounds")
     if args.save:
-        save("bench_ewise", {"machine": machine(), "threads": args.threads, "load": load, "rows": rows})
+        save("bench_ewise" + (f"-{args.tag}" if args.tag else ""), {"machine": machine(), "threads": args.threads, "load": load, "rows": rows})
 
 
 if __name__ == "__main__":

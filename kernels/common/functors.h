@@ -23,13 +23,10 @@ using std::tanh;
 template <class T> FG_HD bool is_nan(T x) { return x != x; }
 
 // float32 exp without a libm call, so loops over it vectorise: exp(x) = 2^k exp(r) with
-// Cody-Waite reduction and Cephes' degree-6 polynomial (about 1 ulp). float64 uses libm.
-FG_HD float exp_f32(float x) {
-  const float hi = 88.72283f, lo = -87.33654f;
-  float c = x > hi ? hi : (x < lo ? lo : x);
-  float k = (c * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
-  k = x == x ? k : 0.0f;
-  float r = c - k * 0.693359375f;
+// Cody-Waite reduction and Cephes' degree-6 polynomial for exp(r), |r| <= ln(2)/2.
+FG_HD float exp_poly_f32(float x, float& k) {  // returns exp(r); k = round(x / ln 2)
+  k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+  float r = x - k * 0.693359375f;
   r = r + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -37,12 +34,30 @@ FG_HD float exp_f32(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, 4);
-  float y = p * scale;
-  return x < lo ? 0.0f : (x == x ? y : x);
+  return p * r * r + r + 1.0f;
+}
+FG_HD float pow2i_f32(int32_t k) {  // 2^k for k in [-126, 127]
+  uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+// For x in [-87, 88] only (no inf, NaN or denormal result): the inner loops that know their range.
+FG_HD float exp_normal_f32(float x) {
+  float k;
+  float p = exp_poly_f32(x, k);
+  return p * pow2i_f32(static_cast<int32_t>(k));
+}
+// All floats: 2^k is applied as two factors, so results in the denormal range come out graded
+// (not flushed to 0), and large x overflows to inf. Error <= 1 ulp against float64 over all floats
+// (tests/ops/test_float32_math.py). float64 uses libm.
+FG_HD float exp_f32(float x) {
+  float c = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // beyond: inf, 0 (exact after rounding)
+  c = x == x ? c : 0.0f;
+  float k;
+  float p = exp_poly_f32(c, k);
+  int32_t k1 = static_cast<int32_t>(k) >> 1, k2 = static_cast<int32_t>(k) - k1;  // k in [-150, 128]
+  return x == x ? p * pow2i_f32(k1) * pow2i_f32(k2) : x;
 }
 template <class T> FG_HD T exp_any(T x) {
   if constexpr (std::is_same_v<T, float>) return exp_f32(x);
@@ -54,25 +69,56 @@ template <class T> FG_HD T tanh_any(T x) {
     float a = x < 0 ? -x : x;
     float z = x * x;
     float small = x + x * z * (-0.333333333f + z * (0.133333333f + z * (-0.0539682540f + z * (0.0218694885f + z * -0.00886323552f))));
-    float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    float a2 = 2.0f * a < 40.0f ? 2.0f * a : 40.0f;  // tanh rounds to 1 from 9.01 on
+    float large = 1.0f - 2.0f / (exp_normal_f32(a2) + 1.0f);
     large = x < 0 ? -large : large;
-    return a < 0.4f ? small : large;
+    return a < 0.4f || x != x ? small : large;
   } else {
     return tanh(x);
   }
 }
-// float32 erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7); float64 uses libm.
-template <class T> FG_HD T erf_any(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    float a = x < 0 ? -x : x;
-    float t = 1.0f / (1.0f + 0.3275911f * a);
-    float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-    float y = 1.0f - poly * exp_f32(-a * a);
-    return x < 0 ? -y : y;
-  } else {
-    return erf(x);
-  }
+// float32 erf without a division or libm call, given e = exp(-x^2) (below 1e-37 where
+// x^2 > 86): x + x R(x^2) for |x| <= 0.875, 1 - e E(|x|) beyond, E a fit of erfc(t) e^(t^2) on
+// [0.875, 4] (erf rounds to 1 from 3.92 on). Both polynomials are least-squares fits made for
+// flowgrad. GELU's backward shares e with the normal density. Error <= 2 ulp against float64
+// over all floats (tests/ops/test_float32_math.py).
+FG_HD float erf_given_exp_f32(float x, float e) {
+  float a = x < 0 ? -x : x;
+  float s = x * x;
+  float r = -6.229429273e-4f;
+  r = r * s + 5.037018564e-3f;
+  r = r * s - 2.679457515e-2f;
+  r = r * s + 1.128253639e-1f;
+  r = r * s - 3.761255741e-1f;
+  r = r * s + 1.283791512e-1f;
+  float small = x + x * r;
+  float t = a < 4.0f ? a : 4.0f;
+  float q = 1.216523306e-4f;
+  q = q * t - 2.142443787e-3f;
+  q = q * t + 1.683346368e-2f;
+  q = q * t - 7.842025161e-2f;
+  q = q * t + 2.433238924e-1f;
+  q = q * t - 5.367940068e-1f;
+  q = q * t + 8.781018257e-1f;
+  q = q * t - 1.087205410e+0f;
+  q = q * t + 9.937648177e-1f;
+  float large = 1.0f - e * q;
+  large = x < 0 ? -large : large;
+  return a <= 0.875f || x != x ? small : large;
 }
+FG_HD float exp_minus_square_f32(float x) {  // exp(-x^2), flushed below 1e-37
+  float s = x * x;
+  return s < 86.0f ? exp_normal_f32(-s) : 0.0f;
+}
+FG_HD float erf_f32(float x) { return erf_given_exp_f32(x, exp_minus_square_f32(x)); }
+template <class T> FG_HD T erf_any(T x) {
+  if constexpr (std::is_same_v<T, float>) return erf_f32(x);
+  else return erf(x);
+}
+
+// Functors whose work per element is many times an add's (polynomials, exp): the CPU kernels
+// split a range over threads from this many fewer elements (kParallelGrain / kCost).
+struct Costly { static constexpr int kCost = 16; };
 
 struct Neg { template <class T> FG_HD T operator()(T x) const { return -x; } };
 struct Abs {
@@ -96,18 +142,18 @@ struct Sign {
 struct Relu {
   template <class T> FG_HD T operator()(T x) const { return x > T(0) || is_nan(x) ? x : T(0); }
 };
-struct Exp { template <class T> FG_HD T operator()(T x) const { return exp_any(x); } };
-struct Log { template <class T> FG_HD T operator()(T x) const { return log(x); } };
+struct Exp : Costly { template <class T> FG_HD T operator()(T x) const { return exp_any(x); } };
+struct Log : Costly { template <class T> FG_HD T operator()(T x) const { return log(x); } };
 struct Sqrt { template <class T> FG_HD T operator()(T x) const { return sqrt(x); } };
 struct Rsqrt { template <class T> FG_HD T operator()(T x) const { return T(1) / sqrt(x); } };
-struct Sin { template <class T> FG_HD T operator()(T x) const { return sin(x); } };
-struct Cos { template <class T> FG_HD T operator()(T x) const { return cos(x); } };
-struct Tanh { template <class T> FG_HD T operator()(T x) const { return tanh_any(x); } };
-struct Erf { template <class T> FG_HD T operator()(T x) const { return erf_any(x); } };
-struct Log1p { template <class T> FG_HD T operator()(T x) const { return log1p(x); } };
+struct Sin : Costly { template <class T> FG_HD T operator()(T x) const { return sin(x); } };
+struct Cos : Costly { template <class T> FG_HD T operator()(T x) const { return cos(x); } };
+struct Tanh : Costly { template <class T> FG_HD T operator()(T x) const { return tanh_any(x); } };
+struct Erf : Costly { template <class T> FG_HD T operator()(T x) const { return erf_any(x); } };
+struct Log1p : Costly { template <class T> FG_HD T operator()(T x) const { return log1p(x); } };
 // e^x - 1 without the cancellation near 0 (Kahan): (u - 1) * x / log(u) with u = e^x; the error of
 // u cancels in the ratio. Only exp and log, which NVRTC's prelude (cuda_fusion.cpp) provides.
-struct Expm1 {
+struct Expm1 : Costly {
   template <class T> FG_HD T operator()(T x) const {
     T u = exp_any(x);
     if (u == T(1)) return x;
@@ -120,7 +166,7 @@ struct Expm1 {
 // the erfinv function", GPU Computing Gems, 2011: two polynomials in w = -log(1 - x^2)), good to a
 // few float32 ulp; float64 refines it with Newton steps on erf(y) = |x|, and for |x| >= 0.5 on
 // log erfc(y) = log(1 - |x|), where erf(y) - x would cancel.
-struct Erfinv {
+struct Erfinv : Costly {
   template <class T> FG_HD T operator()(T x) const {
     if (!(x > T(-1) && x < T(1))) return x == T(1) || x == T(-1) ? x / T(0) : T(0) / T(0);
     // Horner over each polynomial's coefficients, highest degree first.
@@ -152,42 +198,38 @@ struct Erfinv {
     return y;
   }
 };
-struct Sigmoid {
+struct Sigmoid : Costly {
   template <class T> FG_HD T operator()(T x) const {
     // Branches keep exp's argument <= 0: no overflow for large |x|.
     T e = exp_any(x >= T(0) ? -x : x);  // exp of -|x| never overflows
     return x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
   }
 };
-struct Silu { template <class T> FG_HD T operator()(T x) const { return x * Sigmoid{}(x); } };
-struct Softplus {  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
+struct Silu : Costly { template <class T> FG_HD T operator()(T x) const { return x * Sigmoid{}(x); } };
+struct Softplus : Costly {  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
   template <class T> FG_HD T operator()(T x) const {
     return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x)));
   }
 };
-struct Gelu {  // x * Phi(x)
+struct Gelu : Costly {  // x * Phi(x)
   template <class T> FG_HD T operator()(T x) const {
     return T(0.5) * x * (T(1) + erf_any(x * T(0.70710678118654752440)));
   }
 };
-struct GeluTanh {
+struct GeluTanh : Costly {
   template <class T> FG_HD T operator()(T x) const {
     const T k = T(0.79788456080286535588);  // sqrt(2 / pi)
     return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
   }
 };
-// g * d/dx gelu(x), for the fused backward (first-order gradients only). In float32 the erf of
-// erf_any (A&S 7.1.26) and the normal density share one exp(-x^2 / 2).
-struct GeluGrad {
+// g * d/dx gelu(x) = g * (Phi(x) + x phi(x)), for the fused backward (first-order gradients only).
+struct GeluGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
-    if constexpr (std::is_same_v<T, float>) {
-      float a = (x < 0 ? -x : x) * 0.70710678118654752440f;
-      float t = 1.0f / (1.0f + 0.3275911f * a);
-      float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-      float e = exp_f32(-a * a);
-      float erf_abs = 1.0f - poly * e;
-      float cdf = 0.5f * (1.0f + (x < 0 ? -erf_abs : erf_abs));
-      return g * (cdf + x * e * 0.39894228040143267794f);
+    if constexpr (std::is_same_v<T, float>) {  // erf and the density share one exp
+      float t = x * 0.70710678118654752440f;
+      float e = exp_minus_square_f32(t);
+      float cdf = 0.5f * (1.0f + erf_given_exp_f32(t, e));
+      return g * (cdf + x * (e * 0.39894228040143267794f));
     } else {
       T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
       T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
@@ -195,7 +237,7 @@ struct GeluGrad {
     }
   }
 };
-struct GeluTanhGrad {
+struct GeluTanhGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
     const T k = T(0.79788456080286535588), a = T(0.044715);
     T t = tanh_any(k * (x + a * x * x * x));
@@ -209,7 +251,7 @@ struct ReluGrad {  // the gradient passes where x > 0 (not for NaN x), as PyTorc
 };
 struct TanhGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * (T(1) - y * y); } };
 struct SigmoidGrad { template <class T> FG_HD T operator()(T g, T y) const { return g * y * (T(1) - y); } };
-struct SiluGrad {  // d/dx x s(x) = s (1 + x (1 - s))
+struct SiluGrad : Costly {  // d/dx x s(x) = s (1 + x (1 - s))
   template <class T> FG_HD T operator()(T g, T x) const {
     T s = Sigmoid{}(x);
     return g * s * (T(1) + x * (T(1) - s));
@@ -236,7 +278,7 @@ struct Add { template <class T> FG_HD T operator()(T a, T b) const { return a + 
 struct Sub { template <class T> FG_HD T operator()(T a, T b) const { return a - b; } };
 struct Mul { template <class T> FG_HD T operator()(T a, T b) const { return a * b; } };
 struct Div { template <class T> FG_HD T operator()(T a, T b) const { return a / b; } };
-struct Pow {
+struct Pow : Costly {
   template <class T> FG_HD T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       return std::pow(a, b);

@@ -23,9 +23,16 @@ FG_CPU_CLONES void map2_scalar(Out* __restrict y, const T* __restrict a, T b, in
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b);
 }
 
+// Elements per thread worth waking it for: fewer for functors that are costly per element.
+template <class F>
+constexpr int64_t grain_of() {
+  if constexpr (requires { F::kCost; }) return kParallelGrain / F::kCost;
+  else return kParallelGrain;
+}
+
 template <class Out, class In, class F>
 void map1(const Strided<2>& s, F f) {
-  for_each_run(s, kParallelGrain, [&](char** p, const int64_t* st, int64_t n) {
+  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) {
     if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
       map1_contiguous(reinterpret_cast<Out*>(p[0]), reinterpret_cast<const In*>(p[1]), n, f);
     } else {
@@ -37,7 +44,7 @@ void map1(const Strided<2>& s, F f) {
 
 template <class Out, class T, class F>
 void map2(const Strided<3>& s, F f) {
-  for_each_run(s, kParallelGrain, [&](char** p, const int64_t* st, int64_t n) {
+  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) {
     Out* y = reinterpret_cast<Out*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     const T* b = reinterpret_cast<const T*>(p[2]);

@@ -7,28 +7,36 @@
 
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
+#include "kernels/common/lanes.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg {
 namespace {
 
 // One contiguous row: y = softmax(x) or log_softmax(x). Separate passes keep each loop simple
-// enough to vectorise (per instruction set: cpu_dispatch.h); the sum uses eight partial
-// accumulators for the same reason.
+// enough to vectorise (per instruction set: cpu_dispatch.h); the max and the sum keep 32 lanes
+// (lanes.h) for the same reason: a plain running max compiles to a scalar chain.
 template <class T>
 FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
   // entries at or past `valid` are masked: they get probability 0 (log: -inf)
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t k = 0; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
-  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
-  for (int64_t k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
-  for (int64_t k = valid; k < r; ++k) y[k] = T(0);
-  T partial[8] = {};
+  constexpr int kLanes = 32;
+  T lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<T>::infinity();
   int64_t k = 0;
-  for (; k + 8 <= r; k += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += y[k + j];
-  double sum = 0;
-  for (int j = 0; j < 8; ++j) sum += partial[j];
+  for (; k + kLanes <= valid; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      T v = x[k + j] * scale;
+      lanes[j] = v > lanes[j] ? v : lanes[j];
+    }
+  T m = lane_max<kLanes>(lanes);
+  for (; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
+  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
+  for (k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
+  for (k = valid; k < r; ++k) y[k] = T(0);
+  for (int j = 0; j < kLanes; ++j) lanes[j] = T(0);
+  for (k = 0; k + kLanes <= r; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += y[k + j];
+  double sum = lane_total<kLanes>(lanes);
   for (; k < r; ++k) sum += y[k];
   if (log) {
     T lse = m + static_cast<T>(std::log(sum));
@@ -42,11 +50,12 @@ FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
 
 // ---- layer_norm / rms_norm: one row at a time, each loop simple enough to vectorise ----
 
-// sum of x (squared = false) or of (x - shift)^2 over a row: sixteen partial sums in T (one
-// vector register of floats: a row is short, so each partial adds few terms), combined in double.
+// sum of x (squared = false) or of (x - shift)^2 over a row: 32 partial sums in T (two vector
+// registers of floats: a row is short, so each partial adds few terms), totalled pairwise
+// (lanes.h) and then in double.
 template <class T>
 FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
-  constexpr int kLanes = 16;
+  constexpr int kLanes = 32;
   T partial[kLanes] = {};
   const T s = static_cast<T>(shift);
   int64_t k = 0;
@@ -57,9 +66,8 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
     for (; k + kLanes <= n; k += kLanes)
       for (int j = 0; j < kLanes; ++j) partial[j] += x[k + j];
   }
-  double sum = 0;
+  double sum = lane_total<kLanes>(partial);
   for (; k < n; ++k) sum += squared ? (x[k] - shift) * (x[k] - shift) : static_cast<double>(x[k]);
-  for (int j = 0; j < kLanes; ++j) sum += partial[j];
   return sum;
 }
 
@@ -82,7 +90,7 @@ template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, T* __restrict dx,
                                      double* __restrict acc_w, double* __restrict acc_b) {
-  constexpr int kLanes = 16;  // partial sums in T, as row_sum
+  constexpr int kLanes = 16;  // partial sums in T, one register of floats per sum
   T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
   const int64_t whole = n / kLanes * kLanes;
   for (int64_t k = 0; k < whole; k += kLanes)
@@ -95,7 +103,8 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
     sum_gw += gw;
     sum_gwx += static_cast<double>(gw) * ((x[k] - mu) * inv);
   }
-  for (int j = 0; j < kLanes; ++j) sum_gw += p_gw[j], sum_gwx += p_gwx[j];
+  sum_gw += lane_total<kLanes>(p_gw);
+  sum_gwx += lane_total<kLanes>(p_gwx);
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
   for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - (x[j] - mu) * inv * c);

@@ -8,6 +8,7 @@
 
 #include "flowgrad/base/parallel.h"
 #include "kernels/common/cpu_dispatch.h"
+#include "kernels/common/lanes.h"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {
@@ -20,16 +21,27 @@ Out finish_sum(A acc, bool mean, int64_t r) {
   return mean ? static_cast<Out>(static_cast<double>(acc) / static_cast<double>(r)) : static_cast<Out>(acc);
 }
 
-// ---- Sum/Mean over the last axis (inner == 1): eight partial sums, so the loop vectorises ----
+// ---- Sum/Mean over the last axis (inner == 1): partial sums in lanes, so the loop vectorises ----
+// float: four 16-float vectors added in float (a tree of three adds, exact for equal values), then
+// into sixteen double lanes, so a long line keeps double's accuracy at a quarter of the
+// conversions; other types: eight lanes of Acc<T>.
 template <class T>
 FG_CPU_CLONES Acc<T> sum_line(const T* __restrict x, int64_t r) {
-  Acc<T> partial[8] = {};
   int64_t k = 0;
-  for (; k + 8 <= r; k += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += static_cast<Acc<T>>(x[k + j]);
   Acc<T> acc = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    double partial[16] = {};
+    for (; k + 64 <= r; k += 64)
+      for (int j = 0; j < 16; ++j)
+        partial[j] += static_cast<double>((x[k + j] + x[k + 16 + j]) + (x[k + 32 + j] + x[k + 48 + j]));
+    acc = lane_total<16>(partial);
+  } else {
+    Acc<T> partial[8] = {};
+    for (; k + 8 <= r; k += 8)
+      for (int j = 0; j < 8; ++j) partial[j] += static_cast<Acc<T>>(x[k + j]);
+    acc = lane_total<8>(partial);
+  }
   for (; k < r; ++k) acc += static_cast<Acc<T>>(x[k]);
-  for (int j = 0; j < 8; ++j) acc += partial[j];
   return acc;
 }
 
@@ -43,7 +55,17 @@ template <class T>
 FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc,  // (width), accumulated into
                             const T* __restrict x,    // (rows, width), rows `stride` elements apart
                             int64_t rows, int64_t stride, int64_t width) {
-  for (int64_t k = 0; k < rows; ++k) {
+  int64_t k = 0;
+  if constexpr (std::is_same_v<T, float>) {  // eight rows summed in float, then added in double
+    for (; k + 8 <= rows; k += 8) {
+      const T* r0 = x + k * stride;
+      const int64_t s = stride;
+      for (int64_t j = 0; j < width; ++j)
+        acc[j] += static_cast<double>(((r0[j] + r0[j + s]) + (r0[j + 2 * s] + r0[j + 3 * s])) +
+                                      ((r0[j + 4 * s] + r0[j + 5 * s]) + (r0[j + 6 * s] + r0[j + 7 * s])));
+    }
+  }
+  for (; k < rows; ++k) {
     const T* row = x + k * stride;
     for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<Acc<T>>(row[j]);
   }

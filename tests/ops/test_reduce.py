@@ -68,6 +68,19 @@ def test_sum_accumulates_float32_in_double():
     assert abs(fg.sum(fg.tensor(a)).item() - a.astype(np.float64).sum()) < 1e-2
 
 
+@pytest.mark.parametrize("shape", [(3, 10_007), (1, 64), (2, 63), (1003, 37), (9, 600), (17, 1)])
+def test_float32_sums_in_float_blocks_stay_near_float64(rng, shape):
+    """float32 sums add small groups in float (four vectors of a line, eight rows of a column
+    sum) and the groups in double: near the float64 sum, whatever the shape's remainders."""
+    a = make(rng, shape, np.float32, low=-1.0, high=3.0)
+    x = fg.tensor(a)
+    for dim in (0, 1):
+        ref = a.astype(np.float64).sum(axis=dim)
+        scale = np.abs(a).astype(np.float64).sum(axis=dim)
+        got = fg.sum(x, dim=dim).numpy().astype(np.float64)
+        assert np.all(np.abs(got - ref) <= 1e-6 * scale + 1e-30), (shape, dim)
+
+
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "logsumexp", "var", "std"])
 @pytest.mark.parametrize("dim", [None, 1, (0, 2)])
 def test_reduce_gradcheck(rng, name, dim):

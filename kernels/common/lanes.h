@@ -1,0 +1,25 @@
+// Partial sums (or maxima) kept in an array of lanes (several vector registers' worth, so that consecutive
+// adds do not wait on each other) and their pairwise total: a tree of halvings, which GCC turns
+// into vector adds and shuffles instead of a serial chain of scalar adds.
+#pragma once
+
+namespace fg {
+
+template <int N, class T>
+inline T lane_total(T* partial) {  // (N) partial sums, overwritten
+  static_assert((N & (N - 1)) == 0, "N must be a power of two");
+  for (int width = N / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+  return partial[0];
+}
+
+// The largest of N partial maxima (a NaN lane is passed over, as by `v > m ? v : m`).
+template <int N, class T>
+inline T lane_max(T* partial) {  // (N) partial maxima, overwritten
+  static_assert((N & (N - 1)) == 0, "N must be a power of two");
+  for (int width = N / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; ++j) partial[j] = partial[j + width] > partial[j] ? partial[j + width] : partial[j];
+  return partial[0];
+}
+
+}  // namespace fg
