@@ -1,7 +1,6 @@
 #include "kernels/linalg/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <vector>
 
@@ -37,11 +36,6 @@ SingleThreadedBlas::~SingleThreadedBlas() {
   if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(previous_);
 }
 
-namespace {
-std::atomic<bool> g_tf32{false};
-}
-void set_gemm_tf32(bool on) { g_tf32 = on; }
-bool gemm_tf32() { return g_tf32; }
 
 const char* blas_name() {
 #if defined(FLOWGRAD_HAVE_BLAS)
@@ -136,7 +130,7 @@ template void gemm_blocked<int32_t>(bool, bool, int64_t, int64_t, int64_t, const
 template void gemm_blocked<int64_t>(bool, bool, int64_t, int64_t, int64_t, const int64_t*,
                                     int64_t, const int64_t*, int64_t, int64_t*, int64_t);
 
-void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   visit_compute_dtype(dtype, "matmul", [&](auto tag) {
     using T = decltype(tag);

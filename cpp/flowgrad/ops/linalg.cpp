@@ -73,13 +73,13 @@ int64_t batch_offset(const Tensor& t, const Dims& out_shape, int64_t bi) {
 // multiplies float16/bfloat16 as float32 copies (exact products, float32 sums); cuBLAS reads
 // them directly and accumulates in float32.
 template <decltype(&gemm_cpu) Gemm, BatchedGemm Batched = nullptr>
-void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void matmul_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
   if constexpr (Batched == nullptr) {
     if (is_half(dt)) {
       Tensor wide = Tensor::empty(c.shape(), DType::Float32, c.device());
-      matmul_kernel<Gemm>({raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
+      matmul_kernel<Gemm>(env, {raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
       raw::copy_into(c, wide);
       return;
     }
@@ -105,11 +105,11 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   if constexpr (Batched != nullptr) {
     int64_t stride_a = uniform_batch_stride(a, c.shape(), batches), stride_b = uniform_batch_stride(b, c.shape(), batches);
     if (batches > 1 && stride_a >= 0 && stride_b >= 0)
-      return Batched(dt, ta, tb, M, N, K, pa, lda, stride_a, pb, ldb, stride_b, pc, N, M * N, batches);
+      return Batched(env, dt, ta, tb, M, N, K, pa, lda, stride_a, pb, ldb, stride_b, pc, N, M * N, batches);
   }
   auto run = [&](int64_t b0, int64_t b1) {
     for (int64_t bi = b0; bi < b1; ++bi)
-      Gemm(dt, ta, tb, M, N, K, pa + batch_offset(a, c.shape(), bi) * item, lda,
+      Gemm(env, dt, ta, tb, M, N, K, pa + batch_offset(a, c.shape(), bi) * item, lda,
            pb + batch_offset(b, c.shape(), bi) * item, ldb, pc + bi * M * N * item, N);
   };
   // Many small products: one BLAS thread per product, products spread over the pool.

@@ -95,7 +95,7 @@ std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() 
 #if defined(FLOWGRAD_HAVE_CUDA)
     CapturePhilox on_device(counter);
     plan_.execute(&progress);
-    if (counter) advance_philox_cuda(counter, advance);
+    if (counter) advance_philox_cuda(current_env(plan_.device()), counter, advance);
 #else
     (void)counter, (void)advance;
     plan_.execute(&progress);

@@ -375,6 +375,9 @@ class Plan {
   // take them from this block (see KernelScratch), so a warm plan allocates nothing.
   KernelScratch scratch_;
   std::shared_ptr<Storage> scratch_block_;
+  // What every launch of a run gets (execute fills it): the stream the run is queued on, the
+  // scratch above, and the device Philox pair while a capture records the run.
+  KernelEnv env_;
   int64_t rng_advance_ = 0;
   bool poison_ = false;
   PlanStats stats_;
