@@ -1,6 +1,5 @@
 // CUDA creation kernels: fills with the CPU's value conversion and Philox random fills with the
 // CPU's per-element function, so the same seed gives the same tensor on every device.
-#include "flowgrad/core/context.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise_dispatch.h"

@@ -31,19 +31,6 @@ template <class T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
                   int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
 
-// While alive, BLAS runs single-threaded (its calls then run inline on the calling thread), so
-// small matrices of a batch can be spread over flowgrad's pool instead of waking BLAS threads
-// for each one. Restores the previous count on destruction.
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas();
-  ~SingleThreadedBlas();
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int previous_;
-};
 
 // Name of the BLAS the build links ("OpenBLAS", "none" for the blocked fallback, ...).
 const char* blas_name();

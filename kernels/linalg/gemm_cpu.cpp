@@ -18,9 +18,7 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 }
 #endif
 
-// OpenBLAS's thread control; absent (null) with other BLAS libraries.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-extern "C" int openblas_get_num_threads() __attribute__((weak));
+// OpenBLAS's build description; absent (null) with other BLAS libraries.
 extern "C" char* openblas_get_corename() __attribute__((weak));
 extern "C" char* openblas_get_config() __attribute__((weak));
 #if !defined(FLOWGRAD_BLAS_LIBRARY)
@@ -28,13 +26,6 @@ extern "C" char* openblas_get_config() __attribute__((weak));
 #endif
 
 namespace fg {
-
-SingleThreadedBlas::SingleThreadedBlas() : previous_(openblas_get_num_threads ? openblas_get_num_threads() : 1) {
-  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(1);
-}
-SingleThreadedBlas::~SingleThreadedBlas() {
-  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(previous_);
-}
 
 
 const char* blas_name() {
