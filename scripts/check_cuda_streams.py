@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 """Fails, naming file:line, on any CUDA work in cpp/ or kernels/ that takes an implicit stream.
 
-Every kernel launch, CUB call, memset, copy and cuBLAS/NCCL call must get its stream from the one
-accessor (cuda::launch_stream(), through kernel_stream() / library_stream() in
-kernels/common/launch.cuh), so that work follows fg.cuda.stream, graph branches and CUDA graph
-capture, and the capture self-check can count it. The rules:
+Every kernel launch, CUB call, memset, copy and cuBLAS/NCCL call must get its stream from the
+KernelEnv its caller passed (kernel_stream(env) / library_stream(env) in kernels/common/launch.cuh,
+env.stream for the driver launch), so that work follows fg.cuda.stream, graph branches and CUDA
+graph capture, and the capture self-check can count it. The rules:
 
   launch      a <<<grid, block, smem, stream>>> launch names all four and its stream is
-              kernel_stream(), which counts the launch; kernel_stream() appears nowhere else
+              kernel_stream(env), which counts the launch; kernel_stream appears nowhere else
   memset/copy only the Async forms, with a stream argument that is not 0 / nullptr / a legacy
               or per-thread constant
-  CUB         cub::Device*::*(...) ends with library_stream(); a call that queues work (temp
+  CUB         cub::Device*::*(...) ends with library_stream(env); a call that queues work (temp
               storage not nullptr) sits in a cuda::LibraryKernels scope
-  cuBLAS      a compute call uses a handle from handle_for_current_device() (cublasSetStream to
+  cuBLAS      a compute call uses a handle from handle_for_current_device(env) (cublasSetStream to
               the current stream) and sits in a cuda::LibraryKernels scope
   NCCL        a collective passes stream() and sits in a cuda::LibraryKernels scope
-  driver      cuLaunchKernel (d.launch with 11 arguments) passes cuda::launch_stream() and is
+  driver      cuLaunchKernel (d.launch with 11 arguments) passes env.stream and is
               followed by cuda::count_launch()
   runtime     cudaLaunchKernel / cudaGraphLaunch with a 0 / nullptr stream
 
@@ -144,16 +144,16 @@ def check_source(text, name="<source>"):
     for m in re.finditer(r"<<<", code):
         args, end = launch_config(code, m.start())
         if len(args) != 4:
-            report(m.start(), f"kernel launch <<<{', '.join(args)}>>> without a stream argument (pass kernel_stream())")
-        elif args[3] != "kernel_stream()":
-            report(m.start(), f"kernel launch on stream '{args[3]}': launches take kernel_stream()")
+            report(m.start(), f"kernel launch <<<{', '.join(args)}>>> without a stream argument (pass kernel_stream(env))")
+        elif args[3] != "kernel_stream(env)":
+            report(m.start(), f"kernel launch on stream '{args[3]}': launches take kernel_stream(env)")
         else:
-            launch_streams.add(code.rfind("kernel_stream()", m.start(), end))
-    for m in re.finditer(r"\bkernel_stream\s*\(\s*\)", code):
+            launch_streams.add(code.rfind("kernel_stream(env)", m.start(), end))
+    for m in re.finditer(r"\bkernel_stream\s*\(([^()]*)\)", code):
         defining = re.search(r"cudaStream_t\s*$", code[max(0, m.start() - 40):m.start()]) and "{" in code[m.end():m.end() + 4]
         if m.start() not in launch_streams and not defining:
-            report(m.start(), "kernel_stream() outside a <<<...>>> launch counts a launch that never happens "
-                              "(library calls and memsets take library_stream())")
+            report(m.start(), "kernel_stream(env) outside a <<<...>>> launch counts a launch that never happens "
+                              "(library calls and memsets take library_stream(env))")
     for m in re.finditer(r"\bcuda(Memset|Memcpy)(\w*)\s*\(", code):
         kind, suffix = m.group(1), m.group(2)
         args, _ = split_args(code, m.end() - 1)
@@ -166,8 +166,8 @@ def check_source(text, name="<source>"):
             report(m.start(), f"cuda{kind}{suffix} without an explicit stream")
     for m in re.finditer(r"\bcub::Device\w+::\w+\s*\(", code):
         args, _ = split_args(code, m.end() - 1)
-        if not args or args[-1] != "library_stream()":
-            report(m.start(), "CUB call without library_stream() as its stream")
+        if not args or args[-1] != "library_stream(env)":
+            report(m.start(), "CUB call without library_stream(env) as its stream")
         elif args[0] != "nullptr" and not live[m.start()]:
             report(m.start(), "CUB call that queues kernels outside a cuda::LibraryKernels scope")
     cublas_call = r"\bcublas\(\)\.(?!create\b|set_stream\b|set_workspace\b|set_math_mode\b|error\b)(\w+)\s*\("
@@ -176,8 +176,8 @@ def check_source(text, name="<source>"):
         args, _ = split_args(code, m.end() - 1)
         handle = args[0] if args else ""
         assigned = re.findall(rf"\b{re.escape(handle)}\s*=\s*([^;]*);", code[max(0, m.start() - 3000):m.start()])
-        if not handle or not assigned or not re.fullmatch(r"handle_for_current_device\s*\(\s*\)", assigned[-1].strip()):
-            report(m.start(), f"cuBLAS call on handle '{handle}' not taken from handle_for_current_device() "
+        if not handle or not assigned or not re.fullmatch(r"handle_for_current_device\s*\(\s*env\s*\)", assigned[-1].strip()):
+            report(m.start(), f"cuBLAS call on handle '{handle}' not taken from handle_for_current_device(env) "
                               "(which binds the current stream with cublasSetStream)")
         if not live[m.start()]:
             report(m.start(), "cuBLAS call outside a cuda::LibraryKernels scope")
@@ -194,8 +194,8 @@ def check_source(text, name="<source>"):
         args, end = split_args(code, m.end() - 1)
         if len(args) != 11:
             continue
-        if "cuda::launch_stream()" not in args[8]:
-            report(m.start(), f"cuLaunchKernel on stream '{args[8]}': pass cuda::launch_stream()")
+        if "env.stream" not in args[8]:
+            report(m.start(), f"cuLaunchKernel on stream '{args[8]}': pass env.stream")
         if not re.match(r"[\s\S]{0,80}?cuda::count_launch\s*\(\s*\)", code[end:]):
             report(m.start(), "cuLaunchKernel not followed by cuda::count_launch() (the capture self-check)")
     for m in re.finditer(r"\b(cudaLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch)\s*\(", code):

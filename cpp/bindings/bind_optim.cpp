@@ -2,15 +2,18 @@
 // hyper-parameter tensors they write before each step).
 #include "common.h"
 #include "flowgrad/optim/optim.h"
-#include "kernels/optim/optim.h"
 
 namespace fg::py_bind {
 
 void bind_optim(py::module_& m) {
   auto optim = m.def_submodule("optim", "Fused optimizer update ops over parameter groups (used by fg.optim).");
-  optim.attr("SGD_SLOTS") = py::make_tuple("lr", "momentum", "dampening", "weight_decay", "nesterov", "first");
-  optim.attr("ADAM_SLOTS") = py::make_tuple("lr", "beta1", "beta2", "eps", "weight_decay", "decoupled");
-  static_assert(kSgdSlots == 6 && kAdamSlots == 6, "SGD_SLOTS / ADAM_SLOTS must list every slot");
+  auto names = [](std::span<const char* const> slots) {
+    py::tuple t(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) t[i] = py::str(slots[i]);
+    return t;
+  };
+  optim.attr("SGD_SLOTS") = names(optim::sgd_slots());
+  optim.attr("ADAM_SLOTS") = names(optim::adam_slots());
   auto mode = [](bool foreach) { return foreach ? optim::UpdateMode::MultiTensor : optim::UpdateMode::PerParameter; };
   optim.def("sgd_step", [mode](const Tensors& params, const Tensors& bufs, const Tensor& hyper, bool foreach) {
     py::gil_scoped_release release;

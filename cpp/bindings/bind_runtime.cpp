@@ -127,10 +127,10 @@ void bind_runtime(py::module_& m) {
   cuda.def("reset_peak_memory_stats", &cuda::reset_peak_memory_stats, py::arg("device"),
            "Restarts the peak statistics from the current values.");
   cuda.def("empty_cache", &cuda::empty_cache, "Returns cached, unused GPU memory to the driver.");
-  cuda.def("set_allow_tf32", &set_gemm_tf32, py::arg("on"),
+  cuda.def("set_allow_tf32", &set_allow_tf32, py::arg("on"),
            "Lets float32 CUDA matmuls use TF32 tensor cores (faster, ~1e-3 relative precision). Off by default.");
   bind_streams(cuda);
-  cuda.def("allow_tf32", &gemm_tf32, "Whether float32 CUDA matmuls may use TF32.");
+  cuda.def("allow_tf32", &allow_tf32, "Whether float32 CUDA matmuls may use TF32.");
   m.def("_debug_level", &env::debug_level, "FLOWGRAD_DEBUG.");
 }
 

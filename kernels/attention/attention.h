@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/fg_hd.h"
 
 namespace fg {
@@ -125,13 +126,13 @@ inline int64_t attention_operand_offset(const AttentionOperands& x, const Attent
 
 // Forward: out = softmax(scale * q k^T + mask) v and each row's statistics (log l = -inf and NaN
 // output for a row whose keys are all masked, like the composite). float32/float64.
-void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_forward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                            const AttentionOperands& x,  // reads q, k, v; writes out
                            void* stats);                // (BH, L, 2), overwritten
 
 // Backward (overwrites dq, dk, dv): with P recomputed from stats and D = rowsum(dout * out),
 // dV = P^T dO, dS = P * (dO V^T - D), dQ = scale dS K, dK = scale dS^T Q.
-void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_backward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x,  // reads q, k, v, out, dout; writes dq, dk, dv
                             const void* stats);          // (BH, L, 2)
 
@@ -172,14 +173,14 @@ inline const char* attention_cuda_shared_problem(DType dtype, int64_t head_dim, 
 
 // attention_cuda_shared_problem for the device with that index (CUDA builds only).
 const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int device);
-void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_forward_cuda(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q,   // (BH, L, E)
                             const void* k,   // (BH, S, E)
                             const void* v,   // (BH, S, Ev)
                             void* out,       // (BH, L, Ev), overwritten
                             void* stats);    // (BH, L, 2) float32, overwritten
 // Backward as attention_backward_cpu; workspace (BH, L, E + 1) float32 (dQ sums, D).
-void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_backward_cuda(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                              const void* q, const void* k, const void* v, const void* out,
                              const void* dout, const void* stats, void* dq, void* dk, void* dv,
                              float* workspace);

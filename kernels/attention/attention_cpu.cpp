@@ -38,8 +38,8 @@ template <class T>
 void block_gemm(Into into, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
                 int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc, T* scratch) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
-  if (into == Into::Overwrite) return gemm_cpu(dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
-  gemm_cpu(dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, scratch, N);
+  if (into == Into::Overwrite) return gemm_cpu(KernelEnv{}, dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  gemm_cpu(KernelEnv{}, dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, scratch, N);
   add_rows(M, N, scratch, C, ldc);
 }
 
@@ -121,7 +121,7 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
 
 }  // namespace
 
-void attention_forward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_forward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                            const AttentionOperands& x, void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
@@ -139,7 +139,7 @@ void attention_forward_cpu(DType dtype, const AttentionShape& s, const Attention
   });
 }
 
-void attention_backward_cpu(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_backward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, const void* stats) {
   visit_float_dtype(dtype, "scaled_dot_product_attention backward", [&](auto tag) {
     using T = decltype(tag);

@@ -378,7 +378,7 @@ const char* attention_cuda_device_problem(DType dtype, int64_t head_dim, int dev
                                        device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
 }
 
-void attention_forward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_forward_cuda(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const void* q, const void* k, const void* v, void* out, void* stats) {
   if (s.bh == 0 || s.L == 0) return;
   const char* what = "scaled_dot_product_attention";
@@ -392,7 +392,7 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
         auto kernel = attention_forward_tc_kernel<T, kD>;
         allow_shared(kernel, bytes, what);
         int64_t tiles = (s.L + kTcRows - 1) / kTcRows;
-        kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes, kernel_stream()>>>(
+        kernel<<<blocks_for(s.bh, tiles, what), 32 * kTcWarps, bytes, kernel_stream(env)>>>(
             s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
             static_cast<T*>(out), static_cast<float*>(stats));
         check_launch(what);
@@ -402,14 +402,14 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const Attentio
     auto kernel = attention_forward_kernel<T, kD>;
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.L + kFwdRows - 1) / kFwdRows;
-    kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
+    kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream(env)>>>(
         s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
         static_cast<T*>(out), static_cast<float*>(stats));
     check_launch(what);
   });
 }
 
-void attention_backward_cuda(DType dtype, const AttentionShape& s, const AttentionMask& mask,
+void attention_backward_cuda(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                              const void* q, const void* k, const void* v, const void* out,
                              const void* dout, const void* stats, void* dq, void* dk, void* dv,
                              float* workspace) {
@@ -421,7 +421,7 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
     int64_t rows = s.bh * s.L;
     float *dq_sum = workspace, *delta = workspace + rows * s.E;
     if (rows > 0) {
-      attention_backward_prepare<T><<<grid_for(rows), kThreads, 0, kernel_stream()>>>(rows, s.E, s.Ev, static_cast<const T*>(out),
+      attention_backward_prepare<T><<<grid_for(rows), kThreads, 0, kernel_stream(env)>>>(rows, s.E, s.Ev, static_cast<const T*>(out),
                                                                  static_cast<const T*>(dout), dq_sum, delta);
       check_launch(what);
     }
@@ -430,14 +430,14 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Attenti
     allow_shared(kernel, bytes, what);
     int64_t tiles = (s.S + kKeys - 1) / kKeys;
     if (tiles > 0) {  // with L == 0 every key's dK, dV is written 0 by its block
-      kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream()>>>(
+      kernel<<<blocks_for(s.bh, tiles, what), kBlockThreads, bytes, kernel_stream(env)>>>(
           s, mask, tiles, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
           static_cast<const T*>(dout), static_cast<const float*>(stats), delta, dq_sum, static_cast<T*>(dk),
           static_cast<T*>(dv));
       check_launch(what);
     }
     if (rows * s.E > 0) {
-      attention_backward_finish<T><<<grid_for(rows * s.E), kThreads, 0, kernel_stream()>>>(rows * s.E, static_cast<float>(s.scale),
+      attention_backward_finish<T><<<grid_for(rows * s.E), kThreads, 0, kernel_stream(env)>>>(rows * s.E, static_cast<float>(s.scale),
                                                                         dq_sum, static_cast<T*>(dq));
       check_launch(what);
     }

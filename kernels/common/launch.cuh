@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "flowgrad/base/errors.h"
-#include "flowgrad/cuda/stream.h"
+#include "flowgrad/base/kernel_env.h"
 
 namespace fg {
 
@@ -24,21 +24,21 @@ inline unsigned grid_rows(int64_t rows, const char* what) {
   return static_cast<unsigned>(rows);
 }
 
-// Every kernel launch, CUB call, memset, copy and cuBLAS call takes its stream from
-// cuda::launch_stream(): this thread's current stream of the current device (the op dispatch,
-// branch tasks and plans make their tensors' device current; the stream is the legacy default
-// stream unless fg.cuda.stream / a graph branch / a capture set another). Never an implicit
-// stream: scripts/check_cuda_streams.py fails the build's tests on one.
+// Every kernel launch, CUB call, memset, copy and cuBLAS call takes its stream from the
+// KernelEnv its caller passed (base/kernel_env.h): run_op fills it with this thread's current
+// stream of the op's device (the legacy default stream unless fg.cuda.stream / a graph branch /
+// a capture set another), a compiled plan with the stream it runs on. Never an implicit stream:
+// scripts/check_cuda_streams.py fails the build's tests on one.
 //
-// kernel_stream() is the stream argument of a <<<...>>> launch and of nothing else: it counts the
-// launch for the capture self-check (captured_graph.cu), which compares the count with the kernel nodes
-// the graph captured. Library calls and memsets take library_stream() inside a
+// kernel_stream(env) is the stream argument of a <<<...>>> launch and of nothing else: it counts
+// the launch for the capture self-check (captured_graph.cu), which compares the count with the
+// kernel nodes the graph captured. Library calls and memsets take library_stream(env) inside a
 // cuda::LibraryKernels scope, which measures the kernels the library queued.
-inline cudaStream_t kernel_stream() {
+inline cudaStream_t kernel_stream(const KernelEnv& env) {
   cuda::count_launch();
-  return reinterpret_cast<cudaStream_t>(cuda::launch_stream());
+  return reinterpret_cast<cudaStream_t>(env.stream);
 }
-inline cudaStream_t library_stream() { return reinterpret_cast<cudaStream_t>(cuda::launch_stream()); }
+inline cudaStream_t library_stream(const KernelEnv& env) { return reinterpret_cast<cudaStream_t>(env.stream); }
 
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();

@@ -42,22 +42,22 @@ __global__ void col2im_kernel(const T* cols,  // (N, C*kh*kw, out_h*out_w)
 
 }  // namespace
 
-void im2col_cuda(DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
+void im2col_cuda(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
   int64_t total = g.n * g.c * g.kh * g.kw * g.out_h * g.out_w;
   if (total == 0) return;
   visit_float_dtype(dtype, "im2col", [&](auto tag) {
     using T = decltype(tag);
-    im2col_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), g, static_cast<T*>(cols));
+    im2col_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(x), g, static_cast<T*>(cols));
   });
   check_launch("im2col");
 }
 
-void col2im_cuda(DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
+void col2im_cuda(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
   int64_t total = g.n * g.c * g.h * g.w;
   if (total == 0) return;
   visit_float_dtype(dtype, "col2im", [&](auto tag) {
     using T = decltype(tag);
-    col2im_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(cols), g, static_cast<T*>(x));
+    col2im_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(cols), g, static_cast<T*>(x));
   });
   check_launch("col2im");
 }

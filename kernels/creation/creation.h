@@ -4,14 +4,15 @@
 #include <type_traits>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/half.h"
 #include "kernels/common/philox.h"
 
 namespace fg {
 
-void arange_cpu(DType dtype, double start, double step, int64_t n, void* out);
-void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out);
-void eye_cpu(DType dtype, int64_t rows, int64_t cols, void* out);
+void arange_cpu(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out);
+void linspace_cpu(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out);
+void eye_cpu(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out);
 
 // Element i of arange / linspace, the same on every device.
 FG_HD double arange_element(double start, double step, int64_t i) {
@@ -26,7 +27,7 @@ FG_HD double linspace_element(double start, double end, int64_t n, int64_t i) {
 enum class RandomKind : uint8_t { Uniform, Normal, Integer };
 // Element i takes Philox(counter = offset + i, key = seed). Uniform: [0, 1); Normal: N(0, 1);
 // Integer: [low, high).
-void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
+void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                 int64_t low, int64_t high, void* out);
 
 // Element i of a random tensor of T, the same on every device (CPU and CUDA share it).
@@ -46,17 +47,17 @@ FG_HD T random_element(RandomKind kind, uint64_t seed, uint64_t offset, int64_t 
 }
 
 // CUDA counterparts (creation_cuda.cu); only present in CUDA builds.
-void fill_cuda(DType dtype, void* data, int64_t n, double value);
-void arange_cuda(DType dtype, double start, double step, int64_t n, void* out);
-void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out);
-void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out);
-void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
+void fill_cuda(const KernelEnv& env, DType dtype, void* data, int64_t n, double value);
+void arange_cuda(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out);
+void linspace_cuda(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out);
+void eye_cuda(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out);
+void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                  int64_t low, int64_t high, void* out);
 // While a plan is captured into a CUDA graph (a CapturePhilox scope, core/context.h, holds
 // `counter`), random fills on this thread read their key and base
 // counter from device memory, `counter` = {seed, base} (nullptr: off), and take `offset` as the
 // distance from base; advance_philox_cuda moves base on inside the graph, so every replay draws
 // fresh values without host work.
-void advance_philox_cuda(uint64_t* counter, uint64_t by);
+void advance_philox_cuda(const KernelEnv& env, uint64_t* counter, uint64_t by);
 
 }  // namespace fg

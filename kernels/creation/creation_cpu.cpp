@@ -5,7 +5,7 @@
 
 namespace fg {
 
-void arange_cpu(DType dtype, double start, double step, int64_t n, void* out) {
+void arange_cpu(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out) {
   visit_compute_dtype(dtype, "arange", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
@@ -15,7 +15,7 @@ void arange_cpu(DType dtype, double start, double step, int64_t n, void* out) {
   });
 }
 
-void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out) {
+void linspace_cpu(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out) {
   visit_compute_dtype(dtype, "linspace", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
@@ -23,7 +23,7 @@ void linspace_cpu(DType dtype, double start, double end, int64_t n, void* out) {
   });
 }
 
-void eye_cpu(DType dtype, int64_t rows, int64_t cols, void* out) {
+void eye_cpu(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
@@ -32,7 +32,7 @@ void eye_cpu(DType dtype, int64_t rows, int64_t cols, void* out) {
   });
 }
 
-void random_cpu(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
+void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
                 int64_t low, int64_t high, void* out) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

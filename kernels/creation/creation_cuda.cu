@@ -1,6 +1,5 @@
 // CUDA creation kernels: fills with the CPU's value conversion and Philox random fills with the
 // CPU's per-element function, so the same seed gives the same tensor on every device.
-#include "flowgrad/core/context.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise_dispatch.h"
@@ -46,58 +45,58 @@ __global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols
 
 }  // namespace
 
-void advance_philox_cuda(uint64_t* counter, uint64_t by) {
-  advance_counter<<<1, 1, 0, kernel_stream()>>>(counter, by);
+void advance_philox_cuda(const KernelEnv& env, uint64_t* counter, uint64_t by) {
+  advance_counter<<<1, 1, 0, kernel_stream(env)>>>(counter, by);
   check_launch("advance the Philox counter");
 }
 
-void arange_cuda(DType dtype, double start, double step, int64_t n, void* out) {
+void arange_cuda(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out) {
   if (n == 0) return;
   visit_compute_dtype(dtype, "arange", [&](auto tag) {
     using T = decltype(tag);
-    arange_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(start, step, n, static_cast<T*>(out));
+    arange_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(start, step, n, static_cast<T*>(out));
   });
   check_launch("arange");
 }
 
-void linspace_cuda(DType dtype, double start, double end, int64_t n, void* out) {
+void linspace_cuda(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out) {
   if (n == 0) return;
   visit_compute_dtype(dtype, "linspace", [&](auto tag) {
     using T = decltype(tag);
-    linspace_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(start, end, n, static_cast<T*>(out));
+    linspace_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(start, end, n, static_cast<T*>(out));
   });
   check_launch("linspace");
 }
 
-void eye_cuda(DType dtype, int64_t rows, int64_t cols, void* out) {
+void eye_cuda(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out) {
   if (rows * cols == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    eye_kernel<T><<<grid_for(rows * cols), kThreads, 0, kernel_stream()>>>(rows, cols, static_cast<T*>(out));
+    eye_kernel<T><<<grid_for(rows * cols), kThreads, 0, kernel_stream(env)>>>(rows, cols, static_cast<T*>(out));
   });
   check_launch("eye");
 }
 
-void random_cuda(RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
+void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
                  void* out) {
   if (n == 0) return;
-  const uint64_t* capture_counter = context().capture_philox;
+  const uint64_t* capture_counter = env.philox;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::DType, "random fill on cuda: bool is not a random dtype");
     else if (capture_counter)
-      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, capture_counter, offset, n, low,
+      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, capture_counter, offset, n, low,
                                                                              high, static_cast<T*>(out));
-    else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
+    else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
   });
   check_launch("random fill");
 }
 
-void fill_cuda(DType dtype, void* data, int64_t n, double value) {
+void fill_cuda(const KernelEnv& env, DType dtype, void* data, int64_t n, double value) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(data), n, elementwise::convert<T, double>(value));
+    fill_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(static_cast<T*>(data), n, elementwise::convert<T, double>(value));
   });
   check_launch("fill");
 }

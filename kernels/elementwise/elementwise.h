@@ -4,27 +4,28 @@
 #include <cstdint>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/op_table.h"  // UnaryFn, BinaryFn and their groups
 #include "kernels/common/strided.h"
 
 namespace fg {
 
 // y = fn(x): (out, x), both of `dtype`. clamp_lo/hi are used by Clamp (NaN = unbounded).
-void unary_cpu(UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
+void unary_cpu(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
 // (out, a, b): a and b of `dtype`; out of `dtype`, or bool for comparisons.
-void binary_cpu(BinaryFn fn, DType dtype, const Strided<3>& s);
+void binary_cpu(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s);
 // (out, cond, a, b): cond bool; a, b, out of `dtype`.
-void where_cpu(DType dtype, const Strided<4>& s);
+void where_cpu(const KernelEnv& env, DType dtype, const Strided<4>& s);
 // (dst, src) with conversion from src_dtype to dst_dtype.
-void copy_cpu(DType dst_dtype, DType src_dtype, const Strided<2>& s);
+void copy_cpu(const KernelEnv& env, DType dst_dtype, DType src_dtype, const Strided<2>& s);
 // Fills n contiguous elements with value (converted to dtype).
-void fill_cpu(DType dtype, void* data, int64_t n, double value);
+void fill_cpu(const KernelEnv& env, DType dtype, void* data, int64_t n, double value);
 // The same on CUDA device memory (CUDA builds only), on the current stream.
-void unary_cuda(UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
-void binary_cuda(BinaryFn fn, DType dtype, const Strided<3>& s);
-void where_cuda(DType dtype, const Strided<4>& s);
-void copy_cuda(DType dst_dtype, DType src_dtype, const Strided<2>& s);
+void unary_cuda(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>& s, double clamp_lo, double clamp_hi);
+void binary_cuda(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s);
+void where_cuda(const KernelEnv& env, DType dtype, const Strided<4>& s);
+void copy_cuda(const KernelEnv& env, DType dst_dtype, DType src_dtype, const Strided<2>& s);
 // True when any element of a contiguous floating buffer is NaN or infinite.
-bool has_nonfinite_cpu(DType dtype, const void* data, int64_t n);
+bool has_nonfinite_cpu(const KernelEnv& env, DType dtype, const void* data, int64_t n);
 
 }  // namespace fg

@@ -70,15 +70,15 @@ struct CpuMap {
 
 }  // namespace
 
-void unary_cpu(UnaryFn fn, DType dtype, const Strided<2>& s, double lo, double hi) {
-  visit_compute_dtype(dtype, "unary", [&](auto t) { elementwise::unary_typed<CpuMap, decltype(t)>(fn, s, lo, hi); });
+void unary_cpu(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>& s, double lo, double hi) {
+  visit_compute_dtype(dtype, "unary", [&](auto t) { elementwise::unary_typed<CpuMap, decltype(t)>(CpuMap{}, fn, s, lo, hi); });
 }
 
-void binary_cpu(BinaryFn fn, DType dtype, const Strided<3>& s) {
-  visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CpuMap, decltype(t)>(fn, s); });
+void binary_cpu(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s) {
+  visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CpuMap, decltype(t)>(CpuMap{}, fn, s); });
 }
 
-void where_cpu(DType dtype, const Strided<4>& s) {
+void where_cpu(const KernelEnv& env, DType dtype, const Strided<4>& s) {
   visit_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     for_each_run(s, kParallelGrain, [&](char** p, const int64_t* st, int64_t n) {
@@ -91,11 +91,11 @@ void where_cpu(DType dtype, const Strided<4>& s) {
   });
 }
 
-void copy_cpu(DType dst_dtype, DType src_dtype, const Strided<2>& s) {
-  elementwise::copy_typed<CpuMap>(dst_dtype, src_dtype, s);
+void copy_cpu(const KernelEnv& env, DType dst_dtype, DType src_dtype, const Strided<2>& s) {
+  elementwise::copy_typed<CpuMap>(CpuMap{}, dst_dtype, src_dtype, s);
 }
 
-void fill_cpu(DType dtype, void* data, int64_t n, double value) {
+void fill_cpu(const KernelEnv& env, DType dtype, void* data, int64_t n, double value) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T v = elementwise::convert<T, double>(value);
@@ -106,7 +106,7 @@ void fill_cpu(DType dtype, void* data, int64_t n, double value) {
   });
 }
 
-bool has_nonfinite_cpu(DType dtype, const void* data, int64_t n) {
+bool has_nonfinite_cpu(const KernelEnv& env, DType dtype, const void* data, int64_t n) {
   bool found = false;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

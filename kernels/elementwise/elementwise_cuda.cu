@@ -68,56 +68,57 @@ __global__ void where_strided(Strided<4> s, int64_t n) {
 }
 
 struct CudaMap {
+  const KernelEnv& env;
   template <class Out, class In, class F>
-  static void map1(Strided<2> s, F f) {
+  void map1(Strided<2> s, F f) const {
     s.coalesce();
     int64_t n = s.numel();
     if (n == 0) return;
     const int sizes[2] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(In))};
     if (flat(s, sizes))
-      map1_flat<Out, In><<<grid_for(n), kThreads, 0, kernel_stream()>>>(reinterpret_cast<Out*>(s.data[0]),
+      map1_flat<Out, In><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(reinterpret_cast<Out*>(s.data[0]),
                                                         reinterpret_cast<const In*>(s.data[1]), n, f);
     else
-      map1_strided<Out, In><<<grid_for(n), kThreads, 0, kernel_stream()>>>(s, n, f);
+      map1_strided<Out, In><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(s, n, f);
     check_launch("elementwise");
   }
   template <class Out, class T, class F>
-  static void map2(Strided<3> s, F f) {
+  void map2(Strided<3> s, F f) const {
     s.coalesce();
     int64_t n = s.numel();
     if (n == 0) return;
     const int sizes[3] = {static_cast<int>(sizeof(Out)), static_cast<int>(sizeof(T)), static_cast<int>(sizeof(T))};
     if (flat(s, sizes))
-      map2_flat<Out, T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(reinterpret_cast<Out*>(s.data[0]),
+      map2_flat<Out, T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(reinterpret_cast<Out*>(s.data[0]),
                                                        reinterpret_cast<const T*>(s.data[1]),
                                                        reinterpret_cast<const T*>(s.data[2]), n, f);
     else
-      map2_strided<Out, T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(s, n, f);
+      map2_strided<Out, T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(s, n, f);
     check_launch("elementwise");
   }
 };
 
 }  // namespace
 
-void unary_cuda(UnaryFn fn, DType dtype, const Strided<2>& s, double lo, double hi) {
-  visit_compute_dtype(dtype, "unary", [&](auto t) { elementwise::unary_typed<CudaMap, decltype(t)>(fn, s, lo, hi); });
+void unary_cuda(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>& s, double lo, double hi) {
+  visit_compute_dtype(dtype, "unary", [&](auto t) { elementwise::unary_typed<CudaMap, decltype(t)>(CudaMap{env}, fn, s, lo, hi); });
 }
 
-void binary_cuda(BinaryFn fn, DType dtype, const Strided<3>& s) {
-  visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CudaMap, decltype(t)>(fn, s); });
+void binary_cuda(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s) {
+  visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CudaMap, decltype(t)>(CudaMap{env}, fn, s); });
 }
 
-void where_cuda(DType dtype, const Strided<4>& s) {
+void where_cuda(const KernelEnv& env, DType dtype, const Strided<4>& s) {
   Strided<4> c = s;
   c.coalesce();
   int64_t n = c.numel();
   if (n == 0) return;
-  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<grid_for(n), kThreads, 0, kernel_stream()>>>(c, n); });
+  visit_dtype(dtype, [&](auto t) { where_strided<decltype(t)><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(c, n); });
   check_launch("where");
 }
 
-void copy_cuda(DType dst_dtype, DType src_dtype, const Strided<2>& s) {
-  elementwise::copy_typed<CudaMap>(dst_dtype, src_dtype, s);
+void copy_cuda(const KernelEnv& env, DType dst_dtype, DType src_dtype, const Strided<2>& s) {
+  elementwise::copy_typed<CudaMap>(CudaMap{env}, dst_dtype, src_dtype, s);
 }
 
 }  // namespace fg

@@ -23,42 +23,42 @@ constexpr bool defined_for() {
 }
 
 template <class Map, class T, OpId op, class F>
-void unary_apply(const Strided<2>& s, double lo, double hi) {
+void unary_apply(const Map& map, const Strided<2>& s, double lo, double hi) {
   if constexpr (!defined_for<op, T>()) {
     FG_ASSERT(false && "unary function not defined for this dtype");
   } else if constexpr (std::is_same_v<F, fn::Clamp>) {  // the only function with arguments
-    Map::template map1<T, T>(s, F{lo, hi});
+    map.template map1<T, T>(s, F{lo, hi});
   } else {
-    Map::template map1<T, T>(s, F{});
+    map.template map1<T, T>(s, F{});
   }
 }
 
 template <class Map, class T, OpId op, class F>
-void binary_apply(const Strided<3>& s) {
+void binary_apply(const Map& map, const Strided<3>& s) {
   if constexpr (!defined_for<op, T>()) {
     FG_ASSERT(false && "binary function not defined for this dtype");
   } else if constexpr (in_group(op, Group::Comparison)) {
-    Map::template map2<bool, T>(s, F{});
+    map.template map2<bool, T>(s, F{});
   } else {
-    Map::template map2<T, T>(s, F{});
+    map.template map2<T, T>(s, F{});
   }
 }
 
 // One case per FG_UNARY/FG_BINARY row of the op table (flowgrad/base/ops.def).
 template <class Map, class T>
-void unary_typed(UnaryFn fn, const Strided<2>& s, double lo, double hi) {
+void unary_typed(const Map& map, UnaryFn fn, const Strided<2>& s, double lo, double hi) {
   switch (fn) {
 #define FG_UNARY(name, Functor, groups, autocast, api, saved, doc) \
-  case UnaryFn::Functor: return unary_apply<Map, T, OpId::name, fn::Functor>(s, lo, hi);
+  case UnaryFn::Functor: return unary_apply<Map, T, OpId::name, fn::Functor>(map, s, lo, hi);
 #include "flowgrad/base/ops.def"
   }
 }
 
 template <class Map, class T>
-void binary_typed(BinaryFn fn, const Strided<3>& s) {
+void binary_typed(const Map& map, BinaryFn fn, const Strided<3>& s) {
   switch (fn) {
 #define FG_BINARY(name, Functor, groups, autocast, api, saved, doc) \
-  case BinaryFn::Functor: return binary_apply<Map, T, OpId::name, fn::Functor>(s);
+  case BinaryFn::Functor: return binary_apply<Map, T, OpId::name, fn::Functor>(map, s);
 #include "flowgrad/base/ops.def"
   }
 }
@@ -91,12 +91,12 @@ struct Convert {
 };
 
 template <class Map>
-void copy_typed(DType dst_dtype, DType src_dtype, const Strided<2>& s) {
+void copy_typed(const Map& map, DType dst_dtype, DType src_dtype, const Strided<2>& s) {
   visit_dtype(dst_dtype, [&](auto dst_tag) {
     visit_dtype(src_dtype, [&](auto src_tag) {
       using To = decltype(dst_tag);
       using From = decltype(src_tag);
-      Map::template map1<To, From>(s, Convert<To, From>{});
+      map.template map1<To, From>(s, Convert<To, From>{});
     });
   });
 }

@@ -5,7 +5,7 @@
 
 namespace fg {
 
-void index_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d,
+void index_add_cpu(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d,
                    int64_t n, int64_t inner, void* out) {
   if (outer * n * inner == 0) return;
   // Group the positions by the row they add to (a stable counting sort): each output row is then

@@ -2,6 +2,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "flowgrad/base/device_error.cuh"
+#include "flowgrad/cuda/stream.h"  // LibraryKernels
 #include "kernels/common/launch.cuh"
 #include "kernels/index/index_add.h"
 
@@ -58,22 +59,22 @@ int key_bits(int64_t d) {  // radix-sort only the bits an index in [0, d) can ha
 
 size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-size_t sort_temp_bytes(int64_t n, int64_t d) {
+size_t sort_temp_bytes(const KernelEnv& env, int64_t n, int64_t d) {
   size_t bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const Key*>(nullptr), static_cast<Key*>(nullptr),
                                   static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                  static_cast<int>(n), 0, key_bits(d), library_stream());
+                                  static_cast<int>(n), 0, key_bits(d), library_stream(env));
   return bytes;
 }
 
 }  // namespace
 
-int64_t index_add_cuda_workspace(int64_t n, int64_t d) {
+int64_t index_add_cuda_workspace(const KernelEnv& env, int64_t n, int64_t d) {
   FG_CHECK(n <= INT32_MAX, Value, "index_add on cuda: an index of ", n, " entries exceeds one sort");
-  return static_cast<int64_t>(align(n * sizeof(Key)) + 2 * align(n * sizeof(int32_t)) + sort_temp_bytes(n, d));
+  return static_cast<int64_t>(align(n * sizeof(Key)) + 2 * align(n * sizeof(int32_t)) + sort_temp_bytes(env, n, d));
 }
 
-void index_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
+void index_add_cuda(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
                     int64_t inner, void* out, void* workspace) {
   if (outer * n * inner == 0) return;
   char* w = static_cast<char*>(workspace);
@@ -81,28 +82,28 @@ void index_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t ou
   int32_t* positions = reinterpret_cast<int32_t*>(w + align(n * sizeof(Key)));
   int32_t* order = positions + align(n * sizeof(int32_t)) / sizeof(int32_t);
   void* temp = w + align(n * sizeof(Key)) + 2 * align(n * sizeof(int32_t));
-  size_t temp_bytes = sort_temp_bytes(n, d);
-  iota_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(positions, n);
+  size_t temp_bytes = sort_temp_bytes(env, n, d);
+  iota_kernel<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(positions, n);
   cudaError_t err;
   {
-    cuda::LibraryKernels library;
+    cuda::LibraryKernels library(env.stream);
     err = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, reinterpret_cast<const Key*>(idx), sorted, positions,
-                                          order, static_cast<int>(n), 0, key_bits(d), library_stream());
+                                          order, static_cast<int>(n), 0, key_bits(d), library_stream(env));
   }
   FG_CHECK(err == cudaSuccess, Device, "index_add on cuda: radix sort failed: ", cudaGetErrorString(err));
   int threads = inner >= kThreads ? kThreads : static_cast<int>((inner + 31) / 32 * 32);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outer * n, int64_t{1} << 20));
   visit_compute_dtype(dtype, "index_add", [&](auto tag) {
     using T = decltype(tag);
-    add_runs_kernel<T><<<blocks, threads, 0, kernel_stream()>>>(static_cast<const T*>(src), sorted, order, outer, d, n, inner,
+    add_runs_kernel<T><<<blocks, threads, 0, kernel_stream(env)>>>(static_cast<const T*>(src), sorted, order, outer, d, n, inner,
                                             static_cast<T*>(out));
   });
   check_launch("index_add");
 }
 
-void wrap_index_cuda(const int64_t* idx, int64_t n, int64_t size, IndexCheckOp op, int dim, int64_t* out) {
+void wrap_index_cuda(const KernelEnv& env, const int64_t* idx, int64_t n, int64_t size, IndexCheckOp op, int dim, int64_t* out) {
   if (n == 0) return;
-  wrap_index_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(idx, n, size, op, dim,
+  wrap_index_kernel<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(idx, n, size, op, dim,
                                                index_error_sink(), out);
   check_launch(index_check_op_name(op));
 }

@@ -10,7 +10,7 @@
 
 namespace fg {
 
-void gather_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+void gather_cpu(const KernelEnv& env, DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
                 int64_t n, int64_t inner, void* out) {
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -25,7 +25,7 @@ void gather_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, i
   });
 }
 
-void scatter_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t outer,
+void scatter_add_cpu(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t outer,
                      int64_t d, int64_t n, int64_t inner, void* out) {
   visit_compute_dtype(dtype, "scatter_add", [&](auto tag) {
     using T = decltype(tag);
@@ -46,14 +46,14 @@ void scatter_add_cpu(DType dtype, const void* src, const int64_t* idx, int64_t o
   });
 }
 
-void index_put_cpu(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
+void index_put_cpu(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
   size_t item = itemsize(dtype);
   const char* ss = static_cast<const char*>(src);
   char* ys = static_cast<char*>(out);
   for (int64_t i = 0; i < k; ++i) std::memcpy(ys + idx[i] * item, ss + i * item, item);
 }
 
-void index_select_cpu(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
+void index_select_cpu(const KernelEnv& env, DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d,
                       int64_t n, int64_t inner, void* out) {
   size_t row = itemsize(dtype) * static_cast<size_t>(inner);
   const char* xs = static_cast<const char*>(x);
@@ -66,7 +66,7 @@ void index_select_cpu(DType dtype, const void* x, const int64_t* idx, int64_t ou
   });
 }
 
-void sort_cpu(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,
+void sort_cpu(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k,
               bool descending, void* values, int64_t* indices) {
   visit_compute_dtype(dtype, "sort", [&](auto tag) {
     using T = decltype(tag);
@@ -99,13 +99,13 @@ void sort_cpu(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inne
   });
 }
 
-int64_t count_true_cpu(const bool* mask, int64_t n) {
+int64_t count_true_cpu(const KernelEnv& env, const bool* mask, int64_t n) {
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) count += mask[i];
   return count;
 }
 
-void nonzero_cpu(const bool* mask, const int64_t* shape, int ndim, int64_t* coords) {
+void nonzero_cpu(const KernelEnv& env, const bool* mask, const int64_t* shape, int ndim, int64_t* coords) {
   int64_t n = 1;
   for (int d = 0; d < ndim; ++d) n *= shape[d];
   int64_t row = 0;

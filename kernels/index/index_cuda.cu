@@ -66,17 +66,17 @@ __global__ void put_kernel(const W* src, const int64_t* idx, int64_t k, W* out) 
 }
 
 template <class W>
-void put(const void* src, const int64_t* idx, int64_t k, void* out) {
-  put_kernel<W><<<grid_for(k), kThreads, 0, kernel_stream()>>>(static_cast<const W*>(src), idx, k, static_cast<W*>(out));
+void put(const KernelEnv& env, const void* src, const int64_t* idx, int64_t k, void* out) {
+  put_kernel<W><<<grid_for(k), kThreads, 0, kernel_stream(env)>>>(static_cast<const W*>(src), idx, k, static_cast<W*>(out));
 }
 
-void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_t outer, int64_t d, int64_t n,
+void take(const KernelEnv& env, DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_t outer, int64_t d, int64_t n,
           int64_t inner, void* out, const char* what) {
   int64_t total = outer * n * inner;
   if (total == 0) return;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    take_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
+    take_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(x), idx, per_slice, d, n, inner, total,
                                                       static_cast<T*>(out));
   });
   check_launch(what);
@@ -84,12 +84,12 @@ void take(DType dtype, const void* x, const int64_t* idx, bool per_slice, int64_
 
 }  // namespace
 
-void gather_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d, int64_t n, int64_t inner,
+void gather_cuda(const KernelEnv& env, DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d, int64_t n, int64_t inner,
                  void* out) {
-  take(dtype, x, idx, false, outer, d, n, inner, out, "gather");
+  take(env, dtype, x, idx, false, outer, d, n, inner, out, "gather");
 }
 
-void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
+void scatter_add_cuda(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
                       int64_t inner, void* out) {
   int64_t total = outer * n * inner;
   if (total == 0) return;
@@ -98,27 +98,27 @@ void scatter_add_cuda(DType dtype, const void* src, const int64_t* idx, int64_t 
     if constexpr (std::is_same_v<T, bool>) {
       fail(ErrorKind::DType, "scatter_add on cuda: bool tensors are not supported");
     } else {
-      scatter_add_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(src), idx, d, n, inner, total,
+      scatter_add_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(src), idx, d, n, inner, total,
                                                                static_cast<T*>(out));
     }
   });
   check_launch("scatter_add");
 }
 
-void index_put_cuda(DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
+void index_put_cuda(const KernelEnv& env, DType dtype, const void* src, const int64_t* idx, int64_t k, void* out) {
   if (k == 0) return;
   switch (itemsize(dtype)) {
-    case 1: put<uint8_t>(src, idx, k, out); break;
-    case 2: put<uint16_t>(src, idx, k, out); break;
-    case 4: put<uint32_t>(src, idx, k, out); break;
-    default: put<uint64_t>(src, idx, k, out); break;
+    case 1: put<uint8_t>(env, src, idx, k, out); break;
+    case 2: put<uint16_t>(env, src, idx, k, out); break;
+    case 4: put<uint32_t>(env, src, idx, k, out); break;
+    default: put<uint64_t>(env, src, idx, k, out); break;
   }
   check_launch("index_put_");
 }
 
-void index_select_cuda(DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
+void index_select_cuda(const KernelEnv& env, DType dtype, const void* x, const int64_t* idx, int64_t outer, int64_t d, int64_t n,
                        int64_t inner, void* out) {
-  take(dtype, x, idx, true, outer, d, n, inner, out, "index_select");
+  take(env, dtype, x, idx, true, outer, d, n, inner, out, "index_select");
 }
 
 }  // namespace fg

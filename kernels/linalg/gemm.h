@@ -5,15 +5,16 @@
 #include <string>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 
 namespace fg {
 
-void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 
 // The same on CUDA device memory through cuBLAS (CUDA builds only): float32, float64, and
 // float16/bfloat16 with float32 accumulation (cublasGemmEx).
-void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void gemm_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 // Makes this thread's cuBLAS handle ready for its current stream (handle and workspace made
 // now): registered with CUDA graph capture, which calls it before capturing, since neither may be made during capture.
@@ -21,37 +22,21 @@ void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, in
 void gemm_cuda_prepare_stream();
 // `batches` products in one cuBLAS call (cublasGemmStridedBatchedEx): matrix i of A starts at
 // A + i * stride_a elements (stride 0 broadcasts one matrix), likewise B and C.
-void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void gemm_batched_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, int64_t stride_a, const void* B, int64_t ldb,
                        int64_t stride_b, void* C, int64_t ldc, int64_t stride_c, int64_t batches);
 // C = A @ B + C (beta = 1): linear writes its broadcast bias into C, then multiplies onto it
 // (PyTorch's addmm). Same arguments as gemm_cpu / gemm_cuda.
-void gemm_accumulate_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
-void gemm_accumulate_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                          const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
-// TF32 tensor-core math for float32 CUDA GEMMs: off by default (full float32 precision).
-void set_gemm_tf32(bool on);
-bool gemm_tf32();
+void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                         int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
+void gemm_accumulate_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                          int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 
 // The portable cache-blocked kernel used when no BLAS is linked and for integer types.
 template <class T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
                   int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
 
-// While alive, BLAS runs single-threaded (its calls then run inline on the calling thread), so
-// small matrices of a batch can be spread over flowgrad's pool instead of waking BLAS threads
-// for each one. Restores the previous count on destruction.
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas();
-  ~SingleThreadedBlas();
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int previous_;
-};
 
 // Name of the BLAS the build links ("OpenBLAS", "none" for the blocked fallback, ...).
 const char* blas_name();

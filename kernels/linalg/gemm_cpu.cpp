@@ -1,7 +1,6 @@
 #include "kernels/linalg/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <vector>
 
@@ -19,9 +18,7 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 }
 #endif
 
-// OpenBLAS's thread control; absent (null) with other BLAS libraries.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-extern "C" int openblas_get_num_threads() __attribute__((weak));
+// OpenBLAS's build description; absent (null) with other BLAS libraries.
 extern "C" char* openblas_get_corename() __attribute__((weak));
 extern "C" char* openblas_get_config() __attribute__((weak));
 #if !defined(FLOWGRAD_BLAS_LIBRARY)
@@ -30,18 +27,6 @@ extern "C" char* openblas_get_config() __attribute__((weak));
 
 namespace fg {
 
-SingleThreadedBlas::SingleThreadedBlas() : previous_(openblas_get_num_threads ? openblas_get_num_threads() : 1) {
-  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(1);
-}
-SingleThreadedBlas::~SingleThreadedBlas() {
-  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(previous_);
-}
-
-namespace {
-std::atomic<bool> g_tf32{false};
-}
-void set_gemm_tf32(bool on) { g_tf32 = on; }
-bool gemm_tf32() { return g_tf32; }
 
 const char* blas_name() {
 #if defined(FLOWGRAD_HAVE_BLAS)
@@ -159,13 +144,13 @@ void gemm_dispatch(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N
 
 }  // namespace
 
-void gemm_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
-void gemm_accumulate_cpu(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                         int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 1.0, C, ldc);
 }
 

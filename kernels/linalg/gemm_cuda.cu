@@ -95,7 +95,7 @@ struct ThreadHandle {
   uint64_t epoch = 0;  // cuda::workspace_epoch() when bound
 };
 
-cublasHandle_t handle_for_current_device() {
+cublasHandle_t handle_for_current_device(const KernelEnv& env) {
   thread_local ThreadHandle handles[64];
   int device = 0;
   cudaGetDevice(&device);
@@ -105,8 +105,8 @@ cublasHandle_t handle_for_current_device() {
     cublasStatus_t st = cublas().create(&h.handle);
     FG_CHECK(st == CUBLAS_STATUS_SUCCESS, Device, "matmul on cuda: cublasCreate failed with status ", static_cast<int>(st));
   }
-  cublas().set_math_mode(h.handle, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-  cudaStream_t stream = library_stream();
+  cublas().set_math_mode(h.handle, env.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  cudaStream_t stream = library_stream(env);
   const uint64_t epoch = cuda::workspace_epoch();
   if (!h.bound || stream != h.stream || epoch != h.epoch) {
     cublasStatus_t st = cublas().set_stream(h.handle, stream);
@@ -125,7 +125,7 @@ cublasHandle_t handle_for_current_device() {
 }  // namespace
 
 void gemm_cuda_prepare_stream() {
-  if (cublas().error.empty()) handle_for_current_device();
+  if (cublas().error.empty()) handle_for_current_device(KernelEnv{cuda::launch_stream()});
 }
 
 namespace {
@@ -146,11 +146,11 @@ struct GemmTypes {
   cublasComputeType_t compute;
 };
 
-GemmTypes gemm_types(DType dtype) {
+GemmTypes gemm_types(DType dtype, bool tf32) {
   switch (dtype) {
     case DType::Float16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
     case DType::BFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
-    case DType::Float32: return {CUDA_R_32F, gemm_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::Float32: return {CUDA_R_32F, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
     case DType::Float64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
     default:
       fail(ErrorKind::DType, "matmul on cuda: ", dtype_name(dtype),
@@ -164,13 +164,13 @@ void check_status(cublasStatus_t st, int64_t M, int64_t N, int64_t K) {
 }
 
 // C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
-void gemm_scaled(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+void gemm_scaled(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
                  int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
-  GemmTypes types = gemm_types(dtype);
+  GemmTypes types = gemm_types(dtype, env.tf32);
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0) return;
-  cublasHandle_t h = handle_for_current_device();
-  cuda::LibraryKernels library;  // the kernels cuBLAS queues, for the capture self-check
+  cublasHandle_t h = handle_for_current_device(env);
+  cuda::LibraryKernels library(env.stream);  // the kernels cuBLAS queues, for the capture self-check
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
@@ -194,24 +194,24 @@ void gemm_scaled(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, 
 
 }  // namespace
 
-void gemm_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-               const void* B, int64_t ldb, void* C, int64_t ldc) {
-  gemm_scaled(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+void gemm_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
+  gemm_scaled(env, dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
-void gemm_accumulate_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+void gemm_accumulate_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
                           int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
-  gemm_scaled(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 1.0, C, ldc);
+  gemm_scaled(env, dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 1.0, C, ldc);
 }
 
-void gemm_batched_cuda(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+void gemm_batched_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
                        int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, void* C,
                        int64_t ldc, int64_t stride_c, int64_t batches) {
-  GemmTypes types = gemm_types(dtype);
+  GemmTypes types = gemm_types(dtype, env.tf32);
   FG_CHECK(cublas().error.empty(), Device, "matmul on cuda: ", cublas().error);
   if (M == 0 || N == 0 || batches == 0) return;
-  cublasHandle_t h = handle_for_current_device();
-  cuda::LibraryKernels library;  // the kernels cuBLAS queues, for the capture self-check
+  cublasHandle_t h = handle_for_current_device(env);
+  cuda::LibraryKernels library(env.stream);  // the kernels cuBLAS queues, for the capture self-check
   cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   int la = as_int(lda, "lda"), lb = as_int(ldb, "ldb"), lc = as_int(ldc, "ldc"), count = as_int(batches, "batch");

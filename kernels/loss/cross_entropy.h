@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "kernels/common/functors.h"
 
 namespace fg {
@@ -40,20 +41,20 @@ FG_HD T cross_entropy_logit_grad(T x, T lse, bool is_target, T scale, const Cros
 // or their mean over the rows not ignored (reduce = Mean) in loss[0]; divisor[0] gets that
 // count for Mean and 1 otherwise. Overwrites loss, lse and divisor.
 enum class LossReduce : uint8_t { None, Mean, Sum };
-void cross_entropy_forward_cpu(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_forward_cpu(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                const CrossEntropyArgs& args, LossReduce reduce, void* loss,
                                void* lse, void* divisor);
 // Backward: grad_logits (rows, classes) from the forward's lse and divisor and the loss's
 // gradient grad: (rows,) when per_row (reduction 'none'), else one value. Overwrites.
-void cross_entropy_backward_cpu(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_backward_cpu(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                 const void* lse, const void* grad, bool per_row,
                                 const void* divisor, const CrossEntropyArgs& args,
                                 void* grad_logits);
 // CUDA counterparts (CUDA builds only). `row_loss` is (rows,) device scratch for Mean/Sum.
-void cross_entropy_forward_cuda(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_forward_cuda(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                 const CrossEntropyArgs& args, LossReduce reduce, void* loss,
                                 void* lse, void* divisor, void* row_loss);
-void cross_entropy_backward_cuda(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_backward_cuda(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                  const void* lse, const void* grad, bool per_row,
                                  const void* divisor, const CrossEntropyArgs& args,
                                  void* grad_logits);

@@ -60,7 +60,7 @@ FG_CPU_CLONES void grad_row(const T* __restrict row, int64_t t, T lse, T scale, 
 
 }  // namespace
 
-void cross_entropy_forward_cpu(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_forward_cpu(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                const CrossEntropyArgs& a, LossReduce reduce, void* loss,
                                void* lse, void* divisor) {
   visit_float_dtype(dtype, "cross_entropy", [&](auto tag) {
@@ -82,7 +82,7 @@ void cross_entropy_forward_cpu(DType dtype, const void* logits, const int64_t* t
   });
 }
 
-void cross_entropy_backward_cpu(DType dtype, const void* logits, const int64_t* target,
+void cross_entropy_backward_cpu(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target,
                                 const void* lse, const void* grad, bool per_row,
                                 const void* divisor, const CrossEntropyArgs& a,
                                 void* grad_logits) {

@@ -128,31 +128,31 @@ __global__ void backward_kernel(const T* x,             // (rows, classes)
 
 }  // namespace
 
-void cross_entropy_forward_cuda(DType dtype, const void* logits, const int64_t* target, const CrossEntropyArgs& a,
+void cross_entropy_forward_cuda(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target, const CrossEntropyArgs& a,
                                 LossReduce reduce, void* loss, void* lse, void* divisor, void* row_loss) {
   visit_float_dtype(dtype, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     T* rows = reduce == LossReduce::None ? static_cast<T*>(loss) : static_cast<T*>(row_loss);
     if (a.rows > 0)
-      forward_rows_kernel<T><<<grid_rows(a.rows, "cross_entropy"), kThreads, 0, kernel_stream()>>>(
+      forward_rows_kernel<T><<<grid_rows(a.rows, "cross_entropy"), kThreads, 0, kernel_stream(env)>>>(
           static_cast<const T*>(logits), target, a, index_error_sink(), rows, static_cast<T*>(lse));
     if (reduce == LossReduce::None)
-      set_one_kernel<T><<<1, 1, 0, kernel_stream()>>>(static_cast<T*>(divisor));
+      set_one_kernel<T><<<1, 1, 0, kernel_stream(env)>>>(static_cast<T*>(divisor));
     else
-      reduce_rows_kernel<T><<<1, kThreads, 0, kernel_stream()>>>(rows, target, a, reduce == LossReduce::Mean, static_cast<T*>(loss),
+      reduce_rows_kernel<T><<<1, kThreads, 0, kernel_stream(env)>>>(rows, target, a, reduce == LossReduce::Mean, static_cast<T*>(loss),
                                              static_cast<T*>(divisor));
   });
   check_launch("cross_entropy");
 }
 
-void cross_entropy_backward_cuda(DType dtype, const void* logits, const int64_t* target, const void* lse,
+void cross_entropy_backward_cuda(const KernelEnv& env, DType dtype, const void* logits, const int64_t* target, const void* lse,
                                  const void* grad, bool per_row, const void* divisor, const CrossEntropyArgs& a,
                                  void* grad_logits) {
   int64_t total = a.rows * a.classes;
   if (total == 0) return;
   visit_float_dtype(dtype, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    backward_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(logits), target, static_cast<const T*>(lse),
+    backward_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(logits), target, static_cast<const T*>(lse),
                                                       static_cast<const T*>(grad), per_row,
                                                       static_cast<const T*>(divisor), a, static_cast<T*>(grad_logits));
   });

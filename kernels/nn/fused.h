@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/op_table.h"  // BinaryFn
 
 namespace fg {
@@ -12,7 +13,7 @@ namespace fg {
 // slices, spread over the pool; a slice runs in blocks that fit in cache, each block's rows summed
 // into the slice's partial sums while its dx is still there, and the partials are added in slice
 // order (the result does not depend on the threads); floats are summed in double, as the sum op.
-void act_backward_colsum_cpu(BinaryFn fn, DType dtype,  // float32 or float64
+void act_backward_colsum_cpu(const KernelEnv& env, BinaryFn fn, DType dtype,  // float32 or float64
                              const void* g,             // (rows, n) contiguous
                              const void* x,             // (rows, n) contiguous: what the backward reads (the
                                                         // activation's input; its output for tanh, sigmoid)

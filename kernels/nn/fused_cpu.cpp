@@ -33,7 +33,7 @@ void colsum_typed(BinaryFn fn, DType dtype, const T* g, const T* x, T* dx, T* db
           s.data[k] = reinterpret_cast<char*>(const_cast<T*>(from[k] + r0 * n));
           s.strides[k][0] = sizeof(T);
         }
-        binary_cpu(fn, dtype, s);
+        binary_cpu(env, fn, dtype, s);
         for (int64_t r = r0; r < r1; ++r) {
           const T* __restrict row = dx + r * n;
           for (int64_t j = 0; j < n; ++j) sum[j] += row[j];
@@ -50,7 +50,7 @@ void colsum_typed(BinaryFn fn, DType dtype, const T* g, const T* x, T* dx, T* db
 
 }  // namespace
 
-void act_backward_colsum_cpu(BinaryFn fn, DType dtype, const void* g, const void* x, void* dx, void* db, int64_t rows,
+void act_backward_colsum_cpu(const KernelEnv& env, BinaryFn fn, DType dtype, const void* g, const void* x, void* dx, void* db, int64_t rows,
                              int64_t n) {
   if (n == 0) return;
   if (dtype == DType::Float64)

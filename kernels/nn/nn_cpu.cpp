@@ -114,7 +114,7 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
 
 }  // namespace
 
-void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
+void softmax_cpu(const KernelEnv& env, DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner,
                  void* y, double scale, int64_t causal_rows) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
@@ -138,7 +138,7 @@ void softmax_cpu(DType dtype, bool log, const void* x, int64_t outer, int64_t r,
   });
 }
 
-void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, int64_t rows,
+void layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t rows,
                     int64_t cols, double eps, void* y, void* mean, void* rstd) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
@@ -162,7 +162,7 @@ void layer_norm_cpu(DType dtype, const void* x, const void* w, const void* b, in
   });
 }
 
-void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
+void rms_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, int64_t rows, int64_t cols,
                   double eps, void* y, void* rstd) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
@@ -182,7 +182,7 @@ void rms_norm_cpu(DType dtype, const void* x, const void* w, int64_t rows, int64
 }
 
 // Rows go to `parts` threads, each with its own column sums (2 x cols doubles), added up once.
-void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, const void* w,
+void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* g, const void* x, const void* w,
                        const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
                        void* dw, void* db) {
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
@@ -213,7 +213,7 @@ void norm_backward_cpu(DType dtype, bool rms, const void* g, const void* x, cons
   });
 }
 
-void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
+void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
@@ -239,7 +239,7 @@ void im2col_cpu(DType dtype, const Conv2dGeometry& g, const void* x, void* cols)
   });
 }
 
-void col2im_cpu(DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
+void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* cs = static_cast<const T*>(cols);

@@ -54,7 +54,7 @@ __global__ void softmax_lines(bool log, const T* x, int64_t lines, int64_t r, in
 
 }  // namespace
 
-void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner, void* y,
+void softmax_cuda(const KernelEnv& env, DType dtype, bool log, const void* x, int64_t outer, int64_t r, int64_t inner, void* y,
                   double scale, int64_t causal_rows) {
   int64_t lines = outer * inner;
   if (lines == 0 || r == 0) return;
@@ -63,9 +63,9 @@ void softmax_cuda(DType dtype, bool log, const void* x, int64_t outer, int64_t r
     const T* xs = static_cast<const T*>(x);
     T* ys = static_cast<T*>(y);
     if (inner == 1) {
-      softmax_rows<T><<<grid_rows(lines, "softmax"), kBlock, 0, kernel_stream()>>>(log, xs, r, ys, T(scale), causal_rows);
+      softmax_rows<T><<<grid_rows(lines, "softmax"), kBlock, 0, kernel_stream(env)>>>(log, xs, r, ys, T(scale), causal_rows);
     } else {
-      softmax_lines<T><<<grid_for(lines), kBlock, 0, kernel_stream()>>>(log, xs, lines, r, inner, ys, T(scale));
+      softmax_lines<T><<<grid_for(lines), kBlock, 0, kernel_stream(env)>>>(log, xs, lines, r, inner, ys, T(scale));
     }
   });
   check_launch("softmax");
@@ -150,42 +150,42 @@ __global__ void norm_param_grads(const T* g,     // (rows, cols)
 
 }  // namespace
 
-void layer_norm_cuda(DType dtype, const void* x, const void* w, const void* b, int64_t rows, int64_t cols, double eps,
+void layer_norm_cuda(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t rows, int64_t cols, double eps,
                      void* y, void* mean, void* rstd) {
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock, 0, kernel_stream()>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock, 0, kernel_stream(env)>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
                                                                static_cast<const T*>(b), cols, eps, static_cast<T*>(y),
                                                                static_cast<T*>(mean), static_cast<T*>(rstd));
   });
   check_launch("layer_norm");
 }
 
-void rms_norm_cuda(DType dtype, const void* x, const void* w, int64_t rows, int64_t cols, double eps, void* y,
+void rms_norm_cuda(const KernelEnv& env, DType dtype, const void* x, const void* w, int64_t rows, int64_t cols, double eps, void* y,
                    void* rstd) {
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock, 0, kernel_stream()>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
+    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock, 0, kernel_stream(env)>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
                                                              nullptr, cols, eps, static_cast<T*>(y), nullptr,
                                                              static_cast<T*>(rstd));
   });
   check_launch("rms_norm");
 }
 
-void norm_backward_cuda(DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
+void norm_backward_cuda(const KernelEnv& env, DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
                         const void* rstd, int64_t rows, int64_t cols, void* dx, void* dw, void* db) {
   if (cols == 0) return;
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
     const T* means = rms ? nullptr : static_cast<const T*>(mean);
     if (rows > 0)
-      norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream()>>>(
+      norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream(env)>>>(
           rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), means,
           static_cast<const T*>(rstd), cols, static_cast<T*>(dx));
     unsigned blocks = static_cast<unsigned>((cols + kBlock - 1) / kBlock);
-    norm_param_grads<T><<<blocks, kBlock, 0, kernel_stream()>>>(
+    norm_param_grads<T><<<blocks, kBlock, 0, kernel_stream(env)>>>(
         static_cast<const T*>(g), static_cast<const T*>(x), means, static_cast<const T*>(rstd), rows, cols,
         static_cast<T*>(dw), static_cast<T*>(db));
   });

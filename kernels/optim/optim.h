@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/fg_hd.h"
 
 namespace fg {
@@ -70,13 +71,13 @@ FG_HD void adam_element(T& p, T g, T& m, T& v, const AdamCoeffs<T>& c) {
 
 // param (n) -= lr * update; momentum_buf (n, null when momentum == 0) updated in place.
 // hyper: (kSgdSlots,) float64 on the same device.
-void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
+void sgd_update_cpu(const KernelEnv& env, DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
 // Increments *step (int64, same device), then updates param, exp_avg, exp_avg_sq (n) in place.
-void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+void adam_update_cpu(const KernelEnv& env, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                      const double* hyper, int64_t* step);
 // The same on CUDA device memory (CUDA builds only); every pointer is device memory.
-void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
-void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+void sgd_update_cuda(const KernelEnv& env, DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper);
+void adam_update_cuda(const KernelEnv& env, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                       const double* hyper, int64_t* step);
 
 // Many parameters of one dtype in one call (multi-tensor apply): the same per-element updates
@@ -97,9 +98,9 @@ struct AdamItem {
   int64_t* step;  // this parameter's counter, incremented by the call
   int64_t n;
 };
-void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const double* hyper);
-void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const double* hyper);
-void sgd_update_multi_cuda(DType dtype, const SgdItem* items, int count, const double* hyper);
-void adam_update_multi_cuda(DType dtype, const AdamItem* items, int count, const double* hyper);
+void sgd_update_multi_cpu(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper);
+void adam_update_multi_cpu(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper);
+void sgd_update_multi_cuda(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper);
+void adam_update_multi_cuda(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper);
 
 }  // namespace fg

@@ -26,7 +26,7 @@ FG_CPU_CLONES void adam_run(T* __restrict p, const T* __restrict g, T* __restric
 }
 }  // namespace
 
-void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
+void sgd_update_cpu(const KernelEnv& env, DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(param);
@@ -39,7 +39,7 @@ void sgd_update_cpu(DType dtype, void* param, const void* grad, void* momentum_b
   });
 }
 
-void adam_update_cpu(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+void adam_update_cpu(const KernelEnv& env, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                      const double* hyper, int64_t* step) {
   const int64_t count = ++*step;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
@@ -76,7 +76,7 @@ std::vector<int64_t> prefix_sizes(const Item* items, int count) {
 
 }  // namespace
 
-void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const double* hyper) {
+void sgd_update_multi_cpu(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper) {
   std::vector<int64_t> starts = prefix_sizes(items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
@@ -92,7 +92,7 @@ void sgd_update_multi_cpu(DType dtype, const SgdItem* items, int count, const do
   });
 }
 
-void adam_update_multi_cpu(DType dtype, const AdamItem* items, int count, const double* hyper) {
+void adam_update_multi_cpu(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper) {
   std::vector<int64_t> starts = prefix_sizes(items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);

@@ -30,26 +30,26 @@ __global__ void increment_step(int64_t* step) { *step += 1; }
 
 }  // namespace
 
-void sgd_update_cuda(DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
+void sgd_update_cuda(const KernelEnv& env, DType dtype, void* param, const void* grad, void* momentum_buf, int64_t n, const double* hyper) {
   if (n == 0) return;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    sgd_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+    sgd_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                              static_cast<T*>(momentum_buf), n, hyper);
   });
   check_launch("sgd_update");
 }
 
-void adam_update_cuda(DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+void adam_update_cuda(const KernelEnv& env, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                       const double* hyper, int64_t* step) {
   if (n > 0) {
     visit_float_dtype(dtype, "optimizer", [&](auto tag) {
       using T = decltype(tag);
-      adam_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream()>>>(static_cast<T*>(param), static_cast<const T*>(grad),
+      adam_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(static_cast<T*>(param), static_cast<const T*>(grad),
                                                 static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n, hyper, step);
     });
   }
-  increment_step<<<1, 1, 0, kernel_stream()>>>(step);  // same stream: runs after every block of the update
+  increment_step<<<1, 1, 0, kernel_stream(env)>>>(step);  // same stream: runs after every block of the update
   check_launch("adam_update");
 }
 

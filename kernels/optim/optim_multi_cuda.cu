@@ -78,24 +78,24 @@ int plan_blocks(Table<Item>& t, const Item* items, int count) {
 
 }  // namespace
 
-void sgd_update_multi_cuda(DType dtype, const SgdItem* items, int count, const double* hyper) {
+void sgd_update_multi_cuda(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper) {
   Table<SgdItem> t;
   int blocks = plan_blocks(t, items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    sgd_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream()>>>(t, hyper);
+    sgd_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
   });
   check_launch("sgd_update_multi");
 }
 
-void adam_update_multi_cuda(DType dtype, const AdamItem* items, int count, const double* hyper) {
+void adam_update_multi_cuda(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper) {
   Table<AdamItem> t;
   int blocks = plan_blocks(t, items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    adam_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream()>>>(t, hyper);
+    adam_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
   });
-  increment_steps<<<1, kMaxMultiTensors, 0, kernel_stream()>>>(t);  // same stream: after every block has read its step
+  increment_steps<<<1, kMaxMultiTensors, 0, kernel_stream(env)>>>(t);  // same stream: after every block has read its step
   check_launch("adam_update_multi");
 }
 

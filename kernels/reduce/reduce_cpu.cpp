@@ -103,7 +103,7 @@ void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner,
 
 }  // namespace
 
-void reduce_cpu(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
+void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                 int64_t r, int64_t inner, void* out, double correction) {
   visit_compute_dtype(in_dtype, "reduce", [&](auto in_tag) {
     visit_compute_dtype(out_dtype, "reduce", [&](auto out_tag) {

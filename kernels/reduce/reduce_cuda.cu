@@ -131,7 +131,7 @@ __global__ void reduce_columns(bool mean, const T* x,  // (outer, r, inner)
 
 }  // namespace
 
-void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer, int64_t r, int64_t inner,
+void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer, int64_t r, int64_t inner,
                  void* out, double correction) {
   int64_t lines = outer * inner;
   if (lines == 0) return;
@@ -145,11 +145,11 @@ void reduce_cuda(ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, in
                      inner >= kStrip && r >= kRowThreads && outer <= 65535;
       if (columns) {
         dim3 grid(static_cast<unsigned>((inner + kStrip - 1) / kStrip), static_cast<unsigned>(outer));
-        reduce_columns<T, Out><<<grid, dim3(kStrip, kRowThreads), 0, kernel_stream()>>>(fn == ReduceFn::Mean, xs, r, inner, ys);
+        reduce_columns<T, Out><<<grid, dim3(kStrip, kRowThreads), 0, kernel_stream(env)>>>(fn == ReduceFn::Mean, xs, r, inner, ys);
       } else if (lines >= 4096 || r < 256) {
-        reduce_lines<T, Out><<<grid_for(lines), kBlock, 0, kernel_stream()>>>(fn, xs, lines, r, inner, ys, correction);
+        reduce_lines<T, Out><<<grid_for(lines), kBlock, 0, kernel_stream(env)>>>(fn, xs, lines, r, inner, ys, correction);
       } else {
-        reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock, 0, kernel_stream()>>>(fn, xs, r, inner, ys, correction);
+        reduce_blocks<T, Out><<<grid_rows(lines, "reduce"), kBlock, 0, kernel_stream(env)>>>(fn, xs, r, inner, ys, correction);
       }
     });
   });

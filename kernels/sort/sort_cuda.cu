@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "flowgrad/cuda/stream.h"  // LibraryKernels
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/common/launch.cuh"
 #include "kernels/sort/sort.h"
@@ -71,11 +72,11 @@ int line_bits(int64_t lines) {
 }
 
 template <class K>
-size_t radix_temp_bytes(int64_t items) {
+size_t radix_temp_bytes(const KernelEnv& env, int64_t items) {
   size_t bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
                                   static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
-                                  static_cast<int>(items), 0, static_cast<int>(sizeof(K) * 8), library_stream());
+                                  static_cast<int>(items), 0, static_cast<int>(sizeof(K) * 8), library_stream(env));
   return bytes;
 }
 
@@ -84,10 +85,10 @@ size_t radix_temp_bytes(int64_t items) {
 struct SortLayout {
   size_t keys, items, lines, temp;
   template <class K>
-  static SortLayout of(int64_t lines, int64_t d) {
+  static SortLayout of(const KernelEnv& env, int64_t lines, int64_t d) {
     size_t n = static_cast<size_t>(lines * d);
     return {align(n * sizeof(K)), align(n * sizeof(int32_t)), align(n * sizeof(unsigned)),
-            std::max(radix_temp_bytes<K>(lines * d), radix_temp_bytes<unsigned>(lines * d))};
+            std::max(radix_temp_bytes<K>(env, lines * d), radix_temp_bytes<unsigned>(env, lines * d))};
   }
   size_t total() const { return 2 * keys + 2 * items + 2 * lines + temp; }
 };
@@ -139,21 +140,21 @@ __global__ void one_hot_kernel(const int64_t* idx, int64_t total, int64_t classe
 
 }  // namespace
 
-int64_t sort_cuda_workspace(DType dtype, int64_t lines, int64_t d) {
+int64_t sort_cuda_workspace(const KernelEnv& env, DType dtype, int64_t lines, int64_t d) {
   FG_CHECK(lines * d <= INT32_MAX, Value, "sort on cuda: ", lines * d, " elements exceed one radix sort");
   return visit_sortable(dtype, [&](auto tag) {
-    return static_cast<int64_t>(SortLayout::of<KeyOf<decltype(tag)>>(lines, d).total());
+    return static_cast<int64_t>(SortLayout::of<KeyOf<decltype(tag)>>(env, lines, d).total());
   });
 }
 
-void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k, bool descending,
+void sort_cuda(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t d, int64_t inner, int64_t k, bool descending,
                void* values, int64_t* indices, void* workspace) {
   int64_t lines = outer * inner, total = outer * k * inner;
   if (total == 0) return;
   visit_sortable(dtype, [&](auto tag) {
     using T = decltype(tag);
     using K = KeyOf<T>;
-    SortLayout s = SortLayout::of<K>(lines, d);
+    SortLayout s = SortLayout::of<K>(env, lines, d);
     char* w = static_cast<char*>(workspace);
     K* keys_in = reinterpret_cast<K*>(w);
     K* keys_out = reinterpret_cast<K*>(w + s.keys);
@@ -163,47 +164,47 @@ void sort_cuda(DType dtype, const void* x, int64_t outer, int64_t d, int64_t inn
     unsigned* lines_out = reinterpret_cast<unsigned*>(w + 2 * s.keys + 2 * s.items + s.lines);
     void* temp = w + 2 * s.keys + 2 * s.items + 2 * s.lines;
     int n = static_cast<int>(lines * d);
-    make_keys_kernel<T><<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), d, inner, lines, descending,
+    make_keys_kernel<T><<<grid_for(lines * d), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(x), d, inner, lines, descending,
                                                             keys_in, items_in);
     // Two stable LSD passes make one (line, key) order: all items by key, then by line. Unlike
     // cub::DeviceSegmentedSort (which reads segment sizes back on the host past ~300 lines),
     // neither pass synchronises with the host, so a sort can be captured in a CUDA graph.
     size_t temp_bytes = s.temp;
     {
-      cuda::LibraryKernels library;  // CUB's kernels, for the capture launch count
+      cuda::LibraryKernels library(env.stream);  // CUB's kernels, for the capture launch count
       check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, items_in, items_out, n, 0,
-                                                 static_cast<int>(sizeof(K) * 8), library_stream()));
+                                                 static_cast<int>(sizeof(K) * 8), library_stream(env)));
     }
-    line_keys_kernel<<<grid_for(lines * d), kThreads, 0, kernel_stream()>>>(items_out, lines * d, d, lines_in);
+    line_keys_kernel<<<grid_for(lines * d), kThreads, 0, kernel_stream(env)>>>(items_out, lines * d, d, lines_in);
     temp_bytes = s.temp;
     {
-      cuda::LibraryKernels library;
+      cuda::LibraryKernels library(env.stream);
       check_sort(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, lines_in, lines_out, items_out, items_in, n, 0,
-                                                 line_bits(lines), library_stream()));
+                                                 line_bits(lines), library_stream(env)));
     }
-    take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream()>>>(static_cast<const T*>(x), items_in, d, inner, k, total,
+    take_sorted_kernel<T><<<grid_for(total), kThreads, 0, kernel_stream(env)>>>(static_cast<const T*>(x), items_in, d, inner, k, total,
                                                           static_cast<T*>(values), indices);
   });
   check_launch("sort");
 }
 
-void count_true_cuda(const bool* mask, int64_t n, int64_t* count) {
-  cudaError_t err = cudaMemsetAsync(count, 0, sizeof(int64_t), library_stream());
+void count_true_cuda(const KernelEnv& env, const bool* mask, int64_t n, int64_t* count) {
+  cudaError_t err = cudaMemsetAsync(count, 0, sizeof(int64_t), library_stream(env));
   FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: clearing the count failed: ", cudaGetErrorString(err));
   if (n > 0)
-    count_true_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, reinterpret_cast<unsigned long long*>(count));
+    count_true_kernel<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(mask, n, reinterpret_cast<unsigned long long*>(count));
   check_launch("nonzero");
 }
 
-int64_t nonzero_cuda_workspace(int64_t n) {
+int64_t nonzero_cuda_workspace(const KernelEnv& env, int64_t n) {
   FG_CHECK(n <= INT32_MAX, Value, "nonzero on cuda: ", n, " elements exceed one scan");
   size_t bytes = 0;
   cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
-                                static_cast<int>(n), library_stream());
+                                static_cast<int>(n), library_stream(env));
   return static_cast<int64_t>(2 * align(n * sizeof(int64_t)) + bytes);
 }
 
-void nonzero_cuda(const bool* mask, const int64_t* shape, int ndim, int64_t* coords, void* workspace) {
+void nonzero_cuda(const KernelEnv& env, const bool* mask, const int64_t* shape, int ndim, int64_t* coords, void* workspace) {
   FG_CHECK(ndim <= 16, Shape, "nonzero on cuda: at most 16 dims, got ", ndim);
   Shape s{};
   int64_t n = 1;
@@ -214,21 +215,21 @@ void nonzero_cuda(const bool* mask, const int64_t* shape, int ndim, int64_t* coo
   int64_t* rows = reinterpret_cast<int64_t*>(w + align(n * sizeof(int64_t)));
   void* temp = w + 2 * align(n * sizeof(int64_t));
   size_t temp_bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, rows, static_cast<int>(n), library_stream());
-  mask_to_flags_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, n, flags);
+  cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, rows, static_cast<int>(n), library_stream(env));
+  mask_to_flags_kernel<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(mask, n, flags);
   cudaError_t err;
   {
-    cuda::LibraryKernels library;
-    err = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, rows, static_cast<int>(n), library_stream());
+    cuda::LibraryKernels library(env.stream);
+    err = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, flags, rows, static_cast<int>(n), library_stream(env));
   }
   FG_CHECK(err == cudaSuccess, Device, "nonzero on cuda: scan failed: ", cudaGetErrorString(err));
-  write_coords_kernel<<<grid_for(n), kThreads, 0, kernel_stream()>>>(mask, rows, n, s, ndim, coords);
+  write_coords_kernel<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(mask, rows, n, s, ndim, coords);
   check_launch("nonzero");
 }
 
-void one_hot_cuda(const int64_t* idx, int64_t n, int64_t classes, int64_t* out) {
+void one_hot_cuda(const KernelEnv& env, const int64_t* idx, int64_t n, int64_t classes, int64_t* out) {
   if (n * classes == 0) return;
-  one_hot_kernel<<<grid_for(n * classes), kThreads, 0, kernel_stream()>>>(idx, n * classes, classes, out);
+  one_hot_kernel<<<grid_for(n * classes), kThreads, 0, kernel_stream(env)>>>(idx, n * classes, classes, out);
   check_launch("one_hot");
 }
 

@@ -12,6 +12,7 @@
 #include "flowgrad/core/context.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/ops/dispatch.h"
+#include "flowgrad/ops/registry.h"
 
 namespace fg {
 namespace {
@@ -40,6 +41,30 @@ TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
   EXPECT_EQ(context().scratch, before.scratch);
   EXPECT_EQ(context().capture_philox, before.capture_philox);
   EXPECT_EQ(context().autocast[0].enabled, before.autocast[0].enabled);
+}
+
+// run_op hands kernels a KernelEnv filled from this context (kernels read no thread-local).
+TEST(KernelEnv, CurrentEnvIsFilledFromTheContext) {
+  KernelEnv plain = current_env(cpu_device());
+  EXPECT_EQ(plain.stream, 0u);
+  EXPECT_EQ(plain.scratch, context().scratch);
+  EXPECT_EQ(plain.philox, context().capture_philox);
+  KernelScratch scratch;
+  uint64_t counter[2] = {5, 6};
+  const bool tf32 = allow_tf32();
+  {
+    ScratchScope on_scratch(&scratch);
+    CapturePhilox philox(counter);
+    set_allow_tf32(!tf32);
+    KernelEnv env = current_env(cpu_device());
+    set_allow_tf32(tf32);
+    EXPECT_EQ(env.scratch, &scratch);
+    EXPECT_EQ(env.philox, counter);
+    EXPECT_EQ(env.tf32, !tf32);
+    EXPECT_EQ(env.stream, 0u);  // the CPU has no stream
+  }
+  EXPECT_EQ(current_env(cpu_device()).scratch, plain.scratch);
+  EXPECT_EQ(current_env(cpu_device()).tf32, tf32);
 }
 
 TEST(ExecContext, NestedScopesRestoreInReverseOrder) {

@@ -29,27 +29,31 @@ def test_every_cuda_call_in_the_sources_takes_its_stream_explicitly():
 PLANTED = [
     ("k<<<grid, block>>>(x);", "kernel launch <<<grid, block>>> without a stream argument"),
     ("k<<<grid, block, 0>>>(x);", "without a stream argument"),
-    ("k<<<grid, block, 0, 0>>>(x);", "kernel launch on stream '0': launches take kernel_stream()"),
+    ("k<<<grid, block, 0, 0>>>(x);", "kernel launch on stream '0': launches take kernel_stream(env)"),
     ("k<<<grid, block, 0, s>>>(x);", "kernel launch on stream 's'"),
-    ("cudaStream_t s = kernel_stream();", "kernel_stream() outside a <<<...>>> launch"),
+    # the thread-local spelling from before kernels took a KernelEnv
+    ("k<<<grid, block, 0, kernel_stream()>>>(x);", "kernel launch on stream 'kernel_stream()'"),
+    ("cudaStream_t s = kernel_stream(env);", "kernel_stream(env) outside a <<<...>>> launch"),
     ("cudaMemset(p, 0, 4);", "synchronous cudaMemset runs on the legacy default stream"),
     ("cudaMemcpy(d, s, 4, cudaMemcpyDefault);", "synchronous cudaMemcpy"),
     ("cudaMemsetAsync(p, 0, 4);", "cudaMemsetAsync without an explicit stream"),
     ("cudaMemcpyAsync(d, s, 4, cudaMemcpyDefault, nullptr);", "cudaMemcpyAsync without an explicit stream"),
-    ("cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n);", "CUB call without library_stream()"),
-    ("cub::DeviceScan::ExclusiveSum(t, bytes, in, out, n, s);", "CUB call without library_stream()"),
-    ("cub::DeviceScan::ExclusiveSum(t, bytes, in, out, n, library_stream());",
+    ("cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n);", "CUB call without library_stream(env)"),
+    ("cub::DeviceScan::ExclusiveSum(t, bytes, in, out, n, s);", "CUB call without library_stream(env)"),
+    ("cub::DeviceScan::ExclusiveSum(t, bytes, in, out, n, library_stream(env));",
      "CUB call that queues kernels outside a cuda::LibraryKernels scope"),
     ("cublasHandle_t h = make(); cuda::LibraryKernels l; cublas().sgemm(h, a, b);",
-     "cuBLAS call on handle 'h' not taken from handle_for_current_device()"),
-    ("cublasHandle_t h = handle_for_current_device(); cublas().gemm_ex(h, a, b);",
+     "cuBLAS call on handle 'h' not taken from handle_for_current_device(env)"),
+    ("cublasHandle_t h = handle_for_current_device(env); cublas().gemm_ex(h, a, b);",
      "cuBLAS call outside a cuda::LibraryKernels scope"),
     ("cuda::LibraryKernels l; check(AllReduce_(d, d, n, t, op, comm_, nullptr), \"x\");",
      "NCCL call without stream()"),
     ("check(Broadcast_(d, d, n, t, 0, comm_, stream()), \"x\");", "NCCL call outside a cuda::LibraryKernels scope"),
     ("d.launch(f, 1, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr); cuda::count_launch();",
      "cuLaunchKernel on stream 'nullptr'"),
-    ("d.launch(f, 1, 1, 1, 256, 1, 1, 0, reinterpret_cast<void*>(cuda::launch_stream()), params, nullptr);",
+    ("d.launch(f, 1, 1, 1, 256, 1, 1, 0, reinterpret_cast<void*>(cuda::launch_stream()), params, nullptr); "
+     "cuda::count_launch();", "cuLaunchKernel on stream 'reinterpret_cast<void*>(cuda::launch_stream())'"),
+    ("d.launch(f, 1, 1, 1, 256, 1, 1, 0, reinterpret_cast<void*>(env.stream), params, nullptr);",
      "cuLaunchKernel not followed by cuda::count_launch()"),
     ("cudaGraphLaunch(exec, 0);", "cudaGraphLaunch without an explicit stream"),
 ]
@@ -69,16 +73,18 @@ def test_the_scanner_accepts_explicit_streams_and_ignores_comments_and_strings()
 const char* text = "k<<<1, 2>>>(x); cudaMemcpy(d, s, 4, k);";
 const char* raw = R"(cudaMemset(p, 0, 4); k<<<1, 2>>>(x);)";
 void f() {
-  k<<<grid_for(n), kThreads, 0, kernel_stream()>>>(x, n);
-  cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n, library_stream());
+  k<<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(x, n);
+  cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n, library_stream(env));
   {
-    cuda::LibraryKernels library;
-    cub::DeviceScan::ExclusiveSum(temp, bytes, in, out, n, library_stream());
+    cuda::LibraryKernels library(env.stream);
+    cub::DeviceScan::ExclusiveSum(temp, bytes, in, out, n, library_stream(env));
   }
-  check(cudaMemsetAsync(p, 0, 4, library_stream()), "cudaMemsetAsync");
-  cublasHandle_t h = handle_for_current_device();
-  cuda::LibraryKernels library;
+  check(cudaMemsetAsync(p, 0, 4, library_stream(env)), "cudaMemsetAsync");
+  cublasHandle_t h = handle_for_current_device(env);
+  cuda::LibraryKernels library(env.stream);
   cublas().sgemm(h, a, b);
+  d.launch(f, 1, 1, 1, 256, 1, 1, 0, reinterpret_cast<void*>(env.stream), params, nullptr);
+  cuda::count_launch();
 }
 '''
     assert scanner().check_source(source, "x.cu") == []
@@ -93,5 +99,5 @@ def test_the_scanner_fails_a_tree_with_a_planted_launch(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
-        "kernels/demo/demo_cuda.cu:4: kernel launch <<<1, 32>>> without a stream argument (pass kernel_stream())"]
+        "kernels/demo/demo_cuda.cu:4: kernel launch <<<1, 32>>> without a stream argument (pass kernel_stream(env))"]
     assert "1 call(s) with an implicit stream" in done.stderr

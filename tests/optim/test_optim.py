@@ -232,3 +232,29 @@ def test_scheduler_load_state_dict_checks_before_taking():
     with pytest.raises(fg.InvalidArgumentError, match="StepLR: step_size must be positive"):
         fg.optim.lr_scheduler.StepLR(opt, 3).load_state_dict({**fg.optim.lr_scheduler.StepLR(opt, 3).state_dict(),
                                                               "step_size": 0})
+
+
+def test_hyper_slots_are_the_ones_the_update_kernels_read():
+    # The optimizer publishes its slot names (fg::optim::sgd_slots / adam_slots); the binding only converts.
+    assert fg._core.optim.SGD_SLOTS == ("lr", "momentum", "dampening", "weight_decay", "nesterov", "first")
+    assert fg._core.optim.ADAM_SLOTS == ("lr", "beta1", "beta2", "eps", "weight_decay", "decoupled")
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_state_dict_keeps_its_keys_and_hyper_parameters(kind):
+    p = fg.tensor([1.0, -2.0], dtype=fg.float64, requires_grad=True)
+    if kind == "sgd":
+        opt = fg.optim.SGD([p], lr=0.5, momentum=0.9, dampening=0.1, weight_decay=0.01)
+        expected = dict(lr=0.5, momentum=0.9, dampening=0.1, nesterov=False, weight_decay=0.01)
+        keys = {"momentum_buffer"}
+    else:
+        opt = fg.optim.AdamW([p], lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.02)
+        expected = dict(lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.02)
+        keys = {"step", "exp_avg", "exp_avg_sq"}
+    (p * p).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    group = sd["param_groups"][0]
+    for name, value in expected.items():
+        assert tuple(group[name]) == value if isinstance(value, tuple) else group[name] == value, name
+    assert set(sd["state"][0]) == keys

@@ -29,7 +29,7 @@ AutogradMeta& meta(const Tensor& t) {
 void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
   if (!t.defined() || !is_floating(t.dtype()) || !t.device().is_cpu()) return;
   Tensor c = raw::contiguous(raw::converted(t, DType::Float64));
-  FG_CHECK(!has_nonfinite_cpu(DType::Float64, c.data_ptr(), c.numel()), Value,
+  FG_CHECK(!has_nonfinite_cpu(current_env(c.device()), DType::Float64, c.data_ptr(), c.numel()), Value,
            "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
            phase[0] == 'f' ? "output " : "a gradient, tensor ", index, ", ", describe(t), ")");
 }

@@ -8,6 +8,10 @@
 #include <thread>
 #include <vector>
 
+// Provided by OpenBLAS; absent (null) with other BLAS libraries.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+extern "C" int openblas_get_num_threads() __attribute__((weak));
+
 namespace fg {
 namespace {
 
@@ -100,6 +104,13 @@ void set_pool_threads(int n) {
   if (n != pool().threads()) pool().resize(n);
 }
 bool in_parallel_region() { return t_in_region; }
+
+SingleThreadedBlas::SingleThreadedBlas() : previous_(openblas_get_num_threads ? openblas_get_num_threads() : 1) {
+  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(1);
+}
+SingleThreadedBlas::~SingleThreadedBlas() {
+  if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(previous_);
+}
 
 namespace detail {
 void run_tasks(int tasks, void (*task)(void*, int), void* ctx) { pool().run(tasks, task, ctx); }

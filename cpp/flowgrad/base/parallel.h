@@ -41,4 +41,20 @@ void parallel_for(int64_t n, int64_t grain, Body&& body) {
   }, &ctx);
 }
 
+// While alive, BLAS runs single-threaded (its calls then run inline on the calling thread), so
+// work spread over this pool (small matrices of a batch, attention tiles, graph branches) does not
+// wake BLAS threads for each call. Restores the previous count on destruction. OpenBLAS's thread
+// count is process-wide (openblas_set_num_threads), so this is a process-wide scope, not a field
+// of the per-thread ExecContext. Does nothing with a BLAS other than OpenBLAS.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas();
+  ~SingleThreadedBlas();
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int previous_;
+};
+
 }  // namespace fg

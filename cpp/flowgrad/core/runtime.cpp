@@ -33,6 +33,12 @@ RngState& rng() {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_tf32{false};
+}  // namespace
+void set_allow_tf32(bool on) { g_tf32 = on; }
+bool allow_tf32() { return g_tf32; }
+
 int num_threads() {
   if (g_threads.load() == 0) set_num_threads(env::num_threads());
   return g_threads.load();

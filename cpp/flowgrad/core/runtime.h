@@ -17,6 +17,12 @@ RngState rng_state();
 void set_rng_state(RngState s);
 uint64_t rng_reserve(uint64_t counters);  // returns the first counter and advances the state
 
+// Whether float32 CUDA matmuls may use TF32 tensor cores (fg.cuda.set_allow_tf32; off by
+// default, full float32 precision). A process-wide setting, as in PyTorch; kernels see it only
+// through their KernelEnv (base/kernel_env.h), which run_op and plans fill from here.
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
 // RngStream (core/context.h) makes random ops on this thread draw from a private generator.
 
 }  // namespace fg

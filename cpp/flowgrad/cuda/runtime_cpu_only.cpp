@@ -64,7 +64,7 @@ DeviceGuard::DeviceGuard(int) {}
 DeviceGuard::~DeviceGuard() {}
 void count_launch() {}
 LaunchCount launch_count() { return {}; }
-LibraryKernels::LibraryKernels() {}
+LibraryKernels::LibraryKernels(StreamHandle) {}
 LibraryKernels::~LibraryKernels() {}
 size_t captured_kernel_nodes(StreamHandle) { return 0; }
 size_t kernel_nodes(uintptr_t) { return 0; }

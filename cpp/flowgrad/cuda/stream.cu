@@ -144,7 +144,7 @@ size_t captured_kernel_nodes(StreamHandle stream) {
   return status == cudaStreamCaptureStatusActive && graph ? kernel_nodes(reinterpret_cast<uintptr_t>(graph)) : 0;
 }
 
-LibraryKernels::LibraryKernels() : stream_(launch_stream()), capturing_(capturing(stream_)) {
+LibraryKernels::LibraryKernels(StreamHandle stream) : stream_(stream), capturing_(capturing(stream_)) {
   if (capturing_) before_ = captured_kernel_nodes(stream_);
 }
 LibraryKernels::~LibraryKernels() {

@@ -61,11 +61,11 @@ struct LaunchCount {
   uint64_t ours = 0;     // kernels flowgrad launched
   uint64_t library = 0;  // kernel nodes library calls added while capturing
 };
-void count_launch();
-LaunchCount launch_count();
+LaunchCount launch_count();  // count_launch() is in base/stream.h
 class LibraryKernels {
  public:
-  LibraryKernels();
+  explicit LibraryKernels(StreamHandle stream);  // the stream the library call queues on
+  LibraryKernels() : LibraryKernels(launch_stream()) {}
   ~LibraryKernels();
   LibraryKernels(const LibraryKernels&) = delete;
   LibraryKernels& operator=(const LibraryKernels&) = delete;

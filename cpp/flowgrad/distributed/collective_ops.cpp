@@ -20,7 +20,7 @@ Specs all_reduce_shape(TensorList in, const Attrs& attrs) {
 }
 
 // out[0] is in[0] itself, or (for a strided target) a contiguous temporary that run_op copies back.
-void all_reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void all_reduce_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   if (!out[0].is_same(in[0])) raw::copy_into(out[0], in[0]);
   group().all_reduce(out[0], static_cast<ReduceOp>(attrs.i("reduce")), Wait::Blocking)->wait();
 }

@@ -12,7 +12,6 @@
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/base/parallel.h"
-#include "kernels/linalg/gemm.h"
 
 namespace fg::graph {
 namespace {

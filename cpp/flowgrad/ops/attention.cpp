@@ -183,16 +183,16 @@ Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
 }
 
 // out[0] (stored as attrs say) and the stats out[1] of q, k, v (raw views).
-void forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
+void forward_cpu(const KernelEnv& env, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
                  const Attrs& attrs) {
   CpuCall c = cpu_call(q, k, v, mask, attrs);
   Tensor o = compute_target(out[0], c.dtype);
   c.x.out = c.operand(heads_major_raw(o, attrs));
-  attention_forward_cpu(c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
+  attention_forward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
   finish(out[0], o);
 }
-void flash_attention_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
-  forward_cpu(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
+void flash_attention_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  forward_cpu(env, in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
 }
 
 // ---- flash_attention_backward: (dout, q, k, v, out, stats[, mask]) -> (dq, dk, dv) ----
@@ -203,19 +203,19 @@ Specs flash_attention_backward_shape(TensorList in, const Attrs& attrs) {
 }
 
 // dq, dk, dv (raw views of the op's outputs) of q, k, v from dout, out (stored as attrs say), stats.
-void backward_cpu(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+void backward_cpu(const KernelEnv& env, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& stats, const Tensor& mask, const Tensors& grads, const Attrs& attrs) {
   CpuCall c = cpu_call(q, k, v, mask, attrs);
   c.x.dout = c.operand(heads_major_raw(dout, attrs));
   c.x.out = c.operand(heads_major_raw(out, attrs));
   c.x.dq = c.operand(grads[0]), c.x.dk = c.operand(grads[1]), c.x.dv = c.operand(grads[2]);
-  attention_backward_cpu(c.dtype, c.shape, c.mask.mask, c.x, raw::contiguous(stats).data_ptr());
+  attention_backward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, raw::contiguous(stats).data_ptr());
 }
 
-void flash_attention_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flash_attention_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   DType dtype = accumulation_dtype(in[1].dtype());
   Tensor dq = compute_target(out[0], dtype), dk = compute_target(out[1], dtype), dv = compute_target(out[2], dtype);
-  backward_cpu(in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
+  backward_cpu(env, in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
                {heads_major_raw(dq, attrs), heads_major_raw(dk, attrs), heads_major_raw(dv, attrs)}, attrs);
   finish(out[0], dq), finish(out[1], dk), finish(out[2], dv);
 }
@@ -242,19 +242,19 @@ Specs flash_attention_packed_shape(TensorList in, const Attrs& attrs) {
   if (in.size() > 1) views.push_back(in[1]);
   return flash_attention_shape(views, attrs);
 }
-void flash_attention_packed_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flash_attention_packed_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t heads = attrs.i("heads");
-  forward_cpu(packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads),
+  forward_cpu(env, packed_part(in[0], 0, heads), packed_part(in[0], 1, heads), packed_part(in[0], 2, heads),
               in.size() > 1 ? in[1] : Tensor(), out, attrs);
 }
 
 // ---- flash_attention_packed_backward: (dout, qkv, out, stats[, mask]) -> dqkv ----
 Specs flash_attention_packed_backward_shape(TensorList in, const Attrs&) { return {{in[1].shape(), in[1].dtype()}}; }
-void flash_attention_packed_backward_cpu(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flash_attention_packed_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t heads = attrs.i("heads");
   Tensor dqkv = compute_target(out[0], accumulation_dtype(in[1].dtype()));
   auto part = [&](const Tensor& t, int i) { return packed_part(t, i, heads); };
-  backward_cpu(in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
+  backward_cpu(env, in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
                {part(dqkv, 0), part(dqkv, 1), part(dqkv, 2)}, attrs);
   finish(out[0], dqkv);
 }
@@ -267,16 +267,16 @@ Tensors contiguous_operands(TensorList in, size_t count, DType dtype) {
   return x;
 }
 
-void flash_attention_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flash_attention_cuda(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
   const Tensor& q = in[0];
   MaskArg mask = mask_arg(q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
   Tensors x = contiguous_operands(in, 3, q.dtype());
-  attention_forward_cuda(q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
+  attention_forward_cuda(env, q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
                          x[1].data_ptr(), x[2].data_ptr(), out[0].data_ptr(), out[1].data_ptr());
 }
 
-void flash_attention_backward_cuda(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flash_attention_backward_cuda(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
   const Tensor& q = in[1];
   MaskArg mask = mask_arg(q, in.size() > 6 ? in[6] : Tensor(), in[2].shape()[in[2].ndim() - 2]);
@@ -284,7 +284,7 @@ void flash_attention_backward_cuda(TensorList in, const Tensors& out, const Attr
   AttentionShape shape = attention_shape(q, in[2], in[3], attrs);
   // the kernels sum dQ over key blocks in float32
   Tensor workspace = Tensor::empty({shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
-  attention_backward_cuda(q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
+  attention_backward_cuda(env, q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
                           x[4].data_ptr(), x[0].data_ptr(), raw::contiguous(in[5]).data_ptr(), out[0].data_ptr(),
                           out[1].data_ptr(), out[2].data_ptr(), static_cast<float*>(workspace.data_ptr()));
 }

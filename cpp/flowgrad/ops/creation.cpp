@@ -16,8 +16,8 @@ Specs full_shape(TensorList, const Attrs& attrs) {
   return {{attrs.dims("shape"), attrs.get<DType>("dtype")}};
 }
 template <decltype(&fill_cpu) Fill>
-void full_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  Fill(out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
+void full_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) {
+  Fill(env, out[0].dtype(), out[0].data_ptr(), out[0].numel(), attrs.f("value"));
 }
 const OpDef k_full{.id = OpId::full, .name = "full", .family = Family::Creation, .flags = kHalfNative,
                    .shape_rule = full_shape, .cpu = full_kernel<fill_cpu>, .cuda = FG_CUDA(full_kernel<fill_cuda>),
@@ -27,24 +27,24 @@ Specs arange_shape(TensorList, const Attrs& attrs) {
   return {{Dims{attrs.i("n")}, attrs.get<DType>("dtype")}};
 }
 template <decltype(&arange_cpu) Run>
-void arange_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  Run(out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
+void arange_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) {
+  Run(env, out[0].dtype(), attrs.f("start"), attrs.f("step"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_arange{.id = OpId::arange, .name = "arange", .family = Family::Creation, .shape_rule = arange_shape,
                      .cpu = arange_kernel<arange_cpu>, .cuda = FG_CUDA(arange_kernel<arange_cuda>),
                      .not_differentiable = "creation op"};
 
 template <decltype(&linspace_cpu) Run>
-void linspace_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
-  Run(out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
+void linspace_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) {
+  Run(env, out[0].dtype(), attrs.f("start"), attrs.f("end"), out[0].numel(), out[0].data_ptr());
 }
 const OpDef k_linspace{.id = OpId::linspace, .name = "linspace", .family = Family::Creation, .shape_rule = arange_shape,
                        .cpu = linspace_kernel<linspace_cpu>, .cuda = FG_CUDA(linspace_kernel<linspace_cuda>),
                        .not_differentiable = "creation op"};
 
 template <decltype(&eye_cpu) Run>
-void eye_kernel(TensorList, const Tensors& out, const Attrs&) {
-  Run(out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
+void eye_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs&) {
+  Run(env, out[0].dtype(), out[0].shape()[0], out[0].shape()[1], out[0].data_ptr());
 }
 const OpDef k_eye{.id = OpId::eye, .name = "eye", .family = Family::Creation, .flags = kHalfNative,
                   .shape_rule = full_shape, .cpu = eye_kernel<eye_cpu>, .cuda = FG_CUDA(eye_kernel<eye_cuda>),
@@ -64,9 +64,9 @@ Specs random_shape(TensorList in, const Attrs& attrs) {
   return full_shape(in, attrs);
 }
 template <RandomKind Kind, decltype(&random_cpu) Run>
-void random_kernel(TensorList, const Tensors& out, const Attrs& attrs) {
+void random_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) {
   bool integer = Kind == RandomKind::Integer;
-  Run(Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
+  Run(env, Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
              static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,
              integer ? attrs.i("high") : 0, out[0].data_ptr());
 }

@@ -28,11 +28,11 @@ Specs unary_shape(TensorList in, const Attrs&) {
 
 // One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
 template <UnaryFn Fn, decltype(&unary_cpu) Run>
-void unary_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void unary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::converted(in[0], out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
-  Run(Fn, out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
+  Run(env, Fn, out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
 }
 
 // Prepared launch (compiled plans): views, dtype and clamp bounds fixed once. A call that casts
@@ -48,9 +48,9 @@ Launch unary_prepare(TensorList in, const Tensors& out, const Attrs& attrs) {
   bool clamp = Fn == UnaryFn::Clamp;
   auto args = std::make_shared<Args>(Args{out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &in[0]}),
                                           clamp ? attrs.f("min") : kNaN, clamp ? attrs.f("max") : kNaN});
-  return {[](const void* p) {
+  return {[](const void* p, const KernelEnv& env) {
             auto* a = static_cast<const Args*>(p);
-            Run(Fn, a->dtype, a->s, a->lo, a->hi);
+            Run(env, Fn, a->dtype, a->s, a->lo, a->hi);
           }, args};
 }
 
@@ -154,10 +154,10 @@ Specs binary_shape(TensorList in, const Attrs&) {
 }
 
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
-void binary_kernel(TensorList in, const Tensors& out, const Attrs&) {
+void binary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
   Tensor a = raw::converted(in[0], dt), b = raw::converted(in[1], dt);
-  Run(Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+  Run(env, Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
 }
 
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
@@ -169,9 +169,9 @@ Launch binary_prepare(TensorList in, const Tensors& out, const Attrs&) {
     Strided<3> s;  // (out, a, b)
   };
   auto args = std::make_shared<Args>(Args{dt, raw::strided_over<3>(out[0].shape(), {&out[0], &in[0], &in[1]})});
-  return {[](const void* p) {
+  return {[](const void* p, const KernelEnv& env) {
             auto* a = static_cast<const Args*>(p);
-            Run(Fn, a->dtype, a->s);
+            Run(env, Fn, a->dtype, a->s);
           }, args};
 }
 
@@ -253,10 +253,10 @@ Specs where_shape(TensorList in, const Attrs&) {
   return {{shape, promote(in[1].dtype(), in[2].dtype())}};
 }
 template <decltype(&where_cpu) Run>
-void where_kernel(TensorList in, const Tensors& out, const Attrs&) {
+void where_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
   Tensor a = raw::converted(in[1], dt), b = raw::converted(in[2], dt);
-  Run(dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
+  Run(env, dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
 }
 Tensors where_backward(const BackwardCtx& c) {
   const Tensor &cond = c.inputs[0], &g = c.grads[0];
@@ -272,7 +272,7 @@ const OpDef k_where{.id = OpId::where, .name = "where", .family = Family::Ternar
 Specs cast_shape(TensorList in, const Attrs& attrs) {
   return {{in[0].shape(), attrs.get<DType>("dtype")}};
 }
-void cast_kernel(TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
+void cast_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
 const OpDef k_cast{.id = OpId::cast, .name = "cast", .family = Family::Unary, .flags = kHalfNative,
                    .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),

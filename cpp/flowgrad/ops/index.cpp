@@ -27,13 +27,13 @@ Specs gather_shape(TensorList in, const Attrs& attrs) {
   return {{in[1].shape(), in[0].dtype()}};
 }
 template <decltype(&gather_cpu) Run>
-void gather_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void gather_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   Tensor idx = raw::checked_index(in[1], d, "gather", dim);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim), d, n,
+  Run(env, x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim), d, n,
              raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors gather_backward(const BackwardCtx& c) {
@@ -55,7 +55,7 @@ Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
   return {{x.shape(), promote(x.dtype(), src.dtype())}};
 }
 template <decltype(&scatter_add_cpu) Run>
-void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void scatter_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   raw::copy_into(y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add", ScalarDim::AsSingleElement);
@@ -63,7 +63,7 @@ void scatter_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor idx = raw::checked_index(in[1], d, "scatter_add", dim);
   Tensor src = raw::contiguous(raw::converted(in[2], y.dtype()));
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
-  Run(y.dtype(), src.data_ptr(), idx.data<int64_t>(), raw::span(y.shape(), 0, dim), d, n,
+  Run(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), raw::span(y.shape(), 0, dim), d, n,
                   raw::span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
 }
 Tensors scatter_add_backward(const BackwardCtx& c) {
@@ -91,11 +91,11 @@ Specs index_select_shape(TensorList in, const Attrs& attrs) {
   return {{selected_shape(in[0], in[1], attrs, "index_select"), in[0].dtype()}};
 }
 template <decltype(&index_select_cpu) Run>
-void index_select_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void index_select_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
   Tensor idx = raw::checked_index(in[1], x.shape()[dim], "index_select", dim);
-  Run(x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim),
+  Run(env, x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim),
                    x.shape()[dim], idx.numel(), raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
 Tensors index_select_backward(const BackwardCtx& c) {
@@ -118,7 +118,7 @@ Specs index_add_shape(TensorList in, const Attrs& attrs) {
            to_string(x.shape()), " with dim ", attrs.i("dim"), " of the index's size (", to_string(selected), ")");
   return {{x.shape(), promote(x.dtype(), src.dtype())}};
 }
-void index_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void index_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
   raw::copy_into(y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "index_add");
@@ -127,13 +127,13 @@ void index_add_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t outer = raw::span(y.shape(), 0, dim), inner = raw::span(y.shape(), dim + 1, y.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (y.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{index_add_cuda_workspace(idx.numel(), y.shape()[dim])},
+    Tensor workspace = Tensor::empty(Dims{index_add_cuda_workspace(env, idx.numel(), y.shape()[dim])},
                                      DType::UInt8, y.device());
-    return index_add_cuda(y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim],
+    return index_add_cuda(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim],
                           idx.numel(), inner, y.data_ptr(), workspace.data_ptr());
   }
 #endif
-  index_add_cpu(y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim], idx.numel(),
+  index_add_cpu(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim], idx.numel(),
                 inner, y.data_ptr());
 }
 Tensors index_add_backward(const BackwardCtx& c) {
@@ -154,14 +154,14 @@ Specs one_hot_shape(TensorList in, const Attrs& attrs) {
   shape.push_back(attrs.i("num_classes"));
   return {{shape, DType::Int64}};
 }
-void one_hot_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void one_hot_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t classes = attrs.i("num_classes");
   Tensor idx = raw::checked_index(in[0], classes, "one_hot", in[0].ndim());
   int64_t* y = out[0].data<int64_t>();
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (idx.device().is_cuda()) return one_hot_cuda(idx.data<int64_t>(), idx.numel(), classes, y);
+  if (idx.device().is_cuda()) return one_hot_cuda(env, idx.data<int64_t>(), idx.numel(), classes, y);
 #endif
-  fill_cpu(DType::Int64, y, out[0].numel(), 0.0);
+  fill_cpu(env, DType::Int64, y, out[0].numel(), 0.0);
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0, n = idx.numel(); i < n; ++i) y[i * classes + p[i]] = 1;
 }
@@ -184,7 +184,7 @@ Specs sort_shape(TensorList in, const Attrs& attrs) {
   }
   return {{shape, x.dtype()}, {shape, DType::Int64}};
 }
-void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void sort_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
@@ -192,13 +192,13 @@ void sort_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t outer = raw::span(x.shape(), 0, dim), inner = raw::span(x.shape(), dim + 1, x.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{sort_cuda_workspace(x.dtype(), outer * inner, d)}, DType::UInt8,
+    Tensor workspace = Tensor::empty(Dims{sort_cuda_workspace(env, x.dtype(), outer * inner, d)}, DType::UInt8,
                                      x.device());
-    return sort_cuda(x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
+    return sort_cuda(env, x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
                      out[1].data<int64_t>(), workspace.data_ptr());
   }
 #endif
-  sort_cpu(x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
+  sort_cpu(env, x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
            out[1].data<int64_t>());
 }
 Tensors sort_backward(const BackwardCtx& c) {
@@ -219,22 +219,22 @@ Specs nonzero_shape(TensorList in, const Attrs&) {
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {  // the output's size is data: a host read (hence the DataDependent group)
     Tensor on_device = Tensor::empty(Dims{1}, DType::Int64, c.device());
-    count_true_cuda(c.data<bool>(), c.numel(), on_device.data<int64_t>());
+    count_true_cuda(current_env(c.device()), c.data<bool>(), c.numel(), on_device.data<int64_t>());
     count = *raw::device_copy(on_device, cpu_device()).data<int64_t>();
   }
 #endif
-  if (c.device().is_cpu()) count = count_true_cpu(c.data<bool>(), c.numel());
+  if (c.device().is_cpu()) count = count_true_cpu(current_env(c.device()), c.data<bool>(), c.numel());
   return {{Dims{count, int64_t{m.ndim()}}, DType::Int64}};
 }
-void nonzero_kernel(TensorList in, const Tensors& out, const Attrs&) {
+void nonzero_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   Tensor c = raw::contiguous(in[0]);
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{nonzero_cuda_workspace(c.numel())}, DType::UInt8, c.device());
-    return nonzero_cuda(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>(), workspace.data_ptr());
+    Tensor workspace = Tensor::empty(Dims{nonzero_cuda_workspace(env, c.numel())}, DType::UInt8, c.device());
+    return nonzero_cuda(env, c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>(), workspace.data_ptr());
   }
 #endif
-  nonzero_cpu(c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
+  nonzero_cpu(env, c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>());
 }
 const OpDef k_nonzero{.id = OpId::nonzero, .name = "nonzero", .family = Family::Index,
                       .shape_rule = nonzero_shape, .cpu = nonzero_kernel, .cuda = FG_CUDA(nonzero_kernel),

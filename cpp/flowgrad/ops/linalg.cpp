@@ -84,13 +84,13 @@ int64_t batch_offset(const Tensor& t, const Dims& out_shape, int64_t bi) {
 // multiplies float16/bfloat16 as float32 copies (exact products, float32 sums); cuBLAS reads
 // them directly and accumulates in float32.
 template <decltype(&gemm_cpu) Gemm, BatchedGemm Batched = nullptr>
-void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void matmul_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
   if constexpr (Batched == nullptr) {
     if (is_half(dt)) {
       Tensor wide = Tensor::empty(c.shape(), DType::Float32, c.device());
-      matmul_kernel<Gemm>({raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
+      matmul_kernel<Gemm>(env, {raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
       raw::copy_into(c, wide);
       return;
     }
@@ -108,11 +108,11 @@ void matmul_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
   if constexpr (Batched != nullptr) {
     int64_t stride_a = uniform_batch_stride(a, c.shape(), batches), stride_b = uniform_batch_stride(b, c.shape(), batches);
     if (batches > 1 && stride_a >= 0 && stride_b >= 0)
-      return Batched(dt, ta, tb, M, N, K, pa, lda, stride_a, pb, ldb, stride_b, pc, N, M * N, batches);
+      return Batched(env, dt, ta, tb, M, N, K, pa, lda, stride_a, pb, ldb, stride_b, pc, N, M * N, batches);
   }
   auto run = [&](int64_t b0, int64_t b1) {
     for (int64_t bi = b0; bi < b1; ++bi)
-      Gemm(dt, ta, tb, M, N, K, pa + batch_offset(a, c.shape(), bi) * item, lda,
+      Gemm(env, dt, ta, tb, M, N, K, pa + batch_offset(a, c.shape(), bi) * item, lda,
            pb + batch_offset(b, c.shape(), bi) * item, ldb, pc + bi * M * N * item, N);
   };
   // Many small products: one BLAS thread per product, products spread over the pool.
@@ -184,7 +184,7 @@ Tensor as_rows(const Tensor& x, int64_t rows) {
 // the activation Act (linear_<act>; -1 for linear) over the result, in place or from y into the
 // activation output, while the product is still in cache.
 template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary, int Act>
-void linear_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& result = out[0];
   DType dt = result.dtype();
   if (Gemm == &gemm_cpu && is_half(dt)) {  // the CPU multiplies halves as float32 copies
@@ -192,7 +192,7 @@ void linear_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
     for (const Tensor& o : out) wide.push_back(Tensor::empty(o.shape(), DType::Float32, o.device()));
     Tensors args;
     for (const Tensor& t : in) args.push_back(raw::converted(t, DType::Float32));
-    linear_kernel<Gemm, Accumulate, Unary, Act>(args, wide, attrs);
+    linear_kernel<Gemm, Accumulate, Unary, Act>(env, args, wide, attrs);
     for (size_t i = 0; i < out.size(); ++i) raw::copy_into(out[i], wide[i]);
     return;
   }
@@ -208,11 +208,11 @@ void linear_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
     int64_t lda, ldb;
     Tensor a = blas_operand(as_rows(x, M), &ta, &lda);
     Tensor b = blas_operand(w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
-    (bias ? Accumulate : Gemm)(dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
+    (bias ? Accumulate : Gemm)(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
   }
   if constexpr (Act >= 0) {
     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    Unary(static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
+    Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
   }
 }
 

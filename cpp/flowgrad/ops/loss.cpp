@@ -33,28 +33,28 @@ void check_targets_now(const Tensor& t, const CrossEntropyArgs& a) {
              " is out of range for ", a.classes, " classes");
 }
 
-void cross_entropy_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void cross_entropy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {  // targets are checked by the kernel (raised at the next host sync)
     Tensor rows = Tensor::empty(Dims{a.rows}, x.dtype(), x.device());
-    return cross_entropy_forward_cuda(x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs),
+    return cross_entropy_forward_cuda(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs),
                                       out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), rows.data_ptr());
   }
 #endif
   check_targets_now(t, a);
-  cross_entropy_forward_cpu(x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs), out[0].data_ptr(),
+  cross_entropy_forward_cpu(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs), out[0].data_ptr(),
                             out[1].data_ptr(), out[2].data_ptr());
 }
 
 // inputs: logits, target, lse, grad (the loss's gradient), divisor; output: grad_logits.
 Specs cross_entropy_backward_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
 template <decltype(&cross_entropy_backward_cpu) Run>
-void cross_entropy_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void cross_entropy_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]), g = raw::contiguous(in[3]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
-  Run(x.dtype(), x.data_ptr(), t.data<int64_t>(), in[2].data_ptr(), g.data_ptr(),
+  Run(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), in[2].data_ptr(), g.data_ptr(),
       ce_reduce(attrs) == LossReduce::None, in[4].data_ptr(), a, out[0].data_ptr());
 }
 const OpDef k_cross_entropy_backward{

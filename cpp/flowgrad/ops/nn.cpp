@@ -24,12 +24,12 @@ Specs softmax_shape(TensorList in, const Attrs& attrs) {
   return {{in[0].shape(), in[0].dtype()}};
 }
 template <decltype(&softmax_cpu) Run>
-void softmax_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void softmax_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax", ScalarDim::AsSingleElement);
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
   int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
-  Run(x.dtype(), attrs.b("log"), x.data_ptr(), raw::span(x.shape(), 0, dim), r,
+  Run(env, x.dtype(), attrs.b("log"), x.data_ptr(), raw::span(x.shape(), 0, dim), r,
               raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr(), attrs.f("scale"), causal_rows);
 }
 // Masked entries have y = 0 (softmax), so they receive no gradient.
@@ -86,15 +86,15 @@ NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt) {
 const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 template <decltype(&layer_norm_cpu) Run>
-void layer_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void layer_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
-  Run(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
+  Run(env, a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
                  a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 template <decltype(&rms_norm_cpu) Run>
-void rms_norm_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void rms_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   NormArgs a = norm_args(in, attrs, out[0].dtype());
-  Run(a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
+  Run(env, a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
                out[0].data_ptr(), out[1].data_ptr());
 }
 
@@ -140,7 +140,7 @@ Specs norm_backward_shape(TensorList in, const Attrs& attrs) {
   return {{in[1].shape(), in[1].dtype()}, {cols, in[1].dtype()}, {cols, in[1].dtype()}};
 }
 template <decltype(&norm_backward_cpu) Run>
-void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
   Tensor g = raw::contiguous(in[0]), x = raw::contiguous(in[1]);
   size_t next = 2;
@@ -148,7 +148,7 @@ void norm_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs)
   Tensor mean = rms ? Tensor() : raw::contiguous(in[next++]);
   Tensor rstd = raw::contiguous(in[next]);
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
-  Run(x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
+  Run(env, x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
                     mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
                     out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
@@ -209,9 +209,9 @@ Specs im2col_shape(TensorList in, const Attrs& attrs) {
   return {{Dims{g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, in[0].dtype()}};
 }
 template <decltype(&im2col_cpu) Run>
-void im2col_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void im2col_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = raw::contiguous(in[0]);
-  Run(x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
+  Run(env, x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
 }
 Tensors im2col_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;
@@ -232,9 +232,9 @@ Specs col2im_shape(TensorList in, const Attrs& attrs) {
   return {{image, in[0].dtype()}};
 }
 template <decltype(&col2im_cpu) Run>
-void col2im_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void col2im_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor cols = raw::contiguous(in[0]);
-  Run(cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
+  Run(env, cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
 }
 Tensors col2im_backward(const BackwardCtx& c) {
   const Attrs& a = c.attrs;

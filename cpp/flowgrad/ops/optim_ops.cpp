@@ -48,16 +48,16 @@ Specs adam_update_shape(TensorList in, const Attrs&) {
 }
 
 template <decltype(&sgd_update_cpu) Run>
-void sgd_kernel(TensorList in, const Tensors&, const Attrs&) {
+void sgd_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attrs&) {
   const Tensor& p = in[0];
-  Run(p.dtype(), p.data_ptr(), in[1].data_ptr(), in.size() == 4 ? in[3].data_ptr() : nullptr, p.numel(),
+  Run(env, p.dtype(), p.data_ptr(), in[1].data_ptr(), in.size() == 4 ? in[3].data_ptr() : nullptr, p.numel(),
       in[2].data<double>());
 }
 
 template <decltype(&adam_update_cpu) Run>
-void adam_kernel(TensorList in, const Tensors&, const Attrs&) {
+void adam_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attrs&) {
   const Tensor& p = in[0];
-  Run(p.dtype(), p.data_ptr(), in[1].data_ptr(), in[4].data_ptr(), in[5].data_ptr(), p.numel(),
+  Run(env, p.dtype(), p.data_ptr(), in[1].data_ptr(), in[4].data_ptr(), in[5].data_ptr(), p.numel(),
       in[2].data<double>(), in[3].data<int64_t>());
 }
 
@@ -117,21 +117,21 @@ Specs multi_shape(TensorList in, const Attrs& attrs) {
 }
 
 template <bool Momentum, decltype(&sgd_update_multi_cpu) Run>
-void sgd_multi_kernel(TensorList in, const Tensors&, const Attrs&) {
+void sgd_multi_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attrs&) {
   const int per = Momentum ? 3 : 2;
   std::vector<SgdItem> items;
   for (size_t i = 1; i < in.size(); i += per)
     items.push_back({in[i].data_ptr(), in[i + 1].data_ptr(), Momentum ? in[i + 2].data_ptr() : nullptr, in[i].numel()});
-  Run(in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
+  Run(env, in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
 }
 
 template <decltype(&adam_update_multi_cpu) Run>
-void adam_multi_kernel(TensorList in, const Tensors&, const Attrs&) {
+void adam_multi_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attrs&) {
   std::vector<AdamItem> items;
   for (size_t i = 1; i < in.size(); i += 5)
     items.push_back({in[i].data_ptr(), in[i + 1].data_ptr(), in[i + 3].data_ptr(), in[i + 4].data_ptr(),
                      in[i + 2].data<int64_t>(), in[i].numel()});
-  Run(in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
+  Run(env, in[1].dtype(), items.data(), static_cast<int>(items.size()), in[0].data<double>());
 }
 
 const OpDef k_sgd_update_multi{.id = OpId::sgd_update_multi, .name = kSgdMulti.name, .family = Family::Optim,

@@ -38,20 +38,22 @@ Tensor device_copy(const Tensor& t, Device device) {
 
 void fill(const Tensor& t, double value) {
   FG_ASSERT(t.is_contiguous());
+  const KernelEnv env = current_env(t.device());
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (t.device().is_cuda()) return fill_cuda(t.dtype(), t.data_ptr(), t.numel(), value);
+  if (t.device().is_cuda()) return fill_cuda(env, t.dtype(), t.data_ptr(), t.numel(), value);
 #endif
-  fill_cpu(t.dtype(), t.data_ptr(), t.numel(), value);
+  fill_cpu(env, t.dtype(), t.data_ptr(), t.numel(), value);
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   FG_ASSERT(dst.device() == src.device());
   if (dst.storage()->is_shape_only()) return;  // tracing: no bytes to write
   Strided<2> s = strided_over<2>(dst.shape(), {&dst, &src});
+  const KernelEnv env = current_env(dst.device());
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (dst.device().is_cuda()) return copy_cuda(dst.dtype(), src.dtype(), s);
+  if (dst.device().is_cuda()) return copy_cuda(env, dst.dtype(), src.dtype(), s);
 #endif
-  copy_cpu(dst.dtype(), src.dtype(), s);
+  copy_cpu(env, dst.dtype(), src.dtype(), s);
 }
 
 Tensor converted(const Tensor& t, DType dtype) {
@@ -83,7 +85,8 @@ Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim)
     FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
              " of size 0");
     Tensor wrapped = Tensor::empty(idx.shape(), DType::Int64, idx.device());
-    wrap_index_cuda(idx.data<int64_t>(), idx.numel(), size, index_check_op(op), dim, wrapped.data<int64_t>());
+    const KernelEnv env = current_env(idx.device());
+    wrap_index_cuda(env, idx.data<int64_t>(), idx.numel(), size, index_check_op(op), dim, wrapped.data<int64_t>());
     return wrapped;
   }
 #endif

@@ -67,7 +67,7 @@ Specs reduce_shape(TensorList in, const Attrs& attrs) {
 }
 
 template <ReduceFn Fn, decltype(&reduce_cpu) Run>
-void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void reduce_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   Tensor x = in[0];
   Dims dims = reduced_dims(x, attrs, reduce_name(Fn));
   double correction = Fn == ReduceFn::Var ? attrs.f("correction") : 0.0;
@@ -93,7 +93,7 @@ void reduce_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
     outer = r == 0 ? out[0].numel() : x.numel() / r;
     inner = 1;
   }
-  Run(Fn, x.dtype(), out[0].dtype(), x.data_ptr(), outer, r, inner, out[0].data_ptr(), correction);
+  Run(env, Fn, x.dtype(), out[0].dtype(), x.data_ptr(), outer, r, inner, out[0].data_ptr(), correction);
 }
 
 // The gradient of a reduced tensor, broadcast back to the input's shape.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/raw.h"
@@ -46,15 +47,15 @@ bool any_half(TensorList in, const Specs& specs) {
   return false;
 }
 
-using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
+using Kernel = decltype(OpDef::cpu);
 
 // Kernels compute float16/bfloat16 through float32 unless they handle them: widen, run, narrow.
-Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in, const Specs& specs,
-                   const Attrs& attrs) {
+Tensors run_kernel(const OpDef& op, Kernel kernel, const KernelEnv& env, Device device, TensorList in,
+                   const Specs& specs, const Attrs& attrs) {
   g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
   if ((op.flags & kHalfNative) || !any_half(in, specs)) {
     Tensors out = allocate(specs, device);
-    kernel(in, out, attrs);
+    kernel(env, in, out, attrs);
     return out;
   }
   Tensors wide_in;
@@ -63,7 +64,7 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, Device device, TensorList in,
   for (TensorSpec& s : wide_specs)
     if (is_half(s.dtype)) s.dtype = DType::Float32;
   Tensors wide_out = allocate(wide_specs, device);
-  kernel(wide_in, wide_out, attrs);
+  kernel(env, wide_in, wide_out, attrs);
   Tensors out;
   for (size_t i = 0; i < specs.size(); ++i) out.push_back(raw::converted(wide_out[i], specs[i].dtype));
   return out;
@@ -125,7 +126,7 @@ Dispatch dispatch_of(const OpDef& op, TensorList in) {
 // memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
 // ShapesOnly (tracing) checks and records the write without making it.
 
-Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs& specs,
+Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, TensorList in, const Specs& specs,
                      const Attrs& attrs, Dispatch dispatch) {
   const Tensor& target = in[0];
   check_writable(target, op.name);
@@ -145,9 +146,9 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
                   ((op.flags & kHalfNative) || !any_half(in, specs));
     if (direct) {
       g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
-      kernel(args, Tensors{target}, attrs);
+      kernel(env, args, Tensors{target}, attrs);
     } else {
-      raw::copy_into(target, run_kernel(op, kernel, target.device(), args, specs, attrs)[0]);
+      raw::copy_into(target, run_kernel(op, kernel, env, target.device(), args, specs, attrs)[0]);
     }
   }
   bump_version(target);
@@ -159,6 +160,11 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, TensorList in, const Specs&
 }
 
 }  // namespace
+
+KernelEnv current_env(Device device) {
+  const ExecContext& c = context();
+  return {device.is_cuda() ? cuda::current_stream_handle(device.index) : 0, c.scratch, c.capture_philox, allow_tf32()};
+}
 
 void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }
 uint64_t kernel_calls() { return g_kernel_calls.load(std::memory_order_relaxed); }
@@ -270,7 +276,9 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   Specs specs = op.shape_rule(in, attrs);
   std::optional<cuda::DeviceGuard> on_device;  // kernels launch on the current device's stream
   if (device.is_cuda()) on_device.emplace(device.index);
-  if (op.in(Group::InPlace)) return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, in, specs, attrs, dispatch);
+  const KernelEnv env = current_env(device);  // after the guard: the stream of the op's device
+  if (op.in(Group::InPlace))
+    return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
   Tensors out;
@@ -279,9 +287,9 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   } else if (dispatch == Dispatch::ShapesOnly) {  // tracing: outputs without bytes, no kernel
     for (const TensorSpec& s : specs) out.push_back(Tensor::shape_only(s.shape, s.dtype, device));
   } else if (device.is_cpu()) {
-    out = run_kernel(op, op.cpu, device, in, specs, attrs);
+    out = run_kernel(op, op.cpu, env, device, in, specs, attrs);
   } else if (op.cuda) {
-    out = run_kernel(op, op.cuda, device, in, specs, attrs);
+    out = run_kernel(op, op.cuda, env, device, in, specs, attrs);
   } else {
     fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", cuda_missing_reason(op), ")");
   }

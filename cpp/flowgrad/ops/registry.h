@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flowgrad/core/tensor.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/op_table.h"
 
 namespace fg {
@@ -140,9 +141,10 @@ struct BackwardCtx {
 enum class Saved : uint8_t { Nothing, Inputs, Outputs, InputsAndOutputs };
 
 // A kernel call prepared once over fixed operands (compiled plans): the dtype dispatch, the
-// strided views and the attributes are resolved when it is built, and `run(args)` only launches.
+// strided views and the attributes are resolved when it is built, and `run(args, env)` only
+// launches, on the stream, scratch and Philox pair of the env the plan passes.
 struct Launch {
-  void (*run)(const void* args) = nullptr;
+  void (*run)(const void* args, const KernelEnv& env) = nullptr;
   std::shared_ptr<const void> args;
   explicit operator bool() const { return run != nullptr; }
 };
@@ -156,9 +158,10 @@ struct OpDef {
   // Validates inputs and attributes and returns the output specs. The only place that raises
   // ShapeError/DTypeError for the op.
   Specs (*shape_rule)(TensorList in, const Attrs& attrs) = nullptr;
-  // Write the preallocated outputs (compute ops), on the CPU and on a CUDA device.
-  void (*cpu)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
-  void (*cuda)(TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
+  // Write the preallocated outputs (compute ops), on the CPU and on a CUDA device, with what
+  // the caller's env gives (its stream, scratch and Philox pair: base/kernel_env.h).
+  void (*cpu)(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
+  void (*cuda)(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
   // Returns the aliasing output (view ops).
   Tensor (*view)(const Tensor& in, const TensorSpec& out, const Attrs& attrs) = nullptr;
   // Why the op has no CUDA kernel even in CUDA builds; null for ops that have one there (in
@@ -209,6 +212,11 @@ namespace op_rows {
 #include "flowgrad/base/ops.def"
 }  // namespace op_rows
 #define FG_REGISTER(NAME) const OpDef* const op_rows::NAME = &k_##NAME
+
+// The env run_op hands a kernel on `device`, filled from this thread's ExecContext: the current
+// stream of that CUDA device (0 on the CPU), the running plan's scratch and capture Philox pair.
+// Raw tensor work outside an op call (ops/raw.h) launches with it too.
+KernelEnv current_env(Device device);
 
 // Runs an op: device check, shape rule and kernel, inside the dispatch modes (ops/dispatch.h).
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs = {});

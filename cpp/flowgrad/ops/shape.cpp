@@ -168,7 +168,7 @@ const OpDef k_slice{.id = OpId::slice, .name = "slice", .family = Family::Moveme
 Specs slice_backward_shape(TensorList in, const Attrs& attrs) {
   return {{attrs.dims("shape"), in[0].dtype()}};
 }
-void slice_backward_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void slice_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   raw::fill(out[0], 0.0);
   TensorSpec spec{in[0].shape(), in[0].dtype()};
   raw::copy_into(slice_alias(out[0], spec, attrs), in[0]);
@@ -184,7 +184,7 @@ const OpDef k_slice_backward{.id = OpId::slice_backward, .name = "slice_backward
 
 // ---- contiguous ----
 Specs same_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
-void copy_kernel(TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
+void copy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
 Tensors identity_backward(const BackwardCtx& c) { return {c.grads[0]}; }
 const OpDef k_contiguous{.id = OpId::contiguous, .name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
                          .shape_rule = same_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
@@ -211,7 +211,7 @@ Specs cat_shape(TensorList in, const Attrs& attrs) {
   }
   return {{shape, dt}};
 }
-void cat_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void cat_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int dim = wrap_dim(attrs.i("dim"), out[0].ndim(), "cat");
   int64_t at = 0;
   for (const Tensor& t : in) {
@@ -239,7 +239,7 @@ Specs flip_shape(TensorList in, const Attrs& attrs) {
   for (int64_t d : attrs.dims("dims")) wrap_dim(d, in[0].ndim(), "flip", ScalarDim::AsSingleElement);
   return same_shape(in, attrs);
 }
-void flip_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void flip_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& x = in[0];
   Dims strides = x.strides();
   int64_t offset = x.offset();
@@ -277,7 +277,7 @@ Tensor pad_interior(const Tensor& out, const Tensor& x, const Dims& pads) {
   for (int i = 0; i < pads.size() / 2; ++i) offset += pads[2 * i] * out.strides()[x.ndim() - 1 - i];
   return out.alias(x.shape(), out.strides(), offset);
 }
-void pad_kernel(TensorList in, const Tensors& out, const Attrs& attrs) {
+void pad_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   raw::fill(out[0], attrs.f("value"));
   raw::copy_into(pad_interior(out[0], in[0], attrs.dims("pads")), in[0]);
 }

@@ -8,8 +8,21 @@
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/ops/optim_ops.h"
 #include "flowgrad/cuda/runtime.h"
+#include "kernels/optim/optim.h"
 
 namespace fg::optim {
+
+std::span<const char* const> sgd_slots() {
+  static constexpr const char* names[] = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "first"};
+  static_assert(std::size(names) == kSgdSlots, "one name per SgdSlot");
+  return names;
+}
+std::span<const char* const> adam_slots() {
+  static constexpr const char* names[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "decoupled"};
+  static_assert(std::size(names) == kAdamSlots, "one name per AdamSlot");
+  return names;
+}
+
 namespace {
 
 // The gradient of p with p's dtype and layout (through ops, so a tracer sees any conversion),

@@ -4,6 +4,7 @@
 // Parameters without a gradient are skipped.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "flowgrad/ops/registry.h"
@@ -13,6 +14,11 @@ namespace fg::optim {
 // How a step runs its updates: one op per parameter, or multi-tensor ops over all of them (few
 // launches, the same numbers) when the parameters share one device and dtype.
 enum class UpdateMode : uint8_t { PerParameter, MultiTensor };
+
+// The names of the hyper-parameter slots, in the order the update kernels read them
+// (kernels/optim/optim.h SgdSlot / AdamSlot): fg.optim writes each step's values by these names.
+std::span<const char* const> sgd_slots();
+std::span<const char* const> adam_slots();
 
 // momentum_bufs: empty when momentum is 0, else one buffer per parameter.
 // hyper: float64 (kSgdSlots,) on the parameters' device.

@@ -92,7 +92,7 @@ std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() 
 #if defined(FLOWGRAD_HAVE_CUDA)
     CapturePhilox on_device(counter);
     exec_.execute(&progress);
-    if (counter) advance_philox_cuda(counter, advance);
+    if (counter) advance_philox_cuda(current_env(exec_.device()), counter, advance);
 #else
     (void)counter, (void)advance;
     exec_.execute(&progress);

@@ -432,16 +432,16 @@ struct FusedLaunch {
   unsigned blocks = 1;
 };
 
-// The one place fused runs launch: on the current stream of the current device (the plan made
-// its device current), like every other kernel, and counted for the capture self-check.
-void launch_fused(const void* p) {
+// The one place fused runs launch: on the env's stream (the plan's run stream), like every
+// other kernel, and counted for the capture self-check.
+void launch_fused(const void* p, const KernelEnv& env) {
   auto* f = static_cast<const FusedLaunch*>(p);
   ContextScope on_device(f->loaded->context);
   unsigned blocks = g_fault == FusedFault::Launch ? 0 : f->blocks;  // a grid of 0 blocks is invalid
   // FusedFault::LegacyStream replays review finding F1 (a launch outside the capture) for the
   // capture self-check's test.
   check(driver().launch(f->loaded->function, blocks, 1, 1, kThreads, 1, 1, 0,
-                        g_fault == FusedFault::LegacyStream ? nullptr : reinterpret_cast<void*>(cuda::launch_stream()),
+                        g_fault == FusedFault::LegacyStream ? nullptr : reinterpret_cast<void*>(env.stream),
                         const_cast<void**>(f->params.data()), nullptr),
         "cuLaunchKernel");
   cuda::count_launch();

@@ -29,7 +29,7 @@ Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v) {
 
 namespace {
 
-using Kernel = void (*)(TensorList, const Tensors&, const Attrs&);
+using Kernel = decltype(OpDef::cpu);
 
 // The fallback launch: the op's kernel called with the bound tensors.
 struct KernelCall {
@@ -37,9 +37,9 @@ struct KernelCall {
   Tensors in, out;
   const Attrs* attrs;
 };
-void call_kernel(const void* p) {
+void call_kernel(const void* p, const KernelEnv& env) {
   auto* c = static_cast<const KernelCall*>(p);
-  c->kernel(c->in, c->out, *c->attrs);
+  c->kernel(env, c->in, c->out, *c->attrs);
 }
 
 }  // namespace
@@ -170,6 +170,10 @@ void Executable::execute(const std::function<void(int)>* progress) {
   const uint64_t allocations_before = storage_allocations();
   run_stats_.allocating.clear();
   ScratchScope guard(&scratch_);  // kernel temporaries of this run come from the plan's block
+  // The one env of this run: the current stream of the plan's device (a capture makes its
+  // capture stream current), the Philox pair a capture installed, and the plan's scratch.
+  env_ = current_env(device_);
+  env_.scratch = &scratch_;
   for (const auto& branch : branches_) branch->taken = -1;
   run_code(code_, progress);
   run_stats_.allocations = storage_allocations() - allocations_before;
@@ -189,7 +193,7 @@ void Executable::run_code(std::vector<Instruction>& code, const std::function<vo
     if (ins.branch)
       run_branch(ins);
     else if (ins.run < 0)
-      ins.launch.run(ins.launch.args.get());
+      ins.launch.run(ins.launch.args.get(), env_);
     else if (i == runs_[ins.run].first)
       execute_run(runs_[ins.run]);
     if (top && storage_allocations() != before) run_stats_.allocating.push_back(i);

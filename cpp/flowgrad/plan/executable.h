@@ -224,6 +224,9 @@ class Executable {
   // Temporaries of kernel wrappers: the first run measures the most one kernel needs, later runs
   // take them from this block (see KernelScratch), so a warm plan allocates nothing.
   KernelScratch scratch_;
+  // What every launch of a run gets (execute fills it): the stream the run is queued on, the
+  // scratch above, and the device Philox pair while a capture records the run.
+  KernelEnv env_;
   std::shared_ptr<Storage> scratch_block_;
   int64_t rng_advance_ = 0;
   bool poison_ = false;

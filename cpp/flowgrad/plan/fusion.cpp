@@ -100,19 +100,23 @@ void Executable::bind_runs() {
 void Executable::execute_run(FusedRun& run) {
   if (run.launch) {  // CUDA: one generated kernel
     try {
-      return run.launch.run(run.launch.args.get());
+      return run.launch.run(run.launch.args.get(), env_);
     } catch (const Error& e) {
       unfuse(run, e.what());
     }
     const Launch& first = (*run.code)[run.first].launch;
-    return first.run(first.args.get());  // the loop runs the rest
+    return first.run(first.args.get(), env_);  // the loop runs the rest
   }
+  struct Tiles {
+    const FusedRun& run;
+    const KernelEnv& env;
+  } tiles_of{run, env_};
   detail::run_tasks(run.workers, [](void* p, int w) {
-    const FusedRun& r = *static_cast<const FusedRun*>(p);
+    const auto& [r, env] = *static_cast<const Tiles*>(p);
     int64_t tiles = static_cast<int64_t>(r.tiles.size());
     for (int64_t t = tiles * w / r.workers; t < tiles * (w + 1) / r.workers; ++t)
-      for (const TileCall& call : r.tiles[t]) call.launch.run(call.launch.args.get());
-  }, &run);
+      for (const TileCall& call : r.tiles[t]) call.launch.run(call.launch.args.get(), env);
+  }, &tiles_of);
 }
 
 }  // namespace fg::plan
