@@ -15,7 +15,7 @@ constexpr int64_t kBlockBytes = 32 << 10;  // one block's dx: well inside L2
 constexpr int64_t kSlices = 8;               // row ranges with partial sums of their own
 
 template <class T>
-void colsum_typed(BinaryFn fn, DType dtype, const T* g, const T* x, T* dx, T* db, int64_t rows, int64_t n) {
+void colsum_typed(const KernelEnv& env, BinaryFn fn, DType dtype, const T* g, const T* x, T* dx, T* db, int64_t rows, int64_t n) {
   const int64_t block = std::max<int64_t>(1, kBlockBytes / static_cast<int64_t>(n * sizeof(T)));
   const int64_t slices = std::clamp<int64_t>(rows / block, 1, kSlices);
   std::vector<double> partial(static_cast<size_t>(slices * n), 0.0);  // as the sum op: floats add in double
@@ -54,10 +54,10 @@ void act_backward_colsum_cpu(const KernelEnv& env, BinaryFn fn, DType dtype, con
                              int64_t n) {
   if (n == 0) return;
   if (dtype == DType::Float64)
-    return colsum_typed(fn, dtype, static_cast<const double*>(g), static_cast<const double*>(x),
+    return colsum_typed(env, fn, dtype, static_cast<const double*>(g), static_cast<const double*>(x),
                         static_cast<double*>(dx), static_cast<double*>(db), rows, n);
   FG_ASSERT(dtype == DType::Float32);
-  colsum_typed(fn, dtype, static_cast<const float*>(g), static_cast<const float*>(x), static_cast<float*>(dx),
+  colsum_typed(env, fn, dtype, static_cast<const float*>(g), static_cast<const float*>(x), static_cast<float*>(dx),
                static_cast<float*>(db), rows, n);
 }
 
