@@ -9,7 +9,9 @@ printed: on a shared machine the ratios, not the absolute times, are what to com
 
 The stages of run_op (ops/registry.cpp) are isolated by calls that add one stage at a time:
   fg.add (no grad inputs)     op device, autocast mode, shape rule, allocation, kernel, modes after
-  a + b                       + the Python operator (binary_operands)
+  a + b                       the Python operator: its number slot calls the op directly
+                              (bindings/fast_paths.cpp; fg.add and a.add_(b) are C functions too)
+  a + 1.0                     + a Python scalar made a weak-typed tensor (binary_operands)
   a + b, inputs need grad     + the autograd mode's tape record (a Node, edges, saved specs)
   same under fg.no_grad()     the record skipped by grad mode (context read only)
   a.add_(b)                   in-place path: in-place check mode, version bump, no allocation
@@ -50,7 +52,7 @@ def stage_cases():
     a, b = fg.tensor([1.0]), fg.tensor([2.0])
     ga, gb = fg.tensor([1.0], requires_grad=True), fg.tensor([2.0], requires_grad=True)
     cases = {"fg.add": (lambda: fg.add(a, b), None), "a + b": (lambda: a + b, None),
-             "a + b, grad": (lambda: ga + gb, None)}
+             "a + 1.0": (lambda: a + 1.0, None), "a + b, grad": (lambda: ga + gb, None)}
 
     def no_grad_add():
         with fg.no_grad():
@@ -73,7 +75,8 @@ def stage_cases():
         def torch_autocast_add():
             with torch.autocast("cpu"):
                 return x + y
-        torch_fns = {"fg.add": lambda: torch.add(x, y), "a + b": lambda: x + y, "a + b, grad": lambda: gx + gy,
+        torch_fns = {"fg.add": lambda: torch.add(x, y), "a + b": lambda: x + y, "a + 1.0": lambda: x + 1.0,
+                     "a + b, grad": lambda: gx + gy,
                      "a + b, grad, no_grad()": torch_no_grad_add, "a.add_(b)": lambda: x.add_(y),
                      "a + b, autocast block": torch_autocast_add}
         cases = {name: (fns[0], torch_fns[name]) for name, fns in cases.items()}

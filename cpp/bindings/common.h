@@ -94,6 +94,8 @@ using ReleaseGil = py::call_guard<py::gil_scoped_release>;  // the same for all-
 void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m, py::class_<Tensor>& cls);
 void bind_in_place(py::class_<Tensor>& cls);
+// fast_paths.cpp, after bind_tensor and bind_ops: operator slots and fg.add-style functions in C.
+void bind_fast_paths(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_nn(py::module_& m);

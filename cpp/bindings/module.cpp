@@ -100,6 +100,7 @@ PYBIND11_MODULE(_core, m) {
   bind_dtypes(m);
   bind_tensor(m);
   bind_ops(m);
+  bind_fast_paths(m);
   bind_runtime(m);
   bind_nn(m);
   bind_optim(m);
