@@ -1,6 +1,6 @@
 """Compiled training steps (fg.compile) against our eager steps, PyTorch eager and torch.compile, in
 one run with the same data and threads; also the step's own GEMMs run alone (its physical floor:
-every matmul of the plan with the plan's shapes and layouts), the rest of the step (step - GEMMs),
+every matmul and linear product of the plan with the plan's shapes and layouts), the rest of the step (step - GEMMs),
 and the memory plan.
 
     python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--device cpu|cuda]
@@ -124,19 +124,27 @@ def torch_steps(case, batch, opt_name, device):
 
 def plan_gemms(step, device):
     """The GEMMs of a compiled step run alone (the physical floor of the step): every matmul of its
-    plan with the plan's shapes and operand layouts (a transposed view stays a transposed view),
-    on fresh random operands. Returns a function running them all and their FLOPs."""
+    plan with the plan's shapes and operand layouts (a transposed view stays a transposed view), and
+    the product of every linear (linear_<act>) as x @ W^T over its flattened rows, on fresh random
+    operands. Returns a function running them all and their FLOPs."""
     operands, flops = [], 0
     for row in step._plan.ir():
-        if row["op"] != "matmul":
+        shapes = row["input_shapes"]
+        if row["op"].startswith("linear"):
+            (*lead, k), (n, _) = shapes[0], shapes[1]
+            m = int(np.prod(lead, dtype=np.int64))
+            operands.append((fg.randn(m, k).to(device), fg.randn(n, k).to(device).t()))
+        elif row["op"] == "matmul":
+            pair = []
+            for name, shape in zip(row["inputs"], shapes):
+                transposed = re.search(r"strides \(1, \d+\)", name) and len(shape) == 2
+                pair.append(fg.randn(*shape[::-1]).to(device).t() if transposed else fg.randn(*shape).to(device))
+            operands.append(pair)
+            (m, k), n = shapes[0][-2:], shapes[1][-1]
+            m *= int(np.prod(shapes[0][:-2], dtype=np.int64))
+        else:
             continue
-        pair = []
-        for name, shape in zip(row["inputs"], row["input_shapes"]):
-            transposed = re.search(r"strides \(1, \d+\)", name) and len(shape) == 2
-            pair.append(fg.randn(*shape[::-1]).to(device).t() if transposed else fg.randn(*shape).to(device))
-        operands.append(pair)
-        (m, k), n = row["input_shapes"][0][-2:], row["input_shapes"][1][-1]
-        flops += 2 * m * k * n * int(np.prod(row["input_shapes"][0][:-2], dtype=np.int64))
+        flops += 2 * m * k * n
     sync = fg.cuda.synchronize if device != "cpu" else (lambda: None)
 
     def run():
