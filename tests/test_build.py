@@ -34,6 +34,21 @@ def test_blas_is_linked():
     assert fg.blas_name() != "none", "no BLAS found at build time: matmul uses the slow fallback"
 
 
+def test_every_openblas_call_reaches_the_bundled_library():
+    """The bundled scipy-openblas32 names its symbols scipy_*: a file calling OpenBLAS without the
+    renaming definitions (CMakeLists.txt) links to an absent weak symbol and silently does nothing
+    (the thread pool's SingleThreadedBlas did, after it moved to base/parallel.cpp)."""
+    if "scipy-openblas32" not in fg.blas_name():
+        pytest.skip(f"BLAS is {fg.blas_name()!r}, not the bundled scipy-openblas32")
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    core = next(pathlib.Path(fg.__file__).parent.glob("_core*.so"))
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", str(core)], capture_output=True, text=True,
+                             check=True).stdout.split()
+    unrenamed = sorted({s for s in symbols if re.fullmatch(r"(openblas_\w+|[sd]gemm_)", s)})
+    assert not unrenamed, f"OpenBLAS calls that reach no library: {unrenamed}"
+
+
 def test_build_config_reports_the_setting():
     config = fg.build_config()
     assert config["cuda_setting"] in ("AUTO", "ON", "OFF")
