@@ -168,7 +168,8 @@ struct Expm1 : Costly {
 // log erfc(y) = log(1 - |x|), where erf(y) - x would cancel.
 struct Erfinv : Costly {
   template <class T> FG_HD T operator()(T x) const {
-    if (!(x > T(-1) && x < T(1))) return x == T(1) || x == T(-1) ? x / T(0) : T(0) / T(0);
+    // +-1 / +0 is +-inf; sqrt of a negative (|x| > 1, +-inf) or of NaN is NaN.
+    if (!(x > T(-1) && x < T(1))) return x == T(1) || x == T(-1) ? x / (T(1) - abs(x)) : sqrt(T(1) - x * x);
     // Horner over each polynomial's coefficients, highest degree first.
     const T small[] = {T(2.81022636e-08), T(3.43273939e-07), T(-3.5233877e-06), T(-4.39150654e-06), T(0.00021858087),
                        T(-0.00125372503), T(-0.00417768164), T(0.246640727), T(1.50140941)};
