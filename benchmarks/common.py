@@ -14,16 +14,7 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 
 def best_time(fn, repeat=5, min_time=0.2):
     """Best per-call seconds over `repeat` rounds of enough calls to last min_time each."""
-    fn()
-    calls = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time / repeat or calls > 1 << 24:
-            break
-        calls *= 2
+    calls = calibrate(fn, min_time / repeat)
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()

@@ -32,10 +32,7 @@ struct Dce {
       reads_deep(code[i], [&](const Value& v) { --readers[v.buffer]; });
       drop[i] = changed = true;
     }
-    Block kept;
-    for (size_t i = 0; i < code.size(); ++i)
-      if (!drop[i]) kept.push_back(std::move(code[i]));
-    code = std::move(kept);
+    erase_marked(code, drop);
   }
 };
 

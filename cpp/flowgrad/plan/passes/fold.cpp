@@ -86,10 +86,7 @@ void fold_transposes_in(Block& code, size_t buffers, const DefUse& du) {
     }
     writes_deep(code[i], [&](const Value& v) { producer[v.buffer] = static_cast<int>(i); });
   }
-  Block kept;
-  for (size_t i = 0; i < code.size(); ++i)
-    if (!drop[i]) kept.push_back(std::move(code[i]));
-  code = std::move(kept);
+  erase_marked(code, drop);
   for (Instr& ins : code)
     for (Block& b : ins.blocks) fold_transposes_in(b, buffers, du);
 }

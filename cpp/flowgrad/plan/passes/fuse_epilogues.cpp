@@ -104,10 +104,7 @@ void fuse_block(Program& p, Block& code, const DefUse& du) {
     ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
     drop[j] = true;
   }
-  Block kept;
-  for (size_t i = 0; i < code.size(); ++i)
-    if (!drop[i]) kept.push_back(std::move(code[i]));
-  code = std::move(kept);
+  erase_marked(code, drop);
 }
 
 }  // namespace

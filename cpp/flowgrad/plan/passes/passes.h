@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flowgrad/plan/program.h"
@@ -65,5 +66,13 @@ const std::vector<Pass>& pipeline();
 // "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
 Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts,
                      std::vector<std::pair<std::string, double>>* ms = nullptr);
+
+// Removes the instructions of `code` whose `drop` flag is set, keeping the others in order.
+inline void erase_marked(Block& code, const std::vector<bool>& drop) {
+  Block kept;
+  for (size_t i = 0; i < code.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(code[i]));
+  code = std::move(kept);
+}
 
 }  // namespace fg::plan
