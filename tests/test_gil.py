@@ -85,5 +85,5 @@ def test_python_submodule_inside_a_released_forward_takes_the_gil_back():
 
     model = nn.Sequential(nn.Linear(800, 800), Double())  # C++ forward (GIL released) calls Python
     big, out = _big(800, 800), []
-    assert progressed_during(lambda: out.append(model(big))) > 0
+    assert any(progressed_during(lambda: out.append(model(big))) > 0 for _ in range(3))  # as above: retried
     np.testing.assert_allclose(out[0].numpy(), (model[0](big) * 2).numpy())
