@@ -12,6 +12,7 @@
 #include "flowgrad/core/context.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/ops/dispatch.h"
+#include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/registry.h"
 
 namespace fg {
@@ -19,18 +20,15 @@ namespace {
 
 TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
   ExecContext before = context();
-  KernelScratch scratch;
   uint64_t counter[2] = {1, 2};
   try {
     GradModeGuard no_grad(!before.grad_enabled);
     RngStream stream(RngState{7, 0});
-    ScratchScope on_scratch(&scratch);
     CapturePhilox philox(counter);
     AutocastScope autocast({AutocastState{true, DType::Float16}, AutocastState{}});
     EXPECT_EQ(context().grad_enabled, !before.grad_enabled);
     EXPECT_EQ(rng_reserve(5), 0u);  // the private stream, not the global generator
     EXPECT_EQ(context().rng_stream->offset, 5u);
-    EXPECT_EQ(context().scratch, &scratch);
     EXPECT_EQ(context().capture_philox, counter);
     EXPECT_TRUE(context().autocast[0].enabled);
     throw std::runtime_error("inside the scopes");
@@ -38,7 +36,6 @@ TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
   }
   EXPECT_EQ(context().grad_enabled, before.grad_enabled);
   EXPECT_EQ(context().rng_stream.has_value(), before.rng_stream.has_value());
-  EXPECT_EQ(context().scratch, before.scratch);
   EXPECT_EQ(context().capture_philox, before.capture_philox);
   EXPECT_EQ(context().autocast[0].enabled, before.autocast[0].enabled);
 }
@@ -47,23 +44,19 @@ TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
 TEST(KernelEnv, CurrentEnvIsFilledFromTheContext) {
   KernelEnv plain = current_env(cpu_device());
   EXPECT_EQ(plain.stream, 0u);
-  EXPECT_EQ(plain.scratch, context().scratch);
+  EXPECT_EQ(plain.scratch, nullptr);  // eager kernels take temporaries from the allocator
   EXPECT_EQ(plain.philox, context().capture_philox);
-  KernelScratch scratch;
   uint64_t counter[2] = {5, 6};
   const bool tf32 = allow_tf32();
   {
-    ScratchScope on_scratch(&scratch);
     CapturePhilox philox(counter);
     set_allow_tf32(!tf32);
     KernelEnv env = current_env(cpu_device());
     set_allow_tf32(tf32);
-    EXPECT_EQ(env.scratch, &scratch);
     EXPECT_EQ(env.philox, counter);
     EXPECT_EQ(env.tf32, !tf32);
     EXPECT_EQ(env.stream, 0u);  // the CPU has no stream
   }
-  EXPECT_EQ(current_env(cpu_device()).scratch, plain.scratch);
   EXPECT_EQ(current_env(cpu_device()).tf32, tf32);
 }
 
@@ -93,7 +86,6 @@ TEST(ExecContext, AnInnerRngStreamLeavesTheOuterOneWhereItWas) {
 
 TEST(ExecContext, EachThreadStartsFromTheDefaults) {
   GradModeGuard off(false);
-  ScratchScope on_scratch(nullptr);
   bool other_grad = false;
   bool other_stream = true;
   std::thread([&] {
@@ -103,6 +95,30 @@ TEST(ExecContext, EachThreadStartsFromTheDefaults) {
   EXPECT_TRUE(other_grad);
   EXPECT_FALSE(other_stream);
   EXPECT_FALSE(context().grad_enabled);
+}
+
+// Kernel temporaries come from the scratch block of their KernelEnv (a compiled plan's), never from
+// a thread-local: with room they take the block's bytes and allocate nothing; without room (or
+// without a block) they come from the allocator, and the block records how much it should hold.
+TEST(KernelScratch, TemporariesComeFromTheEnvsBlock) {
+  alignas(64) static char block[256];
+  KernelScratch scratch{block, sizeof block, 0, 0, cpu_device()};
+  KernelEnv env;
+  env.scratch = &scratch;
+  uint64_t before = storage_allocations();
+  Tensor a = raw::temporary(env, Dims{3}, DType::Float32, cpu_device());
+  Tensor b = raw::temporary(env, Dims{5}, DType::Float64, cpu_device());
+  EXPECT_EQ(storage_allocations(), before);
+  EXPECT_EQ(a.data_ptr(), static_cast<void*>(block));
+  EXPECT_EQ(b.data_ptr(), static_cast<void*>(block + 64));  // 64-byte aligned
+  Tensor c = raw::temporary(env, Dims{64}, DType::Float32, cpu_device());  // 256 bytes: no room left
+  EXPECT_EQ(storage_allocations(), before + 1);
+  EXPECT_EQ(scratch.peak, 128u + 256u);
+  scratch.used = 0;  // the plan resets it before each instruction
+  EXPECT_EQ(raw::temporary(env, Dims{1}, DType::Int64, cpu_device()).data_ptr(), static_cast<void*>(block));
+  Tensor plain = raw::temporary(KernelEnv{}, Dims{2}, DType::Float32, cpu_device());
+  EXPECT_EQ(storage_allocations(), before + 2);
+  (void)c, (void)plain;
 }
 
 }  // namespace

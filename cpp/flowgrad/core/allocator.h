@@ -18,16 +18,26 @@ struct AllocatorStats {
 // compiled plan compares it before and after its instructions to prove they allocate nothing.
 uint64_t storage_allocations();
 
-// A block that serves this thread's Storage::allocate calls on `device` while installed (a
-// ScratchScope, core/context.h): a compiled plan installs one around each kernel call so the temporaries a kernel wrapper makes
-// (contiguous copies, casts, widened indices) come from bytes reserved once, not from the
-// allocator. With capacity 0 it only measures: `peak` is the most bytes one kernel asked for.
+// A block for kernel temporaries (raw::temporary, ops/raw.h): a compiled plan passes its own in
+// every KernelEnv, so the temporaries a kernel wrapper makes (contiguous copies, casts, widened
+// indices, workspaces) come from bytes reserved once, not from the allocator. With capacity 0 it
+// only measures: `peak` is the most bytes one kernel asked for.
 struct KernelScratch {
   void* base = nullptr;
   size_t capacity = 0;
   size_t used = 0;   // bytes handed out since the last reset (the plan resets per kernel call)
   size_t peak = 0;   // the largest `used` seen
   Device device;
+
+  // `bytes` more (64-byte aligned), or null when the block has no room for them (the request
+  // still counts towards `peak`, so the block can grow to it).
+  void* take(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    size_t at = used;
+    used += (bytes + 63) / 64 * 64;
+    peak = used > peak ? used : peak;
+    return used <= capacity ? static_cast<char*>(base) + at : nullptr;
+  }
 };
 
 class CpuAllocator {

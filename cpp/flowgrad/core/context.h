@@ -1,7 +1,7 @@
 // The execution context: everything that decides how an op runs on this thread, in one struct.
-// Grad mode, the private RNG stream, the current CUDA stream per device, the plan's kernel
-// scratch, the capture's Philox counter and the autocast state each used to be a thread-local
-// of its own folder with a guard class of its own; now each is a field here, and one template,
+// Grad mode, the private RNG stream, the current CUDA stream per device, the capture's Philox
+// counter and the autocast state each used to be a thread-local of its own folder with a guard
+// class of its own; now each is a field here, and one template,
 // Scoped<&ExecContext::field>, sets a field for a scope and restores it on exit (exceptions
 // included). The per-op interceptors (autocast, in-place check, autograd, trace) are the mode
 // stack of ops/dispatch.h.
@@ -15,8 +15,6 @@
 #include "flowgrad/base/dtype.h"
 
 namespace fg {
-
-struct KernelScratch;  // core/allocator.h
 
 // A Philox generator's position: every random tensor draws `numel` counters starting at
 // `offset`, so (seed, offset) decides its values on any device (core/runtime.h).
@@ -39,8 +37,6 @@ struct ExecContext {
   std::optional<RngState> rng_stream;
   // The current stream of each CUDA device (a cudaStream_t; 0 is the legacy default stream).
   std::array<uintptr_t, kMaxContextDevices> streams{};
-  // While a compiled plan runs: the block kernel temporaries come from (Storage::allocate).
-  KernelScratch* scratch = nullptr;
   // While a plan is captured into a CUDA graph: the device {seed, base} counter random fills read.
   const uint64_t* capture_philox = nullptr;
   std::array<AutocastState, 2> autocast{};  // indexed by DeviceType::CPU, DeviceType::CUDA
@@ -72,7 +68,6 @@ class Scoped {
 // The scopes code takes by name.
 using GradModeGuard = Scoped<&ExecContext::grad_enabled>;  // recording on or off
 using RngStream = Scoped<&ExecContext::rng_stream>;        // random ops draw from a private stream
-using ScratchScope = Scoped<&ExecContext::scratch>;
 using CapturePhilox = Scoped<&ExecContext::capture_philox>;
 using AutocastScope = Scoped<&ExecContext::autocast>;      // AutocastScope off({}) suspends autocast
 

@@ -6,13 +6,10 @@
 
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/base/errors.h"
-#include "flowgrad/core/context.h"
 
 namespace fg {
 namespace {
 std::atomic<uint64_t> g_allocations{0};
-
-constexpr size_t kScratchAlign = 64;
 
 DeviceAllocatorHooks& cuda_hooks() {
   static DeviceAllocatorHooks hooks;
@@ -30,13 +27,6 @@ Storage::Storage(Key) {
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  if (KernelScratch* scratch = context().scratch; scratch && bytes > 0 && scratch->device == device) {
-    size_t at = scratch->used;
-    scratch->used += (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
-    scratch->peak = std::max(scratch->peak, scratch->used);
-    if (scratch->used <= scratch->capacity)
-      return wrap(static_cast<char*>(scratch->base) + at, bytes, device, [] {});
-  }
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   auto s = std::make_shared<Storage>(Key{});
   s->bytes_ = bytes;

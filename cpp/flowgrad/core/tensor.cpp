@@ -25,6 +25,11 @@ Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
   return contiguous_over(Storage::allocate(checked_bytes(shape, dtype), device), shape, dtype);
 }
 
+Tensor Tensor::over(std::shared_ptr<Storage> storage, const Dims& shape, DType dtype) {
+  FG_ASSERT(storage && storage->bytes() >= checked_bytes(shape, dtype));
+  return contiguous_over(std::move(storage), shape, dtype);
+}
+
 Tensor Tensor::shape_only(const Dims& shape, DType dtype, Device device) {
   return contiguous_over(Storage::shape_only(checked_bytes(shape, dtype), device), shape, dtype);
 }

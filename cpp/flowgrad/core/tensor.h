@@ -30,6 +30,8 @@ class Tensor {
   static Tensor empty(const Dims& shape, DType dtype, Device device);
   // A new contiguous tensor over a shape-only storage (no bytes; see Storage::shape_only).
   static Tensor shape_only(const Dims& shape, DType dtype, Device device);
+  // A contiguous tensor over the start of an existing storage of at least its bytes.
+  static Tensor over(std::shared_ptr<Storage> storage, const Dims& shape, DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }

@@ -29,7 +29,7 @@ Specs unary_shape(TensorList in, const Attrs&) {
 // One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
 template <UnaryFn Fn, decltype(&unary_cpu) Run>
 void unary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::converted(in[0], out[0].dtype());
+  Tensor x = raw::converted(env, in[0], out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
   Run(env, Fn, out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
@@ -156,7 +156,7 @@ Specs binary_shape(TensorList in, const Attrs&) {
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
 void binary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   DType dt = compute_dtype(Fn, in[0], in[1]);
-  Tensor a = raw::converted(in[0], dt), b = raw::converted(in[1], dt);
+  Tensor a = raw::converted(env, in[0], dt), b = raw::converted(env, in[1], dt);
   Run(env, Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
 }
 
@@ -255,7 +255,7 @@ Specs where_shape(TensorList in, const Attrs&) {
 template <decltype(&where_cpu) Run>
 void where_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
-  Tensor a = raw::converted(in[1], dt), b = raw::converted(in[2], dt);
+  Tensor a = raw::converted(env, in[1], dt), b = raw::converted(env, in[2], dt);
   Run(env, dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
 }
 Tensors where_backward(const BackwardCtx& c) {
@@ -272,7 +272,7 @@ const OpDef k_where{.id = OpId::where, .name = "where", .family = Family::Ternar
 Specs cast_shape(TensorList in, const Attrs& attrs) {
   return {{in[0].shape(), attrs.get<DType>("dtype")}};
 }
-void cast_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
+void cast_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(env, out[0], in[0]); }
 Tensors cast_backward(const BackwardCtx& c) { return {cast(c.grads[0], c.input_specs[0].dtype)}; }
 const OpDef k_cast{.id = OpId::cast, .name = "cast", .family = Family::Unary, .flags = kHalfNative,
                    .shape_rule = cast_shape, .cpu = cast_kernel, .cuda = FG_CUDA(cast_kernel),

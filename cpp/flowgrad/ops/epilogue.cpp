@@ -21,7 +21,7 @@ Specs colsum_shape(TensorList in, const Attrs&) {
 
 template <BinaryFn Fn>
 void colsum_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
-  Tensor g = raw::contiguous(in[0]), x = raw::contiguous(in[1]);
+  Tensor g = raw::contiguous(env, in[0]), x = raw::contiguous(env, in[1]);
   int64_t n = g.shape().back(), rows = raw::span(g.shape(), 0, g.ndim() - 1);
   act_backward_colsum_cpu(env, Fn, g.dtype(), g.data_ptr(), x.data_ptr(), out[0].data_ptr(), out[1].data_ptr(), rows, n);
 }

@@ -28,10 +28,10 @@ Specs gather_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&gather_cpu) Run>
 void gather_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]);
+  Tensor x = raw::contiguous(env, in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "gather", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
-  Tensor idx = raw::checked_index(in[1], d, "gather", dim);
+  Tensor idx = raw::checked_index(env, in[1], d, "gather", dim);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
   Run(env, x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim), d, n,
              raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
@@ -57,11 +57,11 @@ Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
 template <decltype(&scatter_add_cpu) Run>
 void scatter_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  raw::copy_into(y, in[0]);
+  raw::copy_into(env, y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add", ScalarDim::AsSingleElement);
   int64_t d = y.ndim() ? y.shape()[dim] : 1;
-  Tensor idx = raw::checked_index(in[1], d, "scatter_add", dim);
-  Tensor src = raw::contiguous(raw::converted(in[2], y.dtype()));
+  Tensor idx = raw::checked_index(env, in[1], d, "scatter_add", dim);
+  Tensor src = raw::contiguous(env, raw::converted(env, in[2], y.dtype()));
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
   Run(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), raw::span(y.shape(), 0, dim), d, n,
                   raw::span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
@@ -92,9 +92,9 @@ Specs index_select_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&index_select_cpu) Run>
 void index_select_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]);
+  Tensor x = raw::contiguous(env, in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "index_select");
-  Tensor idx = raw::checked_index(in[1], x.shape()[dim], "index_select", dim);
+  Tensor idx = raw::checked_index(env, in[1], x.shape()[dim], "index_select", dim);
   Run(env, x.dtype(), x.data_ptr(), idx.data<int64_t>(), raw::span(x.shape(), 0, dim),
                    x.shape()[dim], idx.numel(), raw::span(x.shape(), dim + 1, x.ndim()), out[0].data_ptr());
 }
@@ -120,14 +120,14 @@ Specs index_add_shape(TensorList in, const Attrs& attrs) {
 }
 void index_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  raw::copy_into(y, in[0]);
+  raw::copy_into(env, y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "index_add");
-  Tensor idx = raw::checked_index(in[1], y.shape()[dim], "index_add", dim);
-  Tensor src = raw::contiguous(raw::converted(in[2], y.dtype()));
+  Tensor idx = raw::checked_index(env, in[1], y.shape()[dim], "index_add", dim);
+  Tensor src = raw::contiguous(env, raw::converted(env, in[2], y.dtype()));
   int64_t outer = raw::span(y.shape(), 0, dim), inner = raw::span(y.shape(), dim + 1, y.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (y.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{index_add_cuda_workspace(env, idx.numel(), y.shape()[dim])},
+    Tensor workspace = raw::temporary(env, Dims{index_add_cuda_workspace(env, idx.numel(), y.shape()[dim])},
                                      DType::UInt8, y.device());
     return index_add_cuda(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim],
                           idx.numel(), inner, y.data_ptr(), workspace.data_ptr());
@@ -156,7 +156,7 @@ Specs one_hot_shape(TensorList in, const Attrs& attrs) {
 }
 void one_hot_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t classes = attrs.i("num_classes");
-  Tensor idx = raw::checked_index(in[0], classes, "one_hot", in[0].ndim());
+  Tensor idx = raw::checked_index(env, in[0], classes, "one_hot", in[0].ndim());
   int64_t* y = out[0].data<int64_t>();
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (idx.device().is_cuda()) return one_hot_cuda(env, idx.data<int64_t>(), idx.numel(), classes, y);
@@ -185,14 +185,14 @@ Specs sort_shape(TensorList in, const Attrs& attrs) {
   return {{shape, x.dtype()}, {shape, DType::Int64}};
 }
 void sort_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]);
+  Tensor x = raw::contiguous(env, in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "sort", ScalarDim::AsSingleElement);
   int64_t d = x.ndim() ? x.shape()[dim] : 1;
   int64_t k = x.ndim() ? attrs.i("k") : 1;
   int64_t outer = raw::span(x.shape(), 0, dim), inner = raw::span(x.shape(), dim + 1, x.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{sort_cuda_workspace(env, x.dtype(), outer * inner, d)}, DType::UInt8,
+    Tensor workspace = raw::temporary(env, Dims{sort_cuda_workspace(env, x.dtype(), outer * inner, d)}, DType::UInt8,
                                      x.device());
     return sort_cuda(env, x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
                      out[1].data<int64_t>(), workspace.data_ptr());
@@ -227,10 +227,10 @@ Specs nonzero_shape(TensorList in, const Attrs&) {
   return {{Dims{count, int64_t{m.ndim()}}, DType::Int64}};
 }
 void nonzero_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
-  Tensor c = raw::contiguous(in[0]);
+  Tensor c = raw::contiguous(env, in[0]);
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {
-    Tensor workspace = Tensor::empty(Dims{nonzero_cuda_workspace(env, c.numel())}, DType::UInt8, c.device());
+    Tensor workspace = raw::temporary(env, Dims{nonzero_cuda_workspace(env, c.numel())}, DType::UInt8, c.device());
     return nonzero_cuda(env, c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>(), workspace.data_ptr());
   }
 #endif

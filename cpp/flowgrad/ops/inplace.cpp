@@ -26,7 +26,7 @@ Tensor overwritten(const BackwardCtx& c) {
 }
 
 // ---- fill_ ----
-void fill_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) { raw::fill(out[0], attrs.f("value")); }
+void fill_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) { raw::fill(env, out[0], attrs.f("value")); }
 Tensors fill_backward(const BackwardCtx& c) { return {overwritten(c)}; }
 const OpDef k_fill_{.id = OpId::fill_, .name = "fill_", .family = Family::Creation, .flags = kHalfNative,
                     .shape_rule = same_as_target, .cpu = fill_kernel, .cuda = FG_CUDA(fill_kernel),
@@ -48,7 +48,7 @@ Specs copy_shape(TensorList in, const Attrs&) {
            to_string(src.shape()), " cannot be broadcast to destination ", to_string(dst.shape()));
   return same_as_target(in, {});
 }
-void copy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[1]); }
+void copy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(env, out[0], in[1]); }
 Tensors copy_backward(const BackwardCtx& c) {
   return {overwritten(c), sum_to(c.grads[0], c.input_specs[1].shape)};
 }
@@ -69,9 +69,9 @@ Specs masked_fill_shape(TensorList in, const Attrs&) {
 template <decltype(&where_cpu) Run>
 void masked_fill_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  Tensor value = Tensor::empty(Dims{}, y.dtype(), y.device());
-  raw::fill(value, attrs.f("value"));
-  Tensor x = raw::converted(in[0], y.dtype());
+  Tensor value = raw::temporary(env, Dims{}, y.dtype(), y.device());
+  raw::fill(env, value, attrs.f("value"));
+  Tensor x = raw::converted(env, in[0], y.dtype());
   Run(env, y.dtype(), raw::strided_over<4>(y.shape(), {&y, &in[1], &value, &x}));
 }
 Tensors masked_fill_backward(const BackwardCtx& c) {
@@ -96,10 +96,10 @@ Specs index_put_shape(TensorList in, const Attrs&) {
 template <decltype(&index_put_cpu) Run>
 void index_put_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   const Tensor& y = out[0];  // contiguous (run_op's in-place rule)
-  if (!y.is_same(in[0])) raw::copy_into(y, in[0]);
-  Tensor idx = raw::checked_index(in[1], y.numel(), "index_put_", 0);
-  Tensor values = Tensor::empty(in[1].shape(), y.dtype(), y.device());
-  raw::copy_into(values, in[2]);
+  if (!y.is_same(in[0])) raw::copy_into(env, y, in[0]);
+  Tensor idx = raw::checked_index(env, in[1], y.numel(), "index_put_", 0);
+  Tensor values = raw::temporary(env, in[1].shape(), y.dtype(), y.device());
+  raw::copy_into(env, values, in[2]);
   Run(env, y.dtype(), values.data_ptr(), idx.data<int64_t>(), idx.numel(), y.data_ptr());
 }
 Tensors index_put_backward(const BackwardCtx& c) {

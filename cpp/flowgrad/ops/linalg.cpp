@@ -49,9 +49,9 @@ bool blas_layout(const Tensor& t, bool* trans, int64_t* ld) {
 }
 
 // t itself when BLAS can read it, else a row-major copy (which it always can); sets its layout.
-Tensor blas_operand(Tensor t, bool* trans, int64_t* ld) {
+Tensor blas_operand(const KernelEnv& env, Tensor t, bool* trans, int64_t* ld) {
   if (blas_layout(t, trans, ld)) return t;
-  t = raw::contiguous(t);
+  t = raw::contiguous(env, t);
   blas_layout(t, trans, ld);
   return t;
 }
@@ -89,15 +89,16 @@ void matmul_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   DType dt = c.dtype();
   if constexpr (Batched == nullptr) {
     if (is_half(dt)) {
-      Tensor wide = Tensor::empty(c.shape(), DType::Float32, c.device());
-      matmul_kernel<Gemm>(env, {raw::converted(in[0], DType::Float32), raw::converted(in[1], DType::Float32)}, Tensors{wide}, attrs);
-      raw::copy_into(c, wide);
+      Tensor wide = raw::temporary(env, c.shape(), DType::Float32, c.device());
+      matmul_kernel<Gemm>(env, {raw::converted(env, in[0], DType::Float32), raw::converted(env, in[1], DType::Float32)}, Tensors{wide}, attrs);
+      raw::copy_into(env, c, wide);
       return;
     }
   }
   bool ta, tb;
   int64_t lda, ldb;
-  Tensor a = blas_operand(raw::converted(in[0], dt), &ta, &lda), b = blas_operand(raw::converted(in[1], dt), &tb, &ldb);
+  Tensor a = blas_operand(env, raw::converted(env, in[0], dt), &ta, &lda);
+  Tensor b = blas_operand(env, raw::converted(env, in[1], dt), &tb, &ldb);
   int n = c.ndim();
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = raw::span(c.shape(), 0, n - 2);
@@ -168,12 +169,12 @@ Specs linear_act_shape(TensorList in, const Attrs& attrs) {
 
 // x as the (rows, in) matrix of its leading dims: a view when their strides collapse into one,
 // else a contiguous copy.
-Tensor as_rows(const Tensor& x, int64_t rows) {
+Tensor as_rows(const KernelEnv& env, const Tensor& x, int64_t rows) {
   int n = x.ndim();
   int64_t row_stride = x.shape().back(), next = -1;
   for (int d = n - 2; d >= 0; --d) {
     if (x.shape()[d] == 1) continue;
-    if (next >= 0 && x.strides()[d] != next) return as_rows(raw::contiguous(x), rows);
+    if (next >= 0 && x.strides()[d] != next) return as_rows(env, raw::contiguous(env, x), rows);
     if (next < 0) row_stride = x.strides()[d];
     next = x.strides()[d] * x.shape()[d];
   }
@@ -189,25 +190,25 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   DType dt = result.dtype();
   if (Gemm == &gemm_cpu && is_half(dt)) {  // the CPU multiplies halves as float32 copies
     Tensors wide;
-    for (const Tensor& o : out) wide.push_back(Tensor::empty(o.shape(), DType::Float32, o.device()));
+    for (const Tensor& o : out) wide.push_back(raw::temporary(env, o.shape(), DType::Float32, o.device()));
     Tensors args;
-    for (const Tensor& t : in) args.push_back(raw::converted(t, DType::Float32));
+    for (const Tensor& t : in) args.push_back(raw::converted(env, t, DType::Float32));
     linear_kernel<Gemm, Accumulate, Unary, Act>(env, args, wide, attrs);
-    for (size_t i = 0; i < out.size(); ++i) raw::copy_into(out[i], wide[i]);
+    for (size_t i = 0; i < out.size(); ++i) raw::copy_into(env, out[i], wide[i]);
     return;
   }
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
-  if (bias) raw::copy_into(y, raw::converted(in[2], dt));
+  if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
-    if (!bias && y.numel() > 0) raw::fill(y, 0.0);
+    if (!bias && y.numel() > 0) raw::fill(env, y, 0.0);
   } else {
-    Tensor x = raw::converted(in[0], dt), w = raw::converted(in[1], dt);
+    Tensor x = raw::converted(env, in[0], dt), w = raw::converted(env, in[1], dt);
     bool ta, tb;
     int64_t lda, ldb;
-    Tensor a = blas_operand(as_rows(x, M), &ta, &lda);
-    Tensor b = blas_operand(w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
+    Tensor a = blas_operand(env, as_rows(env, x, M), &ta, &lda);
+    Tensor b = blas_operand(env, w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
     (bias ? Accumulate : Gemm)(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
   }
   if constexpr (Act >= 0) {

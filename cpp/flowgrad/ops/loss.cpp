@@ -34,11 +34,11 @@ void check_targets_now(const Tensor& t, const CrossEntropyArgs& a) {
 }
 
 void cross_entropy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]);
+  Tensor x = raw::contiguous(env, in[0]), t = raw::contiguous(env, in[1]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {  // targets are checked by the kernel (raised at the next host sync)
-    Tensor rows = Tensor::empty(Dims{a.rows}, x.dtype(), x.device());
+    Tensor rows = raw::temporary(env, Dims{a.rows}, x.dtype(), x.device());
     return cross_entropy_forward_cuda(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs),
                                       out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), rows.data_ptr());
   }
@@ -52,7 +52,7 @@ void cross_entropy_kernel(const KernelEnv& env, TensorList in, const Tensors& ou
 Specs cross_entropy_backward_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
 template <decltype(&cross_entropy_backward_cpu) Run>
 void cross_entropy_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]), t = raw::contiguous(in[1]), g = raw::contiguous(in[3]);
+  Tensor x = raw::contiguous(env, in[0]), t = raw::contiguous(env, in[1]), g = raw::contiguous(env, in[3]);
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
   Run(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), in[2].data_ptr(), g.data_ptr(),
       ce_reduce(attrs) == LossReduce::None, in[4].data_ptr(), a, out[0].data_ptr());

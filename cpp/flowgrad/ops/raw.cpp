@@ -1,5 +1,6 @@
 #include "flowgrad/ops/raw.h"
 
+#include "flowgrad/core/allocator.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
@@ -20,10 +21,18 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   return out;
 }
 
+Tensor temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device) {
+  const size_t bytes = static_cast<size_t>(checked_numel(shape)) * itemsize(dtype);
+  if (env.scratch && env.scratch->device == device)
+    if (void* p = env.scratch->take(bytes))
+      return Tensor::over(Storage::wrap(p, bytes, device, [] {}), shape, dtype);
+  return Tensor::empty(shape, dtype, device);
+}
+
 // A contiguous tensor of t's shape: shape-only when t is (fg.compile's trace), else uninitialised.
-static Tensor empty_like_layout(const Tensor& t, DType dtype) {
+static Tensor empty_like_layout(const KernelEnv& env, const Tensor& t, DType dtype) {
   return t.storage()->is_shape_only() ? Tensor::shape_only(t.shape(), dtype, t.device())
-                                      : Tensor::empty(t.shape(), dtype, t.device());
+                                      : temporary(env, t.shape(), dtype, t.device());
 }
 
 Tensor device_copy(const Tensor& t, Device device) {
@@ -36,63 +45,60 @@ Tensor device_copy(const Tensor& t, Device device) {
   return out;
 }
 
-void fill(const Tensor& t, double value) {
+void fill(const KernelEnv& env, const Tensor& t, double value) {
   FG_ASSERT(t.is_contiguous());
-  const KernelEnv env = current_env(t.device());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (t.device().is_cuda()) return fill_cuda(env, t.dtype(), t.data_ptr(), t.numel(), value);
 #endif
   fill_cpu(env, t.dtype(), t.data_ptr(), t.numel(), value);
 }
 
-void copy_into(const Tensor& dst, const Tensor& src) {
+void copy_into(const KernelEnv& env, const Tensor& dst, const Tensor& src) {
   FG_ASSERT(dst.device() == src.device());
   if (dst.storage()->is_shape_only()) return;  // tracing: no bytes to write
   Strided<2> s = strided_over<2>(dst.shape(), {&dst, &src});
-  const KernelEnv env = current_env(dst.device());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (dst.device().is_cuda()) return copy_cuda(env, dst.dtype(), src.dtype(), s);
 #endif
   copy_cpu(env, dst.dtype(), src.dtype(), s);
 }
 
-Tensor converted(const Tensor& t, DType dtype) {
+Tensor converted(const KernelEnv& env, const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
-  Tensor out = empty_like_layout(t, dtype);
-  copy_into(out, t);
+  Tensor out = empty_like_layout(env, t, dtype);
+  copy_into(env, out, t);
   return out;
 }
 
-Tensor clone(const Tensor& t) {
-  Tensor out = empty_like_layout(t, t.dtype());
-  copy_into(out, t);
+Tensor clone(const KernelEnv& env, const Tensor& t) {
+  Tensor out = empty_like_layout(env, t, t.dtype());
+  copy_into(env, out, t);
   return out;
 }
 
-Tensor contiguous(const Tensor& t) {
+Tensor contiguous(const KernelEnv& env, const Tensor& t) {
   if (t.is_contiguous()) return t;
-  Tensor out = empty_like_layout(t, t.dtype());
-  copy_into(out, t);
+  Tensor out = empty_like_layout(env, t, t.dtype());
+  copy_into(env, out, t);
   return out;
 }
 
-Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
+Tensor checked_index(const KernelEnv& env, const Tensor& index, int64_t size, const char* op, int dim) {
   FG_CHECK(is_integral(index.dtype()), DType, op, ": index must be int32 or int64, got ",
            dtype_name(index.dtype()));
-  Tensor idx = contiguous(converted(index, DType::Int64));
+  Tensor idx = contiguous(env, converted(env, index, DType::Int64));
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (index.device().is_cuda()) {  // checked on the device: a bad value raises at the next host sync
     FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
              " of size 0");
-    Tensor wrapped = Tensor::empty(idx.shape(), DType::Int64, idx.device());
-    const KernelEnv env = current_env(idx.device());
+    Tensor wrapped = temporary(env, idx.shape(), DType::Int64, idx.device());
     wrap_index_cuda(env, idx.data<int64_t>(), idx.numel(), size, index_check_op(op), dim, wrapped.data<int64_t>());
     return wrapped;
   }
 #endif
   if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
-    Tensor copy = Tensor::empty(idx.shape(), DType::Int64, idx.device());
-    copy_into(copy, idx);
+    Tensor copy = temporary(env, idx.shape(), DType::Int64, idx.device());
+    copy_into(env, copy, idx);
     idx = copy;
   }
   int64_t* p = idx.data<int64_t>();
@@ -102,6 +108,16 @@ Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim)
     if (p[i] < 0) p[i] += size;
   }
   return idx;
+}
+
+// Host code outside kernels: the thread's current stream, the allocator.
+Tensor converted(const Tensor& t, DType dtype) { return converted(current_env(t.device()), t, dtype); }
+Tensor contiguous(const Tensor& t) { return contiguous(current_env(t.device()), t); }
+Tensor clone(const Tensor& t) { return clone(current_env(t.device()), t); }
+void fill(const Tensor& t, double value) { fill(current_env(t.device()), t, value); }
+void copy_into(const Tensor& dst, const Tensor& src) { copy_into(current_env(dst.device()), dst, src); }
+Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim) {
+  return checked_index(current_env(index.device()), index, size, op, dim);
 }
 
 int64_t span(const Dims& shape, int begin, int end) {

@@ -32,20 +32,35 @@ Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& t
   return s;
 }
 
+// Kernel work takes the KernelEnv of its launch: the stream its copies run on and the scratch
+// block its temporaries come from (a compiled plan's, reset before each instruction; null in
+// eager mode: the allocator). The overloads without one are for host code outside kernels
+// (autograd, distributed, plan set-up): they use the thread's current stream and the allocator.
+
+// An uninitialised contiguous tensor for a kernel's own use while it runs (a widened copy, a
+// workspace): from env.scratch when it has room on `device`, else from the allocator. A scratch
+// tensor is valid until the plan's next instruction: never return one as a result.
+Tensor temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device);
 // A copy of t converted to dtype (t itself when it already has it). No autograd.
+Tensor converted(const KernelEnv& env, const Tensor& t, DType dtype);
 Tensor converted(const Tensor& t, DType dtype);
 // t when contiguous, else a contiguous copy. No autograd.
+Tensor contiguous(const KernelEnv& env, const Tensor& t);
 Tensor contiguous(const Tensor& t);
 // A new contiguous copy of t that shares no memory with it. No autograd.
+Tensor clone(const KernelEnv& env, const Tensor& t);
 Tensor clone(const Tensor& t);
 // t's values on `device` as a contiguous tensor (t itself when it is already there). No autograd.
 Tensor device_copy(const Tensor& t, Device device);
 // Sets every element of a contiguous tensor (on its device). No autograd.
+void fill(const KernelEnv& env, const Tensor& t, double value);
 void fill(const Tensor& t, double value);
 // Copies src into dst (same shape up to broadcasting), converting dtype. No autograd.
+void copy_into(const KernelEnv& env, const Tensor& dst, const Tensor& src);
 void copy_into(const Tensor& dst, const Tensor& src);
 // Index tensor as contiguous int64 with negatives wrapped; IndexError outside [-size, size): at
 // once on the CPU, at the next host synchronisation on CUDA (see flowgrad/base/device_error.h).
+Tensor checked_index(const KernelEnv& env, const Tensor& index, int64_t size, const char* op, int dim);
 Tensor checked_index(const Tensor& index, int64_t size, const char* op, int dim);
 // Product of shape[begin:end].
 int64_t span(const Dims& shape, int begin, int end);

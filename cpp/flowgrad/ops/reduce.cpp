@@ -87,7 +87,7 @@ void reduce_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
           shape.push_back(x.shape()[d]);
           strides.push_back(x.strides()[d]);
         }
-    x = raw::contiguous(x.alias(shape, strides, x.offset()));
+    x = raw::contiguous(env, x.alias(shape, strides, x.offset()));
     r = 1;
     for (int64_t d : dims) r *= in[0].shape()[d];
     outer = r == 0 ? out[0].numel() : x.numel() / r;

@@ -169,9 +169,9 @@ Specs slice_backward_shape(TensorList in, const Attrs& attrs) {
   return {{attrs.dims("shape"), in[0].dtype()}};
 }
 void slice_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  raw::fill(out[0], 0.0);
+  raw::fill(env, out[0], 0.0);
   TensorSpec spec{in[0].shape(), in[0].dtype()};
-  raw::copy_into(slice_alias(out[0], spec, attrs), in[0]);
+  raw::copy_into(env, slice_alias(out[0], spec, attrs), in[0]);
 }
 Tensors slice_backward_backward(const BackwardCtx& c) {
   return {slice(c.grads[0], c.attrs.i("dim"), c.attrs.i("start"), c.attrs.i("stop"), c.attrs.i("step"))};
@@ -184,7 +184,7 @@ const OpDef k_slice_backward{.id = OpId::slice_backward, .name = "slice_backward
 
 // ---- contiguous ----
 Specs same_shape(TensorList in, const Attrs&) { return {{in[0].shape(), in[0].dtype()}}; }
-void copy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(out[0], in[0]); }
+void copy_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) { raw::copy_into(env, out[0], in[0]); }
 Tensors identity_backward(const BackwardCtx& c) { return {c.grads[0]}; }
 const OpDef k_contiguous{.id = OpId::contiguous, .name = "contiguous", .family = Family::Copy, .flags = kHalfNative,
                          .shape_rule = same_shape, .cpu = copy_kernel, .cuda = FG_CUDA(copy_kernel),
@@ -216,7 +216,7 @@ void cat_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const A
   int64_t at = 0;
   for (const Tensor& t : in) {
     Dims strides = out[0].strides();
-    raw::copy_into(out[0].alias(t.shape(), strides, out[0].offset() + at * strides[dim]), t);
+    raw::copy_into(env, out[0].alias(t.shape(), strides, out[0].offset() + at * strides[dim]), t);
     at += t.shape()[dim];
   }
 }
@@ -250,7 +250,7 @@ void flip_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const 
     offset += (x.shape()[d] - 1) * strides[d];
     strides[d] = -strides[d];
   }
-  raw::copy_into(out[0], x.alias(x.shape(), strides, offset));
+  raw::copy_into(env, out[0], x.alias(x.shape(), strides, offset));
 }
 Tensors flip_backward(const BackwardCtx& c) { return {flip(c.grads[0], c.attrs.dims("dims").vec())}; }
 const OpDef k_flip{.id = OpId::flip, .name = "flip", .family = Family::Copy, .flags = kHalfNative,
@@ -278,8 +278,8 @@ Tensor pad_interior(const Tensor& out, const Tensor& x, const Dims& pads) {
   return out.alias(x.shape(), out.strides(), offset);
 }
 void pad_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  raw::fill(out[0], attrs.f("value"));
-  raw::copy_into(pad_interior(out[0], in[0], attrs.dims("pads")), in[0]);
+  raw::fill(env, out[0], attrs.f("value"));
+  raw::copy_into(env, pad_interior(out[0], in[0], attrs.dims("pads")), in[0]);
 }
 Tensors pad_backward(const BackwardCtx& c) {
   const Dims& pads = c.attrs.dims("pads");

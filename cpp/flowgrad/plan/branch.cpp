@@ -83,25 +83,25 @@ void Executable::run_branch(Instruction& ins) {
         run_block(b, halt);
         return item(b.selector_t) > 0;
       };
-      raw::copy_into(b.carried_t, b.init_t);
+      raw::copy_into(env_, b.carried_t, b.init_t);
       int64_t n = 0;
       while (n < b.max_iter) {
         if (!until && halted()) break;
-        raw::copy_into(b.stash_rows[n], b.carried_t);
+        raw::copy_into(env_, b.stash_rows[n], b.carried_t);
         run_block(b, body);
         ++n;
         if (until && halted()) break;
       }
-      raw::fill(b.count_t, static_cast<double>(n));
+      raw::fill(env_, b.count_t, static_cast<double>(n));
       b.taken = n > 0 ? 0 : -1;
       return;
     }
     case BranchKind::LoopBackward: {
       auto n = static_cast<int64_t>(item(b.count_t));
-      raw::copy_into(b.carried_t, b.init_t);
-      for (const Tensor& t : b.zeroed_t) raw::fill(t, 0);
+      raw::copy_into(env_, b.carried_t, b.init_t);
+      for (const Tensor& t : b.zeroed_t) raw::fill(env_, t, 0);
       for (int64_t k = n - 1; k >= 0; --k) {
-        raw::copy_into(b.step_input_t, b.stash_rows[k]);
+        raw::copy_into(env_, b.step_input_t, b.stash_rows[k]);
         run_block(b, 0);
       }
       b.taken = n > 0 ? 0 : -1;

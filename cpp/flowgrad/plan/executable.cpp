@@ -169,7 +169,6 @@ void Executable::execute(const std::function<void(int)>* progress) {
   if (device_.is_cuda()) on_device.emplace(device_.index);
   const uint64_t allocations_before = storage_allocations();
   run_stats_.allocating.clear();
-  ScratchScope guard(&scratch_);  // kernel temporaries of this run come from the plan's block
   // The one env of this run: the current stream of the plan's device (a capture makes its
   // capture stream current), the Philox pair a capture installed, and the plan's scratch.
   env_ = current_env(device_);
