@@ -25,7 +25,5 @@ void unary_cuda(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>&
 void binary_cuda(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s);
 void where_cuda(const KernelEnv& env, DType dtype, const Strided<4>& s);
 void copy_cuda(const KernelEnv& env, DType dst_dtype, DType src_dtype, const Strided<2>& s);
-// True when any element of a contiguous floating buffer is NaN or infinite.
-bool has_nonfinite_cpu(const KernelEnv& env, DType dtype, const void* data, int64_t n);
 
 }  // namespace fg

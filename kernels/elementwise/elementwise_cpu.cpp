@@ -106,16 +106,4 @@ void fill_cpu(const KernelEnv& env, DType dtype, void* data, int64_t n, double v
   });
 }
 
-bool has_nonfinite_cpu(const KernelEnv& env, DType dtype, const void* data, int64_t n) {
-  bool found = false;
-  visit_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, bool> && !std::is_integral_v<T>) {
-      const T* p = static_cast<const T*>(data);
-      for (int64_t i = 0; i < n && !found; ++i) found = !std::isfinite(static_cast<double>(p[i]));
-    }
-  });
-  return found;
-}
-
 }  // namespace fg

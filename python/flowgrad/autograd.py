@@ -28,7 +28,9 @@ def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False)
 
 class detect_anomaly:
     """Inside this block every op output and gradient is checked for NaN/Inf; the first one
-    raises fg.InvalidArgumentError naming the op (forward) or the op whose backward made it."""
+    raises fg.InvalidArgumentError naming the op (forward) or the op whose backward made it.
+    Every floating dtype on every device is checked (one reduction and one host read per
+    tensor: on CUDA each check synchronises, as a debugging mode may)."""
 
     def __enter__(self):
         self._previous = _core.is_anomaly_enabled()

@@ -164,6 +164,30 @@ def test_detect_anomaly_names_backward_op():
             y.backward()
 
 
+@pytest.mark.parametrize("dtype", [fg.float16, fg.bfloat16, fg.float32, fg.float64])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_detect_anomaly_scans_every_float_dtype_on_every_device(device, dtype, bad):
+    """The scan runs through ops (x - x sums to NaN exactly when x holds NaN or +-inf), so it
+    works on CUDA tensors and half types too; huge finite values and empty tensors pass."""
+    x = fg.tensor(np.array([1.0, 60000.0, bad]), dtype=dtype).to(device).requires_grad_()
+    with fg.autograd.detect_anomaly():
+        with pytest.raises(fg.FlowgradError, match=r"op 'mul' produced NaN or Inf in forward \(output 0, "):
+            x * 1.0
+        y = fg.tensor(np.array([1.0, -30000.0, 0.0]), dtype=dtype).to(device).requires_grad_()
+        (y * 2.0).sum().backward()  # all finite: no error, and the scan leaves no trace on the graph
+        assert y.grad.float().numpy().tolist() == [2.0, 2.0, 2.0]
+        fg.zeros(0, 3, dtype=dtype).to(device) * 1.0
+
+
+def test_detect_anomaly_scan_records_nothing():
+    x = leaf([1.0, 2.0])
+    with fg.autograd.detect_anomaly():
+        y = (x * 3.0).sum()
+    assert y.grad_fn == "<SumBackward>"
+    y.backward()
+    assert x.grad.numpy().tolist() == [3.0, 3.0]
+
+
 def test_gradient_dtype_follows_input():
     x = fg.ones(3, requires_grad=True)
     (x.double() * 2).sum().backward()

@@ -1,6 +1,7 @@
 #include "flowgrad/autograd/autograd.h"
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -10,7 +11,6 @@
 #include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
-#include "kernels/elementwise/elementwise.h"
 
 namespace fg {
 namespace {
@@ -26,11 +26,22 @@ AutogradMeta& meta(const Tensor& t) {
   return *m;
 }
 
+// detect_anomaly's scan, through ops on any device: x - x is 0 wherever x is finite and NaN where
+// it is NaN or +-inf, so one sum says whether t holds either (one host read). The scan's own ops
+// are not scanned.
+thread_local bool t_scanning = false;
 void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
-  if (!t.defined() || !is_floating(t.dtype()) || !t.device().is_cpu()) return;
-  Tensor c = raw::contiguous(raw::converted(t, DType::Float64));
-  FG_CHECK(!has_nonfinite_cpu(current_env(c.device()), DType::Float64, c.data_ptr(), c.numel()), Value,
-           "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
+  if (t_scanning || !t.defined() || !is_floating(t.dtype()) || t.storage()->is_shape_only()) return;
+  bool finite;
+  {
+    t_scanning = true;
+    struct Reset {
+      ~Reset() { t_scanning = false; }
+    } reset;
+    GradModeGuard no_grad(false);
+    finite = std::isfinite(item(sum(t - t, {}, false)));
+  }
+  FG_CHECK(finite, Value, "detect_anomaly: op '", op, "' produced NaN or Inf in ", phase, " (",
            phase[0] == 'f' ? "output " : "a gradient, tensor ", index, ", ", describe(t), ")");
 }
 
