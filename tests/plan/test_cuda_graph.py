@@ -118,27 +118,28 @@ def test_replays_with_an_unchanged_generator_neither_copy_the_pair_nor_wait(devi
     copy nothing and wait for nothing, until fg.manual_seed moves the host generator (one copy)."""
     cuda_only(device)
     xs, ys = batches(device, 6)
-    _, _, step = compiled(device, dropout=0.5)
-    fg.manual_seed(3)
-    losses = []
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        if i == 4:
-            fg.manual_seed(4)
-        before = fg.cuda.sync_count()
-        losses.append(step(x, y))
+
+    def losses(step, check=lambda i, step, syncs: None):  # a new seed before call 4
+        fg.manual_seed(3)
+        out = []
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            if i == 4:
+                fg.manual_seed(4)
+            before = fg.cuda.sync_count()
+            out.append(step(x, y))
+            check(i, step, fg.cuda.sync_count() - before)
+        return [loss.item() for loss in out]
+
+    def no_copy_no_wait(i, step, syncs):
         if i >= 2:  # after the warm-up call and the capture (whose self-check reads values back)
-            assert fg.cuda.sync_count() == before and step.stats["host_syncs"] == 0
+            assert syncs == 0 and step.stats["host_syncs"] == 0
         assert step.stats["philox_writes"] == (1 if i < 4 else 2), i
+
+    _, _, step = compiled(device, dropout=0.5)
+    captured = losses(step, no_copy_no_wait)
     assert step.stats["cuda_graph_replays"] == 5
     monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
-    _, _, plain = compiled(device, dropout=0.5)
-    fg.manual_seed(3)
-    expected = []
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        if i == 4:
-            fg.manual_seed(4)
-        expected.append(plain(x, y).item())
-    np.testing.assert_allclose([loss.item() for loss in losses], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(captured, losses(compiled(device, dropout=0.5)[2]), rtol=1e-6, atol=1e-7)
 
 
 def test_profiling_between_replays_draws_like_a_call(device, monkeypatch):

@@ -27,6 +27,18 @@ def values(model):
     return [p.cpu().numpy().copy() for p in model.parameters()]
 
 
+def sgd_step(model, xs, ys):
+    return fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(xs[0], ys[0]))
+
+
+def assert_same_end(a, b):
+    """Two (parameters, generator state) results are the same, bitwise."""
+    (got, state), (want, expected) = a, b
+    assert state == expected
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)
+
+
 def between_steps(i, device):
     """What user code does between steps 1 and 2 (a new seed) and 3 and 4 (an eager draw)."""
     if i == 1:
@@ -51,8 +63,7 @@ def test_steps_follow_manual_seed_and_eager_draws_between_them(device, monkeypat
         between_steps(i, device)
     eager_state = fg.get_rng_state()
 
-    model = dropout_mlp(device)
-    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(xs[0], ys[0]))
+    step = sgd_step(dropout_mlp(device), xs, ys)
     fg.manual_seed(5)
     compiled, writes = [], []
     for i, (x, y) in enumerate(zip(xs, ys)):
@@ -71,18 +82,14 @@ def test_profiling_a_step_draws_like_a_call(monkeypatch):
 
     def train(profile):
         model = dropout_mlp("cpu")
-        step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1),
-                          example_inputs=(xs[0], ys[0]))
+        step = sgd_step(model, xs, ys)
         fg.manual_seed(8)
         step(xs[0], ys[0])
         (step.profile if profile else step)(xs[1], ys[1])
         step(xs[2], ys[2])
         return values(model), fg.get_rng_state()
 
-    (profiled, state), (called, expected) = train(True), train(False)
-    assert state == expected
-    for a, b in zip(profiled, called):
-        np.testing.assert_array_equal(a, b)
+    assert_same_end(train(True), train(False))
 
 
 def _plant(model):
@@ -101,8 +108,7 @@ def test_the_capture_self_check_path_draws_like_plain_calls(device, planted, mon
 
     def train(check):
         model = dropout_mlp(device)
-        step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1),
-                          example_inputs=(xs[0], ys[0]))
+        step = sgd_step(model, xs, ys)
         fg.manual_seed(7)
         step(xs[0], ys[0])
         fg.manual_seed(9)  # the checked call must write the pair
@@ -115,10 +121,7 @@ def test_the_capture_self_check_path_draws_like_plain_calls(device, planted, mon
         step(xs[2], ys[2])
         return values(model), fg.get_rng_state()
 
-    (checked, state), (plain, expected) = train(True), train(False)
-    assert state == expected
-    for a, b in zip(checked, plain):
-        np.testing.assert_array_equal(a, b)
+    assert_same_end(train(True), train(False))
 
 
 def test_shape_buckets_keep_each_plans_pair_right(device):
@@ -145,10 +148,9 @@ def test_shape_buckets_keep_each_plans_pair_right(device):
 
 def test_explain_shows_the_advance_as_the_steps_last_instruction():
     xs, ys = batches("cpu", 1)
-    model = dropout_mlp("cpu")
-    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(xs[0], ys[0]))
+    step = sgd_step(dropout_mlp("cpu"), xs, ys)
     rows = step.explain().rows
     assert rows[-1]["op"] == "philox_advance_"
-    assert rows[-1]["offset"] is None  # the pair lives outside the arena
+    assert rows[-1]["buffer"] == "philox" and rows[-1]["offset"] is None  # the pair lives outside the arena
     assert [r["op"] for r in rows].count("philox_advance_") == 1
     assert "philox_advance_" in str(step.explain())
