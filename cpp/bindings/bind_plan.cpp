@@ -36,7 +36,7 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
     d["shape"] = ins.out.empty() ? py::object(py::none()) : py::cast(std::vector<int64_t>(ins.out[0].shape.begin(), ins.out[0].shape.end()));
     d["dtype"] = ins.out.empty() ? py::object(py::none()) : py::cast(dtype_name(ins.out[0].dtype));
     d["attrs"] = ins.attrs.str();
-    d["random"] = ins.rng_delta >= 0;
+    d["random"] = ins.op && ins.op->in(Group::Random);  // reads the "philox" pair
     d["run"] = ins.run < 0 ? py::object(py::none()) : py::cast(ins.run);  // its fused run
     py::list shapes;
     for (const auto& v : ins.in) shapes.append(std::vector<int64_t>(v.shape.begin(), v.shape.end()));
@@ -169,7 +169,8 @@ void bind_plan(py::module_& m) {
       .def("dot", &plan::Plan::dot, "The plan as a Graphviz DOT graph.")
       .def_property_readonly("device", [](const plan::Plan& p) { return p.device().str(); }, "The plan's device.")
       .def("stats", [](const plan::Plan& p) { return p.stats().to_map(); },
-           "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, ...")
+           "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, host_syncs, "
+           "philox_writes (runs before which the host wrote the random counters' {seed, base} pair), ...")
       .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
            "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, "
            "input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it "

@@ -25,10 +25,19 @@ FG_HD double linspace_element(double start, double end, int64_t n, int64_t i) {
 }
 
 enum class RandomKind : uint8_t { Uniform, Normal, Integer };
-// Element i takes Philox(counter = offset + i, key = seed). Uniform: [0, 1); Normal: N(0, 1);
-// Integer: [low, high).
-void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
-                int64_t low, int64_t high, void* out);
+// Where a random fill's counters start: element i takes Philox(counter = offset + i, key = seed).
+// With `pair` (a compiled plan's {seed, base} in the device's memory, read when the kernel runs)
+// the key is pair[0] and the counter pair[1] + offset + i.
+struct PhiloxStart {
+  uint64_t seed = 0, offset = 0;
+  const uint64_t* pair = nullptr;
+};
+// Uniform: [0, 1); Normal: N(0, 1); Integer: [low, high).
+void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
+                int64_t high, void* out);
+// philox_advance_: pair[1] += by on a {seed, base} pair in the device's memory, so a plan's next
+// run (a CUDA graph replay included) draws the next counters without host work.
+void advance_philox_cpu(const KernelEnv& env, uint64_t* pair, uint64_t by);
 
 // Element i of a random tensor of T, the same on every device (CPU and CUDA share it).
 template <class T>
@@ -51,13 +60,8 @@ void fill_cuda(const KernelEnv& env, DType dtype, void* data, int64_t n, double 
 void arange_cuda(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out);
 void linspace_cuda(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out);
 void eye_cuda(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out);
-void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
-                 int64_t low, int64_t high, void* out);
-// While a plan is captured into a CUDA graph (a CapturePhilox scope, core/context.h, holds
-// `counter`), random fills on this thread read their key and base
-// counter from device memory, `counter` = {seed, base} (nullptr: off), and take `offset` as the
-// distance from base; advance_philox_cuda moves base on inside the graph, so every replay draws
-// fresh values without host work.
-void advance_philox_cuda(const KernelEnv& env, uint64_t* counter, uint64_t by);
+void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
+                 int64_t high, void* out);
+void advance_philox_cuda(const KernelEnv& env, uint64_t* pair, uint64_t by);
 
 }  // namespace fg

@@ -32,8 +32,10 @@ void eye_cpu(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void
   });
 }
 
-void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n,
-                int64_t low, int64_t high, void* out) {
+void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
+                int64_t high, void* out) {
+  const uint64_t seed = start.pair ? start.pair[0] : start.seed;
+  const uint64_t offset = start.pair ? start.pair[1] + start.offset : start.offset;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
@@ -42,5 +44,7 @@ void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t see
     });
   });
 }
+
+void advance_philox_cpu(const KernelEnv& env, uint64_t* pair, uint64_t by) { pair[1] += by; }
 
 }  // namespace fg

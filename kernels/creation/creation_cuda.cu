@@ -18,15 +18,15 @@ __global__ void random_kernel(RandomKind kind, uint64_t seed, uint64_t offset, i
   FG_GRID_LOOP(i, n) out[i] = random_element<T>(kind, seed, offset, i, low, high);
 }
 
-// counter = {seed, base}: the same element as random_kernel with offset = base + delta.
+// pair = {seed, base} in device memory: the same element as random_kernel with offset = base + delta.
 template <class T>
-__global__ void random_counter_kernel(RandomKind kind, const uint64_t* counter, uint64_t delta, int64_t n, int64_t low,
-                                      int64_t high, T* out) {  // out: (n)
-  const uint64_t seed = counter[0], offset = counter[1] + delta;
+__global__ void random_pair_kernel(RandomKind kind, const uint64_t* pair, uint64_t delta, int64_t n, int64_t low,
+                                   int64_t high, T* out) {  // out: (n)
+  const uint64_t seed = pair[0], offset = pair[1] + delta;
   FG_GRID_LOOP(i, n) out[i] = random_element<T>(kind, seed, offset, i, low, high);
 }
 
-__global__ void advance_counter(uint64_t* counter, uint64_t by) { counter[1] += by; }
+__global__ void advance_pair(uint64_t* pair, uint64_t by) { pair[1] += by; }  // pair: (2)
 
 template <class T>
 __global__ void arange_kernel(double start, double step, int64_t n, T* out) {
@@ -45,9 +45,9 @@ __global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols
 
 }  // namespace
 
-void advance_philox_cuda(const KernelEnv& env, uint64_t* counter, uint64_t by) {
-  advance_counter<<<1, 1, 0, kernel_stream(env)>>>(counter, by);
-  check_launch("advance the Philox counter");
+void advance_philox_cuda(const KernelEnv& env, uint64_t* pair, uint64_t by) {
+  advance_pair<<<1, 1, 0, kernel_stream(env)>>>(pair, by);
+  check_launch("philox_advance_");
 }
 
 void arange_cuda(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out) {
@@ -77,17 +77,17 @@ void eye_cuda(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, voi
   check_launch("eye");
 }
 
-void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, uint64_t seed, uint64_t offset, int64_t n, int64_t low, int64_t high,
-                 void* out) {
+void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
+                 int64_t high, void* out) {
   if (n == 0) return;
-  const uint64_t* capture_counter = env.philox;
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::DType, "random fill on cuda: bool is not a random dtype");
-    else if (capture_counter)
-      random_counter_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, capture_counter, offset, n, low,
-                                                                             high, static_cast<T*>(out));
-    else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, seed, offset, n, low, high, static_cast<T*>(out));
+    else if (start.pair)
+      random_pair_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, start.pair, start.offset, n, low,
+                                                                          high, static_cast<T*>(out));
+    else random_kernel<T><<<grid_for(n), kThreads, 0, kernel_stream(env)>>>(kind, start.seed, start.offset, n, low, high,
+                                                                           static_cast<T*>(out));
   });
   check_launch("random fill");
 }

@@ -20,23 +20,19 @@ namespace {
 
 TEST(ExecContext, ScopedRestoresEveryFieldOnException) {
   ExecContext before = context();
-  uint64_t counter[2] = {1, 2};
   try {
     GradModeGuard no_grad(!before.grad_enabled);
     RngStream stream(RngState{7, 0});
-    CapturePhilox philox(counter);
     AutocastScope autocast({AutocastState{true, DType::Float16}, AutocastState{}});
     EXPECT_EQ(context().grad_enabled, !before.grad_enabled);
     EXPECT_EQ(rng_reserve(5), 0u);  // the private stream, not the global generator
     EXPECT_EQ(context().rng_stream->offset, 5u);
-    EXPECT_EQ(context().capture_philox, counter);
     EXPECT_TRUE(context().autocast[0].enabled);
     throw std::runtime_error("inside the scopes");
   } catch (const std::runtime_error&) {
   }
   EXPECT_EQ(context().grad_enabled, before.grad_enabled);
   EXPECT_EQ(context().rng_stream.has_value(), before.rng_stream.has_value());
-  EXPECT_EQ(context().capture_philox, before.capture_philox);
   EXPECT_EQ(context().autocast[0].enabled, before.autocast[0].enabled);
 }
 
@@ -45,15 +41,11 @@ TEST(KernelEnv, CurrentEnvIsFilledFromTheContext) {
   KernelEnv plain = current_env(cpu_device());
   EXPECT_EQ(plain.stream, 0u);
   EXPECT_EQ(plain.scratch, nullptr);  // eager kernels take temporaries from the allocator
-  EXPECT_EQ(plain.philox, context().capture_philox);
-  uint64_t counter[2] = {5, 6};
   const bool tf32 = allow_tf32();
   {
-    CapturePhilox philox(counter);
     set_allow_tf32(!tf32);
     KernelEnv env = current_env(cpu_device());
     set_allow_tf32(tf32);
-    EXPECT_EQ(env.philox, counter);
     EXPECT_EQ(env.tf32, !tf32);
     EXPECT_EQ(env.stream, 0u);  // the CPU has no stream
   }

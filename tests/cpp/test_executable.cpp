@@ -29,7 +29,7 @@ TEST(Executable, RunsTheSwitchBlockTheSelectorPicksWithItsFusedRun) {
   Value e = whole_value(p, BufferKind::Arena, "%e", shape), r = whole_value(p, BufferKind::Arena, "%r", shape);
   Block chain{call(OpId::exp, {x}, e), call(OpId::relu, {e}, r), call(OpId::neg, {r}, out)};
   Block copy{call(OpId::neg, {x}, out)};
-  Instr branch{nullptr, {}, {}, {}, -1, Phase::Forward, -1, InstrKind::Switch};
+  Instr branch{nullptr, {}, {}, {}, Phase::Forward, -1, InstrKind::Switch};
   branch.region.id = p.regions++;
   branch.region.selector = sel;
   branch.region.owned = {out.buffer};

@@ -37,7 +37,7 @@ struct Builder {
   Value emit(OpId op, std::vector<Value> in) { return emit(p.body, op, std::move(in)); }
   // A switch over `selector` with the given blocks, owning `owned`.
   Instr region(InstrKind kind, Value selector, std::vector<Block> blocks, std::vector<int> owned) {
-    Instr r{nullptr, {}, {}, {}, -1, Phase::Forward, -1, kind};
+    Instr r{nullptr, {}, {}, {}, Phase::Forward, -1, kind};
     r.region.id = p.regions++;
     r.region.label = "test region";
     r.region.selector = selector;

@@ -1,7 +1,8 @@
 """Whole-step CUDA graph capture of compiled steps: the host-side rules (CPU plans, the
 FLOWGRAD_NO_CUDA_GRAPH kill switch) on any machine, and on a GPU the warm-up / capture / replay
-state machine, agreement with uncaptured runs, fresh dropout masks per replay, and scheduler,
-load_state_dict, Module.to and generator changes seen by replays."""
+state machine, agreement with uncaptured runs, fresh dropout masks per replay (the random
+counters' pair copied only when the host generator moved), and scheduler, load_state_dict,
+Module.to and generator changes seen by replays."""
 import numpy as np
 import pytest
 
@@ -110,6 +111,52 @@ def test_dropout_masks_fresh_per_replay_and_follow_the_host_generator(device, mo
     captured = run(True)
     assert len(set(captured)) == len(captured)  # lr 0: only the dropout masks change the loss
     np.testing.assert_allclose(captured, run(False), rtol=1e-6, atol=1e-7)  # the same masks
+
+
+def test_replays_with_an_unchanged_generator_neither_copy_the_pair_nor_wait(device, monkeypatch):
+    """The pair is written once; replays find it where the graph's philox_advance_ left it, so they
+    copy nothing and wait for nothing, until fg.manual_seed moves the host generator (one copy)."""
+    cuda_only(device)
+    xs, ys = batches(device, 6)
+
+    def losses(step, check=lambda i, step, syncs: None):  # a new seed before call 4
+        fg.manual_seed(3)
+        out = []
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            if i == 4:
+                fg.manual_seed(4)
+            before = fg.cuda.sync_count()
+            out.append(step(x, y))
+            check(i, step, fg.cuda.sync_count() - before)
+        return [loss.item() for loss in out]
+
+    def no_copy_no_wait(i, step, syncs):
+        if i >= 2:  # after the warm-up call and the capture (whose self-check reads values back)
+            assert syncs == 0 and step.stats["host_syncs"] == 0
+        assert step.stats["philox_writes"] == (1 if i < 4 else 2), i
+
+    _, _, step = compiled(device, dropout=0.5)
+    captured = losses(step, no_copy_no_wait)
+    assert step.stats["cuda_graph_replays"] == 5
+    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
+    np.testing.assert_allclose(captured, losses(compiled(device, dropout=0.5)[2]), rtol=1e-6, atol=1e-7)
+
+
+def test_profiling_between_replays_draws_like_a_call(device, monkeypatch):
+    cuda_only(device)
+    xs, ys = batches(device, 5)
+
+    def train_with(profile):
+        model, _, step = compiled(device, dropout=0.5, make_opt=lambda ps: fg.optim.SGD(ps, lr=0.1))
+        fg.manual_seed(6)
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            (step.profile if profile and i == 3 else step)(x, y)
+        return [p.cpu().numpy() for p in model.parameters()], fg.get_rng_state()
+
+    (profiled, state), (called, expected) = train_with(True), train_with(False)
+    assert state == expected
+    for p, q in zip(profiled, called):
+        np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
 
 
 def test_scheduler_change_is_seen_by_replays(device):

@@ -1,9 +1,8 @@
 // The execution context: everything that decides how an op runs on this thread, in one struct.
-// Grad mode, the private RNG stream, the current CUDA stream per device, the capture's Philox
-// counter and the autocast state each used to be a thread-local of its own folder with a guard
-// class of its own; now each is a field here, and one template,
-// Scoped<&ExecContext::field>, sets a field for a scope and restores it on exit (exceptions
-// included). The per-op interceptors (autocast, in-place check, autograd, trace) are the mode
+// Grad mode, the private RNG stream, the current CUDA stream per device and the autocast state
+// each used to be a thread-local of its own folder with a guard class of its own; now each is a
+// field here, and one template, Scoped<&ExecContext::field>, sets a field for a scope and
+// restores it on exit (exceptions included). The per-op interceptors (autocast, in-place check, autograd, trace) are the mode
 // stack of ops/dispatch.h.
 #pragma once
 #include <array>
@@ -37,8 +36,6 @@ struct ExecContext {
   std::optional<RngState> rng_stream;
   // The current stream of each CUDA device (a cudaStream_t; 0 is the legacy default stream).
   std::array<uintptr_t, kMaxContextDevices> streams{};
-  // While a plan is captured into a CUDA graph: the device {seed, base} counter random fills read.
-  const uint64_t* capture_philox = nullptr;
   std::array<AutocastState, 2> autocast{};  // indexed by DeviceType::CPU, DeviceType::CUDA
 };
 
@@ -68,7 +65,6 @@ class Scoped {
 // The scopes code takes by name.
 using GradModeGuard = Scoped<&ExecContext::grad_enabled>;  // recording on or off
 using RngStream = Scoped<&ExecContext::rng_stream>;        // random ops draw from a private stream
-using CapturePhilox = Scoped<&ExecContext::capture_philox>;
 using AutocastScope = Scoped<&ExecContext::autocast>;      // AutocastScope off({}) suspends autocast
 
 }  // namespace fg

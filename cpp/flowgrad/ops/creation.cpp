@@ -50,25 +50,36 @@ const OpDef k_eye{.id = OpId::eye, .name = "eye", .family = Family::Creation, .f
                   .shape_rule = full_shape, .cpu = eye_kernel<eye_cpu>, .cuda = FG_CUDA(eye_kernel<eye_cuda>),
                   .not_differentiable = "creation op"};
 
+// A compiled plan's {seed, base} pair: the one input of philox_advance_, and of a random call in a plan.
+void check_pair(const char* op, TensorList in) {
+  FG_CHECK(in.size() == 1 && in[0].dtype() == DType::Int64 && in[0].shape() == Dims{2} && in[0].is_contiguous(), Value,
+           op, ": expected a compiled plan's {seed, base} pair, one contiguous int64 tensor of shape (2,); got ",
+           in.size() == 1 ? describe(in[0]) : std::to_string(in.size()) + " inputs");
+}
+
 template <RandomKind Kind>
 Specs random_shape(TensorList in, const Attrs& attrs) {
+  const char* name = Kind == RandomKind::Uniform ? "rand" : Kind == RandomKind::Normal ? "randn" : "randint";
+  if (!in.empty()) check_pair(name, in);
   DType dt = attrs.get<DType>("dtype");
   if (Kind == RandomKind::Integer) {
     FG_CHECK(dt != DType::Bool, DType, "randint: dtype must not be bool");
     FG_CHECK(attrs.i("low") < attrs.i("high"), Value, "randint: low (", attrs.i("low"),
              ") must be less than high (", attrs.i("high"), ")");
   } else {
-    FG_CHECK(is_floating(dt), DType, Kind == RandomKind::Uniform ? "rand" : "randn",
-             ": dtype must be floating, got ", dtype_name(dt));
+    FG_CHECK(is_floating(dt), DType, name, ": dtype must be floating, got ", dtype_name(dt));
   }
   return full_shape(in, attrs);
 }
+// Eager calls draw at their seed and offset attributes; a plan's calls read the plan's pair (their
+// one input) and draw `offset` counters past its base.
 template <RandomKind Kind, decltype(&random_cpu) Run>
-void random_kernel(const KernelEnv& env, TensorList, const Tensors& out, const Attrs& attrs) {
+void random_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   bool integer = Kind == RandomKind::Integer;
-  Run(env, Kind, out[0].dtype(), static_cast<uint64_t>(attrs.i("seed")),
-             static_cast<uint64_t>(attrs.i("offset")), out[0].numel(), integer ? attrs.i("low") : 0,
-             integer ? attrs.i("high") : 0, out[0].data_ptr());
+  PhiloxStart start{static_cast<uint64_t>(attrs.i("seed")), static_cast<uint64_t>(attrs.i("offset")),
+                    in.empty() ? nullptr : static_cast<const uint64_t*>(in[0].data_ptr())};
+  Run(env, Kind, out[0].dtype(), start, out[0].numel(), integer ? attrs.i("low") : 0, integer ? attrs.i("high") : 0,
+      out[0].data_ptr());
 }
 const OpDef k_rand{.id = OpId::rand, .name = "rand", .family = Family::Creation,
                    .shape_rule = random_shape<RandomKind::Uniform>,
@@ -82,6 +93,22 @@ const OpDef k_randint{.id = OpId::randint, .name = "randint", .family = Family::
                       .shape_rule = random_shape<RandomKind::Integer>,
                       .cpu = random_kernel<RandomKind::Integer, random_cpu>,
                    .cuda = FG_CUDA((random_kernel<RandomKind::Integer, random_cuda>)), .not_differentiable = "creation op"};
+
+// The last instruction of a plan that draws: base += by on its pair, so the next run (a CUDA graph
+// replay included) draws the next counters without host work.
+Specs philox_advance_shape(TensorList in, const Attrs& attrs) {
+  check_pair("philox_advance_", in);
+  FG_CHECK(attrs.i("by") >= 0, Value, "philox_advance_: by must be >= 0, got ", attrs.i("by"));
+  return {{in[0].shape(), in[0].dtype()}};
+}
+template <decltype(&advance_philox_cpu) Run>
+void philox_advance_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attrs& attrs) {
+  Run(env, static_cast<uint64_t*>(in[0].data_ptr()), static_cast<uint64_t>(attrs.i("by")));
+}
+const OpDef k_philox_advance_{.id = OpId::philox_advance_, .name = "philox_advance_", .family = Family::Creation,
+                              .shape_rule = philox_advance_shape, .cpu = philox_advance_kernel<advance_philox_cpu>,
+                              .cuda = FG_CUDA(philox_advance_kernel<advance_philox_cuda>),
+                              .not_differentiable = "moves a random counter"};
 
 // Reserves numel Philox counters so the next random tensor continues the stream.
 Attrs random_attrs(const Dims& shape, DType dtype, Device device, int64_t low, int64_t high) {
@@ -103,6 +130,7 @@ FG_REGISTER(eye);
 FG_REGISTER(rand);
 FG_REGISTER(randn);
 FG_REGISTER(randint);
+FG_REGISTER(philox_advance_);
 
 Tensor full(const Dims& shape, double value, DType dtype, Device device) {
   return run_op1(k_full, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}, {"device", device}});

@@ -163,7 +163,7 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, Tenso
 
 KernelEnv current_env(Device device) {
   const ExecContext& c = context();
-  return {device.is_cuda() ? cuda::current_stream_handle(device.index) : 0, nullptr, c.capture_philox, allow_tf32()};
+  return {device.is_cuda() ? cuda::current_stream_handle(device.index) : 0, nullptr, allow_tf32()};
 }
 
 void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }

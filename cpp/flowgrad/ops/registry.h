@@ -37,7 +37,7 @@ class Attrs {
   bool b(const char* name) const { return get<bool>(name); }
   const Dims& dims(const char* name) const { return get<Dims>(name); }
   std::string str() const;
-  // Replaces the value of an existing attribute (a compiled plan moves a random op's counter).
+  // Replaces the value of an existing attribute (a compiled plan's random calls take their offset).
   void set(const char* name, AttrValue value);
 
  private:
@@ -142,7 +142,7 @@ enum class Saved : uint8_t { Nothing, Inputs, Outputs, InputsAndOutputs };
 
 // A kernel call prepared once over fixed operands (compiled plans): the dtype dispatch, the
 // strided views and the attributes are resolved when it is built, and `run(args, env)` only
-// launches, on the stream, scratch and Philox pair of the env the plan passes.
+// launches, on the stream and scratch of the env the plan passes.
 struct Launch {
   void (*run)(const void* args, const KernelEnv& env) = nullptr;
   std::shared_ptr<const void> args;
@@ -159,7 +159,7 @@ struct OpDef {
   // ShapeError/DTypeError for the op.
   Specs (*shape_rule)(TensorList in, const Attrs& attrs) = nullptr;
   // Write the preallocated outputs (compute ops), on the CPU and on a CUDA device, with what
-  // the caller's env gives (its stream, scratch and Philox pair: base/kernel_env.h).
+  // the caller's env gives (its stream and scratch: base/kernel_env.h).
   void (*cpu)(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
   void (*cuda)(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;  // see FG_CUDA
   // Returns the aliasing output (view ops).
@@ -214,7 +214,7 @@ namespace op_rows {
 #define FG_REGISTER(NAME) const OpDef* const op_rows::NAME = &k_##NAME
 
 // The env run_op hands a kernel on `device`, filled from this thread's ExecContext: the current
-// stream of that CUDA device (0 on the CPU), the running plan's scratch and capture Philox pair.
+// stream of that CUDA device (0 on the CPU) and the running plan's scratch.
 // Raw tensor work outside an op call (ops/raw.h) launches with it too.
 KernelEnv current_env(Device device);
 

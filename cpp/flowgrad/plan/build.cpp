@@ -119,7 +119,7 @@ struct Builder {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
       ins.out.push_back(value_of(t, it != buffer_of.end() ? it->second : add_buffer(BufferKind::Arena, t, next_name())));
     }
-    if (c.op->in(Group::Random)) ins.rng_delta = random_delta(c);
+    if (c.op->in(Group::Random)) draw_from_pair(ins, c);
     code->push_back(std::move(ins));
   }
 
@@ -144,7 +144,7 @@ struct Builder {
   // A region instruction: its blocks recorded like the top level, then what each block leaves
   // behind (copied or added into the buffers the region owns).
   void record_branch(TracedBranch& tb, Phase phase) {
-    Instr ins{nullptr, {}, {}, {}, -1, phase, -1, region_kind(tb.kind)};
+    Instr ins{nullptr, {}, {}, {}, phase, -1, region_kind(tb.kind)};
     Region& r = ins.region;
     r.label = tb.label;
     r.max_iter = tb.max_iter;
@@ -184,13 +184,18 @@ struct Builder {
     else block.push_back({&op_def(OpId::contiguous), {}, {v}, {target}});
   }
 
-  int64_t random_delta(const TracedCall& c) {
+  // A random call reads the step's pair and draws its counters from base + the distance of its
+  // traced draw from the step's first one (its seed comes from the pair too).
+  void draw_from_pair(Instr& ins, const TracedCall& c) {
     auto seed = static_cast<uint64_t>(c.attrs.i("seed"));
     auto offset = static_cast<uint64_t>(c.attrs.i("offset"));
-    FG_CHECK(seed == trace.rng_start.seed && offset >= trace.rng_start.offset && offset < trace.rng_end.offset,
+    auto n = static_cast<uint64_t>(c.out[0].numel());
+    FG_CHECK(seed == trace.rng_start.seed && offset >= trace.rng_start.offset && offset + n <= trace.rng_end.offset,
              Value, "compile: '", c.op->name, "' draws from a derived random stream (a random op inside a "
              "multi-branch graph level); compiled plans replay draws from the global generator only");
-    return static_cast<int64_t>(offset - trace.rng_start.offset);
+    ins.in.push_back(program.whole(program.philox));
+    ins.attrs.set("seed", int64_t{0});
+    ins.attrs.set("offset", static_cast<int64_t>(offset - trace.rng_start.offset));
   }
 
   std::string name_of(const Tensor& t) const {
@@ -198,6 +203,25 @@ struct Builder {
     return it != names.end() ? it->second : fg::describe(t);
   }
 };
+
+// A step that draws gets its {seed, base} pair, which lowering binds and the executable writes
+// before a run when the host generator moved elsewhere (Executable::sync_rng).
+void declare_philox(Program& p, const Tracer& trace, std::vector<std::shared_ptr<Storage>>& storages) {
+  auto random = [](const TracedCall& c) { return c.op && c.op->in(Group::Random); };
+  if (std::none_of(trace.calls.begin(), trace.calls.end(), random)) return;  // inside blocks they raise
+  p.philox = p.add_buffer({BufferKind::External, "philox", 2 * sizeof(int64_t), p.device, DType::Int64});
+  p.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
+  storages.emplace_back();
+}
+
+// The step's last instruction: base += rng_advance, so the next run draws the next counters.
+void append_philox_advance(Program& p) {
+  if (p.philox < 0) return;
+  const Value pair = p.whole(p.philox);
+  Instr advance{&op_def(OpId::philox_advance_), Attrs{{"by", p.rng_advance}}, {pair}, {pair}};
+  advance.phase = p.body.empty() ? Phase::Forward : p.body.back().phase;
+  p.body.push_back(std::move(advance));
+}
 
 // A host read of a value the plan computes would freeze a data-dependent decision.
 void check_host_reads(const Tracer& trace, const Builder& b, const DefUse& du) {
@@ -254,6 +278,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     program.buffers[id].bytes = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
     program.inputs.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
   }
+  declare_philox(program, trace, storages);
   Stopwatch clock;
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
@@ -261,6 +286,7 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     if (c.op && c.op->in(Group::View)) ++stats_.views;
     b.record(c, i >= trace.update_start ? Phase::Update : i >= trace.backward_start ? Phase::Backward : Phase::Forward);
   }
+  append_philox_advance(program);
   origins_ = std::move(trace.origins);
   for (const Tensor& out : spec.outputs)
     program.outputs.push_back(b.read(out, [] { return std::string("an output of the step"); }));
@@ -278,7 +304,6 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
   for (const Tensor& t : spec.watch) watched_.emplace_back(t, t.storage());
   Binding binding;
   binding.storages = std::move(storages);
-  binding.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
   binding.poison = env::plan_debug();
   lower(std::move(program), std::move(binding), spec);
   trace.calls.clear();

@@ -1,8 +1,9 @@
 // CUDA graph capture of a whole plan (capture.h). On the second call of a CUDA plan its
-// instructions are captured on a capture stream into one graph; every later call copies the
-// inputs into their slots, writes the Philox pair only if the host's generator moved elsewhere,
-// and launches the graph. Hyper-parameters and step counters are device tensors the optimizer
-// kernels read, so replays see scheduler changes; the Philox base is advanced by a kernel inside
+// instructions are captured on a capture stream into one graph; every later call launches the
+// graph once the executable has copied the inputs into their slots (and written the random
+// counters' pair, when the host's generator moved elsewhere: Executable::sync_rng).
+// Hyper-parameters and step counters are device tensors the optimizer kernels read, so replays see
+// scheduler changes; random calls read the pair, which the plan's last instruction advances inside
 // the graph, so replays draw fresh, reproducible random values. The first captured step is checked
 // against a plain one from the same state (capture_check.cpp).
 #include "flowgrad/plan/capture.h"
@@ -10,13 +11,8 @@
 #include <chrono>
 
 #include "flowgrad/core/env.h"
-#include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/captured_graph.h"
-#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/plan/executable.h"
-#if defined(FLOWGRAD_HAVE_CUDA)
-#include "kernels/creation/creation.h"
-#endif
 
 namespace fg::plan {
 
@@ -59,45 +55,13 @@ bool Capture::try_replay() {
       break;
     case Phase::Replay: break;
   }
-  sync_philox();
   graph_->launch(cuda::current_stream_handle(exec_.device().index));
   ++replays_;
   return true;
 }
 
-// The device pair must hold {seed, base} of this call's draws: the graph advanced it after the
-// last replay, so it is written only when something else moved the host generator in between
-// (fg.manual_seed, eager random ops).
-void Capture::sync_philox() {
-  const auto advance = static_cast<uint64_t>(exec_.rng_advance());
-  if (advance == 0) return;
-  uint64_t seed = rng_state().seed;
-  uint64_t base = rng_reserve(advance);
-  if (!philox_known_ || seed != philox_seed_ || base != philox_base_) {
-    const uint64_t pair[2] = {seed, base};
-    cuda::copy_bytes(philox_.data_ptr(), philox_.device(), pair, cpu_device(), sizeof pair);
-  }
-  philox_seed_ = seed;
-  philox_base_ = base + advance;
-  philox_known_ = true;
-}
-
-std::function<void(const std::function<void(int)>&)> Capture::device_rng_body() {
-  const auto advance = static_cast<uint64_t>(exec_.rng_advance());
-  if (advance > 0 && !philox_.defined())  // allocated before capture
-    philox_ = Tensor::empty(Dims{2}, DType::Int64, exec_.device());
-  exec_.rng_from_device_base();
-  auto* counter = philox_.defined() ? static_cast<uint64_t*>(philox_.data_ptr()) : nullptr;
-  return [this, counter, advance](const std::function<void(int)>& progress) {
-#if defined(FLOWGRAD_HAVE_CUDA)
-    CapturePhilox on_device(counter);
-    exec_.execute(&progress);
-    if (counter) advance_philox_cuda(current_env(exec_.device()), counter, advance);
-#else
-    (void)counter, (void)advance;
-    exec_.execute(&progress);
-#endif
-  };
+std::function<void(const std::function<void(int)>&)> Capture::body() {
+  return [this](const std::function<void(int)>& progress) { exec_.execute(&progress); };
 }
 
 std::vector<double> Capture::profile() {
@@ -106,7 +70,6 @@ std::vector<double> Capture::profile() {
   if (exec_.device().is_cpu()) {
     using Clock = std::chrono::steady_clock;
     std::vector<Clock::time_point> at(n + 1);
-    exec_.draw_rng();
     std::function<void(int)> mark = [&](int i) { at[i] = Clock::now(); };
     exec_.execute(&mark);
     at[n] = Clock::now();
@@ -115,18 +78,16 @@ std::vector<double> Capture::profile() {
   }
   FG_CHECK(phase_ != Phase::Off, Value, "step.profile: timings of a CUDA step come from a captured graph of it, and "
            "this plan is not captured (", status_, ")");
-  auto body = device_rng_body();
-  sync_philox();  // the profiling graph draws like a replay and advances the pair too
   std::string why;
   int step = -1;
-  ms = cuda::time_steps(exec_.device().index, n, body, &why, &step);
+  ms = cuda::time_steps(exec_.device().index, n, body(), &why, &step);  // draws and advances like a replay
   FG_CHECK(why.empty(), Value, "step.profile: capturing the step failed",
            step >= 0 ? " at instruction " + std::to_string(step) + " (" + op_name(exec_.instructions()[step]) + ")" : "", ": ", why);
   return ms;
 }
 
 void Capture::try_capture() {
-  cuda::CaptureResult r = cuda::capture(exec_.device().index, device_rng_body());
+  cuda::CaptureResult r = cuda::capture(exec_.device().index, body());
   if (!r.graph) {
     phase_ = Phase::Off;
     std::string where;

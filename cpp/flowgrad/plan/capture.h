@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "flowgrad/core/device.h"
-#include "flowgrad/core/tensor.h"
 
 namespace fg::cuda {
 class CapturedGraph;
@@ -37,12 +36,12 @@ class Capture {
   bool try_replay();
   // Runs the step once and returns each instruction's milliseconds: on the CPU by the host clock
   // around each instruction (a fused run counts at its first instruction), on CUDA from timing
-  // events recorded inside a captured graph of the step (the last instruction's time includes
-  // the Philox advance). Raises when a CUDA plan is not captured (kill switch, failed capture).
+  // events recorded inside a captured graph of the step. Raises when a CUDA plan is not captured
+  // (kill switch, failed capture).
   std::vector<double> profile();
   // The capture self-check: runs `step` and the plan's plain step from the same state (every
   // buffer the step writes that outlives it, and the host generator), then compares what each
-  // left (those buffers and the outputs): bitwise, or within kCheckTolerance of each buffer's
+  // left (those buffers, the random counters' pair among them, and the outputs): bitwise, or within kCheckTolerance of each buffer's
   // largest magnitude when the plan adds floats with atomics (order-dependent sums). Returns ""
   // when they agree (`step`'s result stays: one step applied), else the first buffer that
   // differs and the instruction that wrote it, with the state from before both restored.
@@ -58,17 +57,13 @@ class Capture {
   // was this call's step (they agreed), false after a mismatch (phase Off) or when the snapshots
   // did not fit in memory (nothing ran: the check is skipped and the graph kept).
   bool self_check();
-  void sync_philox();
-  // The capture body: the instructions with random fills reading the device Philox pair.
-  std::function<void(const std::function<void(int)>&)> device_rng_body();
+  // The capture body: the executable's instructions, reporting each one's start.
+  std::function<void(const std::function<void(int)>&)> body();
 
   Executable& exec_;
   Phase phase_ = Phase::Off;
   std::string status_;
   std::unique_ptr<cuda::CapturedGraph> graph_;
-  Tensor philox_;  // int64 (2,) on the plan's device: {seed, base counter} read by the graph's random fills
-  uint64_t philox_seed_ = 0, philox_base_ = 0;  // what the device pair holds (after the last replay)
-  bool philox_known_ = false;
   int replays_ = 0;
 };
 

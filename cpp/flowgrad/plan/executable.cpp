@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <sstream>
 
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/host_sync.h"
+#include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/capture.h"
@@ -44,10 +46,9 @@ void call_kernel(const void* p, const KernelEnv& env) {
 
 }  // namespace
 
-Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
-                      bool attrs_change) {
+Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs) {
   PrepareFn prepare = device.is_cpu() ? op.prepare_cpu : op.prepare_cuda;
-  if (prepare && !attrs_change)
+  if (prepare)
     if (Launch launch = prepare(in, out, attrs)) return launch;
   Kernel kernel = device.is_cpu() ? op.cpu : op.cuda;
   return {call_kernel, std::make_shared<KernelCall>(KernelCall{kernel, in, out, &attrs})};
@@ -87,7 +88,7 @@ void Executable::bind_instruction(Instruction& ins) {
   ins.out_t.clear();
   for (const Value& v : ins.in) ins.in_t.push_back(tensor(v));
   for (const Value& v : ins.out) ins.out_t.push_back(tensor(v));
-  if (!ins.branch) ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs, ins.rng_delta >= 0);
+  if (!ins.branch) ins.launch = prepare_launch(*ins.op, device_, ins.in_t, ins.out_t, ins.attrs);
 }
 
 void Executable::load_inputs(const Tensors& inputs) {
@@ -109,27 +110,23 @@ void Executable::load_inputs(const Tensors& inputs) {
 
 std::string Executable::check_step(const Tensors& inputs, const std::function<void()>& after) {
   load_inputs(inputs);
+  sync_rng();
   std::string diff = capture_->check_against_plain([&] {
-    draw_rng();
     execute();
     if (after) after();
   });
-  if (!diff.empty()) {  // the state from before both: the step is applied once, plainly
-    draw_rng();
-    execute();
-  }
+  if (!diff.empty()) execute();  // the state from before both (the pair included): one step, plainly
+  step_done();
   return diff;
 }
 
 Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
   const int64_t syncs_before = cuda::host_sync_count();
   load_inputs(inputs);
-  if (ms) {
-    *ms = capture_->profile();
-  } else if (!capture_->try_replay()) {
-    draw_rng();
-    execute();
-  }
+  sync_rng();
+  if (ms) *ms = capture_->profile();
+  else if (!capture_->try_replay()) execute();
+  step_done();
   if (scratch_.peak > scratch_.capacity) {  // after the first run, or an instruction that asked for more
     scratch_block_ = Storage::allocate(scratch_.peak, device_);
     scratch_.base = scratch_block_->data();
@@ -145,20 +142,22 @@ Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
   return out;
 }
 
-void Executable::draw_rng() {
-  if (rng_advance_ == 0) return;  // fresh draws every run, reproducible from the seed
-  RngState state = rng_state();
-  uint64_t base = rng_reserve(static_cast<uint64_t>(rng_advance_));
-  for (Instruction& ins : code_) {
-    if (ins.rng_delta < 0) continue;
-    ins.attrs.set("seed", static_cast<int64_t>(state.seed));
-    ins.attrs.set("offset", static_cast<int64_t>(base + ins.rng_delta));
-  }
+// On CUDA the write is a copy queued before the step's kernels (no host wait); a step that threw
+// leaves philox_holds_ at what was written, so the next run writes again if it moved.
+void Executable::sync_rng() {
+  if (philox_ < 0) return;
+  const RngState want{rng_state().seed, rng_reserve(static_cast<uint64_t>(rng_advance_))};
+  if (philox_holds_ && philox_holds_->seed == want.seed && philox_holds_->offset == want.offset) return;
+  const uint64_t pair[2] = {want.seed, want.offset};
+  void* at = buffers_[philox_].storage->data();
+  if (device_.is_cpu()) std::memcpy(at, pair, sizeof pair);
+  else cuda::copy_bytes(at, device_, pair, cpu_device(), sizeof pair);
+  philox_holds_ = want;
+  ++run_stats_.philox_writes;
 }
 
-void Executable::rng_from_device_base() {
-  for (Instruction& ins : code_)
-    if (ins.rng_delta >= 0) ins.attrs.set("offset", ins.rng_delta);
+void Executable::step_done() {
+  if (philox_holds_) philox_holds_->offset += static_cast<uint64_t>(rng_advance_);
 }
 
 // One step: the top-level instructions through run_code, on the plan's device with its scratch
@@ -170,7 +169,7 @@ void Executable::execute(const std::function<void(int)>* progress) {
   const uint64_t allocations_before = storage_allocations();
   run_stats_.allocating.clear();
   // The one env of this run: the current stream of the plan's device (a capture makes its
-  // capture stream current), the Philox pair a capture installed, and the plan's scratch.
+  // capture stream current) and the plan's scratch.
   env_ = current_env(device_);
   env_.scratch = &scratch_;
   for (const auto& branch : branches_) branch->taken = -1;

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "flowgrad/core/allocator.h"
+#include "flowgrad/core/context.h"  // RngState
 #include "flowgrad/ops/registry.h"
 #include "flowgrad/plan/memory.h"
 #include "flowgrad/plan/program.h"
@@ -46,7 +48,6 @@ struct Instruction {
   const OpDef* op;  // null for a region's record (`branch` is set)
   Attrs attrs;
   std::vector<Value> in{}, out{};
-  int64_t rng_delta = -1;  // random ops: counters from the step's first draw
   Phase phase = Phase::Forward;
   int origin = -1;         // index into the trace's origins (Plan::origins)
   int run = -1;            // the fused run it belongs to (fusion.cpp)
@@ -132,17 +133,15 @@ const char* op_name(const Instruction& ins);
 Tensor layout(const std::shared_ptr<Storage>& storage, const Value& v);
 
 // The one place a plan turns an op call over bound tensors into a launch: the op's prepared
-// launch when it has one for `device`, else a record that calls its cpu/cuda kernel. `attrs` is
-// read at every launch (random ops move their counter in it), so it must outlive the launch.
-Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs,
-                      bool attrs_change);
+// launch when it has one for `device`, else a record that calls its cpu/cuda kernel (which reads
+// `attrs` at every launch, so it must outlive the launch).
+Launch prepare_launch(const OpDef& op, Device device, const Tensors& in, const Tensors& out, const Attrs& attrs);
 
 class Capture;  // CUDA graph capture of an executable (capture.h)
 
 // What lowering binds besides the program and its memory plan.
 struct Binding {
-  std::vector<std::shared_ptr<Storage>> storages;  // per buffer: External memory (gradients' targets included)
-  int64_t rng_advance = 0;  // Philox counters one step draws (0: no random instruction)
+  std::vector<std::shared_ptr<Storage>> storages;  // per buffer: External memory (gradients' targets, the philox pair)
   bool poison = false;      // FLOWGRAD_DEBUG_PLAN
   // CUDA: per Fused instruction in program order (blocks included), its kernel loaded on the device
   std::vector<FusedKernel> kernels;
@@ -156,6 +155,7 @@ struct RunStats {
   uint64_t allocations = 0;      // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;   // top-level instructions of the last run that allocated
   int64_t host_syncs = 0;        // host waits on the GPU during the last run (0 on the CPU)
+  int64_t philox_writes = 0;     // runs so far before which the host wrote the {seed, base} pair
   std::string cuda_fusion;       // Binding::cuda_fusion, plus runs that fell back at launch
 };
 
@@ -176,13 +176,7 @@ class Executable {
   void bind_arena(std::shared_ptr<Storage> arena);
   const std::shared_ptr<Storage>& arena() const { return arena_; }
 
-  // The step's parts for Capture and the capture self-check:
-  // random instructions take this run's seed and counters from the host generator
-  void draw_rng();
-  // random instructions take counters relative to a base the kernels read on the device (capture)
-  void rng_from_device_base();
-  int64_t rng_advance() const { return rng_advance_; }
-  // The instructions in order on the plan's device; `progress(i)` is called before each top-level one.
+  // The step for Capture and the capture self-check: the instructions in order on the plan's device; `progress(i)` is called before each top-level one.
   void execute(const std::function<void(int)>* progress = nullptr);
 
   Device device() const { return device_; }
@@ -201,6 +195,11 @@ class Executable {
   void lower_block(const Block& block, std::vector<Instruction>& out, int& time, const MemoryPlan& memory,
                    const Binding& binding);
   void load_inputs(const Tensors& inputs);
+  // Before every run (plain, replay, profile, check): reserves the step's counters on the host
+  // generator and writes them into the {seed, base} pair unless it holds them already (the
+  // plan's philox_advance_ moved it there in the last run); step_done() notes that move.
+  void sync_rng();
+  void step_done();
   void bind();  // onto arena_ (allocated when unset)
   void bind_instruction(Instruction& ins);
   void bind_runs();  // fusion.cpp
@@ -224,11 +223,13 @@ class Executable {
   // Temporaries of kernel wrappers: the first run measures the most one kernel needs, later runs
   // take them from this block (see KernelScratch), so a warm plan allocates nothing.
   KernelScratch scratch_;
-  // What every launch of a run gets (execute fills it): the stream the run is queued on, the
-  // scratch above, and the device Philox pair while a capture records the run.
+  // What every launch of a run gets (execute fills it): the stream the run is queued on and the
+  // scratch above.
   KernelEnv env_;
   std::shared_ptr<Storage> scratch_block_;
+  int philox_ = -1;  // the {seed, base} pair's buffer (program.h), -1 when the step draws nothing
   int64_t rng_advance_ = 0;
+  std::optional<RngState> philox_holds_;  // what the pair holds, as far as the host knows
   bool poison_ = false;
   RunStats run_stats_;
   std::shared_ptr<Capture> capture_;  // made in bind()

@@ -91,7 +91,7 @@ void Executable::bind_runs() {
           TileCall call;
           for (const Value& v : ins.in) call.in.push_back(tile_of(v, t, w));
           for (const Value& v : ins.out) call.out.push_back(tile_of(v, t, w));
-          call.launch = prepare_launch(*ins.op, device_, call.in, call.out, ins.attrs, false);
+          call.launch = prepare_launch(*ins.op, device_, call.in, call.out, ins.attrs);
           run.tiles[t].push_back(std::move(call));
         }
   }

@@ -108,6 +108,8 @@ void Plan::lower(Program program, Binding binding, const PlanSpec& spec) {
   stats_.arena_bytes = memory_.arena_bytes;
   stats_.naive_bytes = memory_.naive_bytes;
   binding.storages.resize(program.buffers.size());
+  if (program.philox >= 0)  // written before the first run (Executable::sync_rng)
+    binding.storages[program.philox] = Storage::allocate(program.buffers[program.philox].bytes, program.device);
   for (size_t k = 0; k < program.grads.size(); ++k) {
     const Tensor& param = spec.grads[k].first;
     // Another plan's gradient tensor when it fits (plans of one dynamic step share one set), else a new one.
@@ -130,7 +132,8 @@ void Plan::lower(Program program, Binding binding, const PlanSpec& spec) {
 
 Executable::Executable(const Program& program, const MemoryPlan& memory, Binding binding)
     : device_(program.device), inputs_(program.inputs), outputs_(program.outputs),
-      arena_bytes_(memory.arena_bytes), rng_advance_(binding.rng_advance), poison_(binding.poison) {
+      arena_bytes_(memory.arena_bytes), philox_(program.philox), rng_advance_(program.rng_advance),
+      poison_(binding.poison) {
   run_stats_.cuda_fusion = binding.cuda_fusion;
   const DefUse du = def_use(program);
   for (size_t id = 0; id < program.buffers.size(); ++id) {
@@ -153,7 +156,7 @@ void Executable::lower_block(const Block& block, std::vector<Instruction>& out, 
                              const Binding& binding) {
   for (const Instr& ins : block) {
     if (ins.kind == InstrKind::Call) {
-      out.push_back({ins.op, ins.attrs, ins.in, ins.out, ins.rng_delta, ins.phase, ins.origin});
+      out.push_back({ins.op, ins.attrs, ins.in, ins.out, ins.phase, ins.origin});
       out.back().released = memory.released[time++];
       continue;
     }

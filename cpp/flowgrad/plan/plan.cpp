@@ -37,6 +37,7 @@ PlanStats Plan::stats() const {
   s.allocations = r.allocations;
   s.allocating = r.allocating;
   s.host_syncs = r.host_syncs;
+  s.philox_writes = r.philox_writes;
   s.cuda_fusion = r.cuda_fusion;
   s.cuda_graph = e.capture().status();
   s.cuda_graph_replays = static_cast<int64_t>(e.capture().replays());
@@ -55,7 +56,7 @@ std::map<std::string, StatValue> PlanStats::to_map() const {
       {"arena_bytes", count(arena_bytes)}, {"naive_bytes", count(naive_bytes)}, {"cuda_graph", cuda_graph},
       {"cuda_graph_replays", count(cuda_graph_replays)}, {"cuda_fusion", cuda_fusion},
       {"branches", count(branches)}, {"allocations", count(allocations)}, {"allocating", allocating_ops},
-      {"host_syncs", count(host_syncs)}};
+      {"host_syncs", count(host_syncs)}, {"philox_writes", count(philox_writes)}};
   if (poisons) out.emplace("poisoned_bytes", count(poisoned_bytes));
   return out;
 }

@@ -154,6 +154,7 @@ struct PlanStats {
   uint64_t allocations = 0;             // storages the last run's instructions allocated (should be 0)
   std::vector<int> allocating;          // instructions of the last run that allocated
   int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
+  int64_t philox_writes = 0;            // runs so far before which the host wrote the {seed, base} pair
   // Filled by Plan::stats() from the executable and its capture (with the run counts above):
   int64_t instructions = 0, kernels = 0, fused_runs = 0;  // a fused run is one kernel per tile pass
   int64_t cuda_graph_replays = 0;

@@ -80,7 +80,6 @@ struct Instr {
   const OpDef* op = nullptr;  // Call only
   Attrs attrs{};
   std::vector<Value> in{}, out{};  // Call only: fused runs and regions read and write through blocks
-  int64_t rng_delta = -1;  // random ops: counters from the step's first draw
   Phase phase = Phase::Forward;
   int origin = -1;  // index into the trace's origins
   InstrKind kind = InstrKind::Call;
@@ -106,6 +105,11 @@ struct Program {
   std::vector<Value> inputs, outputs;
   std::vector<GradDecl> grads;
   int regions = 0;  // region ids issued
+  // A step that draws: its random calls read buffer `philox` ("philox", External, int64 (2,): the
+  // {seed, base} pair) and draw counters base + their offset attribute; its last instruction,
+  // philox_advance_, moves base on by `rng_advance`, the counters one step draws. -1 and 0 otherwise.
+  int philox = -1;
+  int64_t rng_advance = 0;
 
   int add_buffer(BufferDecl b) {
     buffers.push_back(std::move(b));

@@ -78,7 +78,7 @@ void fuse_block(const Program& p, Block& code) {
       out.push_back(std::move(code[i++]));
       continue;
     }
-    Instr run{nullptr, {}, {}, {}, -1, code[i].phase, code[i].origin, InstrKind::Fused};
+    Instr run{nullptr, {}, {}, {}, code[i].phase, code[i].origin, InstrKind::Fused};
     run.split = split;
     run.blocks.emplace_back(std::make_move_iterator(code.begin() + i), std::make_move_iterator(code.begin() + j + 1));
     out.push_back(std::move(run));

@@ -90,7 +90,7 @@ Program guard_updates(Program p) {
     bool cond = false;
     if (ins.kind == InstrKind::Call && sums_gradients(ins)) cond = s.depends(ins, pairs, true);
     else if (ins.kind == InstrKind::Call && ins.op->family == Family::Optim && s.depends(ins, pairs, false)) {
-      Instr guard{nullptr, {}, {}, {}, -1, ins.phase, ins.origin, InstrKind::Guard};
+      Instr guard{nullptr, {}, {}, {}, ins.phase, ins.origin, InstrKind::Guard};
       guard.region.id = p.regions++;
       guard.region.label = std::string("update of ") + ins.op->name;
       guard.region.guard = std::move(pairs);
