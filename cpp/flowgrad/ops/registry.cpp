@@ -162,7 +162,6 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, Tenso
 }  // namespace
 
 KernelEnv current_env(Device device) {
-  const ExecContext& c = context();
   return {device.is_cuda() ? cuda::current_stream_handle(device.index) : 0, nullptr, allow_tf32()};
 }
 
