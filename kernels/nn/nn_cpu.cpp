@@ -91,7 +91,7 @@ FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, c
 
 // One row of norm_backward_cpu (nn.h): the row sums of gw and gw * xhat, dx, and the column
 // sums of g * xhat and g added into part_w and part_b (cols); xhat is recomputed, never stored.
-// One sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
+// One row sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
 template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, const T* __restrict residual,
@@ -113,11 +113,14 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
   sum_gwx += lane_total<kLanes>(p_gwx);
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
-  for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - (x[j] - mu) * inv * c);
+  for (int64_t j = 0; j < n; ++j) {  // one pass over g and x: dx and both column partials
+    const T h = (x[j] - mu) * inv;
+    dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - h * c);
+    part_w[j] += g[j] * h;
+    part_b[j] += g[j];
+  }
   if (residual)  // a loop of its own: dx is rounded before the add, as by a separate add op
     for (int64_t j = 0; j < n; ++j) dx[j] += residual[j];
-  for (int64_t j = 0; j < n; ++j) part_w[j] += g[j] * ((x[j] - mu) * inv);
-  for (int64_t j = 0; j < n; ++j) part_b[j] += g[j];
 }
 
 // The weight and bias gradients' partial sums: kRowsInT rows added in T (as the sum op adds eight
