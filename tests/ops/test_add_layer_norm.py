@@ -118,3 +118,13 @@ def test_errors_name_the_op_and_the_shapes(rng):
         F.add_layer_norm(x, x, 5, None, fg.ones(2, dtype=fg.float64))
     with pytest.raises(fg.DTypeError, match="add_layer_norm: expected a floating tensor"):
         F.add_layer_norm(fg.ones(3, 5, dtype=fg.int64), fg.ones(3, 5, dtype=fg.int64), 5)
+
+
+def test_half_inputs_compute_in_float32_like_layer_norm(rng):
+    x, r = make(rng, (6, 16), np.float32), make(rng, (6, 16), np.float32)
+    xb, rb = fg.tensor(x).to(fg.bfloat16), fg.tensor(r).to(fg.bfloat16)
+    s, y = F.add_layer_norm(xb, rb, 16)
+    assert s.dtype == y.dtype == fg.bfloat16
+    exact = xb.float().numpy().astype(np.float64) + rb.float().numpy()
+    np.testing.assert_array_equal(s.float().numpy(), (xb.float() + rb.float()).to(fg.bfloat16).float().numpy())
+    np.testing.assert_allclose(y.float().numpy(), np_layer_norm(exact, 1), rtol=2e-2, atol=2e-2)
