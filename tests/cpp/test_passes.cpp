@@ -465,6 +465,13 @@ TEST(FuseAddNorm, ANormBackwardWhoseDxOnlyAnAddReadsAccumulatesTheResidualGradie
   Value late = d.emit(OpId::exp, {d.x()});
   d.p.outputs = {d.emit(OpId::add, {dx3, late})};
   EXPECT_EQ(ops(fuse_add_norm(d.p).body), (std::vector<OpId>{OpId::norm_backward, OpId::exp, OpId::add}));
+
+  Builder e(Dims{4, 6});  // dx + dx: no other operand to accumulate
+  Value dx4 = e.fresh();
+  e.p.body.push_back(norm_backward_call(e, dx4, e.value(e.buffer(BufferKind::Arena, "dw", Dims{6}), Dims{6}),
+                                        e.value(e.buffer(BufferKind::Arena, "db", Dims{6}), Dims{6})));
+  e.p.outputs = {e.emit(OpId::add, {dx4, dx4})};
+  EXPECT_EQ(ops(fuse_add_norm(e.p).body), (std::vector<OpId>{OpId::norm_backward, OpId::add}));
 }
 
 TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {

@@ -75,7 +75,7 @@ int fuse_backward(Block& code, size_t i, const DefUse& du, const Program& p) {
   if (j < 0) return -1;
   const Instr& add = code[j];
   const Value& g = same(add.in[0], dx) ? add.in[1] : add.in[0];
-  if (du.writers[add.out[0].buffer] != 1 || written_between(code, i + 1, j, {g})) return -1;
+  if (g.buffer == dx.buffer || du.writers[add.out[0].buffer] != 1 || written_between(code, i + 1, j, {g})) return -1;
   nb.attrs.set("accumulate", true);
   nb.in.push_back(g);
   nb.out[0] = add.out[0];
