@@ -319,6 +319,15 @@ void bind_functional(py::module_& m) {
     return released([&] { return layer_norm(x, dims, w.value_or(Tensor()), b.value_or(Tensor()), eps); });
   }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
      py::arg("eps") = 1e-5, "Layer normalisation over the trailing normalized_shape dims.");
+  def_op(nn, "add_layer_norm", [](const Tensor& x, const Tensor& residual, const py::object& shape,
+                              std::optional<Tensor> w, std::optional<Tensor> b, double eps) {
+    Dims dims = dims_arg(shape);
+    Tensors out = released([&] { return add_layer_norm(x, residual, dims, w.value_or(Tensor()), b.value_or(Tensor()), eps); });
+    return std::tuple<Tensor, Tensor>{out[0], out[1]};
+  }, py::arg("input"), py::arg("residual"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+     py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
+     "(s, y): the residual sum s = input + residual (same shape and dtype) and y = layer_norm(s), in one pass over "
+     "each row. The pre-norm transformer's x = x + f(x); h = layer_norm(x).");
   def_op(nn, "rms_norm", [](const Tensor& x, const py::object& shape, std::optional<Tensor> w, double eps) {
     Dims dims = dims_arg(shape);
     return released([&] { return rms_norm(x, dims, w.value_or(Tensor()), eps); });

@@ -5,10 +5,14 @@
 
 namespace fg {
 
+// Unrolled: as a loop GCC keeps the halvings as a counted loop with scalar tails, which costs a short
+// row (a layer_norm row of 128 floats) as much as its sums.
 template <int N, class T>
 inline T lane_total(T* partial) {  // (N) partial sums, overwritten
   static_assert((N & (N - 1)) == 0, "N must be a power of two");
+#pragma GCC unroll 8
   for (int width = N / 2; width > 0; width /= 2)
+#pragma GCC unroll 32
     for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
   return partial[0];
 }
@@ -17,7 +21,9 @@ inline T lane_total(T* partial) {  // (N) partial sums, overwritten
 template <int N, class T>
 inline T lane_max(T* partial) {  // (N) partial maxima, overwritten
   static_assert((N & (N - 1)) == 0, "N must be a power of two");
+#pragma GCC unroll 8
   for (int width = N / 2; width > 0; width /= 2)
+#pragma GCC unroll 32
     for (int j = 0; j < width; ++j) partial[j] = partial[j + width] > partial[j] ? partial[j + width] : partial[j];
   return partial[0];
 }

@@ -12,7 +12,8 @@ namespace fg {
 // dx = fn(g, x) elementwise, db = the column sums of dx. The rows are cut into at most eight
 // slices, spread over the pool; a slice runs in blocks that fit in cache, each block's rows summed
 // into the slice's partial sums while its dx is still there, and the partials are added in slice
-// order (the result does not depend on the threads); floats are summed in double, as the sum op.
+// order (the result does not depend on the threads); a block's rows are added as the sum op adds
+// them (add_rows_cpu: eight float rows in float, then in double), vectorised.
 void act_backward_colsum_cpu(const KernelEnv& env, BinaryFn fn, DType dtype,  // float32 or float64
                              const void* g,             // (rows, n) contiguous
                              const void* x,             // (rows, n) contiguous: what the backward reads (the

@@ -6,6 +6,7 @@
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/reduce/reduce.h"
 
 namespace fg {
 namespace {
@@ -18,11 +19,11 @@ template <class T>
 void colsum_typed(const KernelEnv& env, BinaryFn fn, DType dtype, const T* g, const T* x, T* dx, T* db, int64_t rows, int64_t n) {
   const int64_t block = std::max<int64_t>(1, kBlockBytes / static_cast<int64_t>(n * sizeof(T)));
   const int64_t slices = std::clamp<int64_t>(rows / block, 1, kSlices);
-  std::vector<double> partial(static_cast<size_t>(slices * n), 0.0);  // as the sum op: floats add in double
+  std::vector<double> partial(static_cast<size_t>(slices * n), 0.0);  // added as the sum op adds
   const int64_t grain = rows * n < kParallelGrain ? slices : 1;
   parallel_for(slices, grain, [&](int64_t s0, int64_t s1) {
     for (int64_t slice = s0; slice < s1; ++slice) {
-      double* __restrict sum = partial.data() + slice * n;
+      double* sum = partial.data() + slice * n;
       for (int64_t r0 = rows * slice / slices, end = rows * (slice + 1) / slices; r0 < end; r0 += block) {
         const int64_t r1 = std::min(end, r0 + block);
         Strided<3> s;  // (dx, g, x) over the block's rows as one flat range
@@ -34,10 +35,7 @@ void colsum_typed(const KernelEnv& env, BinaryFn fn, DType dtype, const T* g, co
           s.strides[k][0] = sizeof(T);
         }
         binary_cpu(env, fn, dtype, s);
-        for (int64_t r = r0; r < r1; ++r) {
-          const T* __restrict row = dx + r * n;
-          for (int64_t j = 0; j < n; ++j) sum[j] += row[j];
-        }
+        add_rows_cpu(sum, dx + r0 * n, r1 - r0, n, n);
       }
     }
   });

@@ -71,6 +71,12 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
   return sum;
 }
 
+// s = x + r over a row.
+template <class T>
+FG_CPU_CLONES void add_row(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
+  for (int64_t j = 0; j < n; ++j) s[j] = x[j] + r[j];
+}
+
 // y = (x - m) * inv [* w] [+ b] over a row.
 template <class T, bool kWeight, bool kBias>
 FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
@@ -84,12 +90,12 @@ FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, c
 }
 
 // One row of norm_backward_cpu (nn.h): the row sums of gw and gw * xhat, dx, and the column
-// sums of g * xhat and g added into acc_w and acc_b (cols); xhat is recomputed, never stored.
-// One sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
+// sums of g * xhat and g added into part_w and part_b (cols); xhat is recomputed, never stored.
+// One row sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
 template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
-                                     int64_t n, T mu, T inv, bool rms, T* __restrict dx,
-                                     double* __restrict acc_w, double* __restrict acc_b) {
+                                     int64_t n, T mu, T inv, bool rms, const T* __restrict residual,
+                                     T* __restrict dx, T* __restrict part_w, T* __restrict part_b) {
   constexpr int kLanes = 16;  // partial sums in T, one register of floats per sum
   T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
   const int64_t whole = n / kLanes * kLanes;
@@ -107,9 +113,26 @@ FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict 
   sum_gwx += lane_total<kLanes>(p_gwx);
   const T a = rms ? T(0) : T(sum_gw / static_cast<double>(n));
   const T c = T(sum_gwx / static_cast<double>(n));
-  for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - (x[j] - mu) * inv * c);
-  for (int64_t j = 0; j < n; ++j) acc_w[j] += static_cast<double>(g[j] * ((x[j] - mu) * inv));
-  for (int64_t j = 0; j < n; ++j) acc_b[j] += static_cast<double>(g[j]);
+  for (int64_t j = 0; j < n; ++j) {  // one pass over g and x: dx and both column partials
+    const T h = (x[j] - mu) * inv;
+    dx[j] = inv * ((kWeight ? g[j] * w[j] : g[j]) - a - h * c);
+    part_w[j] += g[j] * h;
+    part_b[j] += g[j];
+  }
+  if (residual)  // a loop of its own: dx is rounded before the add, as by a separate add op
+    for (int64_t j = 0; j < n; ++j) dx[j] += residual[j];
+}
+
+// The weight and bias gradients' partial sums: kRowsInT rows added in T (as the sum op adds eight
+// rows of a column), then into the double sums, so a row costs no conversions to double.
+constexpr int64_t kRowsInT = 8;
+
+template <class T>
+FG_CPU_CLONES void flush_partials(T* __restrict part, double* __restrict sum, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    sum[j] += static_cast<double>(part[j]);
+    part[j] = T(0);
+  }
 }
 
 }  // namespace
@@ -140,23 +163,34 @@ void softmax_cpu(const KernelEnv& env, DType dtype, bool log, const void* x, int
 
 void layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t rows,
                     int64_t cols, double eps, void* y, void* mean, void* rstd) {
+  add_layer_norm_cpu(env, dtype, x, nullptr, w, b, rows, cols, eps, nullptr, y, mean, rstd);
+}
+
+// r null: plain layer_norm (s unused).
+void add_layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* r, const void* w, const void* b,
+                        int64_t rows, int64_t cols, double eps, void* s, void* y, void* mean, void* rstd) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
+    const T* rs = static_cast<const T*>(r);
     const T* ws = static_cast<const T*>(w);
     const T* bs = static_cast<const T*>(b);
     auto* normalize = ws ? (bs ? normalize_row<T, true, true> : normalize_row<T, true, false>)
                          : (bs ? normalize_row<T, false, true> : normalize_row<T, false, false>);
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* row = xs + r * cols;
+      for (int64_t i = r0; i < r1; ++i) {
+        const T* row = xs + i * cols;
+        if (rs) {  // the sum is normalised from the output it was written to, still in L1
+          add_row(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
+          row = static_cast<T*>(s) + i * cols;
+        }
         double mu = row_sum(row, cols, 0.0, false) / static_cast<double>(cols);
         double var = row_sum(row, cols, mu, true) / static_cast<double>(cols);
         T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
         T m = static_cast<T>(mu);
-        normalize(row, ws, bs, cols, m, inv, static_cast<T*>(y) + r * cols);
-        static_cast<T*>(mean)[r] = m;
-        static_cast<T*>(rstd)[r] = inv;
+        normalize(row, ws, bs, cols, m, inv, static_cast<T*>(y) + i * cols);
+        static_cast<T*>(mean)[i] = m;
+        static_cast<T*>(rstd)[i] = inv;
       }
     });
   });
@@ -181,9 +215,10 @@ void rms_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* 
   });
 }
 
-// Rows go to `parts` threads, each with its own column sums (2 x cols doubles), added up once.
+// Rows go to `parts` threads, each with its own column sums (2 x cols doubles, fed kRowsInT rows at
+// a time), added up once.
 void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* g, const void* x, const void* w,
-                       const void* mean, const void* rstd, int64_t rows, int64_t cols, void* dx,
+                       const void* mean, const void* rstd, const void* acc, int64_t rows, int64_t cols, void* dx,
                        void* dw, void* db) {
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
@@ -192,16 +227,20 @@ void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* 
     const T* ws = static_cast<const T*>(w);
     const T* means = static_cast<const T*>(mean);
     const T* rstds = static_cast<const T*>(rstd);
+    const T* accs = static_cast<const T*>(acc);
     auto* backward = ws ? norm_backward_row<T, true> : norm_backward_row<T, false>;
     const int64_t parts = rows * cols > kParallelGrain ? std::min<int64_t>(pool_threads(), rows) : 1;
     std::vector<double> sums(parts * 2 * cols, 0.0);  // (parts, [dw, db], cols)
     parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+      std::vector<T> partial(2 * cols, T(0));  // ([dw, db], cols), as `sums`
       for (int64_t p = p0; p < p1; ++p) {
-        double* acc = sums.data() + p * 2 * cols;
-        for (int64_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) {
+        double* sum = sums.data() + p * 2 * cols;
+        const int64_t first = rows * p / parts, end = rows * (p + 1) / parts;
+        for (int64_t r = first; r < end; ++r) {
           int64_t at = r * cols;
-          backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms,
-                   static_cast<T*>(dx) + at, acc, acc + cols);
+          backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms, accs ? accs + at : nullptr,
+                   static_cast<T*>(dx) + at, partial.data(), partial.data() + cols);
+          if ((r - first) % kRowsInT == kRowsInT - 1 || r == end - 1) flush_partials(partial.data(), sum, 2 * cols);
         }
       }
     });

@@ -73,11 +73,18 @@ void softmax_cuda(const KernelEnv& env, DType dtype, bool log, const void* x, in
 
 namespace {
 
+// With a residual `res` the row normalised is s = x + res, written to `s` first: each thread reads
+// back only the entries it wrote itself, so no barrier is needed before the statistics.
 template <class T>
-__global__ void norm_rows(bool rms, const T* x, const T* w, const T* b, int64_t cols, double eps, T* y, T* mean,
-                          T* rstd) {
+__global__ void norm_rows(bool rms, const T* x, const T* res, const T* w, const T* b, int64_t cols, double eps, T* s,
+                          T* y, T* mean, T* rstd) {
   __shared__ double shared[kBlock];
   const T* row = x + blockIdx.x * cols;
+  if (res) {
+    T* sum_row = s + blockIdx.x * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum_row[j] = row[j] + res[blockIdx.x * cols + j];
+    row = sum_row;
+  }
   double mu = 0;
   if (!rms) {
     double s = 0;
@@ -104,9 +111,10 @@ __global__ void norm_rows(bool rms, const T* x, const T* w, const T* b, int64_t 
   }
 }
 
+// With `acc` (a residual's gradient, rows x cols) dx = that + acc, else overwritten.
 template <class T>
 __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w, const T* mean, const T* rstd,
-                                   int64_t cols, T* dx) {
+                                   const T* acc, int64_t cols, T* dx) {
   __shared__ double shared[kBlock];
   int64_t base = blockIdx.x * cols;
   const T mu = rms ? T(0) : mean[blockIdx.x], inv = rstd[blockIdx.x];
@@ -122,7 +130,8 @@ __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w,
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     T h = (x[base + j] - mu) * inv;
     T gw = w ? g[base + j] * w[j] : g[base + j];
-    dx[base + j] = inv * (gw - a - h * c);
+    T d = inv * (gw - a - h * c);
+    dx[base + j] = acc ? d + acc[base + j] : d;
   }
 }
 
@@ -152,12 +161,18 @@ __global__ void norm_param_grads(const T* g,     // (rows, cols)
 
 void layer_norm_cuda(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t rows, int64_t cols, double eps,
                      void* y, void* mean, void* rstd) {
+  add_layer_norm_cuda(env, dtype, x, nullptr, w, b, rows, cols, eps, nullptr, y, mean, rstd);
+}
+
+// r null: plain layer_norm (s unused).
+void add_layer_norm_cuda(const KernelEnv& env, DType dtype, const void* x, const void* r, const void* w, const void* b,
+                         int64_t rows, int64_t cols, double eps, void* s, void* y, void* mean, void* rstd) {
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "layer_norm"), kBlock, 0, kernel_stream(env)>>>(false, static_cast<const T*>(x), static_cast<const T*>(w),
-                                                               static_cast<const T*>(b), cols, eps, static_cast<T*>(y),
-                                                               static_cast<T*>(mean), static_cast<T*>(rstd));
+    norm_rows<T><<<grid_rows(rows, r ? "add_layer_norm" : "layer_norm"), kBlock, 0, kernel_stream(env)>>>(
+        false, static_cast<const T*>(x), static_cast<const T*>(r), static_cast<const T*>(w), static_cast<const T*>(b),
+        cols, eps, static_cast<T*>(s), static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
   });
   check_launch("layer_norm");
 }
@@ -167,15 +182,15 @@ void rms_norm_cuda(const KernelEnv& env, DType dtype, const void* x, const void*
   if (rows == 0 || cols == 0) return;
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
-    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock, 0, kernel_stream(env)>>>(true, static_cast<const T*>(x), static_cast<const T*>(w),
-                                                             nullptr, cols, eps, static_cast<T*>(y), nullptr,
-                                                             static_cast<T*>(rstd));
+    norm_rows<T><<<grid_rows(rows, "rms_norm"), kBlock, 0, kernel_stream(env)>>>(
+        true, static_cast<const T*>(x), nullptr, static_cast<const T*>(w), nullptr, cols, eps, nullptr,
+        static_cast<T*>(y), nullptr, static_cast<T*>(rstd));
   });
   check_launch("rms_norm");
 }
 
 void norm_backward_cuda(const KernelEnv& env, DType dtype, bool rms, const void* g, const void* x, const void* w, const void* mean,
-                        const void* rstd, int64_t rows, int64_t cols, void* dx, void* dw, void* db) {
+                        const void* rstd, const void* acc, int64_t rows, int64_t cols, void* dx, void* dw, void* db) {
   if (cols == 0) return;
   visit_float_dtype(dtype, "norm backward", [&](auto tag) {
     using T = decltype(tag);
@@ -183,7 +198,7 @@ void norm_backward_cuda(const KernelEnv& env, DType dtype, bool rms, const void*
     if (rows > 0)
       norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream(env)>>>(
           rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), means,
-          static_cast<const T*>(rstd), cols, static_cast<T*>(dx));
+          static_cast<const T*>(rstd), static_cast<const T*>(acc), cols, static_cast<T*>(dx));
     unsigned blocks = static_cast<unsigned>((cols + kBlock - 1) / kBlock);
     norm_param_grads<T><<<blocks, kBlock, 0, kernel_stream(env)>>>(
         static_cast<const T*>(g), static_cast<const T*>(x), means, static_cast<const T*>(rstd), rows, cols,

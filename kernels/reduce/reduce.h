@@ -13,6 +13,11 @@ enum class ReduceFn : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin, Var, LogSum
 // Float sums accumulate in double; Var divides by max(0, r - correction); Max/Min/Arg* need r > 0.
 void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                 int64_t r, int64_t inner, void* out, double correction);
+// acc (width) += the column sums of x (rows, width; rows `stride` elements apart), added as the sum
+// op adds a column: float rows eight at a time in float, then into the double accumulators.
+// Vectorised per instruction set (cpu_dispatch.h). For kernels that end in a column sum.
+void add_rows_cpu(double* acc, const float* x, int64_t rows, int64_t stride, int64_t width);
+void add_rows_cpu(double* acc, const double* x, int64_t rows, int64_t stride, int64_t width);
 // The same on CUDA device memory (CUDA builds only).
 void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                  int64_t r, int64_t inner, void* out, double correction);

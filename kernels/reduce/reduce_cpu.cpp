@@ -103,6 +103,13 @@ void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner,
 
 }  // namespace
 
+void add_rows_cpu(double* acc, const float* x, int64_t rows, int64_t stride, int64_t width) {
+  add_rows(acc, x, rows, stride, width);
+}
+void add_rows_cpu(double* acc, const double* x, int64_t rows, int64_t stride, int64_t width) {
+  add_rows(acc, x, rows, stride, width);
+}
+
 void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                 int64_t r, int64_t inner, void* out, double correction) {
   visit_compute_dtype(in_dtype, "reduce", [&](auto in_tag) {

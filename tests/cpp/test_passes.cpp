@@ -370,6 +370,110 @@ TEST(FuseEpilogues, AnActivationBackwardAndTheColumnSumOfItsResultBecomeOneCallO
   EXPECT_EQ(ops(fuse_epilogues(b.p).body), (std::vector<OpId>{OpId::silu_backward, OpId::exp, OpId::sum}));
 }
 
+// s = x0 + r, then layer_norm(s, w, b) over the last dim of (4, 6).
+struct ResidualNorm {
+  Value r, w, bias, s, y, mean, rstd;
+};
+ResidualNorm emit_residual_norm(Builder& b, Value r) {
+  ResidualNorm n;
+  n.r = r;
+  n.w = b.value(b.buffer(BufferKind::External, "w", Dims{6}), Dims{6});
+  n.bias = b.value(b.buffer(BufferKind::External, "b", Dims{6}), Dims{6});
+  n.s = b.emit(OpId::add, {b.x(), r});
+  n.y = b.fresh();
+  n.mean = b.value(b.buffer(BufferKind::Arena, "mean", Dims{4, 1}), Dims{4, 1});
+  n.rstd = b.value(b.buffer(BufferKind::Arena, "rstd", Dims{4, 1}), Dims{4, 1});
+  Attrs attrs{{"normalized_shape", Dims{6}}, {"eps", 1e-5}, {"has_weight", true}, {"has_bias", true}};
+  b.p.body.push_back({&op_def(OpId::layer_norm), attrs, {n.s, n.w, n.bias}, {n.y, n.mean, n.rstd}});
+  return n;
+}
+
+TEST(FuseAddNorm, AResidualAddAndTheLayerNormOfItsSumBecomeOneCallThatKeepsTheSum) {
+  Builder b(Dims{4, 6});
+  ResidualNorm n = emit_residual_norm(b, b.value(b.buffer(BufferKind::External, "r")));
+  b.p.outputs = {b.emit(OpId::exp, {n.s}), n.y};  // the sum is read again (the next residual add)
+  Program p = fuse_add_norm(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::add_layer_norm, OpId::exp}));
+  const Instr& fused = p.body[0];
+  ASSERT_EQ(fused.in.size(), 4u);
+  EXPECT_EQ(fused.in[0].buffer, b.x().buffer);
+  EXPECT_EQ(fused.in[1].buffer, n.r.buffer);
+  EXPECT_EQ(fused.in[2].buffer, n.w.buffer);
+  EXPECT_EQ(fused.in[3].buffer, n.bias.buffer);
+  ASSERT_EQ(fused.out.size(), 4u);
+  EXPECT_EQ(fused.out[0].buffer, n.s.buffer);
+  EXPECT_EQ(fused.out[1].buffer, n.y.buffer);
+  EXPECT_EQ(fused.out[2].buffer, n.mean.buffer);
+  EXPECT_EQ(fused.out[3].buffer, n.rstd.buffer);
+  EXPECT_EQ(fused.attrs.dims("normalized_shape"), Dims{6});
+  EXPECT_TRUE(fused.attrs.b("has_bias"));
+}
+
+TEST(FuseAddNorm, LeavesBroadcastAddsAndWeightsWrittenInBetweenAlone) {
+  Builder b(Dims{4, 6});
+  Value row = b.value(b.buffer(BufferKind::External, "row", Dims{6}), Dims{6});
+  ResidualNorm n = emit_residual_norm(b, row);  // x0 + a broadcast row
+  b.p.outputs = {n.y};
+  EXPECT_EQ(ops(fuse_add_norm(b.p).body), (std::vector<OpId>{OpId::add, OpId::layer_norm}));
+  Builder c(Dims{4, 6});
+  ResidualNorm m = emit_residual_norm(c, c.value(c.buffer(BufferKind::External, "r")));
+  c.p.body.insert(c.p.body.begin() + 1, {&op_def(OpId::relu_), {}, {m.w}, {m.w}});  // the norm reads the new weight
+  c.p.outputs = {m.y};
+  EXPECT_EQ(ops(fuse_add_norm(c.p).body), (std::vector<OpId>{OpId::add, OpId::relu_, OpId::layer_norm}));
+}
+
+// norm_backward(g = x0, s, w, mean, rstd) -> (dx, dw, db) over (4, 6), not accumulating.
+Instr norm_backward_call(Builder& b, Value dx, Value dw, Value db) {
+  Value s = b.value(b.buffer(BufferKind::External, "s"));
+  Value w = b.value(b.buffer(BufferKind::External, "w", Dims{6}), Dims{6});
+  Value mean = b.value(b.buffer(BufferKind::External, "mean", Dims{4, 1}), Dims{4, 1});
+  Value rstd = b.value(b.buffer(BufferKind::External, "rstd", Dims{4, 1}), Dims{4, 1});
+  Attrs attrs{{"rms", false}, {"has_weight", true}, {"cols", int64_t{6}}, {"accumulate", false}};
+  return {&op_def(OpId::norm_backward), attrs, {b.x(), s, w, mean, rstd}, {dx, dw, db}};
+}
+
+TEST(FuseAddNorm, ANormBackwardWhoseDxOnlyAnAddReadsAccumulatesTheResidualGradient) {
+  Builder b(Dims{4, 6});
+  Value residual = b.emit(OpId::exp, {b.x()});
+  Value dx = b.fresh();
+  Value dw = b.value(b.buffer(BufferKind::Arena, "dw", Dims{6}), Dims{6});
+  Value db = b.value(b.buffer(BufferKind::Arena, "db", Dims{6}), Dims{6});
+  b.p.body.push_back(norm_backward_call(b, dx, dw, db));
+  Value total = b.emit(OpId::add, {residual, dx});
+  b.p.outputs = {total, dw, db};
+  Program p = fuse_add_norm(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::exp, OpId::norm_backward}));
+  const Instr& fused = p.body[1];
+  EXPECT_TRUE(fused.attrs.b("accumulate"));
+  ASSERT_EQ(fused.in.size(), 6u);
+  EXPECT_EQ(fused.in[5].buffer, residual.buffer);
+  EXPECT_EQ(fused.out[0].buffer, total.buffer);
+  EXPECT_EQ(fused.out[1].buffer, dw.buffer);
+  EXPECT_EQ(fuse_add_norm(p).body.size(), 2u);  // already accumulating: left as it is
+
+  Builder c(Dims{4, 6});  // dx read by another call too: the add stays
+  Value dx2 = c.fresh();
+  c.p.body.push_back(norm_backward_call(c, dx2, c.value(c.buffer(BufferKind::Arena, "dw", Dims{6}), Dims{6}),
+                                        c.value(c.buffer(BufferKind::Arena, "db", Dims{6}), Dims{6})));
+  c.p.outputs = {c.emit(OpId::add, {c.x(), dx2}), c.emit(OpId::neg, {dx2})};
+  EXPECT_EQ(ops(fuse_add_norm(c.p).body), (std::vector<OpId>{OpId::norm_backward, OpId::add, OpId::neg}));
+
+  Builder d(Dims{4, 6});  // the residual gradient is made after the norm's backward: not ready at its place
+  Value dx3 = d.fresh();
+  d.p.body.push_back(norm_backward_call(d, dx3, d.value(d.buffer(BufferKind::Arena, "dw", Dims{6}), Dims{6}),
+                                        d.value(d.buffer(BufferKind::Arena, "db", Dims{6}), Dims{6})));
+  Value late = d.emit(OpId::exp, {d.x()});
+  d.p.outputs = {d.emit(OpId::add, {dx3, late})};
+  EXPECT_EQ(ops(fuse_add_norm(d.p).body), (std::vector<OpId>{OpId::norm_backward, OpId::exp, OpId::add}));
+
+  Builder e(Dims{4, 6});  // dx + dx: no other operand to accumulate
+  Value dx4 = e.fresh();
+  e.p.body.push_back(norm_backward_call(e, dx4, e.value(e.buffer(BufferKind::Arena, "dw", Dims{6}), Dims{6}),
+                                        e.value(e.buffer(BufferKind::Arena, "db", Dims{6}), Dims{6})));
+  e.p.outputs = {e.emit(OpId::add, {dx4, dx4})};
+  EXPECT_EQ(ops(fuse_add_norm(e.p).body), (std::vector<OpId>{OpId::norm_backward, OpId::add}));
+}
+
 TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {
   Builder b(Dims{4});
   Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
@@ -441,7 +545,7 @@ TEST(Pipeline, CountsEveryReportedPassAndChainsThem) {
   b.p.outputs = {b.emit(OpId::neg, {e1})};
   std::vector<std::tuple<std::string, int64_t, int64_t>> counts;
   Program p = run_pipeline(b.p, &counts);
-  ASSERT_EQ(counts.size(), 7u);
+  ASSERT_EQ(counts.size(), 8u);
   EXPECT_EQ(std::get<0>(counts[0]), "cse");
   EXPECT_EQ(std::get<1>(counts[0]), 3);
   EXPECT_EQ(std::get<2>(counts[0]), 2);

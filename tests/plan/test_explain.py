@@ -12,7 +12,7 @@ from flowgrad import nn
 
 PHASES = ["forward", "backward", "optimizer"]
 PASSES = ["trace", "cse", "constant folding", "gradient binding", "dead code", "transpose folding", "fuse epilogues",
-          "fusion"]
+          "fuse add norm", "fusion"]
 HERE = "test_explain.py:"
 
 

@@ -1,4 +1,5 @@
-// nn ops with fused forward kernels: softmax, log_softmax, layer_norm, rms_norm, im2col/col2im.
+// nn ops with fused forward kernels: softmax, log_softmax, layer_norm, add_layer_norm, rms_norm,
+// im2col/col2im.
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/conv/im2col.h"
@@ -47,8 +48,9 @@ const OpDef k_softmax{.id = OpId::softmax, .name = "softmax", .family = Family::
 // ---- layer_norm / rms_norm over the trailing `normalized_ndim` dims ----
 // Inputs: x, then weight if has_weight, then bias if has_bias. Outputs: y and per-row
 // statistics (mean and rstd for layer_norm, rstd for rms_norm) shaped to broadcast against x.
-Specs norm_shape(TensorList in, const Attrs& attrs, bool rms) {
-  const char* op = rms ? "rms_norm" : "layer_norm";
+// add_layer_norm: x, the residual, weight, bias; outputs s = x + residual, then layer_norm's of s.
+// The weight and bias are in[first:].
+Specs norm_specs(const char* op, TensorList in, size_t first, const Attrs& attrs, bool rms) {
   const Tensor& x = in[0];
   check_float(x, op);
   const Dims& norm = attrs.dims("normalized_shape");
@@ -57,8 +59,8 @@ Specs norm_shape(TensorList in, const Attrs& attrs, bool rms) {
   for (int i = 0; matches && i < k; ++i) matches = x.shape()[x.ndim() - k + i] == norm[i];
   FG_CHECK(matches, Shape, op, ": normalized_shape ", to_string(norm),
            " must equal the trailing dims of the input ", to_string(x.shape()));
-  for (size_t i = 1; i < in.size(); ++i)
-    FG_CHECK(in[i].shape() == norm, Shape, op, ": ", i == 1 && attrs.b("has_weight") ? "weight" : "bias",
+  for (size_t i = first; i < in.size(); ++i)
+    FG_CHECK(in[i].shape() == norm, Shape, op, ": ", i == first && attrs.b("has_weight") ? "weight" : "bias",
              " has shape ", to_string(in[i].shape()), ", expected ", to_string(norm));
   Dims stats = x.shape();
   for (int i = 0; i < k; ++i) stats[x.ndim() - k + i] = 1;
@@ -66,17 +68,26 @@ Specs norm_shape(TensorList in, const Attrs& attrs, bool rms) {
   if (!rms) specs.push_back({stats, x.dtype()});
   return specs;
 }
-Specs layer_norm_shape(TensorList in, const Attrs& attrs) { return norm_shape(in, attrs, false); }
-Specs rms_norm_shape(TensorList in, const Attrs& attrs) { return norm_shape(in, attrs, true); }
+Specs layer_norm_shape(TensorList in, const Attrs& attrs) { return norm_specs("layer_norm", in, 1, attrs, false); }
+Specs rms_norm_shape(TensorList in, const Attrs& attrs) { return norm_specs("rms_norm", in, 1, attrs, true); }
+Specs add_layer_norm_shape(TensorList in, const Attrs& attrs) {
+  const Tensor &x = in[0], &r = in[1];
+  FG_CHECK(r.shape() == x.shape(), Shape, "add_layer_norm: input ", to_string(x.shape()), " and residual ",
+           to_string(r.shape()), " must have the same shape");
+  FG_CHECK(r.dtype() == x.dtype(), DType, "add_layer_norm: input and residual must have one dtype, got ", describe(x),
+           " and ", describe(r));
+  Specs norm = norm_specs("add_layer_norm", in, 2, attrs, false);
+  return {{x.shape(), x.dtype()}, norm[0], norm[1], norm[2]};
+}
 
 struct NormArgs {
   Tensor x, weight, bias;
   int64_t rows, cols;
 };
-NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt) {
+NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt, size_t first = 1) {  // weight, bias at in[first:]
   NormArgs a;
   a.x = raw::contiguous(in[0]);
-  size_t next = 1;
+  size_t next = first;
   if (attrs.b("has_weight")) a.weight = raw::contiguous(raw::converted(in[next++], dt));
   if (attrs.b("has_bias")) a.bias = raw::contiguous(raw::converted(in[next++], dt));
   a.cols = attrs.dims("normalized_shape").numel();
@@ -90,6 +101,13 @@ void layer_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, 
   NormArgs a = norm_args(in, attrs, out[0].dtype());
   Run(env, a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
                  a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+}
+template <decltype(&add_layer_norm_cpu) Run>
+void add_layer_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  NormArgs a = norm_args(in, attrs, out[0].dtype(), 2);
+  Tensor r = raw::contiguous(in[1]);
+  Run(env, a.x.dtype(), a.x.data_ptr(), r.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows, a.cols,
+      attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), out[3].data_ptr());
 }
 template <decltype(&rms_norm_cpu) Run>
 void rms_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
@@ -107,11 +125,12 @@ Dims trailing_dims(const BackwardCtx& c) {
 
 // Shared by layer_norm and rms_norm: given xhat (normalised input) and rstd, the gradients of
 // x, weight and bias. With create_graph the statistics are recomputed from x by public ops, so
-// that second-order gradients see how they depend on x.
-Tensors norm_backward_fused(const BackwardCtx& c, bool rms);
+// that second-order gradients see how they depend on x. A defined `residual` (a gradient of x's
+// shape) is added to x's gradient.
+Tensors norm_backward_fused(const BackwardCtx& c, bool rms, const Tensor& residual);
 
-Tensors norm_backward(const BackwardCtx& c, bool rms) {
-  if (!c.create_graph) return norm_backward_fused(c, rms);
+Tensors norm_backward(const BackwardCtx& c, bool rms, const Tensor& residual = Tensor()) {
+  if (!c.create_graph) return norm_backward_fused(c, rms, residual);
   const Tensor& x = c.inputs[0];
   const Tensor& g = c.grads[0];
   Dims dims = trailing_dims(c);
@@ -125,7 +144,7 @@ Tensors norm_backward(const BackwardCtx& c, bool rms) {
   Tensor gxh = has_w ? g * c.inputs[1] : g;
   Tensor inner = rms ? gxh - xhat * mean(gxh * xhat, dims, true)
                      : gxh - mean(gxh, dims, true) - xhat * mean(gxh * xhat, dims, true);
-  Tensors grads{c.needs_grad[0] ? rstd * inner : Tensor()};
+  Tensors grads{c.needs_grad[0] ? (residual.defined() ? rstd * inner + residual : rstd * inner) : Tensor()};
   if (has_w) grads.push_back(c.needs_grad[1] ? sum_to(g * xhat, c.input_specs[1].shape) : Tensor());
   if (has_b) grads.push_back(sum_to(g, c.input_specs[grads.size()].shape));
   return grads;
@@ -133,9 +152,31 @@ Tensors norm_backward(const BackwardCtx& c, bool rms) {
 Tensors layer_norm_backward(const BackwardCtx& c) { return norm_backward(c, false); }
 Tensors rms_norm_backward(const BackwardCtx& c) { return norm_backward(c, true); }
 
-// ---- the fused first-order backward: (g, x, [weight], [mean], rstd) -> (dx, dweight, dbias) ----
-// dweight and dbias are the (cols) column sums of g * xhat and g. attrs: rms, has_weight, cols.
+// add_layer_norm: layer_norm's rule over (s, [weight], [bias]), with s's own gradient added to the
+// norm's; x and the residual both receive the sum. With create_graph s is recomputed as
+// x + residual, so that second-order gradients reach both.
+Tensors add_layer_norm_backward(const BackwardCtx& c) {
+  Tensors inputs{c.create_graph ? c.inputs[0] + c.inputs[1] : c.outputs[0]};
+  inputs.insert(inputs.end(), c.inputs.begin() + 2, c.inputs.end());
+  Tensors outputs(c.outputs.begin() + 1, c.outputs.end()), grads(c.grads.begin() + 1, c.grads.end());
+  SpecList specs{c.input_specs[0]};
+  specs.insert(specs.end(), c.input_specs.begin() + 2, c.input_specs.end());
+  std::vector<bool> needs{c.needs_grad[0] || c.needs_grad[1]};
+  needs.insert(needs.end(), c.needs_grad.begin() + 2, c.needs_grad.end());
+  Tensors norm = norm_backward({c.attrs, inputs, outputs, specs, grads, needs, c.create_graph}, false, c.grads[0]);
+  Tensors out{c.needs_grad[0] ? norm[0] : Tensor(), c.needs_grad[1] ? norm[0] : Tensor()};
+  out.insert(out.end(), norm.begin() + 1, norm.end());
+  return out;
+}
+
+// ---- the fused first-order backward: (g, x, [weight], [mean], rstd, [residual]) -> (dx, dweight, dbias) ----
+// dweight and dbias are the (cols) column sums of g * xhat and g. attrs: rms, has_weight, cols,
+// accumulate (the residual, a gradient of x's shape, is added to dx: the plan's fuse_add_norm
+// pass or add_layer_norm's rule).
 Specs norm_backward_shape(TensorList in, const Attrs& attrs) {
+  FG_CHECK(!attrs.b("accumulate") || in[in.size() - 1].shape() == in[1].shape(), Shape,
+           "norm_backward: residual gradient ", to_string(in[in.size() - 1].shape()), " does not match the input ",
+           to_string(in[1].shape()));
   Dims cols{attrs.i("cols")};
   return {{in[1].shape(), in[1].dtype()}, {cols, in[1].dtype()}, {cols, in[1].dtype()}};
 }
@@ -147,10 +188,10 @@ void norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& ou
   Tensor w = has_w ? raw::contiguous(raw::converted(in[next++], x.dtype())) : Tensor();
   Tensor mean = rms ? Tensor() : raw::contiguous(in[next++]);
   Tensor rstd = raw::contiguous(in[next]);
+  Tensor residual = attrs.b("accumulate") ? raw::contiguous(in[next + 1]) : Tensor();
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
-  Run(env, x.dtype(), rms, g.data_ptr(), x.data_ptr(), w.defined() ? w.data_ptr() : nullptr,
-                    mean.defined() ? mean.data_ptr() : nullptr, rstd.data_ptr(), rows, cols,
-                    out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+  Run(env, x.dtype(), rms, g.data_ptr(), x.data_ptr(), ptr_or_null(w), ptr_or_null(mean), rstd.data_ptr(),
+      ptr_or_null(residual), rows, cols, out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 const OpDef k_norm_backward{.id = OpId::norm_backward, .name = "norm_backward", .family = Family::NN,
                             .shape_rule = norm_backward_shape,
@@ -158,14 +199,16 @@ const OpDef k_norm_backward{.id = OpId::norm_backward, .name = "norm_backward", 
                             .cuda = FG_CUDA(norm_backward_kernel<norm_backward_cuda>),
                             .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
 
-Tensors norm_backward_fused(const BackwardCtx& c, bool rms) {
+Tensors norm_backward_fused(const BackwardCtx& c, bool rms, const Tensor& residual) {
   bool has_w = c.attrs.b("has_weight"), has_b = c.attrs.b("has_bias");
   Tensors in{c.grads[0], c.inputs[0]};
   if (has_w) in.push_back(c.inputs[1]);
   if (!rms) in.push_back(c.outputs[1]);
   in.push_back(c.outputs[rms ? 1 : 2]);
+  if (residual.defined()) in.push_back(residual);
   Tensors out = run_op(k_norm_backward, in, {{"rms", rms}, {"has_weight", has_w},
-                                             {"cols", c.attrs.dims("normalized_shape").numel()}});
+                                             {"cols", c.attrs.dims("normalized_shape").numel()},
+                                             {"accumulate", residual.defined()}});
   Tensors grads{c.needs_grad[0] ? out[0] : Tensor()};
   if (has_w) grads.push_back(c.needs_grad[1] ? reshape(out[1], c.input_specs[1].shape.vec()) : Tensor());
   if (has_b) grads.push_back(reshape(out[2], c.input_specs[grads.size()].shape.vec()));
@@ -177,6 +220,10 @@ const OpDef k_layer_norm{.id = OpId::layer_norm, .name = "layer_norm", .family =
                          .cpu = layer_norm_kernel<layer_norm_cpu>, .cuda = FG_CUDA(layer_norm_kernel<layer_norm_cuda>),
                          .backward = layer_norm_backward,
                          .saved = Saved::InputsAndOutputs};
+const OpDef k_add_layer_norm{.id = OpId::add_layer_norm, .name = "add_layer_norm", .family = Family::NN,
+                             .shape_rule = add_layer_norm_shape, .cpu = add_layer_norm_kernel<add_layer_norm_cpu>,
+                             .cuda = FG_CUDA(add_layer_norm_kernel<add_layer_norm_cuda>),
+                             .backward = add_layer_norm_backward, .saved = Saved::InputsAndOutputs};
 const OpDef k_rms_norm{.id = OpId::rms_norm, .name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
                        .cpu = rms_norm_kernel<rms_norm_cpu>, .cuda = FG_CUDA(rms_norm_kernel<rms_norm_cuda>),
                        .backward = rms_norm_backward,
@@ -253,6 +300,7 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
 // Registration of this file's rows of the op table (ops.def).
 FG_REGISTER(softmax);
 FG_REGISTER(layer_norm);
+FG_REGISTER(add_layer_norm);
 FG_REGISTER(rms_norm);
 FG_REGISTER(norm_backward);
 FG_REGISTER(im2col);
@@ -274,6 +322,15 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
   if (bias.defined()) in.push_back(bias);
   return run_op1(k_layer_norm, in, {{"normalized_shape", normalized_shape}, {"eps", eps},
                                     {"has_weight", weight.defined()}, {"has_bias", bias.defined()}});
+}
+Tensors add_layer_norm(const Tensor& x, const Tensor& residual, const Dims& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps) {
+  Tensors in{x, residual};
+  if (weight.defined()) in.push_back(weight);
+  if (bias.defined()) in.push_back(bias);
+  Tensors out = run_op(k_add_layer_norm, in, {{"normalized_shape", normalized_shape}, {"eps", eps},
+                                              {"has_weight", weight.defined()}, {"has_bias", bias.defined()}});
+  return {out[0], out[1]};
 }
 Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight, double eps) {
   Tensors in{x};

@@ -139,6 +139,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor scaled_softmax(const Tensor& scores, double scale, bool causal);
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps);
+// {s, y}: s = x + residual (same shape and dtype) and y = layer_norm(s), in one pass over each row.
+Tensors add_layer_norm(const Tensor& x, const Tensor& residual, const Dims& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps);
 Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight, double eps);
 Tensor im2col(const Tensor& x, int64_t kh, int64_t kw, int64_t stride, int64_t padding);
 Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t kw,

@@ -12,6 +12,7 @@ softplus = _core.softplus
 softmax = _f.softmax
 log_softmax = _f.log_softmax
 layer_norm = _f.layer_norm
+add_layer_norm = _f.add_layer_norm
 rms_norm = _f.rms_norm
 dropout = _f.dropout
 embedding = _f.embedding

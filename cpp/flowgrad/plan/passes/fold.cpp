@@ -59,8 +59,6 @@ Value transposed(Value v) {
   return v;
 }
 
-bool is_call(const Instr& ins, OpId op) { return ins.kind == InstrKind::Call && ins.op->id == op; }
-
 // The matmul of `code` that `copy` copies out transposed (its only reader), else null.
 Instr* transposed_product(Block& code, const Instr& copy, const std::vector<int>& producer, const DefUse& du) {
   if (!is_call(copy, OpId::contiguous) || copy.in[0].shape.size() != 2) return nullptr;

@@ -37,15 +37,6 @@ const OpDef* colsum_of(OpId backward) {
   }
 }
 
-bool same(const Value& a, const Value& b) {
-  return a.buffer == b.buffer && a.offset == b.offset && a.shape == b.shape && a.strides == b.strides &&
-         a.dtype == b.dtype;
-}
-
-bool is_call(const Instr& ins, OpId id) { return ins.kind == InstrKind::Call && ins.op->id == id; }
-
-bool dense(const Value& v) { return v.offset == 0 && v.strides == contiguous_strides(v.shape); }
-
 // The first call after `i` that reads all of its result and `wanted` accepts; -1 when there is
 // none or its result is written elsewhere too.
 template <class Wanted>
@@ -69,14 +60,6 @@ bool is_column_sum(const Instr& ins) {
   for (int d = 0; d < dims.size(); ++d)
     if (dims[d] != d) return false;
   return true;
-}
-
-bool is_result(const Program& p, int buffer) {
-  for (const Value& v : p.outputs)
-    if (v.buffer == buffer) return true;
-  for (const GradDecl& g : p.grads)
-    if (g.grad.buffer == buffer || g.target == buffer) return true;
-  return false;
 }
 
 void fuse_block(Program& p, Block& code, const DefUse& du) {

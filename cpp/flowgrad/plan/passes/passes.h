@@ -37,6 +37,10 @@ Program guard_updates(Program p);
 // A linear whose result an activation (relu, gelu, gelu_tanh, silu, tanh, sigmoid) reads whole
 // becomes one linear_<act> call; the product stays an output when something else reads it.
 Program fuse_epilogues(Program p);
+// A residual add whose sum a layer_norm reads whole becomes one add_layer_norm call (the sum stays
+// an output); a norm_backward whose dx only an add reads accumulates the add's other operand (the
+// residual's gradient) and writes the add's result; in every block (fuse_add_norm.cpp).
+Program fuse_add_norm(Program p);
 // Runs of consecutive elementwise calls writing the same shape become one Fused instruction
 // whose block is the chain (fuse_elementwise.cpp says when a run is exact), in every block.
 Program fuse_elementwise(Program p);
@@ -66,6 +70,22 @@ const std::vector<Pass>& pipeline();
 // "pass <name>: n -> m" at FLOWGRAD_DEBUG>=1.
 Program run_pipeline(Program p, std::vector<std::tuple<std::string, int64_t, int64_t>>* counts,
                      std::vector<std::pair<std::string, double>>* ms = nullptr);
+
+// Helpers of the fusion passes: one layout of one buffer; a call of op `id`; a whole buffer in
+// row-major order; a buffer the step returns or binds to a gradient.
+inline bool same(const Value& a, const Value& b) {
+  return a.buffer == b.buffer && a.offset == b.offset && a.shape == b.shape && a.strides == b.strides &&
+         a.dtype == b.dtype;
+}
+inline bool is_call(const Instr& ins, OpId id) { return ins.kind == InstrKind::Call && ins.op->id == id; }
+inline bool dense(const Value& v) { return v.offset == 0 && v.strides == contiguous_strides(v.shape); }
+inline bool is_result(const Program& p, int buffer) {
+  for (const Value& v : p.outputs)
+    if (v.buffer == buffer) return true;
+  for (const GradDecl& g : p.grads)
+    if (g.grad.buffer == buffer || g.target == buffer) return true;
+  return false;
+}
 
 // Removes the instructions of `code` whose `drop` flag is set, keeping the others in order.
 inline void erase_marked(Block& code, const std::vector<bool>& drop) {

@@ -19,6 +19,7 @@ const std::vector<Pass>& pipeline() {
       {"transpose folding", fold_transposes, PassUse::Optional, true},
       {"guard updates", guard_updates, PassUse::Required, false},
       {"fuse epilogues", fuse_epilogues, PassUse::Optional, true},
+      {"fuse add norm", fuse_add_norm, PassUse::Optional, true},  // before fusion takes the adds
       {"fusion", fuse_elementwise, PassUse::Optional, true},  // also FLOWGRAD_NO_FUSION=1
   };
   return passes;
