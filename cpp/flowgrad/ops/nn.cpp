@@ -26,7 +26,7 @@ Specs softmax_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&softmax_cpu) Run>
 void softmax_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]);
+  Tensor x = raw::contiguous(env, in[0]);
   int dim = wrap_dim(attrs.i("dim"), x.ndim(), "softmax", ScalarDim::AsSingleElement);
   int64_t r = x.ndim() ? x.shape()[dim] : 1;
   int64_t causal_rows = attrs.b("causal") ? x.shape()[x.ndim() - 2] : 0;
@@ -84,12 +84,12 @@ struct NormArgs {
   Tensor x, weight, bias;
   int64_t rows, cols;
 };
-NormArgs norm_args(TensorList in, const Attrs& attrs, DType dt, size_t first = 1) {  // weight, bias at in[first:]
+NormArgs norm_args(const KernelEnv& env, TensorList in, const Attrs& attrs, DType dt, size_t first = 1) {  // weight, bias at in[first:]
   NormArgs a;
-  a.x = raw::contiguous(in[0]);
+  a.x = raw::contiguous(env, in[0]);
   size_t next = first;
-  if (attrs.b("has_weight")) a.weight = raw::contiguous(raw::converted(in[next++], dt));
-  if (attrs.b("has_bias")) a.bias = raw::contiguous(raw::converted(in[next++], dt));
+  if (attrs.b("has_weight")) a.weight = raw::contiguous(env, raw::converted(env, in[next++], dt));
+  if (attrs.b("has_bias")) a.bias = raw::contiguous(env, raw::converted(env, in[next++], dt));
   a.cols = attrs.dims("normalized_shape").numel();
   a.rows = a.cols ? a.x.numel() / a.cols : 0;
   return a;
@@ -98,20 +98,20 @@ const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : n
 
 template <decltype(&layer_norm_cpu) Run>
 void layer_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  NormArgs a = norm_args(in, attrs, out[0].dtype());
+  NormArgs a = norm_args(env, in, attrs, out[0].dtype());
   Run(env, a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows,
                  a.cols, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 template <decltype(&add_layer_norm_cpu) Run>
 void add_layer_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  NormArgs a = norm_args(in, attrs, out[0].dtype(), 2);
-  Tensor r = raw::contiguous(in[1]);
+  NormArgs a = norm_args(env, in, attrs, out[0].dtype(), 2);
+  Tensor r = raw::contiguous(env, in[1]);
   Run(env, a.x.dtype(), a.x.data_ptr(), r.data_ptr(), ptr_or_null(a.weight), ptr_or_null(a.bias), a.rows, a.cols,
       attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), out[3].data_ptr());
 }
 template <decltype(&rms_norm_cpu) Run>
 void rms_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  NormArgs a = norm_args(in, attrs, out[0].dtype());
+  NormArgs a = norm_args(env, in, attrs, out[0].dtype());
   Run(env, a.x.dtype(), a.x.data_ptr(), ptr_or_null(a.weight), a.rows, a.cols, attrs.f("eps"),
                out[0].data_ptr(), out[1].data_ptr());
 }
@@ -183,12 +183,12 @@ Specs norm_backward_shape(TensorList in, const Attrs& attrs) {
 template <decltype(&norm_backward_cpu) Run>
 void norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
-  Tensor g = raw::contiguous(in[0]), x = raw::contiguous(in[1]);
+  Tensor g = raw::contiguous(env, in[0]), x = raw::contiguous(env, in[1]);
   size_t next = 2;
-  Tensor w = has_w ? raw::contiguous(raw::converted(in[next++], x.dtype())) : Tensor();
-  Tensor mean = rms ? Tensor() : raw::contiguous(in[next++]);
-  Tensor rstd = raw::contiguous(in[next]);
-  Tensor residual = attrs.b("accumulate") ? raw::contiguous(in[next + 1]) : Tensor();
+  Tensor w = has_w ? raw::contiguous(env, raw::converted(env, in[next++], x.dtype())) : Tensor();
+  Tensor mean = rms ? Tensor() : raw::contiguous(env, in[next++]);
+  Tensor rstd = raw::contiguous(env, in[next]);
+  Tensor residual = attrs.b("accumulate") ? raw::contiguous(env, in[next + 1]) : Tensor();
   int64_t cols = attrs.i("cols"), rows = cols ? x.numel() / cols : 0;
   Run(env, x.dtype(), rms, g.data_ptr(), x.data_ptr(), ptr_or_null(w), ptr_or_null(mean), rstd.data_ptr(),
       ptr_or_null(residual), rows, cols, out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
@@ -257,7 +257,7 @@ Specs im2col_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&im2col_cpu) Run>
 void im2col_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::contiguous(in[0]);
+  Tensor x = raw::contiguous(env, in[0]);
   Run(env, x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr());
 }
 Tensors im2col_backward(const BackwardCtx& c) {
@@ -280,7 +280,7 @@ Specs col2im_shape(TensorList in, const Attrs& attrs) {
 }
 template <decltype(&col2im_cpu) Run>
 void col2im_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor cols = raw::contiguous(in[0]);
+  Tensor cols = raw::contiguous(env, in[0]);
   Run(env, cols.dtype(), geometry(out[0].shape(), attrs), cols.data_ptr(), out[0].data_ptr());
 }
 Tensors col2im_backward(const BackwardCtx& c) {
