@@ -16,6 +16,15 @@ int pool_threads();               // threads a parallel_for may use, the caller 
 void set_pool_threads(int n);     // n >= 1
 bool in_parallel_region();
 
+// Where OpenBLAS runs the jobs of a threaded call. Pool: on this pool's workers and the calling
+// thread (OpenBLAS >= 0.3.28's threads callback), so one set of threads serves both and OpenBLAS's
+// own never wake; OpenBlas: on OpenBLAS's own threads, which spin for a while after each call.
+enum class BlasThreads { Pool, OpenBlas };
+// Returns where the jobs run from now on: OpenBlas also when the BLAS cannot hand them over (MKL,
+// BLIS, an older OpenBLAS). Call it while no BLAS call runs (at start-up).
+BlasThreads set_blas_threads(BlasThreads where);
+BlasThreads blas_threads();
+
 namespace detail {
 // Runs task(ctx, i) for i in [0, tasks) on the pool and the calling thread; returns when all ran.
 void run_tasks(int tasks, void (*task)(void*, int), void* ctx);
