@@ -3,15 +3,16 @@ threads (=openblas), A/B in alternating child processes, one per mode and round 
 
     python benchmarks/bench_blas_threads.py [--rounds 5] [--threads 2] [--save]
 
-Each child times, at --threads (medians of 5 calibrated batches):
+Each child times, at --threads, over 7 calibrated batches: the median and best wall time per call
+and the median CPU time of the whole process per call (every thread, spinning included), of
   - compiled and eager training steps and their GEMMs alone (bench_compile.py's cases: MLP
     784-512-512-10 at batch 64 and 512, the char transformer at batch 16; SGD);
-  - elementwise ops right after a GEMM: a 1024x128x512 GEMM, then gelu on (1024, 512) or add on
-    (1024, 128), only the elementwise op timed (OpenBLAS's threads spin after its calls and took
-    a core from the pool's workers there);
-  - the GEMMs of these models alone at 1 thread, to show what threading them gains.
+  - a 1024x128x512 GEMM alone and followed by gelu on (1024, 512) or add on (1024, 128)
+    (OpenBLAS's threads spin after its calls and took a core from the pool's workers there);
+  - the small GEMMs of these models one by one;
+and the GEMMs again at 1 thread: what threading them gains, or costs.
 The parent alternates the modes every round and reports per-mode medians over rounds, the ratio
-openblas/pool (above 1: the pool is faster) and the load average.
+openblas/pool (above 1: the pool is faster or burns less CPU) and the load average.
 """
 import argparse
 import json
@@ -26,28 +27,38 @@ HERE = pathlib.Path(__file__).resolve().parent
 MODES = ("pool", "openblas")
 
 
-def median_time(fn, batches=5, min_time=0.05):
+def timed(fn, batches=7, min_time=0.05):
+    """(median wall seconds, best wall seconds, median CPU seconds of the whole process) per call of
+    fn over calibrated batches. On a loaded machine the best batch is the least disturbed one and
+    CPU time counts the cores a call kept busy, spinning included, whoever else runs."""
     from common import calibrate
     calls = calibrate(fn, min_time)
-    samples = []
+    wall, cpu = [], []
     for _ in range(batches):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+        wall.append((time.perf_counter() - start) / calls)
+        cpu.append((time.process_time() - start_cpu) / calls)
+    return statistics.median(wall), min(wall), statistics.median(cpu)
 
 
-def after_gemm(op, x, a, b, repeat=400):
-    """Median seconds of op(x) issued right after a GEMM a @ b (the GEMM not timed)."""
+def record(out, name, fn, scale, unit):
+    wall, best, cpu = timed(fn)
+    out[f"{name}_{unit}"], out[f"{name}_best_{unit}"], out[f"{name}_cpu_{unit}"] = wall * scale, best * scale, cpu * scale
+
+
+def after_gemm(op, x, a, b):
+    """op(x) issued right after a GEMM a @ b: the pair minus the GEMM alone is what op costs there."""
     import flowgrad as fg
-    samples = []
-    for _ in range(repeat):
-        fg.matmul(a, b)
-        start = time.perf_counter()
-        op(x)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return lambda: (fg.matmul(a, b), op(x))
+
+
+# The small products of the char transformer (B*T = 1024 rows, d = 128, MLP 512; attention
+# T = 64, head dim 32, 16 x 4 heads) and of the MLP at batch 64.
+SMALL_GEMMS = {"1024x128x128": ((1024, 128), (128, 128)), "1024x128x512": ((1024, 128), (128, 512)),
+               "1024x512x128": ((1024, 512), (512, 128)), "64x784x512": ((64, 784), (784, 512)),
+               "batched64_64x32x64": ((64, 64, 32), (64, 32, 64))}
 
 
 def child(threads):
@@ -59,17 +70,24 @@ def child(threads):
     for case, batch in (("mlp", 64), ("mlp", 512), ("transformer", 16)):
         eager, compiled, step = flowgrad_steps(case, batch, "sgd", "cpu")
         gemms, _ = plan_gemms(step, "cpu")
-        gemm_sets[f"{case}_b{batch}"] = gemms
-        out[f"{case}_b{batch}_compiled_ms"] = median_time(compiled) * 1e3
-        out[f"{case}_b{batch}_eager_ms"] = median_time(eager) * 1e3
-        out[f"{case}_b{batch}_gemms_ms"] = median_time(gemms) * 1e3
+        name = f"{case}_b{batch}"
+        gemm_sets[name] = gemms
+        record(out, f"{name}_compiled", compiled, 1e3, "ms")
+        record(out, f"{name}_eager", eager, 1e3, "ms")
+        record(out, f"{name}_gemms", gemms, 1e3, "ms")
     a, b = fg.randn(1024, 128), fg.randn(128, 512)
-    out["gelu_1024x512_after_gemm_us"] = after_gemm(fg.gelu, fg.randn(1024, 512), a, b) * 1e6
-    out["add_1024x128_after_gemm_us"] = after_gemm(lambda x: x + x, fg.randn(1024, 128), a, b) * 1e6
-    out["gelu_1024x512_alone_us"] = median_time(lambda x=fg.randn(1024, 512): fg.gelu(x)) * 1e6
+    record(out, "gemm_1024x128x512", lambda: fg.matmul(a, b), 1e6, "us")
+    record(out, "gemm_then_gelu_1024x512", after_gemm(fg.gelu, fg.randn(1024, 512), a, b), 1e6, "us")
+    record(out, "gemm_then_add_1024x128", after_gemm(lambda x: x + x, fg.randn(1024, 128), a, b), 1e6, "us")
+    record(out, "gelu_1024x512", lambda x=fg.randn(1024, 512): fg.gelu(x), 1e6, "us")
+    small = {name: (fg.randn(*sa), fg.randn(*sb)) for name, (sa, sb) in SMALL_GEMMS.items()}
+    for name, (x, y) in small.items():
+        record(out, f"gemm_{name}", lambda x=x, y=y: fg.matmul(x, y), 1e6, "us")
     fg.set_num_threads(1)
     for name, gemms in gemm_sets.items():
-        out[f"{name}_gemms_1thread_ms"] = median_time(gemms) * 1e3
+        record(out, f"{name}_gemms_1thread", gemms, 1e3, "ms")
+    for name, (x, y) in small.items():
+        record(out, f"gemm_{name}_1thread", lambda x=x, y=y: fg.matmul(x, y), 1e6, "us")
     print(json.dumps(out))
 
 
@@ -103,7 +121,7 @@ def main():
             continue
         pool, own = (statistics.median(run[key] for run in runs[m]) for m in MODES)
         rows.append({"measure": key, "pool": pool, "openblas": own, "openblas_over_pool": own / pool})
-        print(f"{key:38s} pool {pool:9.3f}  openblas {own:9.3f}  openblas/pool {own / pool:5.2f}x", flush=True)
+        print(f"{key:44s} pool {pool:9.3f}  openblas {own:9.3f}  openblas/pool {own / pool:5.2f}x", flush=True)
     print(f"load average {loads}; medians of {args.rounds} rounds, {args.threads} threads")
     if args.save:
         payload = {"machine": machine(), "threads": args.threads, "rounds": args.rounds, "load_average": loads,
