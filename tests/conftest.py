@@ -89,10 +89,11 @@ def run_threads(fn, n):
     return errors
 
 
-def run_isolated(code, timeout=120):
+def run_isolated(code, timeout=120, env=None):
     """Runs `code` (after `import flowgrad as fg`) in a fresh interpreter, so that a crash or a
-    hang is a test failure rather than the end of the test run; returns its stdout."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    hang is a test failure rather than the end of the test run; returns its stdout. `env`: extra
+    environment variables."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
     script = "import numpy as np\nimport flowgrad as fg\n" + textwrap.dedent(code)
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -1,6 +1,7 @@
 // Grad mode, anomaly mode, autograd.grad, RNG, threads, allocator statistics, the op registry
 // and CUDA availability.
 #include "common.h"
+#include "flowgrad/base/parallel.h"
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/core/env.h"
 #include "flowgrad/core/runtime.h"
@@ -57,11 +58,13 @@ void bind_runtime(py::module_& m) {
     d["blas_library"] = blas.library;
     d["blas_core"] = blas.core;
     d["blas_config"] = blas.config;
+    d["blas_threads"] = blas_threads() == BlasThreads::Pool ? "pool" : "openblas";  // who runs OpenBLAS's jobs
     return d;
   }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its "
      "compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when "
      "the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS "
-     "(its name, the FLOWGRAD_BLAS setting, the library file, and OpenBLAS's CPU core and build string).");
+     "(its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: "
+     "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads).");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

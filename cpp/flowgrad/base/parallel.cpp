@@ -2,7 +2,10 @@
 // the caller works too. Between regions a worker spins for a short while (kSpin) before it sleeps on
 // a condition variable, and the caller spins likewise before it waits for the last task: ops come
 // back to back, and a futex sleep plus wake-up per region cost about a quarter of a 60 us kernel.
+// OpenBLAS's threaded calls run their jobs on the same workers (run_blas_jobs below).
 #include "flowgrad/base/parallel.h"
+
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +17,11 @@
 // Provided by OpenBLAS; absent (null) with other BLAS libraries.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 extern "C" int openblas_get_num_threads() __attribute__((weak));
+// OpenBLAS >= 0.3.28 (driver/others/blas_server.c, exec_blas): a threaded call hands its jobs to
+// this callback instead of its own threads; job i runs as dojob(i, jobdata + i * jobdata_size, arg).
+using BlasDojob = void (*)(int job, void* jobdata, int arg);
+using BlasThreadsCallback = void (*)(int sync, BlasDojob dojob, int jobs, size_t jobdata_size, void* jobdata, int arg);
+extern "C" void openblas_set_threads_callback_function(BlasThreadsCallback) __attribute__((weak));
 
 namespace fg {
 namespace {
@@ -40,8 +48,10 @@ class Pool {
     for (int i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
   }
 
-  void run(int tasks, void (*task)(void*, int), void* ctx) {
+  // Tasks that wait for one another need `min_threads` = tasks: threads the pool lacks join this run.
+  void run(int tasks, void (*task)(void*, int), void* ctx, int min_threads = 1) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);  // one region at a time
+    const int extra = std::max(0, min_threads - threads());
     bool sleepers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -54,9 +64,12 @@ class Pool {
       sleepers = sleeping_ > 0;
     }
     if (sleepers) wake_.notify_all();  // spinning workers see the new generation themselves
+    std::vector<std::thread> helpers;
+    for (int i = 0; i < extra; ++i) helpers.emplace_back([this] { t_in_region = true; drain(); });
     t_in_region = true;
     drain();
     t_in_region = false;
+    for (auto& h : helpers) h.join();
     if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [this] { return pending_.load() == 0; });
@@ -88,6 +101,7 @@ class Pool {
   }
 
   void work() {
+    pthread_setname_np(pthread_self(), "flowgrad-pool");  // how perf and /proc tell them from BLAS's
     t_in_region = true;
     uint64_t seen = 0;
     while (true) {
@@ -116,10 +130,60 @@ class Pool {
   std::atomic<int> next_{0}, pending_{0};
 };
 
-Pool& pool() {
-  static Pool* p = new Pool();  // never destroyed: worker threads must not outlive static teardown
-  return *p;
+// Never destroyed: worker threads must not outlive static teardown. A forked child has none of its
+// parent's workers, and the pool's mutexes may be held there by threads that no longer exist, so the
+// child leaves the parent's pool alone and its first parallel call starts a pool of the same size.
+std::atomic<Pool*> g_pool{nullptr};
+int g_pool_size = 1;  // the size a new pool starts with
+
+Pool& new_pool() {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (g_pool.load() == nullptr) {
+    static const int forks_handled = pthread_atfork(nullptr, nullptr, [] {
+      if (Pool* parent = g_pool.exchange(nullptr)) g_pool_size = parent->threads();
+    });
+    (void)forks_handled;
+    auto* p = new Pool();
+    p->resize(g_pool_size);
+    g_pool.store(p);
+  }
+  return *g_pool.load();
 }
+
+Pool& pool() {
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  return p ? *p : new_pool();
+}
+
+// OpenBLAS's jobs synchronise with one another, so all of them must run at once. Job i also uses
+// OpenBLAS's global buffer i: two threaded calls must never overlap. On the pool, its one-region-
+// at-a-time lock keeps them apart; inside a region (a parallel_for body calling BLAS without
+// SingleThreadedBlas) the pool is taken, so the jobs get threads of their own, one call at a time.
+struct BlasJobs {
+  BlasDojob dojob;
+  char* data;
+  size_t size;
+  int arg;
+  static void run(void* p, int i) {
+    auto* jobs = static_cast<BlasJobs*>(p);
+    jobs->dojob(i, jobs->data + i * jobs->size, jobs->arg);
+  }
+};
+
+void run_blas_jobs(int, BlasDojob dojob, int count, size_t size, void* data, int arg) {
+  BlasJobs jobs{dojob, static_cast<char*>(data), size, arg};
+  if (count == 1) return BlasJobs::run(&jobs, 0);
+  if (!in_parallel_region()) return pool().run(count, &BlasJobs::run, &jobs, count);
+  static std::mutex nested;
+  std::lock_guard<std::mutex> lock(nested);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < count; ++i) threads.emplace_back(&BlasJobs::run, &jobs, i);
+  BlasJobs::run(&jobs, 0);
+  for (auto& t : threads) t.join();
+}
+
+BlasThreads g_blas_threads = BlasThreads::OpenBlas;
 
 }  // namespace
 
@@ -128,6 +192,13 @@ void set_pool_threads(int n) {
   if (n != pool().threads()) pool().resize(n);
 }
 bool in_parallel_region() { return t_in_region; }
+
+BlasThreads set_blas_threads(BlasThreads where) {
+  if (!openblas_set_threads_callback_function) return g_blas_threads;  // BlasThreads::OpenBlas
+  openblas_set_threads_callback_function(where == BlasThreads::Pool ? &run_blas_jobs : nullptr);
+  return g_blas_threads = where;
+}
+BlasThreads blas_threads() { return g_blas_threads; }
 
 SingleThreadedBlas::SingleThreadedBlas() : previous_(openblas_get_num_threads ? openblas_get_num_threads() : 1) {
   if (openblas_set_num_threads && previous_ != 1) openblas_set_num_threads(1);

@@ -1,7 +1,7 @@
-// parallel_for over an index range on flowgrad's CPU thread pool. Idle workers block (they do
-// not spin), so they leave the cores to BLAS threads between regions. Small ranges stay on the
-// calling thread, and so does a parallel_for issued from inside another one. The body must not
-// throw: kernels validate before they run.
+// parallel_for over an index range on flowgrad's CPU thread pool, which also runs the jobs of
+// OpenBLAS's threaded calls (BlasThreads below). Idle workers spin briefly, then block. Small ranges
+// stay on the calling thread, and so does a parallel_for issued from inside another one. The body
+// must not throw: kernels validate before they run.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +15,15 @@ constexpr int64_t kParallelGrain = 1 << 17;
 int pool_threads();               // threads a parallel_for may use, the caller included
 void set_pool_threads(int n);     // n >= 1
 bool in_parallel_region();
+
+// Where OpenBLAS runs the jobs of a threaded call. Pool: on this pool's workers and the calling
+// thread (OpenBLAS >= 0.3.28's threads callback), so one set of threads serves both and OpenBLAS's
+// own never wake; OpenBlas: on OpenBLAS's own threads, which spin for a while after each call.
+enum class BlasThreads { Pool, OpenBlas };
+// Returns where the jobs run from now on: OpenBlas also when the BLAS cannot hand them over (MKL,
+// BLIS, an older OpenBLAS). Call it while no BLAS call runs (at start-up).
+BlasThreads set_blas_threads(BlasThreads where);
+BlasThreads blas_threads();
 
 namespace detail {
 // Runs task(ctx, i) for i in [0, tasks) on the pool and the calling thread; returns when all ran.
@@ -43,7 +52,8 @@ void parallel_for(int64_t n, int64_t grain, Body&& body) {
 
 // While alive, BLAS runs single-threaded (its calls then run inline on the calling thread), so
 // work spread over this pool (small matrices of a batch, attention tiles, graph branches) does not
-// wake BLAS threads for each call. Restores the previous count on destruction. OpenBLAS's thread
+// wake BLAS threads for each call (nor, with BlasThreads::Pool, start threads for the jobs of a
+// call made inside a region, where the pool's workers are taken). Restores the previous count on destruction. OpenBLAS's thread
 // count is process-wide (openblas_set_num_threads), so this is a process-wide scope, not a field
 // of the per-thread ExecContext. Does nothing with a BLAS other than OpenBLAS.
 class SingleThreadedBlas {

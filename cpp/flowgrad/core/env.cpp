@@ -39,6 +39,13 @@ int num_threads() {
   return n;
 }
 
+bool blas_on_pool() {
+  const std::string v = read_text("FLOWGRAD_BLAS_THREADS");
+  FG_CHECK(v.empty() || v == "pool" || v == "openblas", Value, "environment variable FLOWGRAD_BLAS_THREADS='", v,
+           "' is not 'pool' or 'openblas'");
+  return v != "openblas";
+}
+
 int64_t cpu_cache_bytes() {
   static const int64_t bytes = read_int("FLOWGRAD_CPU_CACHE_MB", 1024, 0) << 20;
   return bytes;

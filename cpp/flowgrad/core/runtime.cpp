@@ -40,7 +40,10 @@ void set_allow_tf32(bool on) { g_tf32 = on; }
 bool allow_tf32() { return g_tf32; }
 
 int num_threads() {
-  if (g_threads.load() == 0) set_num_threads(env::num_threads());
+  if (g_threads.load() == 0) {
+    set_blas_threads(env::blas_on_pool() ? BlasThreads::Pool : BlasThreads::OpenBlas);
+    set_num_threads(env::num_threads());
+  }
   return g_threads.load();
 }
 
