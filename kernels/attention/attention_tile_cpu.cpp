@@ -6,6 +6,8 @@
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention_cpu_rows.h"
@@ -22,10 +24,12 @@ template <class T> struct VecOf;
 template <> struct VecOf<float> {
   typedef float type __attribute__((vector_size(64)));
   typedef float unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+  typedef int32_t index __attribute__((vector_size(64)));
 };
 template <> struct VecOf<double> {
   typedef double type __attribute__((vector_size(64)));
   typedef double unaligned __attribute__((vector_size(64), aligned(8), may_alias));
+  typedef int64_t index __attribute__((vector_size(64)));
 };
 template <class T> using Vec = typename VecOf<T>::type;
 template <class T> constexpr int64_t kLane = 64 / sizeof(T);
@@ -71,22 +75,49 @@ FG_CPU_CLONES void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_
 
 // Forward: x = exp(scale x - max), unnormalised (the output divides by the sum); each row's max
 // (0 while all -inf) into m, its sum into l.
-// The max or the sum of a vector's lanes by halving: a chain log2(lanes) operations deep, where
-// lane-by-lane it would be lanes deep (each one waiting for the last). By reference: a 64-byte
+// The max or the sum of a vector's lanes by halving with shuffles: a chain log2(lanes) operations
+// deep in registers (lane-by-lane it was lanes deep, through the stack). By reference: a 64-byte
 // vector by value draws GCC's ABI note.
+enum class Reduce : uint8_t { Max, Sum };
+template <class T, int N> struct VecN { typedef T type __attribute__((vector_size(N * sizeof(T)))); };
+template <Reduce op, class T, int N, std::size_t... I>
+inline __attribute__((always_inline)) T reduce_lanes(const typename VecN<T, N>::type& v, std::index_sequence<I...>) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {
+    typename VecN<T, N / 2>::type lo = __builtin_shufflevector(v, v, I...), hi = __builtin_shufflevector(v, v, (I + N / 2)...), r;
+    if constexpr (op == Reduce::Max) r = hi > lo ? hi : lo;
+    else r = lo + hi;
+    return reduce_lanes<op, T, N / 2>(r, std::make_index_sequence<N / 4>{});
+  }
+}
 template <class T>
 inline __attribute__((always_inline)) T lanes_max(const Vec<T>& x) {
-  Vec<T> v = x;
-  for (int w = kLane<T> / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) v[j] = v[j + w] > v[j] ? v[j + w] : v[j];
-  return v[0];
+  return reduce_lanes<Reduce::Max, T, kLane<T>>(x, std::make_index_sequence<kLane<T> / 2>{});
 }
 template <class T>
 inline __attribute__((always_inline)) T lanes_sum(const Vec<T>& x) {
-  Vec<T> v = x;
-  for (int w = kLane<T> / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) v[j] += v[j + w];
-  return v[0];
+  return reduce_lanes<Reduce::Sum, T, kLane<T>>(x, std::make_index_sequence<kLane<T> / 2>{});
+}
+
+// Row x (n columns, a multiple of kLane) made scores in place: times scale, -inf from `valid` on;
+// returns the row's max. Whole vectors only: a scalar or peeled store followed by a vector load of
+// the same bytes stalls store forwarding.
+template <class T>
+inline __attribute__((always_inline)) T cut_row(T* x, int64_t n, int64_t valid, T scale) {
+  using Unaligned = typename VecOf<T>::unaligned;
+  using Index = typename VecOf<T>::index;
+  Unaligned* xv = reinterpret_cast<Unaligned*>(x);
+  using Lane = std::remove_reference_t<decltype(Index{}[0])>;
+  Index idx;
+  for (int j = 0; j < kLane<T>; ++j) idx[j] = j;
+  Vec<T> top = Vec<T>{} - T(INFINITY), neg_inf = top;
+  for (int64_t v = 0; v < n / kLane<T>; ++v, idx += kLane<T>) {
+    Vec<T> y = idx < Index{} + static_cast<Lane>(valid) ? xv[v] * scale : neg_inf;
+    xv[v] = y;
+    top = y > top ? y : top;
+  }
+  return lanes_max<T>(top);
 }
 
 template <class T>
@@ -95,12 +126,10 @@ FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int6
   using Unaligned = typename VecOf<T>::unaligned;
   for (int64_t r = 0; r < rows; ++r, x += ld) {
     const Unaligned* xv = reinterpret_cast<const Unaligned*>(x);
-    for (int64_t c = 0; c < n; ++c) x[c] = c < valid[r] ? x[c] * scale : T(-INFINITY);
-    Vec<T> top = Vec<T>{} - T(INFINITY), sum = {};
-    for (int64_t v = 0; v < n / kLane<T>; ++v) top = xv[v] > top ? xv[v] : top;
-    T m_r = lanes_max<T>(top), base = finite_max(m_r);
+    T m_r = cut_row(x, n, valid[r], scale), base = finite_max(m_r);
+    Vec<T> sum = {};
     for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) x[c + j] = fn::exp_any(x[c + j] - base);
+      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - base);
       sum += xv[c / kLane<T>];
     }
     m[r] = m_r, l[r] = lanes_sum<T>(sum);
@@ -113,15 +142,16 @@ template <class T>
 FG_CPU_CLONES void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
                                const int64_t* valid, T scale, const T* __restrict stats, const T* __restrict d,
                                T ds_scale) {
+  using Unaligned = typename VecOf<T>::unaligned;
   for (int64_t r = 0; r < rows; ++r, x += ld, dp += ld) {
     T m = stats[2 * r], log_l = stats[2 * r + 1], dr = d[r];
-    for (int64_t c = 0; c < n; c += kLane<T>)
-      for (int j = 0; j < kLane<T>; ++j) {
-        T y = c + j < valid[r] ? x[c + j] * scale : T(-INFINITY);
-        T p = fn::exp_any(y - m - log_l);  // log l = -inf (all masked): NaN, as the composite
-        x[c + j] = p;
-        dp[c + j] = ds_scale * p * (dp[c + j] - dr);
-      }
+    cut_row(x, n, valid[r], scale);
+    Unaligned *xv = reinterpret_cast<Unaligned*>(x), *dpv = reinterpret_cast<Unaligned*>(dp);
+    for (int64_t c = 0; c < n; c += kLane<T>) {
+      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
+      int64_t v = c / kLane<T>;
+      dpv[v] = ds_scale * xv[v] * (dpv[v] - dr);
+    }
   }
 }
 
@@ -140,16 +170,29 @@ T prepare_scores(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 }
 
 // One head's padded copies and products; rows and columns past the real ones stay zero (q, k, kt,
-// v, vt, dout) or are never read (p and ds past L or past a block's last key).
+// v, vt, dout) or are never read (p and ds past L or past a block's last key). The buffers lie in
+// one zeroed arena per thread (kept between calls: no allocation once warm), each 64-byte aligned
+// (a vector split over two cache lines cost a second access and stalled store forwarding) and a
+// vector further apart than its size (no two buffers at the same offset modulo 4 KB, whose
+// accesses the CPU would take for overlapping ones).
 template <class T>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
-  std::vector<T> q, k, kt, v, vt, dout, p, ds, block;
+  T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
   Tile(const AttentionShape& s, bool backward)
       : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
-        Evp(padded<T>(s.Ev)), q(Lp * Ep), k(backward ? Sp * Ep : 0), kt(Ep * Sp), v(backward ? 0 : Sp * Evp),
-        vt(backward ? Evp * Sp : 0), dout(backward ? Lp * Evp : 0), p(Lp * Sp), ds(backward ? Lp * Sp : 0),
-        block(kRows * std::max(Ep, Evp)) {}
+        Evp(padded<T>(s.Ev)) {
+    int64_t sizes[] = {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
+                       backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0, kRows * std::max(Ep, Evp)};
+    T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds, &block};
+    int64_t total = 2 * kLane<T>;
+    for (int64_t n : sizes) total += n + kLane<T>;
+    thread_local std::vector<T> arena;
+    if (static_cast<int64_t>(arena.size()) < total) arena.resize(total);
+    std::fill(arena.begin(), arena.begin() + total, T(0));
+    T* at = arena.data() + (kLane<T> - reinterpret_cast<uintptr_t>(arena.data()) / sizeof(T) % kLane<T>);
+    for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += sizes[i];
+  }
 };
 
 // dst (rows, cols) = src, row r times scale[r] when scale is given (times 1 is exact): whole
@@ -170,10 +213,40 @@ template <class T>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
   copy_rows(src.data, src.ld, dst, ld, rows, cols);
 }
+// One stage of a kLane x kLane transpose in registers: rows i and i + b (i without bit b) swap
+// their off-diagonal b-lane blocks, which exchanges bit b of the row index with bit b of the lane.
+template <class T, int b, std::size_t... I>
+inline __attribute__((always_inline)) void butterfly(Vec<T>* r, std::index_sequence<I...>) {
+  constexpr int n = kLane<T>;
+  for (int i = 0; i < n; ++i) {
+    if (i & b) continue;
+    Vec<T> x = r[i], y = r[i + b];
+    r[i] = __builtin_shufflevector(x, y, ((I & b) ? n + I - b : I)...);
+    r[i + b] = __builtin_shufflevector(x, y, ((I & b) ? n + I : I + b)...);
+  }
+}
+// dst (cols, rows) = src (rows, cols) transposed, rows and cols multiples of kLane (padded
+// buffers): kLane x kLane blocks through registers, log2(kLane) butterfly stages each.
 template <class T>
-void pack_transposed(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld + i] = src.row(i)[c];
+FG_CPU_CLONES void transpose_padded(const T* __restrict src, int64_t lds, int64_t rows, int64_t cols, T* __restrict dst,
+                                    int64_t ldd) {
+  using Unaligned = typename VecOf<T>::unaligned;
+  constexpr int n = kLane<T>;
+  auto lanes = std::make_index_sequence<n>{};
+  for (int64_t i0 = 0; i0 < rows; i0 += n)
+    for (int64_t c0 = 0; c0 < cols; c0 += n) {
+      Vec<T> r[n];
+      for (int i = 0; i < n; ++i) r[i] = *reinterpret_cast<const Unaligned*>(src + (i0 + i) * lds + c0);
+      butterfly<T, 1>(r, lanes), butterfly<T, 2>(r, lanes), butterfly<T, 4>(r, lanes);
+      if constexpr (n == 16) butterfly<T, 8>(r, lanes);
+      for (int i = 0; i < n; ++i) *reinterpret_cast<Unaligned*>(dst + (c0 + i) * ldd + i0) = r[i];
+    }
+}
+// The head's rows in a padded buffer and their transpose beside it.
+template <class T>
+void pack_both(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld, T* dst_t, int64_t ld_t) {
+  pack(src, rows, cols, dst, ld);
+  transpose_padded(dst, ld, padded<T>(rows), ld, dst_t, ld_t);
 }
 // Rows [r0, r0 + rows) of dst from a (kRows, padded) block.
 template <class T>
@@ -187,21 +260,21 @@ int64_t block_key_end(int64_t i0, int64_t S, bool skip) { return skip ? std::min
 template <class T>
 void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
                   Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q.data(), t.Ep), pack_transposed(h.k, s.S, s.E, t.kt.data(), t.Sp);
-  pack(h.v, s.S, s.Ev, t.v.data(), t.Evp);
+  pack(h.q, s.L, s.E, t.q, t.Ep), pack_both(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
+  pack(h.v, s.S, s.Ev, t.v, t.Evp);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T>(key_end);
-    T* p = t.p.data() + i0 * t.Sp;
-    rows_product(s.E, t.q.data() + i0 * t.Ep, t.Ep, 1, t.kt.data(), t.Sp, cols, p, t.Sp);
+    T* p = t.p + i0 * t.Sp;
+    rows_product(s.E, t.q + i0 * t.Ep, t.Ep, 1, t.kt, t.Sp, cols, p, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T m[kRows], l[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
     for (int64_t r = 0; r < rows; ++r) store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
-    rows_product(key_end, p, t.Sp, 1, t.v.data(), t.Evp, t.Evp, t.block.data(), t.Evp);
+    rows_product(key_end, p, t.Sp, 1, t.v, t.Evp, t.Evp, t.block, t.Evp);
     T inv[kRows];
     for (int64_t r = 0; r < rows; ++r) inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
-    copy_rows(t.block.data(), t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
+    copy_rows(t.block, t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
   }
 }
 
@@ -212,36 +285,36 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
   T scale = static_cast<T>(s.scale);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T>(key_end);
-    T *p = t.p.data() + i0 * t.Sp, *ds = t.ds.data() + i0 * t.Sp;
-    rows_product(s.E, t.q.data() + i0 * t.Ep, t.Ep, 1, t.kt.data(), t.Sp, cols, p, t.Sp);
-    rows_product(s.Ev, t.dout.data() + i0 * t.Evp, t.Evp, 1, t.vt.data(), t.Sp, cols, ds, t.Sp);
+    T *p = t.p + i0 * t.Sp, *ds = t.ds + i0 * t.Sp;
+    rows_product(s.E, t.q + i0 * t.Ep, t.Ep, 1, t.kt, t.Sp, cols, p, t.Sp);
+    rows_product(s.Ev, t.dout + i0 * t.Evp, t.Evp, 1, t.vt, t.Sp, cols, ds, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T d[kRows];
     for (int64_t r = 0; r < rows; ++r) d[r] = dot_row(h.dout.row(i0 + r), h.out.row(i0 + r), s.Ev);
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, d, scale);
-    rows_product(key_end, ds, t.Sp, 1, t.k.data(), t.Ep, t.Ep, t.block.data(), t.Ep);
-    unpack(t.block.data(), t.Ep, rows, s.E, h.dq, i0);
+    rows_product(key_end, ds, t.Sp, 1, t.k, t.Ep, t.Ep, t.block, t.Ep);
+    unpack(t.block, t.Ep, rows, s.E, h.dq, i0);
   }
 }
 
 template <class T>
 void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
                    const T* stats, Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q.data(), t.Ep), pack(h.k, s.S, s.E, t.k.data(), t.Ep);
-  pack_transposed(h.k, s.S, s.E, t.kt.data(), t.Sp), pack_transposed(h.v, s.S, s.Ev, t.vt.data(), t.Sp);
-  pack(h.dout, s.L, s.Ev, t.dout.data(), t.Evp);
+  pack(h.q, s.L, s.E, t.q, t.Ep);
+  pack_both(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), pack_both(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
+  pack(h.dout, s.L, s.Ev, t.dout, t.Evp);
   // A fully masked row (log l = -inf) is NaN over every key, as the composite: no block skipping.
   bool skip = s.causal;
   for (int64_t i = 0; i < s.L; ++i) skip = skip && stats[2 * i + 1] != -INFINITY;
   backward_rows(s, mask, bh, h, stats, skip, t);
   for (int64_t j0 = 0; j0 < s.S; j0 += kRows) {  // dV = P^T dO, dK = dS^T Q; rows i < j0 see no key >= j0
     int64_t first = skip ? std::min(j0, s.L) : 0, rows = std::min(kRows, s.S - j0);
-    const T *p = t.p.data() + first * t.Sp + j0, *ds = t.ds.data() + first * t.Sp + j0;
-    rows_product(s.L - first, p, 1, t.Sp, t.dout.data() + first * t.Evp, t.Evp, t.Evp, t.block.data(), t.Evp);
-    unpack(t.block.data(), t.Evp, rows, s.Ev, h.dv, j0);
-    rows_product(s.L - first, ds, 1, t.Sp, t.q.data() + first * t.Ep, t.Ep, t.Ep, t.block.data(), t.Ep);
-    unpack(t.block.data(), t.Ep, rows, s.E, h.dk, j0);
+    const T *p = t.p + first * t.Sp + j0, *ds = t.ds + first * t.Sp + j0;
+    rows_product(s.L - first, p, 1, t.Sp, t.dout + first * t.Evp, t.Evp, t.Evp, t.block, t.Evp);
+    unpack(t.block, t.Evp, rows, s.Ev, h.dv, j0);
+    rows_product(s.L - first, ds, 1, t.Sp, t.q + first * t.Ep, t.Ep, t.Ep, t.block, t.Ep);
+    unpack(t.block, t.Ep, rows, s.E, h.dk, j0);
   }
 }
 
