@@ -67,10 +67,11 @@ FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
   for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
   return m;
 }
-// x[c] = exp((x[c] - base) - shift); returns the sum of the new values.
+// x[c] = exp((x[c] - base) - shift) (<= 0: base is the row's max, shift its log-sum or 0); returns
+// the sum of the new values.
 template <class T>
 FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
-  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base - shift);
+  for (int64_t c = 0; c < n; ++c) x[c] = exp_nonpositive(x[c] - base - shift);
   T part[8] = {};
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)
