@@ -101,6 +101,7 @@ template <class T>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
   T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
+  Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
   Tile(const AttentionShape& s, bool backward)
       : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
         Evp(padded<T>(s.Ev)) {
@@ -121,11 +122,21 @@ template <class T>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
   copy_rows(src.data, src.ld, dst, ld, rows, cols);
 }
-// The head's rows in a padded buffer and their transpose beside it.
+// Matrix m (rows, cols) of the head as the products read it: in place where whole row blocks and
+// whole vectors cover it (every read stays inside), else its copy in the zero-padded buffer.
 template <class T>
-void pack_both(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld, T* dst_t, int64_t ld_t) {
-  pack(src, rows, cols, dst, ld);
-  transpose_padded(dst, ld, padded<T>(rows), ld, dst_t, ld_t);
+Mat<const T> operand(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld) {
+  if (rows % kRows == 0 && cols % kLane<T> == 0) return m;
+  pack(m, rows, cols, buf, ld);
+  return {buf, ld};
+}
+// Its transpose (cols, padded rows) into dst, from m in place where whole kLane x kLane blocks
+// cover it, else through the padded buffer.
+template <class T>
+void transpose_of(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld, T* dst, int64_t ld_t) {
+  if (rows % kLane<T> == 0 && cols % kLane<T> == 0) return transpose_padded(m.data, m.ld, rows, cols, dst, ld_t);
+  pack(m, rows, cols, buf, ld);
+  transpose_padded(buf, ld, padded<T>(rows), ld, dst, ld_t);
 }
 // Rows [r0, r0 + rows) of dst from a (kRows, padded) block.
 template <class T>
@@ -139,18 +150,18 @@ int64_t block_key_end(int64_t i0, int64_t S, bool skip) { return skip ? std::min
 template <class T>
 void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
                   Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q, t.Ep), pack_both(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
-  pack(h.v, s.S, s.Ev, t.v, t.Evp);
+  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.vm = operand(h.v, s.S, s.Ev, t.v, t.Evp);
+  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T>(key_end);
     T* p = t.p + i0 * t.Sp;
-    rows_product(s.E, t.q + i0 * t.Ep, t.Ep, 1, t.kt, t.Sp, cols, p, t.Sp);
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T m[kRows], l[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
     for (int64_t r = 0; r < rows; ++r) store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
-    rows_product(key_end, p, t.Sp, 1, t.v, t.Evp, t.Evp, t.block, t.Evp);
+    rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, t.block, t.Evp);
     T inv[kRows];
     for (int64_t r = 0; r < rows; ++r) inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
     copy_rows(t.block, t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
@@ -165,14 +176,14 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T>(key_end);
     T *p = t.p + i0 * t.Sp, *ds = t.ds + i0 * t.Sp;
-    rows_product(s.E, t.q + i0 * t.Ep, t.Ep, 1, t.kt, t.Sp, cols, p, t.Sp);
-    rows_product(s.Ev, t.dout + i0 * t.Evp, t.Evp, 1, t.vt, t.Sp, cols, ds, t.Sp);
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
+    rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, ds, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T d[kRows];
     for (int64_t r = 0; r < rows; ++r) d[r] = dot_row(h.dout.row(i0 + r), h.out.row(i0 + r), s.Ev);
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, d, scale);
-    rows_product(key_end, ds, t.Sp, 1, t.k, t.Ep, t.Ep, t.block, t.Ep);
+    rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, t.block, t.Ep);
     unpack(t.block, t.Ep, rows, s.E, h.dq, i0);
   }
 }
@@ -180,9 +191,9 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
 template <class T>
 void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
                    const T* stats, Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q, t.Ep);
-  pack_both(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), pack_both(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
-  pack(h.dout, s.L, s.Ev, t.dout, t.Evp);
+  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.km = operand(h.k, s.S, s.E, t.k, t.Ep);
+  t.doutm = operand(h.dout, s.L, s.Ev, t.dout, t.Evp);
+  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), transpose_of(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
   // A fully masked row (log l = -inf) is NaN over every key, as the composite: no block skipping.
   bool skip = s.causal;
   for (int64_t i = 0; i < s.L; ++i) skip = skip && stats[2 * i + 1] != -INFINITY;
@@ -190,9 +201,9 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
   for (int64_t j0 = 0; j0 < s.S; j0 += kRows) {  // dV = P^T dO, dK = dS^T Q; rows i < j0 see no key >= j0
     int64_t first = skip ? std::min(j0, s.L) : 0, rows = std::min(kRows, s.S - j0);
     const T *p = t.p + first * t.Sp + j0, *ds = t.ds + first * t.Sp + j0;
-    rows_product(s.L - first, p, 1, t.Sp, t.dout + first * t.Evp, t.Evp, t.Evp, t.block, t.Evp);
+    rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, t.block, t.Evp);
     unpack(t.block, t.Evp, rows, s.Ev, h.dv, j0);
-    rows_product(s.L - first, ds, 1, t.Sp, t.q + first * t.Ep, t.Ep, t.Ep, t.block, t.Ep);
+    rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, t.block, t.Ep);
     unpack(t.block, t.Ep, rows, s.E, h.dk, j0);
   }
 }
