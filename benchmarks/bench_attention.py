@@ -5,13 +5,19 @@ same threads, in interleaved rounds (the median of the rounds is reported, with 
 0.3 s pauses between implementations, so that OpenBLAS's spinning workers do not slow the next one).
 
     python benchmarks/bench_attention.py [--save] [--device cpu|cuda] [--cpu-time] [--rounds N]
+                                         [--cases N] [--tag NAME]
 
+Wall clock: benchmarks/common.py's interleaved() (alternating rounds, a pause before each).
 --cpu-time: one thread on each side, timed by the process's CPU time instead of the wall clock,
 for a machine shared with other jobs (wall-clock timings there mostly measure the neighbours).
+--cases N: only the first N cases; --tag: appended to the saved file's name.
 
 The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
-32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop. "fused (qkv views)" feeds the fused op as MultiheadAttention does: q, k, v
-are head views of one (B, T, 3 * H * E) projection and the gradient flows back into it.
+32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop.
+"fused_packed" is F.scaled_dot_product_attention_packed on one (B, T, 3 * H * E) projection, the op
+MultiheadAttention runs (q, k, v read in place, their gradient written into one buffer);
+"fused_qkv_views" feeds F.scaled_dot_product_attention head views of such a projection (chunk,
+reshape, transpose), whose gradient autograd assembles from the three slices.
 """
 import argparse
 import os
@@ -21,7 +27,7 @@ import numpy as np
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from common import best_time, machine, save
+from common import SWITCH_GAP, interleaved, machine, save
 
 CASES = [  # (batch, heads, L, S, head dim, causal)
     (16, 4, 64, 64, 32, True), (16, 4, 128, 128, 32, True), (16, 4, 256, 256, 32, True),
@@ -74,6 +80,18 @@ def torch_composite_fwd_bwd(tq, tk, tv, causal):
     return step
 
 
+def packed_fwd_bwd(b, h, L, e, causal, device, rng):
+    """F.scaled_dot_product_attention_packed on one (b, L, 3 * h * e) projection: the op
+    MultiheadAttention's self-attention runs (on the CPU q, k, v read in place, one gradient buffer)."""
+    qkv = fg.tensor(rng.standard_normal((b, L, 3 * h * e)).astype(np.float32)).to(device)
+    qkv.requires_grad = True
+
+    def step():
+        out = F.scaled_dot_product_attention_packed(qkv, h, is_causal=causal)
+        out.backward(fg.ones_like(out))
+    return step
+
+
 def qkv_views_fwd_bwd(b, h, L, e, causal, device, rng):
     """The fused op on head views of one packed projection, as MultiheadAttention calls it."""
     qkv = fg.tensor(rng.standard_normal((b, L, 3 * h * e)).astype(np.float32)).to(device)
@@ -93,10 +111,11 @@ def main():
     parser.add_argument("--cpu-time", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-len", type=int, default=1 << 30, help="skip cases with longer sequences")
+    parser.add_argument("--cases", type=int, default=len(CASES), help="run only the first N cases")
+    parser.add_argument("--tag", default="", help="appended to the saved file's name")
     args = parser.parse_args()
     if args.cpu_time:
         fg.set_num_threads(1)
-    timer = cpu_time if args.cpu_time else best_time
     try:
         import torch
         torch.set_num_threads(fg.get_num_threads())
@@ -104,7 +123,7 @@ def main():
         torch = None
     rng = np.random.default_rng(0)
     rows = []
-    for b, h, L, S, e, causal in CASES:
+    for b, h, L, S, e, causal in CASES[:args.cases]:
         if max(L, S) > args.max_len:
             continue
         arrays = [rng.standard_normal((b, h, n, e)).astype(np.float32) for n in (L, S, S)]
@@ -115,30 +134,38 @@ def main():
                  "composite": fwd_bwd(F.scaled_dot_product_attention_reference, q, k, v, causal)}
         if L == S:
             steps["fused_qkv_views"] = qkv_views_fwd_bwd(b, h, L, e, causal, args.device, rng)
+            if hasattr(F, "scaled_dot_product_attention_packed"):  # absent from builds before 2026-11-24
+                steps["fused_packed"] = packed_fwd_bwd(b, h, L, e, causal, args.device, rng)
         if torch is not None:
             dev = "cuda" if args.device == "cuda" else "cpu"
             tq, tk, tv = (torch.tensor(a, device=dev, requires_grad=True) for a in arrays)
             steps["torch"] = torch_fwd_bwd(tq, tk, tv, causal)
             steps["torch_composite"] = torch_composite_fwd_bwd(tq, tk, tv, causal)
-        times = {name: [] for name in steps}
-        for _ in range(args.rounds):  # interleaved: each round times every implementation once
-            for name, step in steps.items():
-                time.sleep(0.3)
-                times[name].append(1e3 * timer(step))
+        if args.cpu_time:
+            times = {name: [] for name in steps}
+            for _ in range(args.rounds):  # interleaved: each round times every implementation once
+                for name, step in steps.items():
+                    time.sleep(SWITCH_GAP)
+                    times[name].append(1e3 * cpu_time(step))
+            medians = {name: float(np.median(t)) for name, t in times.items()}
+        else:  # wall clock: alternating rounds with pauses between libraries
+            medians = {name: 1e3 * r["median"] for name, r in interleaved(steps, args.rounds).items()}
         row = {"shape": [b, h, L, S, e], "causal": causal, "load_average": os.getloadavg()}
-        row.update({f"{name}_ms": float(np.median(t)) for name, t in times.items()})
+        row.update({f"{name}_ms": t for name, t in medians.items()})
         rows.append(row)
         line = ", ".join(f"{name} {row[name + '_ms']:.3f} ms" for name in steps)
         ratio = row["torch_ms"] / row["fused_ms"] if "torch_ms" in row else float("nan")
+        packed = row["torch_ms"] / row["fused_packed_ms"] if "torch_ms" in row and "fused_packed_ms" in row else float("nan")
         eager = row["torch_composite_ms"] / row["fused_ms"] if "torch_ms" in row else float("nan")
         print(f"B={b} H={h} L={L} S={S} E={e} causal={causal}: {line} (torch/fused {ratio:.2f}x, "
-              f"torch_composite/fused {eager:.2f}x, "
+              f"torch/fused_packed {packed:.2f}x, torch_composite/fused {eager:.2f}x, "
               f"composite/fused {row['composite_ms'] / row['fused_ms']:.2f}x; load {row['load_average'][0]:.1f})",
               flush=True)
     if args.save:
-        save("bench_attention", {"machine": machine(), "device": args.device, "load_average": os.getloadavg(),
+        save("bench_attention" + (f"-{args.tag}" if args.tag else ""), {"machine": machine(), "device": args.device, "load_average": os.getloadavg(),
                                  "timer": "process CPU time, 1 thread" if args.cpu_time else "wall clock",
                                  "rounds": args.rounds, "statistic": "median of interleaved rounds",
+                                 "tag": args.tag,
                                  "fwd_bwd": rows})
 
 

@@ -378,13 +378,25 @@ void bind_functional(py::module_& m) {
      "attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is "
      "added to the scores; is_causal masks key j > query i. A query row with every key masked gives "
      "NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on the CPU "
-     "one exact-softmax tile per head up to L, S = 64, and strided views read in place; on cuda "
+     "one exact-softmax tile per head up to L, S = 128, and strided views read in place; on cuda "
      "float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 "
      "and a float mask does not require grad; otherwise the composite "
      "scaled_dot_product_attention_reference. On the CPU, head-permuted q, k, v (a (B, T, H, E) "
      "tensor transposed to (B, H, T, E)) give an output stored (B, T, H, Ev) and returned as its "
      "(B, H, T, Ev) view, so merging the heads back copies nothing. Raises ShapeError (ranks, E or S differ), DTypeError "
      "(q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).",
+     ReleaseGil());
+  def_op(nn, "scaled_dot_product_attention_packed", [](const Tensor& qkv, int64_t heads, std::optional<Tensor> mask,
+                                                   bool causal) {
+    return nn::attention_packed(qkv, heads, mask.value_or(Tensor()), causal);
+  }, py::arg("qkv"), py::arg("heads"), py::arg("attn_mask") = py::none(), py::arg("is_causal") = false,
+     "scaled_dot_product_attention of the q, k, v packed side by side in qkv (..., T, 3 * heads * D), "
+     "as one projection makes them (MultiheadAttention's self-attention): returns (..., heads, T, D).\n\n"
+     "On the CPU one flash_attention_packed op reads the three head views in place and writes their "
+     "gradient into one (..., T, 3 * heads * D) buffer; on cuda, or where the fused kernels do not "
+     "apply (or a float mask requires grad), scaled_dot_product_attention on the head views. "
+     "attn_mask and is_causal as in scaled_dot_product_attention. Raises ShapeError (qkv not (..., T, 3 * heads * D), heads < 1) "
+     "and scaled_dot_product_attention's errors.",
      ReleaseGil());
   def_op(nn, "scaled_dot_product_attention_reference", [](const Tensor& q, const Tensor& k, const Tensor& v,
                                                       std::optional<Tensor> mask, bool causal) {

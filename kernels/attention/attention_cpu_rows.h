@@ -5,6 +5,7 @@
 // file keeps its own clones).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/attention.h"
 #include "kernels/common/cpu_dispatch.h"
@@ -36,6 +37,20 @@ Head<T> head_of(const AttentionOperands& x, int64_t bh) {
   return {in(x.q), in(x.k), in(x.v), in(x.out), in(x.dout), mat(x.out), mat(x.dq), mat(x.dk), mat(x.dv)};
 }
 
+// exp(x) of a score less its row's max (x <= 0, or NaN): float32 through exp_normal_f32 and 0
+// below -86 (where e^x < 5e-38 is below any sum's rounding), so no lane ever makes a denormal:
+// each lane whose result underflows costs a microcode assist of about 150 cycles, and under a
+// causal mask half of a tile's lanes are -inf. float64: libm.
+template <class T>
+inline T exp_nonpositive(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    float e = fn::exp_normal_f32(x < -86.0f ? -86.0f : x);
+    return x < -86.0f ? 0.0f : e;
+  } else {
+    return fn::exp_any(x);
+  }
+}
+
 // x[c] *= scale for c < valid; -inf from `valid` on (the causal cut, padding).
 template <class T>
 FG_CPU_CLONES void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
@@ -52,10 +67,11 @@ FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
   for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
   return m;
 }
-// x[c] = exp((x[c] - base) - shift); returns the sum of the new values.
+// x[c] = exp((x[c] - base) - shift) (<= 0: base is the row's max, shift its log-sum or 0); returns
+// the sum of the new values.
 template <class T>
 FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
-  for (int64_t c = 0; c < n; ++c) x[c] = fn::exp_any(x[c] - base - shift);
+  for (int64_t c = 0; c < n; ++c) x[c] = exp_nonpositive(x[c] - base - shift);
   T part[8] = {};
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)

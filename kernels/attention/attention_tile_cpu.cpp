@@ -6,101 +6,52 @@
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention/attention_cpu_rows.h"
+#include "kernels/attention/attention_tile_vec.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg {
 namespace {
 
-// One 64-byte vector of T (GCC/clang vector extension): one AVX-512 register in the avx512f clone.
-// Explicit vectors keep the accumulators in registers: the auto-vectoriser vectorised the
-// one-vector-wide variant along the inner dim instead (-fopt-info-vec).
-// Loads and stores go through the unaligned, aliasing variant.
-template <class T> struct VecOf;
-template <> struct VecOf<float> {
-  typedef float type __attribute__((vector_size(64)));
-  typedef float unaligned __attribute__((vector_size(64), aligned(4), may_alias));
-};
-template <> struct VecOf<double> {
-  typedef double type __attribute__((vector_size(64)));
-  typedef double unaligned __attribute__((vector_size(64), aligned(8), may_alias));
-};
-template <class T> using Vec = typename VecOf<T>::type;
-template <class T> constexpr int64_t kLane = 64 / sizeof(T);
-
-constexpr int64_t kRows = 8;  // rows per micro-kernel block; every padded dim is a multiple of kLane >= 8
-
-template <class T> int64_t padded(int64_t n) { return (n + kLane<T> - 1) / kLane<T> * kLane<T>; }
-
-// C (kRows, NV vectors) = sum over k < K of A(r, k) * B(k, :), A(r, k) at a[r * a_row + k * a_k]
-// (a row-major block or a transposed one), B's rows ldb apart. Overwrites C.
-template <class T, int NV>
-inline __attribute__((always_inline)) void block_product(int64_t K, const T* __restrict a, int64_t a_row,
-                                                         int64_t a_k, const T* __restrict b, int64_t ldb,
-                                                         T* __restrict c, int64_t ldc) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  Vec<T> acc[kRows][NV] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    Vec<T> bk[NV];
-    for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * kLane<T>);
-    for (int r = 0; r < kRows; ++r) {
-      T x = a[r * a_row + k * a_k];
-      for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) *reinterpret_cast<Unaligned*>(c + r * ldc + v * kLane<T>) = acc[r][v];
-}
-
-// C (kRows, width) = A (kRows, K) B (K, width), width a multiple of kLane: blocks two vectors wide
-// (16 accumulators), one vector for the rest.
-template <class T>
-FG_CPU_CLONES void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb,
-                                int64_t width, T* c, int64_t ldc) {
-  int64_t n = 0;
-  for (; n + 2 * kLane<T> <= width; n += 2 * kLane<T>)
-    block_product<T, 2>(K, a, a_row, a_k, b + n, ldb, c + n, ldc);
-  if (n < width) block_product<T, 1>(K, a, a_row, a_k, b + n, ldb, c + n, ldc);
-}
-
 // Rows of a block of scores, n (a multiple of kLane) columns each, ld apart; row r's keys from
 // valid[r] on are cut (-inf). Loops run over whole vectors (fixed inner trip counts vectorise
 // without tails), one call per block.
 
-// Forward: x = exp(scale x - max), unnormalised (the output divides by the sum); each row's max
-// (0 while all -inf) into m, its sum into l.
-// The max or the sum of a vector's lanes by halving: a chain log2(lanes) operations deep, where
-// lane-by-lane it would be lanes deep (each one waiting for the last). By reference: a 64-byte
-// vector by value draws GCC's ABI note.
+// Row x (n columns, a multiple of kLane) made scores in place: times scale, -inf from `valid` on;
+// returns the row's max. Whole vectors only: a scalar or peeled store followed by a vector load of
+// the same bytes stalls store forwarding.
 template <class T>
-inline __attribute__((always_inline)) T lanes_max(const Vec<T>& x) {
-  Vec<T> v = x;
-  for (int w = kLane<T> / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) v[j] = v[j + w] > v[j] ? v[j + w] : v[j];
-  return v[0];
-}
-template <class T>
-inline __attribute__((always_inline)) T lanes_sum(const Vec<T>& x) {
-  Vec<T> v = x;
-  for (int w = kLane<T> / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) v[j] += v[j + w];
-  return v[0];
+inline __attribute__((always_inline)) T cut_row(T* x, int64_t n, int64_t valid, T scale) {
+  using Unaligned = typename VecOf<T>::unaligned;
+  using Index = typename VecOf<T>::index;
+  Unaligned* xv = reinterpret_cast<Unaligned*>(x);
+  using Lane = std::remove_reference_t<decltype(Index{}[0])>;
+  Index idx;
+  for (int j = 0; j < kLane<T>; ++j) idx[j] = j;
+  Vec<T> top = Vec<T>{} - T(INFINITY), neg_inf = top;
+  for (int64_t v = 0; v < n / kLane<T>; ++v, idx += kLane<T>) {
+    Vec<T> y = idx < Index{} + static_cast<Lane>(valid) ? xv[v] * scale : neg_inf;
+    xv[v] = y;
+    top = y > top ? y : top;
+  }
+  return lanes_max<T>(top);
 }
 
+// Forward: x = exp(scale x - max), unnormalised (the output divides by the sum); each row's max
+// (0 while all -inf) into m, its sum into l.
 template <class T>
 FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int64_t n, const int64_t* valid, T scale,
                                  T* __restrict m, T* __restrict l) {
   using Unaligned = typename VecOf<T>::unaligned;
   for (int64_t r = 0; r < rows; ++r, x += ld) {
     const Unaligned* xv = reinterpret_cast<const Unaligned*>(x);
-    for (int64_t c = 0; c < n; ++c) x[c] = c < valid[r] ? x[c] * scale : T(-INFINITY);
-    Vec<T> top = Vec<T>{} - T(INFINITY), sum = {};
-    for (int64_t v = 0; v < n / kLane<T>; ++v) top = xv[v] > top ? xv[v] : top;
-    T m_r = lanes_max<T>(top), base = finite_max(m_r);
+    T m_r = cut_row(x, n, valid[r], scale), base = finite_max(m_r);
+    Vec<T> sum = {};
     for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) x[c + j] = fn::exp_any(x[c + j] - base);
+      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - base);
       sum += xv[c / kLane<T>];
     }
     m[r] = m_r, l[r] = lanes_sum<T>(sum);
@@ -113,15 +64,16 @@ template <class T>
 FG_CPU_CLONES void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
                                const int64_t* valid, T scale, const T* __restrict stats, const T* __restrict d,
                                T ds_scale) {
+  using Unaligned = typename VecOf<T>::unaligned;
   for (int64_t r = 0; r < rows; ++r, x += ld, dp += ld) {
     T m = stats[2 * r], log_l = stats[2 * r + 1], dr = d[r];
-    for (int64_t c = 0; c < n; c += kLane<T>)
-      for (int j = 0; j < kLane<T>; ++j) {
-        T y = c + j < valid[r] ? x[c + j] * scale : T(-INFINITY);
-        T p = fn::exp_any(y - m - log_l);  // log l = -inf (all masked): NaN, as the composite
-        x[c + j] = p;
-        dp[c + j] = ds_scale * p * (dp[c + j] - dr);
-      }
+    cut_row(x, n, valid[r], scale);
+    Unaligned *xv = reinterpret_cast<Unaligned*>(x), *dpv = reinterpret_cast<Unaligned*>(dp);
+    for (int64_t c = 0; c < n; c += kLane<T>) {
+      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
+      int64_t v = c / kLane<T>;
+      dpv[v] = ds_scale * xv[v] * (dpv[v] - dr);
+    }
   }
 }
 
@@ -140,40 +92,51 @@ T prepare_scores(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 }
 
 // One head's padded copies and products; rows and columns past the real ones stay zero (q, k, kt,
-// v, vt, dout) or are never read (p and ds past L or past a block's last key).
+// v, vt, dout) or are never read (p and ds past L or past a block's last key). The buffers lie in
+// one zeroed arena per thread (kept between calls: no allocation once warm), each 64-byte aligned
+// (a vector split over two cache lines cost a second access and stalled store forwarding) and a
+// vector further apart than its size (no two buffers at the same offset modulo 4 KB, whose
+// accesses the CPU would take for overlapping ones).
 template <class T>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
-  std::vector<T> q, k, kt, v, vt, dout, p, ds, block;
+  T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
+  Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
   Tile(const AttentionShape& s, bool backward)
       : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
-        Evp(padded<T>(s.Ev)), q(Lp * Ep), k(backward ? Sp * Ep : 0), kt(Ep * Sp), v(backward ? 0 : Sp * Evp),
-        vt(backward ? Evp * Sp : 0), dout(backward ? Lp * Evp : 0), p(Lp * Sp), ds(backward ? Lp * Sp : 0),
-        block(kRows * std::max(Ep, Evp)) {}
+        Evp(padded<T>(s.Ev)) {
+    int64_t sizes[] = {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
+                       backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0, kRows * std::max(Ep, Evp)};
+    T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds, &block};
+    int64_t total = 2 * kLane<T>;
+    for (int64_t n : sizes) total += n + kLane<T>;
+    thread_local std::vector<T> arena;
+    if (static_cast<int64_t>(arena.size()) < total) arena.resize(total);
+    std::fill(arena.begin(), arena.begin() + total, T(0));
+    T* at = arena.data() + (kLane<T> - reinterpret_cast<uintptr_t>(arena.data()) / sizeof(T) % kLane<T>);
+    for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += sizes[i];
+  }
 };
 
-// dst (rows, cols) = src, row r times scale[r] when scale is given (times 1 is exact): whole
-// vectors, then a tail; inline, where a memmove call per short row cost more than its copy.
-template <class T>
-FG_CPU_CLONES void copy_rows(const T* __restrict src, int64_t lds, T* __restrict dst, int64_t ldd, int64_t rows,
-                             int64_t cols, const T* __restrict scale = nullptr) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  for (int64_t r = 0; r < rows; ++r, src += lds, dst += ldd) {
-    T f = scale ? scale[r] : T(1);
-    int64_t c = 0;
-    for (; c + kLane<T> <= cols; c += kLane<T>)
-      *reinterpret_cast<Unaligned*>(dst + c) = *reinterpret_cast<const Unaligned*>(src + c) * f;
-    for (; c < cols; ++c) dst[c] = src[c] * f;
-  }
-}
 template <class T>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
   copy_rows(src.data, src.ld, dst, ld, rows, cols);
 }
+// Matrix m (rows, cols) of the head as the products read it: in place where whole row blocks and
+// whole vectors cover it (every read stays inside), else its copy in the zero-padded buffer.
 template <class T>
-void pack_transposed(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld + i] = src.row(i)[c];
+Mat<const T> operand(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld) {
+  if (rows % kRows == 0 && cols % kLane<T> == 0) return m;
+  pack(m, rows, cols, buf, ld);
+  return {buf, ld};
+}
+// Its transpose (cols, padded rows) into dst, from m in place where whole kLane x kLane blocks
+// cover it, else through the padded buffer.
+template <class T>
+void transpose_of(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld, T* dst, int64_t ld_t) {
+  if (rows % kLane<T> == 0 && cols % kLane<T> == 0) return transpose_padded(m.data, m.ld, rows, cols, dst, ld_t);
+  pack(m, rows, cols, buf, ld);
+  transpose_padded(buf, ld, padded<T>(rows), ld, dst, ld_t);
 }
 // Rows [r0, r0 + rows) of dst from a (kRows, padded) block.
 template <class T>
@@ -187,21 +150,21 @@ int64_t block_key_end(int64_t i0, int64_t S, bool skip) { return skip ? std::min
 template <class T>
 void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
                   Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q.data(), t.Ep), pack_transposed(h.k, s.S, s.E, t.kt.data(), t.Sp);
-  pack(h.v, s.S, s.Ev, t.v.data(), t.Evp);
+  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.vm = operand(h.v, s.S, s.Ev, t.v, t.Evp);
+  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T>(key_end);
-    T* p = t.p.data() + i0 * t.Sp;
-    rows_product(s.E, t.q.data() + i0 * t.Ep, t.Ep, 1, t.kt.data(), t.Sp, cols, p, t.Sp);
+    T* p = t.p + i0 * t.Sp;
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T m[kRows], l[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
     for (int64_t r = 0; r < rows; ++r) store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
-    rows_product(key_end, p, t.Sp, 1, t.v.data(), t.Evp, t.Evp, t.block.data(), t.Evp);
+    rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, t.block, t.Evp);
     T inv[kRows];
     for (int64_t r = 0; r < rows; ++r) inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
-    copy_rows(t.block.data(), t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
+    copy_rows(t.block, t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
   }
 }
 
@@ -212,36 +175,36 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
   T scale = static_cast<T>(s.scale);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T>(key_end);
-    T *p = t.p.data() + i0 * t.Sp, *ds = t.ds.data() + i0 * t.Sp;
-    rows_product(s.E, t.q.data() + i0 * t.Ep, t.Ep, 1, t.kt.data(), t.Sp, cols, p, t.Sp);
-    rows_product(s.Ev, t.dout.data() + i0 * t.Evp, t.Evp, 1, t.vt.data(), t.Sp, cols, ds, t.Sp);
+    T *p = t.p + i0 * t.Sp, *ds = t.ds + i0 * t.Sp;
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
+    rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, ds, t.Sp);
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T d[kRows];
     for (int64_t r = 0; r < rows; ++r) d[r] = dot_row(h.dout.row(i0 + r), h.out.row(i0 + r), s.Ev);
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, d, scale);
-    rows_product(key_end, ds, t.Sp, 1, t.k.data(), t.Ep, t.Ep, t.block.data(), t.Ep);
-    unpack(t.block.data(), t.Ep, rows, s.E, h.dq, i0);
+    rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, t.block, t.Ep);
+    unpack(t.block, t.Ep, rows, s.E, h.dq, i0);
   }
 }
 
 template <class T>
 void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
                    const T* stats, Tile<T>& t) {
-  pack(h.q, s.L, s.E, t.q.data(), t.Ep), pack(h.k, s.S, s.E, t.k.data(), t.Ep);
-  pack_transposed(h.k, s.S, s.E, t.kt.data(), t.Sp), pack_transposed(h.v, s.S, s.Ev, t.vt.data(), t.Sp);
-  pack(h.dout, s.L, s.Ev, t.dout.data(), t.Evp);
+  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.km = operand(h.k, s.S, s.E, t.k, t.Ep);
+  t.doutm = operand(h.dout, s.L, s.Ev, t.dout, t.Evp);
+  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), transpose_of(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
   // A fully masked row (log l = -inf) is NaN over every key, as the composite: no block skipping.
   bool skip = s.causal;
   for (int64_t i = 0; i < s.L; ++i) skip = skip && stats[2 * i + 1] != -INFINITY;
   backward_rows(s, mask, bh, h, stats, skip, t);
   for (int64_t j0 = 0; j0 < s.S; j0 += kRows) {  // dV = P^T dO, dK = dS^T Q; rows i < j0 see no key >= j0
     int64_t first = skip ? std::min(j0, s.L) : 0, rows = std::min(kRows, s.S - j0);
-    const T *p = t.p.data() + first * t.Sp + j0, *ds = t.ds.data() + first * t.Sp + j0;
-    rows_product(s.L - first, p, 1, t.Sp, t.dout.data() + first * t.Evp, t.Evp, t.Evp, t.block.data(), t.Evp);
-    unpack(t.block.data(), t.Evp, rows, s.Ev, h.dv, j0);
-    rows_product(s.L - first, ds, 1, t.Sp, t.q.data() + first * t.Ep, t.Ep, t.Ep, t.block.data(), t.Ep);
-    unpack(t.block.data(), t.Ep, rows, s.E, h.dk, j0);
+    const T *p = t.p + first * t.Sp + j0, *ds = t.ds + first * t.Sp + j0;
+    rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, t.block, t.Evp);
+    unpack(t.block, t.Evp, rows, s.Ev, h.dv, j0);
+    rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, t.block, t.Ep);
+    unpack(t.block, t.Ep, rows, s.E, h.dk, j0);
   }
 }
 

@@ -101,6 +101,16 @@ Tensors Sequential::forward(const Tensors& in) {
   return x;
 }
 
+namespace {
+// (..., T, D) -> (..., heads, T, D / heads), a view.
+Tensor split_heads(const Tensor& t, int64_t heads) {
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
+  shape.push_back(heads);
+  shape.push_back(t.shape().back() / heads);
+  return transpose(reshape(t, shape), -2, -3);
+}
+}  // namespace
+
 MultiheadAttention::MultiheadAttention(int64_t d, int64_t h, bool c, double p)
     : Module("MultiheadAttention"), dim(d), heads(h), causal(c), dropout(p) {
   FG_CHECK(d > 0 && h > 0 && d % h == 0, Value, "MultiheadAttention: dim ", d, " must be a positive multiple of heads ", h);
@@ -136,13 +146,7 @@ Tensors MultiheadAttention::forward(const Tensors& in) {
     k = linear(input(in, 1, type_name_), ws[1], bs[1]);
     v = linear(input(in, 2, type_name_), ws[2], bs[2]);
   }
-  auto split_heads = [&](const Tensor& t) {  // (..., T, D) -> (..., H, T, D/H)
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end() - 1);
-    shape.push_back(heads);
-    shape.push_back(dim / heads);
-    return transpose(reshape(t, shape), -2, -3);
-  };
-  q = split_heads(q), k = split_heads(k), v = split_heads(v);
+  q = split_heads(q, heads), k = split_heads(k, heads), v = split_heads(v, heads);
   Tensor out;
   if (dropout > 0 && training_) {  // attention dropout needs the probabilities
     Tensor scores = matmul(q, transpose(k, -1, -2)) * (1.0 / std::sqrt(static_cast<double>(dim / heads)));
@@ -164,6 +168,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   if (attn_mask.defined() && requires_grad(attn_mask))
     return scaled_dot_product_attention_composite(q, k, v, attn_mask, is_causal);
   return scaled_dot_product_attention(q, k, v, attn_mask, is_causal);
+}
+Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& attn_mask, bool is_causal) {
+  if (!attn_mask.defined() || !requires_grad(attn_mask))
+    return scaled_dot_product_attention_packed(qkv, heads, attn_mask, is_causal);
+  FG_CHECK(qkv.ndim() >= 2 && heads > 0 && qkv.shape().back() % (3 * heads) == 0, Shape,
+           "scaled_dot_product_attention_packed: qkv ", to_string(qkv.shape()),
+           " must be (..., T, 3 * heads * D) with heads = ", heads);
+  Tensors parts = chunk(qkv, 3, -1);
+  return scaled_dot_product_attention_composite(split_heads(parts[0], heads), split_heads(parts[1], heads),
+                                                split_heads(parts[2], heads), attn_mask, is_causal);
 }
 
 std::optional<Config> MultiheadAttention::config() const {

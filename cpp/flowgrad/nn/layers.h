@@ -110,6 +110,9 @@ class ModuleList : public Module {
 // grad needs the (L, S) scores' gradient, which the fused op does not give, so it takes the
 // composite. The Python function and MultiheadAttention call this.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, bool is_causal);
+// The same over q, k, v packed side by side in qkv (..., T, 3 * heads * D): the packed op unless
+// the mask requires grad. Returns (..., heads, T, D).
+Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& attn_mask, bool is_causal);
 
 class MultiheadAttention : public Module {
  public:

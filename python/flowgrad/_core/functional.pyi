@@ -5,14 +5,10 @@ Neural-network functions (fg.nn.functional).
 from __future__ import annotations
 import flowgrad._core
 import typing
-__all__: list[str] = ['add_layer_norm', 'avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'scaled_dot_product_attention_reference', 'softmax', 'unfold']
+__all__: list[str] = ['avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'scaled_dot_product_attention_packed', 'scaled_dot_product_attention_reference', 'softmax', 'unfold']
 def _cross_entropy_composite(input: flowgrad._core.Tensor, target: flowgrad._core.Tensor, ignore_index: typing.SupportsInt | typing.SupportsIndex = -100, label_smoothing: typing.SupportsFloat | typing.SupportsIndex = 0.0, reduction: str = 'mean') -> flowgrad._core.Tensor:
     """
     cross_entropy from log_softmax and gather (the fused op's test reference).
-    """
-def add_layer_norm(input: flowgrad._core.Tensor, residual: flowgrad._core.Tensor, normalized_shape: typing.Any, weight: flowgrad._core.Tensor | None = None, bias: flowgrad._core.Tensor | None = None, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05) -> tuple[flowgrad._core.Tensor, flowgrad._core.Tensor]:
-    """
-    (s, y): the residual sum s = input + residual (same shape and dtype) and y = layer_norm(s), in one pass over each row. The pre-norm transformer's x = x + f(x); h = layer_norm(x).
     """
 def avg_pool2d(input: flowgrad._core.Tensor, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex | None = None) -> flowgrad._core.Tensor:
     """
@@ -82,7 +78,13 @@ def scaled_dot_product_attention(query: flowgrad._core.Tensor, key: flowgrad._co
     """
     softmax(q k^T / sqrt(E) + mask) v over q (..., L, E), k (..., S, E), v (..., S, Ev).
     
-    attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is added to the scores; is_causal masks key j > query i. A query row with every key masked gives NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on the CPU one exact-softmax tile per head up to L, S = 64, and strided views read in place; on cuda float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 and a float mask does not require grad; otherwise the composite scaled_dot_product_attention_reference. On the CPU, head-permuted q, k, v (a (B, T, H, E) tensor transposed to (B, H, T, E)) give an output stored (B, T, H, Ev) and returned as its (B, H, T, Ev) view, so merging the heads back copies nothing. Raises ShapeError (ranks, E or S differ), DTypeError (q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).
+    attn_mask broadcasts to (..., L, S): bool marks the positions that take part, a float mask is added to the scores; is_causal masks key j > query i. A query row with every key masked gives NaN. Runs the fused flash_attention op (online softmax, no (L, S) scores stored; on the CPU one exact-softmax tile per head up to L, S = 128, and strided views read in place; on cuda float32/bfloat16/float16 with head dims up to 128) when q, k, v share their batch dims, S > 0 and a float mask does not require grad; otherwise the composite scaled_dot_product_attention_reference. On the CPU, head-permuted q, k, v (a (B, T, H, E) tensor transposed to (B, H, T, E)) give an output stored (B, T, H, Ev) and returned as its (B, H, T, Ev) view, so merging the heads back copies nothing. Raises ShapeError (ranks, E or S differ), DTypeError (q, k, v not one floating dtype; mask neither bool nor floating), DeviceError (devices differ).
+    """
+def scaled_dot_product_attention_packed(qkv: flowgrad._core.Tensor, heads: typing.SupportsInt | typing.SupportsIndex, attn_mask: flowgrad._core.Tensor | None = None, is_causal: bool = False) -> flowgrad._core.Tensor:
+    """
+    scaled_dot_product_attention of the q, k, v packed side by side in qkv (..., T, 3 * heads * D), as one projection makes them (MultiheadAttention's self-attention): returns (..., heads, T, D).
+    
+    On the CPU one flash_attention_packed op reads the three head views in place and writes their gradient into one (..., T, 3 * heads * D) buffer; on cuda, or where the fused kernels do not apply (or a float mask requires grad), scaled_dot_product_attention on the head views. attn_mask and is_causal as in scaled_dot_product_attention. Raises ShapeError (qkv not (..., T, 3 * heads * D), heads < 1) and scaled_dot_product_attention's errors.
     """
 def scaled_dot_product_attention_reference(query: flowgrad._core.Tensor, key: flowgrad._core.Tensor, value: flowgrad._core.Tensor, attn_mask: flowgrad._core.Tensor | None = None, is_causal: bool = False) -> flowgrad._core.Tensor:
     """

@@ -24,6 +24,7 @@ max_pool2d = _f.max_pool2d
 avg_pool2d = _f.avg_pool2d
 scaled_dot_product_attention = _f.scaled_dot_product_attention
 scaled_dot_product_attention_reference = _f.scaled_dot_product_attention_reference
+scaled_dot_product_attention_packed = _f.scaled_dot_product_attention_packed
 cross_entropy = _f.cross_entropy
 nll_loss = _f.nll_loss
 mse_loss = _f.mse_loss
