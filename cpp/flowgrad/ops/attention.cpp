@@ -106,11 +106,11 @@ struct MaskArg {
   AttentionMask mask;
   Tensor data;
 };
-MaskArg mask_arg(const Tensor& q, const Tensor& m, int64_t S) {
+MaskArg mask_arg(const KernelEnv& env, const Tensor& q, const Tensor& m, int64_t S) {
   MaskArg a;
   if (!m.defined()) return a;
   bool is_bool = m.dtype() == DType::Bool;
-  a.data = raw::contiguous(is_bool ? m : raw::converted(m, accumulation_dtype(q.dtype())));
+  a.data = raw::contiguous(env, is_bool ? m : raw::converted(env, m, accumulation_dtype(q.dtype())));
   a.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
   a.mask.data = a.data.data_ptr();
   int full = q.ndim(), lead = full - m.ndim();
@@ -129,11 +129,11 @@ MaskArg mask_arg(const Tensor& q, const Tensor& m, int64_t S) {
 }
 
 // out[i] itself when it has the compute dtype, else a temporary that finish() copies back.
-Tensor compute_target(const Tensor& out, DType dtype) {
-  return out.dtype() == dtype ? out : Tensor::empty(out.shape(), dtype, out.device());
+Tensor compute_target(const KernelEnv& env, const Tensor& out, DType dtype) {
+  return out.dtype() == dtype ? out : raw::temporary(env, out.shape(), dtype, out.device());
 }
-void finish(const Tensor& out, const Tensor& target) {
-  if (target.data_ptr() != out.data_ptr()) raw::copy_into(out, target);
+void finish(const KernelEnv& env, const Tensor& out, const Tensor& target) {
+  if (target.data_ptr() != out.data_ptr()) raw::copy_into(env, out, target);
 }
 
 // ---- CPU: the kernels read and write strided views (attention.h, AttentionOperands) ----
@@ -142,16 +142,17 @@ struct CpuCall {
   AttentionShape shape;
   MaskArg mask;
   AttentionOperands x;
+  const KernelEnv* env = nullptr;  // the call's: converted copies come from its scratch
   Tensors keep;   // converted or contiguous copies, alive for the call
 
   // t (..., rows, cols) as the kernels see it: t's own memory when it has the compute dtype, unit
   // column stride and rows at least a row apart (BLAS's leading dimension), else a copy.
   AttentionOperand operand(const Tensor& t) {
-    Tensor m = raw::converted(t, dtype);
+    Tensor m = raw::converted(*env, t, dtype);
     int n = m.ndim();
     int64_t rows = m.shape()[n - 2], cols = m.shape()[n - 1];
     bool unit_cols = cols <= 1 || m.strides()[n - 1] == 1, apart = rows <= 1 || m.strides()[n - 2] >= cols;
-    if (!unit_cols || !apart) m = raw::contiguous(m);  // never an output: those are laid out to fit
+    if (!unit_cols || !apart) m = raw::contiguous(*env, m);  // never an output: those are laid out to fit
     keep.push_back(m);
     AttentionOperand o;
     o.data = m.data_ptr();
@@ -161,11 +162,13 @@ struct CpuCall {
   }
 };
 
-CpuCall cpu_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Attrs& attrs) {
+CpuCall cpu_call(const KernelEnv& env, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                 const Attrs& attrs) {
   CpuCall c;
+  c.env = &env;
   c.dtype = accumulation_dtype(q.dtype());
   c.shape = attention_shape(q, k, v, attrs);
-  c.mask = mask_arg(q, mask, c.shape.S);
+  c.mask = mask_arg(env, q, mask, c.shape.S);
   static_assert(Dims::kMaxRank - 2 <= kAttentionMaxBatchDims, "every batch dim has a stride slot");
   c.x.batch_ndim = q.ndim() - 2;
   for (int d = 0; d < c.x.batch_ndim; ++d) c.x.batch_shape[d] = q.shape()[d];
@@ -185,11 +188,11 @@ Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
 // out[0] (stored as attrs say) and the stats out[1] of q, k, v (raw views).
 void forward_cpu(const KernelEnv& env, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
                  const Attrs& attrs) {
-  CpuCall c = cpu_call(q, k, v, mask, attrs);
-  Tensor o = compute_target(out[0], c.dtype);
+  CpuCall c = cpu_call(env, q, k, v, mask, attrs);
+  Tensor o = compute_target(env, out[0], c.dtype);
   c.x.out = c.operand(heads_major_raw(o, attrs));
   attention_forward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
-  finish(out[0], o);
+  finish(env, out[0], o);
 }
 void flash_attention_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   forward_cpu(env, in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
@@ -205,19 +208,20 @@ Specs flash_attention_backward_shape(TensorList in, const Attrs& attrs) {
 // dq, dk, dv (raw views of the op's outputs) of q, k, v from dout, out (stored as attrs say), stats.
 void backward_cpu(const KernelEnv& env, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& stats, const Tensor& mask, const Tensors& grads, const Attrs& attrs) {
-  CpuCall c = cpu_call(q, k, v, mask, attrs);
+  CpuCall c = cpu_call(env, q, k, v, mask, attrs);
   c.x.dout = c.operand(heads_major_raw(dout, attrs));
   c.x.out = c.operand(heads_major_raw(out, attrs));
   c.x.dq = c.operand(grads[0]), c.x.dk = c.operand(grads[1]), c.x.dv = c.operand(grads[2]);
-  attention_backward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, raw::contiguous(stats).data_ptr());
+  attention_backward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, raw::contiguous(env, stats).data_ptr());
 }
 
 void flash_attention_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   DType dtype = accumulation_dtype(in[1].dtype());
-  Tensor dq = compute_target(out[0], dtype), dk = compute_target(out[1], dtype), dv = compute_target(out[2], dtype);
+  Tensor dq = compute_target(env, out[0], dtype), dk = compute_target(env, out[1], dtype);
+  Tensor dv = compute_target(env, out[2], dtype);
   backward_cpu(env, in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
                {heads_major_raw(dq, attrs), heads_major_raw(dk, attrs), heads_major_raw(dv, attrs)}, attrs);
-  finish(out[0], dq), finish(out[1], dk), finish(out[2], dv);
+  finish(env, out[0], dq), finish(env, out[1], dk), finish(env, out[2], dv);
 }
 
 // ---- flash_attention_packed: (qkv[, mask]) -> (out, stats); attrs scale, causal, heads ----
@@ -252,26 +256,26 @@ void flash_attention_packed_cpu(const KernelEnv& env, TensorList in, const Tenso
 Specs flash_attention_packed_backward_shape(TensorList in, const Attrs&) { return {{in[1].shape(), in[1].dtype()}}; }
 void flash_attention_packed_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t heads = attrs.i("heads");
-  Tensor dqkv = compute_target(out[0], accumulation_dtype(in[1].dtype()));
+  Tensor dqkv = compute_target(env, out[0], accumulation_dtype(in[1].dtype()));
   auto part = [&](const Tensor& t, int i) { return packed_part(t, i, heads); };
   backward_cpu(env, in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
                {part(dqkv, 0), part(dqkv, 1), part(dqkv, 2)}, attrs);
-  finish(out[0], dqkv);
+  finish(env, out[0], dqkv);
 }
 
 #if defined(FLOWGRAD_HAVE_CUDA)
 // ---- CUDA: contiguous operands in the kernels' dtype ----
-Tensors contiguous_operands(TensorList in, size_t count, DType dtype) {
+Tensors contiguous_operands(const KernelEnv& env, TensorList in, size_t count, DType dtype) {
   Tensors x;
-  for (size_t i = 0; i < count; ++i) x.push_back(raw::contiguous(raw::converted(in[i], dtype)));
+  for (size_t i = 0; i < count; ++i) x.push_back(raw::contiguous(env, raw::converted(env, in[i], dtype)));
   return x;
 }
 
 void flash_attention_cuda(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
   const Tensor& q = in[0];
-  MaskArg mask = mask_arg(q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
-  Tensors x = contiguous_operands(in, 3, q.dtype());
+  MaskArg mask = mask_arg(env, q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
+  Tensors x = contiguous_operands(env, in, 3, q.dtype());
   attention_forward_cuda(env, q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
                          x[1].data_ptr(), x[2].data_ptr(), out[0].data_ptr(), out[1].data_ptr());
 }
@@ -279,13 +283,13 @@ void flash_attention_cuda(const KernelEnv& env, TensorList in, const Tensors& ou
 void flash_attention_backward_cuda(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   FG_ASSERT(!attrs.b("seq_major") && "seq_major is a CPU layout");
   const Tensor& q = in[1];
-  MaskArg mask = mask_arg(q, in.size() > 6 ? in[6] : Tensor(), in[2].shape()[in[2].ndim() - 2]);
-  Tensors x = contiguous_operands(in, 5, q.dtype());  // dout, q, k, v, out
+  MaskArg mask = mask_arg(env, q, in.size() > 6 ? in[6] : Tensor(), in[2].shape()[in[2].ndim() - 2]);
+  Tensors x = contiguous_operands(env, in, 5, q.dtype());  // dout, q, k, v, out
   AttentionShape shape = attention_shape(q, in[2], in[3], attrs);
   // the kernels sum dQ over key blocks in float32
-  Tensor workspace = Tensor::empty({shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
+  Tensor workspace = raw::temporary(env, {shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
   attention_backward_cuda(env, q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
-                          x[4].data_ptr(), x[0].data_ptr(), raw::contiguous(in[5]).data_ptr(), out[0].data_ptr(),
+                          x[4].data_ptr(), x[0].data_ptr(), raw::contiguous(env, in[5]).data_ptr(), out[0].data_ptr(),
                           out[1].data_ptr(), out[2].data_ptr(), static_cast<float*>(workspace.data_ptr()));
 }
 #endif

@@ -5,10 +5,14 @@ Neural-network functions (fg.nn.functional).
 from __future__ import annotations
 import flowgrad._core
 import typing
-__all__: list[str] = ['avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'scaled_dot_product_attention_packed', 'scaled_dot_product_attention_reference', 'softmax', 'unfold']
+__all__: list[str] = ['add_layer_norm', 'avg_pool2d', 'binary_cross_entropy_with_logits', 'conv2d', 'cross_entropy', 'dropout', 'embedding', 'fold', 'huber_loss', 'l1_loss', 'layer_norm', 'linear', 'log_softmax', 'max_pool2d', 'mse_loss', 'nll_loss', 'rms_norm', 'scaled_dot_product_attention', 'scaled_dot_product_attention_packed', 'scaled_dot_product_attention_reference', 'softmax', 'unfold']
 def _cross_entropy_composite(input: flowgrad._core.Tensor, target: flowgrad._core.Tensor, ignore_index: typing.SupportsInt | typing.SupportsIndex = -100, label_smoothing: typing.SupportsFloat | typing.SupportsIndex = 0.0, reduction: str = 'mean') -> flowgrad._core.Tensor:
     """
     cross_entropy from log_softmax and gather (the fused op's test reference).
+    """
+def add_layer_norm(input: flowgrad._core.Tensor, residual: flowgrad._core.Tensor, normalized_shape: typing.Any, weight: flowgrad._core.Tensor | None = None, bias: flowgrad._core.Tensor | None = None, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05) -> tuple[flowgrad._core.Tensor, flowgrad._core.Tensor]:
+    """
+    (s, y): the residual sum s = input + residual (same shape and dtype) and y = layer_norm(s), in one pass over each row. The pre-norm transformer's x = x + f(x); h = layer_norm(x).
     """
 def avg_pool2d(input: flowgrad._core.Tensor, kernel_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex | None = None) -> flowgrad._core.Tensor:
     """
