@@ -126,7 +126,7 @@ void attention_forward_cpu(const KernelEnv& env, DType dtype, const AttentionSha
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
     auto* st = static_cast<T*>(stats);
-    if (attention_single_tile(s)) return attention_tile_forward<T>(s, mask, x, st);
+    if (attention_single_tile(s)) return attention_tile_forward<T>(env, s, mask, x, st);
     SingleThreadedBlas single;  // block products run inside the pool's workers
     int64_t blocks = (s.L + kQueryBlock - 1) / kQueryBlock;
     int64_t work = s.S * (s.E + s.Ev) * std::min(s.L, kQueryBlock);  // per task
@@ -144,7 +144,7 @@ void attention_backward_cpu(const KernelEnv& env, DType dtype, const AttentionSh
   visit_float_dtype(dtype, "scaled_dot_product_attention backward", [&](auto tag) {
     using T = decltype(tag);
     auto* st = static_cast<const T*>(stats);
-    if (attention_single_tile(s)) return attention_tile_backward<T>(s, mask, x, st);
+    if (attention_single_tile(s)) return attention_tile_backward<T>(env, s, mask, x, st);
     int64_t work = s.L * s.S * (s.E + s.Ev);  // per batch*head
     SingleThreadedBlas single;
     parallel_for(s.bh, kParallelGrain / (work + 1) + 1, [&](int64_t begin, int64_t end) {

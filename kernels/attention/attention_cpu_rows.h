@@ -114,12 +114,13 @@ void mask_scores_row(const AttentionMask& mask, int64_t bh, int64_t i, int64_t j
 }  // namespace
 
 // A head of at most kAttentionCpuTile queries and keys in one tile (attention_tile_cpu.cpp): as
-// attention_forward_cpu / attention_backward_cpu for T = float or double, over every batch*head.
+// attention_forward_cpu / attention_backward_cpu for T = float or double, over every batch*head;
+// the tiles' buffers come from env's scratch (kernels/common/workspace.h).
 template <class T>
-void attention_tile_forward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
-                            T* stats);
+void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
+                            const AttentionOperands& x, T* stats);
 template <class T>
-void attention_tile_backward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
-                             const T* stats);
+void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
+                             const AttentionOperands& x, const T* stats);
 
 }  // namespace fg

@@ -5,12 +5,14 @@
 // block needs a tail; under a causal mask a block of query rows stops at its last row's key and a
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/attention/attention_cpu_rows.h"
 #include "kernels/attention/attention_tile_vec.h"
+#include "kernels/common/workspace.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg {
@@ -93,28 +95,36 @@ T prepare_scores(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 
 // One head's padded copies and products; rows and columns past the real ones stay zero (q, k, kt,
 // v, vt, dout) or are never read (p and ds past L or past a block's last key). The buffers lie in
-// one zeroed arena per thread (kept between calls: no allocation once warm), each 64-byte aligned
-// (a vector split over two cache lines cost a second access and stalled store forwarding) and a
-// vector further apart than its size (no two buffers at the same offset modulo 4 KB, whose
-// accesses the CPU would take for overlapping ones).
+// the task's zeroed arena, a part of the launch's workspace (over_heads).
 template <class T>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
   T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
   Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
-  Tile(const AttentionShape& s, bool backward)
-      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
-        Evp(padded<T>(s.Ev)) {
-    int64_t sizes[] = {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
-                       backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0, kRows * std::max(Ep, Evp)};
+  Tile(const AttentionShape& s, bool backward, T* arena) : Tile(s) {
+    const std::array<int64_t, 9> n = sizes(*this, backward);
     T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds, &block};
+    std::fill(arena, arena + elements(s, backward), T(0));
+    T* at = arena + kLane<T>;  // the arena is 64-byte aligned
+    for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += n[i];
+  }
+  // Elements of its arena: every buffer 64-byte aligned (a vector split over two cache lines cost
+  // a second access and stalled store forwarding) and a vector further apart than its size (no two
+  // buffers at the same offset modulo 4 KB, whose accesses the CPU would take for overlapping ones).
+  static int64_t elements(const AttentionShape& s, bool backward) {
+    Tile shape_of{s};
     int64_t total = 2 * kLane<T>;
-    for (int64_t n : sizes) total += n + kLane<T>;
-    thread_local std::vector<T> arena;
-    if (static_cast<int64_t>(arena.size()) < total) arena.resize(total);
-    std::fill(arena.begin(), arena.begin() + total, T(0));
-    T* at = arena.data() + (kLane<T> - reinterpret_cast<uintptr_t>(arena.data()) / sizeof(T) % kLane<T>);
-    for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += sizes[i];
+    for (int64_t n : sizes(shape_of, backward)) total += n + kLane<T>;
+    return total;
+  }
+
+ private:
+  explicit Tile(const AttentionShape& s)
+      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
+        Evp(padded<T>(s.Ev)) {}
+  static std::array<int64_t, 9> sizes(const Tile& t, bool backward) {
+    return {t.Lp * t.Ep, t.Sp * t.Ep, t.Ep * t.Sp, t.Sp * t.Evp, backward ? t.Evp * t.Sp : 0,
+            backward ? t.Lp * t.Evp : 0, t.Lp * t.Sp, backward ? t.Lp * t.Sp : 0, kRows * std::max(t.Ep, t.Evp)};
   }
 };
 
@@ -211,34 +221,47 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
 // Heads per task: enough products to be worth a thread.
 int64_t heads_per_task(const AttentionShape& s) { return kParallelGrain / (s.L * s.S * (s.E + s.Ev) + 1) + 1; }
 
+// Runs fn(tile, bh) over every batch*head, the heads split into one task per thread (enough
+// products per task to be worth one), each task with its own tile arena in one workspace.
+template <class T, class Fn>
+void over_heads(const KernelEnv& env, const AttentionShape& s, bool backward, Fn&& fn) {
+  const int64_t per = Tile<T>::elements(s, backward);
+  const int64_t wanted = (s.bh + heads_per_task(s) - 1) / heads_per_task(s);
+  const int64_t tasks = std::max<int64_t>(1, in_parallel_region() ? 1 : std::min<int64_t>(pool_threads(), wanted));
+  CpuWorkspace arena(env, static_cast<size_t>(tasks * per) * sizeof(T));
+  parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      Tile<T> tile(s, backward, static_cast<T*>(arena.data()) + task * per);
+      for (int64_t bh = s.bh * task / tasks; bh < s.bh * (task + 1) / tasks; ++bh) fn(tile, bh);
+    }
+  });
+}
+
 }  // namespace
 
 template <class T>
-void attention_tile_forward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
-                            T* stats) {
-  parallel_for(s.bh, heads_per_task(s), [&](int64_t begin, int64_t end) {
-    Tile<T> tile(s, false);
-    for (int64_t bh = begin; bh < end; ++bh) forward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
+void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
+                            const AttentionOperands& x, T* stats) {
+  over_heads<T>(env, s, false, [&](Tile<T>& tile, int64_t bh) {
+    forward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
 
 template <class T>
-void attention_tile_backward(const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
-                             const T* stats) {
-  parallel_for(s.bh, heads_per_task(s), [&](int64_t begin, int64_t end) {
-    Tile<T> tile(s, true);
-    for (int64_t bh = begin; bh < end; ++bh)
-      backward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
+void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
+                             const AttentionOperands& x, const T* stats) {
+  over_heads<T>(env, s, true, [&](Tile<T>& tile, int64_t bh) {
+    backward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
 
-template void attention_tile_forward<float>(const AttentionShape&, const AttentionMask&, const AttentionOperands&,
-                                            float*);
-template void attention_tile_forward<double>(const AttentionShape&, const AttentionMask&, const AttentionOperands&,
-                                             double*);
-template void attention_tile_backward<float>(const AttentionShape&, const AttentionMask&, const AttentionOperands&,
-                                             const float*);
-template void attention_tile_backward<double>(const AttentionShape&, const AttentionMask&,
+template void attention_tile_forward<float>(const KernelEnv&, const AttentionShape&, const AttentionMask&,
+                                            const AttentionOperands&, float*);
+template void attention_tile_forward<double>(const KernelEnv&, const AttentionShape&, const AttentionMask&,
+                                             const AttentionOperands&, double*);
+template void attention_tile_backward<float>(const KernelEnv&, const AttentionShape&, const AttentionMask&,
+                                             const AttentionOperands&, const float*);
+template void attention_tile_backward<double>(const KernelEnv&, const AttentionShape&, const AttentionMask&,
                                               const AttentionOperands&, const double*);
 
 }  // namespace fg
