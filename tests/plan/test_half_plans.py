@@ -1,0 +1,96 @@
+"""Compiled steps over float16/bfloat16 tensors. Ops whose kernels compute half types through
+float32 (no kHalfNative flag) get explicit cast instructions around them in the plan, the copies
+eager run_op makes inside the call, so plans equal eager steps bit for bit and the memory planner
+sees the widened buffers."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from flowgrad import nn
+
+HALF = [fg.bfloat16, fg.float16]
+
+
+def mlp(dtype, device):
+    fg.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 5)).to(device).to(dtype)
+
+
+def bits(t):
+    return t.float().cpu().numpy()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_model_loss_and_gradients_equal_eager(dtype, device):
+    x = fg.randn(8, 12).to(device).to(dtype)
+    y = fg.tensor(np.arange(8) % 5).to(device)
+    eager, compiled = mlp(dtype, device), mlp(dtype, device)
+    step = fg.compile(compiled, F.cross_entropy, None, example_inputs=(x, y))
+    loss = F.cross_entropy(eager(x), y)
+    loss.backward()
+    for _ in range(2):  # the second call replays the plan (on CUDA: the captured graph)
+        got = step(x, y)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(bits(got), bits(loss))
+        for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+            assert q.grad.dtype == dtype, name
+            np.testing.assert_array_equal(bits(q.grad), bits(p.grad), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_widening_ops_get_cast_instructions(dtype):
+    x = fg.randn(4, 12).to(dtype)
+    step = fg.compile(mlp(dtype, "cpu"), F.cross_entropy, None, example_inputs=(x, fg.tensor(np.arange(4) % 5)))
+    rows = step._plan.ir()
+    ops = [r["op"] for r in rows]
+    gelu = ops.index("gelu")
+    assert ops[gelu - 1] == "cast" and ops[gelu + 1] == "cast"  # widen its input, narrow its output
+    assert rows[gelu]["dtype"] == "float32" and rows[gelu + 1]["dtype"] == str(dtype).split(".")[-1]
+    assert ops[ops.index("linear") + 1] != "linear"  # linear computes half natively: no casts around it
+    assert ops[0] == "linear"
+
+
+def test_autocast_step_with_adamw_equals_eager(device):
+    """fp32 parameters, bfloat16 autocast inside the model, AdamW: three compiled steps equal
+    three eager ones (the autocast casts and the plan's widening casts alike)."""
+    class Auto(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            with fg.autocast(device.split(":")[0], dtype=fg.bfloat16):
+                return self.inner(x)
+
+    def loss_fn(out, target):
+        return F.cross_entropy(out.float(), target)
+
+    x = fg.randn(8, 12).to(device)
+    y = fg.tensor(np.arange(8) % 5).to(device)
+    eager, compiled = Auto(mlp(fg.float32, device)), Auto(mlp(fg.float32, device))
+    opt_e = fg.optim.AdamW(eager.parameters(), lr=0.01)
+    opt_c = fg.optim.AdamW(compiled.parameters(), lr=0.01)
+    step = fg.compile(compiled, loss_fn, opt_c, example_inputs=(x, y))
+    for _ in range(3):
+        opt_e.zero_grad()
+        loss = loss_fn(eager(x), y)
+        loss.backward()
+        opt_e.step()
+        assert step(x, y).item() == loss.item()
+    for p, q in zip(eager.parameters(), compiled.parameters()):
+        np.testing.assert_array_equal(q.cpu().numpy(), p.cpu().numpy())
+
+
+def test_half_target_written_in_place_through_float32_is_refused():
+    class Scale(nn.Module):
+        def forward(self, x):
+            y = x * 1.0
+            y.relu_()
+            return y
+
+    x = fg.randn(4, 3).to(fg.bfloat16)
+    with pytest.raises(fg.DTypeError, match=r"compile: 'relu_' writes a float16/bfloat16 tensor in place through "
+                                            r"float32 copies"):
+        fg.compile(Scale(), lambda out, target: (out.float() - target).sum(), None,
+                   example_inputs=(x, fg.zeros(4, 3)))
