@@ -139,9 +139,13 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, Tenso
     if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
   });
   if (dispatch == Dispatch::Kernel) {
-    Tensors args = in.vec();
-    for (size_t i = 1; i < args.size(); ++i)
-      if (args[i].storage() == target.storage()) args[i] = raw::clone(args[i]);
+    Tensors copies;  // only when an input shares the target's memory: it is read from a copy
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].storage() == target.storage()) {
+        if (copies.empty()) copies = in.vec();
+        copies[i] = raw::clone(in[i]);
+      }
+    TensorList args = copies.empty() ? in : TensorList(copies);
     bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
                   ((op.flags & kHalfNative) || !any_half(in, specs));
     if (direct) {
