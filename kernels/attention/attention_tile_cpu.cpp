@@ -101,30 +101,30 @@ struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
   T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
   Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
-  Tile(const AttentionShape& s, bool backward, T* arena) : Tile(s) {
-    const std::array<int64_t, 9> n = sizes(*this, backward);
+  Tile(const AttentionShape& s, bool backward, T* arena)
+      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
+        Evp(padded<T>(s.Ev)) {
     T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds, &block};
     std::fill(arena, arena + elements(s, backward), T(0));
     T* at = arena + kLane<T>;  // the arena is 64-byte aligned
+    const std::array<int64_t, 9> n = sizes(s, backward);
     for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += n[i];
   }
   // Elements of its arena: every buffer 64-byte aligned (a vector split over two cache lines cost
   // a second access and stalled store forwarding) and a vector further apart than its size (no two
   // buffers at the same offset modulo 4 KB, whose accesses the CPU would take for overlapping ones).
   static int64_t elements(const AttentionShape& s, bool backward) {
-    Tile shape_of{s};
     int64_t total = 2 * kLane<T>;
-    for (int64_t n : sizes(shape_of, backward)) total += n + kLane<T>;
+    for (int64_t n : sizes(s, backward)) total += n + kLane<T>;
     return total;
   }
 
  private:
-  explicit Tile(const AttentionShape& s)
-      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
-        Evp(padded<T>(s.Ev)) {}
-  static std::array<int64_t, 9> sizes(const Tile& t, bool backward) {
-    return {t.Lp * t.Ep, t.Sp * t.Ep, t.Ep * t.Sp, t.Sp * t.Evp, backward ? t.Evp * t.Sp : 0,
-            backward ? t.Lp * t.Evp : 0, t.Lp * t.Sp, backward ? t.Lp * t.Sp : 0, kRows * std::max(t.Ep, t.Evp)};
+  // Elements of q, k, kt, v, vt, dout, p, ds and block (vt, dout and ds only for the backward).
+  static std::array<int64_t, 9> sizes(const AttentionShape& s, bool backward) {
+    const int64_t Lp = padded<T>(s.L), Sp = padded<T>(s.S), Ep = padded<T>(s.E), Evp = padded<T>(s.Ev);
+    return {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
+            backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0, kRows * std::max(Ep, Evp)};
   }
 };
 

@@ -5,27 +5,28 @@
 
 namespace fg {
 
-// Unrolled: as a loop GCC keeps the halvings as a counted loop with scalar tails, which costs a short
-// row (a layer_norm row of 128 floats) as much as its sums.
-template <int N, class T>
-inline T lane_total(T* partial) {  // (N) partial sums, overwritten
+// The N lanes of `partial` combined pairwise, halving the width each round (overwritten).
+// Unrolled: as a loop GCC keeps the halvings as a counted loop with scalar tails, which costs a
+// short row (a layer_norm row of 128 floats) as much as its sums.
+template <int N, class T, class Combine>
+inline T lane_tree(T* partial, Combine combine) {
   static_assert((N & (N - 1)) == 0, "N must be a power of two");
 #pragma GCC unroll 8
   for (int width = N / 2; width > 0; width /= 2)
 #pragma GCC unroll 32
-    for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+    for (int j = 0; j < width; ++j) partial[j] = combine(partial[j], partial[j + width]);
   return partial[0];
+}
+
+template <int N, class T>
+inline T lane_total(T* partial) {  // (N) partial sums, overwritten
+  return lane_tree<N>(partial, [](T a, T b) { return a + b; });
 }
 
 // The largest of N partial maxima (a NaN lane is passed over, as by `v > m ? v : m`).
 template <int N, class T>
 inline T lane_max(T* partial) {  // (N) partial maxima, overwritten
-  static_assert((N & (N - 1)) == 0, "N must be a power of two");
-#pragma GCC unroll 8
-  for (int width = N / 2; width > 0; width /= 2)
-#pragma GCC unroll 32
-    for (int j = 0; j < width; ++j) partial[j] = partial[j + width] > partial[j] ? partial[j + width] : partial[j];
-  return partial[0];
+  return lane_tree<N>(partial, [](T a, T b) { return b > a ? b : a; });
 }
 
 }  // namespace fg

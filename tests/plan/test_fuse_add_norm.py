@@ -5,6 +5,7 @@ without the pass (FLOWGRAD_PLAN_SKIP=fuse_add_norm) and as eager mode."""
 import numpy as np
 
 import flowgrad as fg
+from test_fuse_epilogues import assert_trains_alike
 
 F = fg.nn.functional
 VOCAB, T, D, HEADS, LAYERS, BATCH = 11, 8, 16, 2, 2, 3
@@ -62,19 +63,8 @@ def test_transformer_trains_like_the_unfused_plan_and_eager(device, monkeypatch)
     assert "add_layer_norm" not in ops(plain, "forward")
     assert not [r for r in plain.ir() if r["op"] == "norm_backward" and "accumulate=1" in r["attrs"]]
 
-    eager_model = language_model(device)
-    opt = fg.optim.SGD(eager_model.parameters(), lr=0.1)
-    for _ in range(3):
-        loss = F.cross_entropy(eager_model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        a, b = fused(x, y).item(), plain(x, y).item()
-        np.testing.assert_allclose(a, b, rtol=1e-6)
-        np.testing.assert_allclose(a, loss.item(), rtol=1e-5)
-    for (name, p), q, r in zip(model.named_parameters(), plain_model.parameters(), eager_model.parameters()):
-        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
-        np.testing.assert_allclose(p.cpu().numpy(), r.cpu().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_trains_alike((model, fused), (plain_model, plain), language_model(device), F.cross_entropy, x, y, lr=0.1,
+                        rtol=1e-5)
 
 
 def test_a_sum_read_elsewhere_stays_an_output_and_a_broadcast_add_is_left_alone(device):

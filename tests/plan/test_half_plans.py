@@ -47,8 +47,7 @@ def test_widening_ops_get_cast_instructions(dtype):
     gelu = ops.index("gelu")
     assert ops[gelu - 1] == "cast" and ops[gelu + 1] == "cast"  # widen its input, narrow its output
     assert rows[gelu]["dtype"] == "float32" and rows[gelu + 1]["dtype"] == str(dtype).split(".")[-1]
-    assert ops[ops.index("linear") + 1] != "linear"  # linear computes half natively: no casts around it
-    assert ops[0] == "linear"
+    assert ops[0] == "linear" and rows[0]["dtype"] == str(dtype).split(".")[-1]  # half-native: no casts around it
 
 
 def test_autocast_step_with_adamw_equals_eager(device):

@@ -82,23 +82,14 @@ int fuse_backward(Block& code, size_t i, const DefUse& du, const Program& p) {
   return j;
 }
 
-void fuse_block(Program& p, Block& code, const DefUse& du) {
-  std::vector<bool> drop(code.size(), false);
-  for (size_t i = 0; i < code.size(); ++i) {
-    for (Block& inner : code[i].blocks) fuse_block(p, inner, du);
-    if (drop[i] || code[i].kind != InstrKind::Call) continue;
-    int j = fuse_forward(code, i, du);
-    if (j < 0) j = fuse_backward(code, i, du, p);
-    if (j >= 0) drop[j] = true;
-  }
-  erase_marked(code, drop);
-}
-
 }  // namespace
 
 Program fuse_add_norm(Program p) {
-  DefUse du = def_use(p);
-  fuse_block(p, p.body, du);
+  const DefUse du = def_use(p);
+  absorb_pairs(p.body, [&](Block& code, size_t i) {
+    int j = fuse_forward(code, i, du);
+    return j >= 0 ? j : fuse_backward(code, i, du, p);
+  });
   return p;
 }
 

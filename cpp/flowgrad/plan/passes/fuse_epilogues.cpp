@@ -62,39 +62,36 @@ bool is_column_sum(const Instr& ins) {
   return true;
 }
 
-void fuse_block(Program& p, Block& code, const DefUse& du) {
-  std::vector<bool> drop(code.size(), false);
-  for (size_t i = 0; i < code.size(); ++i) {
-    for (Block& inner : code[i].blocks) fuse_block(p, inner, du);
-    Instr& ins = code[i];
-    if (ins.kind != InstrKind::Call) continue;
-    if (colsum_of(ins.op->id) && p.device.is_cpu() && is_floating(ins.out[0].dtype) && !is_half(ins.out[0].dtype) &&
-        dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
-      int j = reader_of(code, i, du, is_column_sum);
-      if (j < 0) continue;
+// On the CPU an activation backward absorbs the column sum of its result; a linear absorbs the
+// activation of its result. Returns the absorbed instruction's index, or -1.
+int absorb_epilogue(const Program& p, Block& code, size_t i, const DefUse& du) {
+  Instr& ins = code[i];
+  if (colsum_of(ins.op->id) && p.device.is_cpu() && is_floating(ins.out[0].dtype) && !is_half(ins.out[0].dtype) &&
+      dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
+    int j = reader_of(code, i, du, is_column_sum);
+    if (j >= 0) {
       ins.op = colsum_of(ins.op->id);
       ins.out.push_back(code[j].out[0]);
-      drop[j] = true;
     }
-    if (ins.op->id != OpId::linear || is_half(ins.out[0].dtype)) continue;  // halves: activations widen them
-    int j = reader_of(code, i, du, [](const Instr& next) { return linear_with(next.op->id) != nullptr; });
-    if (j < 0) continue;
-    const Value& y = ins.out[0];
-    // The product stays an output when something else reads it (the activation's backward).
-    bool keep = du.readers[y.buffer] > 1 || p.buffers[y.buffer].kind != BufferKind::Arena || is_result(p, y.buffer);
-    ins.op = linear_with(code[j].op->id);
-    ins.attrs = Attrs{{"keep_input", keep}};
-    ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
-    drop[j] = true;
+    return j;
   }
-  erase_marked(code, drop);
+  if (ins.op->id != OpId::linear || is_half(ins.out[0].dtype)) return -1;  // halves: activations widen them
+  int j = reader_of(code, i, du, [](const Instr& next) { return linear_with(next.op->id) != nullptr; });
+  if (j < 0) return -1;
+  const Value& y = ins.out[0];
+  // The product stays an output when something else reads it (the activation's backward).
+  bool keep = du.readers[y.buffer] > 1 || p.buffers[y.buffer].kind != BufferKind::Arena || is_result(p, y.buffer);
+  ins.op = linear_with(code[j].op->id);
+  ins.attrs = Attrs{{"keep_input", keep}};
+  ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
+  return j;
 }
 
 }  // namespace
 
 Program fuse_epilogues(Program p) {
-  DefUse du = def_use(p);
-  fuse_block(p, p.body, du);
+  const DefUse du = def_use(p);
+  absorb_pairs(p.body, [&](Block& code, size_t i) { return absorb_epilogue(p, code, i, du); });
   return p;
 }
 

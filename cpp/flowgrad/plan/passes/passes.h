@@ -95,4 +95,17 @@ inline void erase_marked(Block& code, const std::vector<bool>& drop) {
   code = std::move(kept);
 }
 
+// A pair fusion over `code` and its blocks: at each call i (its blocks first), `absorb(code, i)`
+// merges one later instruction into code[i] and returns its index, or -1; the merged ones go.
+template <class Absorb>
+void absorb_pairs(Block& code, const Absorb& absorb) {
+  std::vector<bool> drop(code.size(), false);
+  for (size_t i = 0; i < code.size(); ++i) {
+    for (Block& inner : code[i].blocks) absorb_pairs(inner, absorb);
+    if (drop[i] || code[i].kind != InstrKind::Call) continue;
+    if (int j = absorb(code, i); j >= 0) drop[j] = true;
+  }
+  erase_marked(code, drop);
+}
+
 }  // namespace fg::plan
