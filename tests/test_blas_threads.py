@@ -1,7 +1,8 @@
-"""OpenBLAS's threaded GEMMs on flowgrad's thread pool (base/parallel.cpp, FLOWGRAD_BLAS_THREADS):
+"""Large GEMMs cut into single-threaded OpenBLAS calls on flowgrad's thread pool
+(kernels/linalg/gemm_cpu.cpp, FLOWGRAD_BLAS_THREADS=pool) or threaded by OpenBLAS itself (=openblas):
 right values at every thread count, no deadlock from several threads or after a fork, and
-OpenBLAS's own threads left idle. The nested case (a GEMM inside a parallel_for body) is in
-tests/cpp/test_parallel_blas.cpp."""
+OpenBLAS's own threads left idle on the pool. Parts along rows and columns with strided operands,
+accumulation, and a GEMM inside a parallel_for body are in tests/cpp/test_parallel_blas.cpp."""
 import json
 import os
 import subprocess
@@ -14,11 +15,13 @@ import flowgrad as fg
 from conftest import run_isolated, run_threads
 
 ON_POOL = fg.build_config()["blas_threads"] == "pool"
-needs_pool = pytest.mark.skipif(not ON_POOL, reason=f"the BLAS linked ({fg.blas_name()}) runs its own threads: "
-                                "no OpenBLAS >= 0.3.28 threads callback, or FLOWGRAD_BLAS_THREADS=openblas")
+needs_pool = pytest.mark.skipif(not ON_POOL, reason=f"the BLAS linked ({fg.blas_name()}) threads its own calls: "
+                                "not OpenBLAS, or FLOWGRAD_BLAS_THREADS=openblas")
 
-# (M, K, N): odd and tiny shapes, and ones OpenBLAS splits over its threads (>= 256 cubed).
-SHAPES = [(1, 1, 1), (45, 65, 33), (0, 5, 7), (256, 256, 256), (257, 300, 129), (1024, 128, 512), (512, 512, 512)]
+# (M, K, N): odd and tiny shapes, and ones cut into parts over the threads (along rows when M >= N,
+# else columns; part edges on multiples of 16).
+SHAPES = [(1, 1, 1), (45, 65, 33), (0, 5, 7), (256, 256, 256), (257, 300, 129), (1024, 128, 512), (512, 512, 512),
+          (37, 1000, 333), (1000, 90, 20), (96, 1024, 128)]
 
 
 @pytest.fixture
@@ -63,7 +66,7 @@ def test_batched_and_linear_products_match_numpy(rng, restore_threads):
 def test_build_config_says_who_runs_blas_jobs():
     config = fg.build_config()
     assert config["blas_threads"] in ("pool", "openblas")
-    if config["blas_library"] == "libscipy_openblas.so":  # 0.3.28 or newer: the callback exists
+    if config["blas_core"]:  # OpenBLAS: it can be made single-threaded, so the pool runs the parts
         assert config["blas_threads"] == ("openblas" if os.environ.get("FLOWGRAD_BLAS_THREADS") == "openblas" else "pool")
     if config["blas"] == "none":
         assert config["blas_threads"] == "openblas"

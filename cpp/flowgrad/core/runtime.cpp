@@ -9,9 +9,6 @@
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 
-// Provided by OpenBLAS; absent (null) with other BLAS libraries.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-
 namespace fg {
 namespace {
 
@@ -50,8 +47,7 @@ int num_threads() {
 void set_num_threads(int n) {
   FG_CHECK(n >= 1, Value, "set_num_threads: expected n >= 1, got ", n);
   g_threads = n;
-  set_pool_threads(n);
-  if (openblas_set_num_threads) openblas_set_num_threads(n);
+  set_pool_threads(n);  // and OpenBLAS's count where it threads its own calls
 }
 
 void manual_seed(uint64_t seed) {
