@@ -1,7 +1,9 @@
 // The CPU thread pool behind parallel_for: workers take task indices from an atomic counter, and
-// the caller works too. Between regions a worker spins for a short while (kSpin) before it sleeps on
-// a condition variable, and the caller spins likewise before it waits for the last task: ops come
-// back to back, and a futex sleep plus wake-up per region cost about a quarter of a 60 us kernel.
+// the caller works too. Between regions a worker spins for a while (kSpin, 1 ms, yielding the core
+// now and then) before it sleeps on a condition variable, and the caller spins likewise before it
+// waits for the last task. Ops come back to back, with Python or host work between them, and waking
+// a sleeping worker can take longer than a region's task on a VM (its core idles): the caller then
+// ran every task itself. With 50 us of spin an eager MLP step at batch 64 took 1.8 ms, with 1 ms 1.13.
 // With BlasThreads::Pool, large GEMMs are cut into single-threaded BLAS calls run on these workers
 // (kernels/linalg/gemm_cpu.cpp), and OpenBLAS's own threads stay asleep.
 #include "flowgrad/base/parallel.h"
@@ -84,7 +86,7 @@ class Pool {
   // Spins until done() or for kSpin, yielding the core now and then; true when done() held.
   template <class Done>
   static bool spin_until(const Done& done) {
-    constexpr auto kSpin = std::chrono::microseconds(50);
+    constexpr auto kSpin = std::chrono::milliseconds(1);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 1;; ++i) {
       if (done()) return true;
