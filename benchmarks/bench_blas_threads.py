@@ -1,6 +1,5 @@
-"""Who threads large GEMMs: flowgrad's pool, in parts that are single-threaded OpenBLAS calls
-(FLOWGRAD_BLAS_THREADS=pool), or OpenBLAS itself with its own threads (=openblas), A/B in alternating
-child processes, one per mode and round (issue 23).
+"""Who runs OpenBLAS's threaded GEMMs: flowgrad's pool (FLOWGRAD_BLAS_THREADS=pool) or OpenBLAS's own
+threads (=openblas), A/B in alternating child processes, one per mode and round (issue 23).
 
     python benchmarks/bench_blas_threads.py [--rounds 5] [--threads 2] [--save]
 

@@ -1,7 +1,8 @@
 """Compiled training steps (fg.compile) against our eager steps, PyTorch eager and torch.compile, in
 one run with the same data and threads; also the step's own GEMMs run alone (its physical floor:
 every matmul and linear product of the plan with the plan's shapes and layouts), the rest of the step (step - GEMMs),
-and the memory plan.
+the same products through PyTorch's BLAS (torch.matmul, same layouts: how far the two BLAS libraries
+differ on this machine, and so PyTorch eager's own rest), and the memory plan.
 
     python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--device cpu|cuda]
 
@@ -122,36 +123,48 @@ def torch_steps(case, batch, opt_name, device):
     return eager, compiled
 
 
-def plan_gemms(step, device):
+def plan_gemms(step, device, torch=None):
     """The GEMMs of a compiled step run alone (the physical floor of the step): every matmul of its
     plan with the plan's shapes and operand layouts (a transposed view stays a transposed view), and
     the product of every linear (linear_<act>) as x @ W^T over its flattened rows, on fresh random
-    operands. Returns a function running them all and their FLOPs."""
-    operands, flops = [], 0
+    operands. Returns a function running them all, their FLOPs, and (with torch given) a function
+    running the same products, same layouts, with torch.matmul: PyTorch's BLAS on this step's GEMMs."""
+    specs, flops = [], 0  # per product: ((shape, transposed) of a, (shape, transposed) of b)
     for row in step._plan.ir():
         shapes = row["input_shapes"]
         if row["op"].startswith("linear"):
             (*lead, k), (n, _) = shapes[0], shapes[1]
             m = int(np.prod(lead, dtype=np.int64))
-            operands.append((fg.randn(m, k).to(device), fg.randn(n, k).to(device).t()))
+            specs.append((((m, k), False), ((k, n), True)))
         elif row["op"] == "matmul":
-            pair = []
-            for name, shape in zip(row["inputs"], shapes):
-                transposed = re.search(r"strides \(1, \d+\)", name) and len(shape) == 2
-                pair.append(fg.randn(*shape[::-1]).to(device).t() if transposed else fg.randn(*shape).to(device))
-            operands.append(pair)
+            specs.append(tuple((tuple(shape), bool(re.search(r"strides \(1, \d+\)", name)) and len(shape) == 2)
+                               for name, shape in zip(row["inputs"], shapes)))
             (m, k), n = shapes[0][-2:], shapes[1][-1]
             m *= int(np.prod(shapes[0][:-2], dtype=np.int64))
         else:
             continue
         flops += 2 * m * k * n
-    sync = fg.cuda.synchronize if device != "cpu" else (lambda: None)
+    rng = np.random.default_rng(0)
 
-    def run():
-        for a, b in operands:
-            fg.matmul(a, b)
-        sync()
-    return run, flops
+    def operand(shape, transposed, make):
+        value = make(rng.standard_normal(shape[::-1] if transposed else shape).astype(np.float32))
+        return value.t() if transposed else value
+
+    def runner(make, matmul, sync):
+        operands = [(operand(*a, make), operand(*b, make)) for a, b in specs]
+
+        def run():
+            for a, b in operands:
+                matmul(a, b)
+            sync()
+        return run
+    ours = runner(lambda v: fg.tensor(v).to(device), fg.matmul,
+                  fg.cuda.synchronize if device != "cpu" else (lambda: None))
+    theirs = None
+    if torch is not None:
+        theirs = runner(lambda v: torch.from_numpy(v).to(device), torch.matmul,
+                        torch.cuda.synchronize if device != "cpu" else (lambda: None))
+    return ours, flops, theirs
 
 
 CHAIN_OPS, CHAIN_SIZE = 100, 64
@@ -215,9 +228,10 @@ def run_case(case, batch, opt_name, device, rounds, torch):
     """One case: our compiled and eager steps, PyTorch eager and torch.compile, and the step's GEMMs
     alone, timed in interleaved rounds (medians, milliseconds)."""
     eager, compiled, step = flowgrad_steps(case, batch, opt_name, device)
-    gemms, flops = plan_gemms(step, device)
+    gemms, flops, torch_gemms = plan_gemms(step, device, torch)
     peers = {"flowgrad_compiled": compiled, "flowgrad_eager": eager, "gemms_alone": gemms}
     if torch is not None:
+        peers["torch_gemms_alone"] = torch_gemms
         peers["torch_eager"], t_compiled = torch_steps(case, batch, opt_name, device)
         if t_compiled:
             peers["torch_compile"] = t_compiled
@@ -226,7 +240,7 @@ def run_case(case, batch, opt_name, device, rounds, torch):
     row = {"case": case, "batch": batch, "optimizer": opt_name,
            "unit": "samples/s" if case == "mlp" else "tokens/s", "rounds": rounds,
            "statistic": "median of interleaved rounds", "load_average": [load_start, load_average()]}
-    for name in ("flowgrad_compiled", "flowgrad_eager", "gemms_alone", "torch_eager", "torch_compile"):
+    for name in ("flowgrad_compiled", "flowgrad_eager", "gemms_alone", "torch_eager", "torch_compile", "torch_gemms_alone"):
         row[f"{name}_ms"] = times[name]["median"] * 1e3 if name in times else None
     step_ms, gemm_ms = row["flowgrad_compiled_ms"], row["gemms_alone_ms"]
     row["gemm_gflops"] = flops / (gemm_ms / 1e3) / 1e9
@@ -238,6 +252,9 @@ def run_case(case, batch, opt_name, device, rounds, torch):
         row["eager_vs_torch_eager"] = row["torch_eager_ms"] / row["flowgrad_eager_ms"]
     if row["torch_compile_ms"]:
         row["compiled_vs_torch_compile"] = row["torch_compile_ms"] / step_ms
+    if row["torch_gemms_alone_ms"]:  # the same products through PyTorch's BLAS, and its step's rest
+        row["torch_gemm_gflops"] = flops / (row["torch_gemms_alone_ms"] / 1e3) / 1e9
+        row["torch_rest_ms"] = row["torch_eager_ms"] - row["torch_gemms_alone_ms"]
     stats = step.stats
     row["arena_bytes"], row["naive_bytes"] = stats["arena_bytes"], stats["naive_bytes"]
     row["arena_ratio"] = stats["arena_bytes"] / stats["naive_bytes"]
@@ -254,8 +271,11 @@ def describe(row):
     if row["torch_compile_ms"]:
         line += f" (torch.compile {row['torch_compile_ms']:.3f} ms -> {row['compiled_vs_torch_compile']:.2f}x)"
     line += (f"  | GEMMs alone {row['gemms_alone_ms']:.3f} ms ({row['gemm_gflops']:.0f} GFLOP/s), "
-             f"step/GEMMs {row['compiled_vs_gemms']:.2f}, rest {row['rest_ms']:.3f} ms = {100 * row['rest_share']:.0f}%"
-             f"  | arena/naive {row['arena_ratio']:.2f}  | load {row['load_average'][0]}-{row['load_average'][1]}")
+             f"step/GEMMs {row['compiled_vs_gemms']:.2f}, rest {row['rest_ms']:.3f} ms = {100 * row['rest_share']:.0f}%")
+    if row.get("torch_gemms_alone_ms"):
+        line += (f"  | torch GEMMs alone {row['torch_gemms_alone_ms']:.3f} ms ({row['torch_gemm_gflops']:.0f} GFLOP/s), "
+                 f"torch eager rest {row['torch_rest_ms']:.3f} ms")
+    line += (f"  | arena/naive {row['arena_ratio']:.2f}  | load {row['load_average'][0]}-{row['load_average'][1]}")
     return line
 
 

@@ -1,8 +1,7 @@
-"""Large GEMMs cut into single-threaded OpenBLAS calls on flowgrad's thread pool
-(kernels/linalg/gemm_cpu.cpp, FLOWGRAD_BLAS_THREADS=pool) or threaded by OpenBLAS itself (=openblas):
+"""OpenBLAS's threaded GEMMs on flowgrad's thread pool (base/parallel.cpp, FLOWGRAD_BLAS_THREADS):
 right values at every thread count, no deadlock from several threads or after a fork, and
-OpenBLAS's own threads left idle on the pool. Parts along rows and columns with strided operands,
-accumulation, and a GEMM inside a parallel_for body are in tests/cpp/test_parallel_blas.cpp."""
+OpenBLAS's own threads left idle. The nested case (a GEMM inside a parallel_for body) is in
+tests/cpp/test_parallel_blas.cpp."""
 import json
 import os
 import subprocess
@@ -15,11 +14,10 @@ import flowgrad as fg
 from conftest import run_isolated, run_threads
 
 ON_POOL = fg.build_config()["blas_threads"] == "pool"
-needs_pool = pytest.mark.skipif(not ON_POOL, reason=f"the BLAS linked ({fg.blas_name()}) threads its own calls: "
-                                "not OpenBLAS, or FLOWGRAD_BLAS_THREADS=openblas")
+needs_pool = pytest.mark.skipif(not ON_POOL, reason=f"the BLAS linked ({fg.blas_name()}) runs its own threads: "
+                                "no OpenBLAS >= 0.3.28 threads callback, or FLOWGRAD_BLAS_THREADS=openblas")
 
-# (M, K, N): odd and tiny shapes, and ones cut into parts over the threads (along rows when M >= N,
-# else columns; part edges on multiples of 16).
+# (M, K, N): odd and tiny shapes, and ones OpenBLAS splits over its threads (>= 256 cubed).
 SHAPES = [(1, 1, 1), (45, 65, 33), (0, 5, 7), (256, 256, 256), (257, 300, 129), (1024, 128, 512), (512, 512, 512),
           (37, 1000, 333), (1000, 90, 20), (96, 1024, 128)]
 
@@ -66,7 +64,7 @@ def test_batched_and_linear_products_match_numpy(rng, restore_threads):
 def test_build_config_says_who_runs_blas_jobs():
     config = fg.build_config()
     assert config["blas_threads"] in ("pool", "openblas")
-    if config["blas_core"]:  # OpenBLAS: it can be made single-threaded, so the pool runs the parts
+    if config["blas_library"] == "libscipy_openblas.so":  # 0.3.28 or newer: the callback exists
         assert config["blas_threads"] == ("openblas" if os.environ.get("FLOWGRAD_BLAS_THREADS") == "openblas" else "pool")
     if config["blas"] == "none":
         assert config["blas_threads"] == "openblas"
@@ -146,46 +144,74 @@ def test_gemms_in_a_forked_child_run_on_a_new_pool(where):
     assert out.split() == ["child", "0"]
 
 
+# CPU time gained by each kind of thread during 150 threaded GEMMs. NumPy's OpenBLAS loads (and its
+# threads spin, then sleep) before flowgrad; flowgrad's OpenBLAS threads spin from its import on,
+# unless told to sleep at once (python/flowgrad/__init__.py), and {settle} s pass before the GEMMs.
 THREAD_CPU = """
-    import json, time
+import json, os, time
+import numpy as np
+time.sleep(0.5)
+import flowgrad as fg
 
-    def cpu_by_thread():
-        found = {}
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            found[tid] = (name, int(fields[11]) + int(fields[12]))  # utime + stime, clock ticks
-        return found
 
-    import os
-    fg.set_num_threads(2)
-    a, b = fg.randn(512, 512), fg.randn(512, 512)
-    time.sleep(1.5)  # OpenBLAS's threads spin for a while after they start at load; then they sleep
-    before = cpu_by_thread()
-    for _ in range(150):
-        fg.matmul(a, b)
-    after = cpu_by_thread()
-    main = str(os.getpid())
-    ours = foreign = 0
-    for tid, (name, ticks) in after.items():
-        gained = ticks - before.get(tid, (name, 0))[1]
-        if tid == main or name == "flowgrad-pool":
-            ours += gained
-        else:
-            foreign += gained
-    print(json.dumps({"ours": ours, "foreign": foreign}))
+def cpu_by_thread():
+    found = {{}}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{{tid}}/stat") as f:
+            stat = f.read()
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        found[tid] = (name, int(fields[11]) + int(fields[12]))  # utime + stime, clock ticks
+    return found
+
+
+fg.set_num_threads(2)
+a, b = fg.randn(512, 512), fg.randn(512, 512)
+time.sleep({settle})
+before = cpu_by_thread()
+for _ in range(150):
+    fg.matmul(a, b)
+after = cpu_by_thread()
+main = str(os.getpid())
+ours = foreign = 0
+for tid, (name, ticks) in after.items():
+    gained = ticks - before.get(tid, (name, 0))[1]
+    if tid == main or name == "flowgrad-pool":
+        ours += gained
+    else:
+        foreign += gained
+print(json.dumps({{"ours": ours, "foreign": foreign, "timeout_env": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}}))
 """
+
+
+def thread_cpu(where, settle):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_BLAS_THREADS=where)
+    env.pop("OPENBLAS_THREAD_TIMEOUT", None)
+    done = subprocess.run([sys.executable, "-c", THREAD_CPU.format(settle=settle)], capture_output=True, text=True,
+                          env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 @needs_pool
 @pytest.mark.parametrize("where", ["pool", "openblas"])
 def test_openblas_threads_stay_idle_when_the_pool_runs_its_jobs(where):
-    """CPU time gained during threaded GEMMs by threads that are neither the caller nor the pool's: none
-    on the pool; OpenBLAS's own threads do about half the work otherwise (which shows the count works)."""
-    cpu = json.loads(run_isolated(THREAD_CPU, timeout=180, env={"FLOWGRAD_BLAS_THREADS": where}))
+    """CPU time gained during threaded GEMMs, well after import, by threads that are neither the caller
+    nor the pool's: none on the pool; OpenBLAS's own threads do about half the work otherwise (which
+    shows the count works)."""
+    cpu = thread_cpu(where, settle=1.5)
     assert cpu["ours"] > 0
     if where == "pool":
         assert cpu["foreign"] <= 0.05 * cpu["ours"], cpu
     else:
         assert cpu["foreign"] >= 0.2 * cpu["ours"], cpu
+
+
+@needs_pool
+def test_openblas_threads_sleep_from_import_on_the_pool():
+    """GEMMs right after import: OpenBLAS's server threads, which spin for a while after they start,
+    would spin on while the pool's jobs mark their status words (the GEMMs at half speed); the import
+    makes them sleep at once and leaves the environment as it was."""
+    cpu = thread_cpu("pool", settle=0)
+    assert cpu["ours"] > 0
+    assert cpu["foreign"] <= 0.05 * cpu["ours"], cpu
+    assert cpu["timeout_env"] is None

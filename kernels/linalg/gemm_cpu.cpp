@@ -79,22 +79,11 @@ template void gemm_blocked<double>(bool, bool, int64_t, int64_t, int64_t, const 
 namespace {
 
 #if defined(FLOWGRAD_HAVE_BLAS)
-// One multiply-add count per part below which splitting a product costs more than it saves (a
-// pool hand-over is a few microseconds; 2^19 multiply-adds take about 5 at this BLAS's speed).
-constexpr double kGemmWorkPerPart = double(1 << 19);
-
-// How many parts C = A B is computed in, each a single-threaded BLAS call on one of the pool's
-// threads (BlasThreads::Pool); 1 with BLAS threading its own calls, inside a region, or when small.
-int gemm_parts(int64_t M, int64_t N, int64_t K) {
-  if (blas_threads() != BlasThreads::Pool || in_parallel_region()) return 1;
-  const double by_work = double(M) * double(N) * double(K) / kGemmWorkPerPart;
-  const int64_t by_extent = std::max(M, N) / 16;  // parts of at least 16 rows or columns
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({pool_threads(), static_cast<int64_t>(by_work), by_extent})));
-}
-
 template <class T, class Fn>
-void blas_call(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+bool try_blas(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
+              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t v : {M, N, K, lda, ldb, ldc})
+    if (v > INT_MAX) return false;
   // Row-major C = A B is column-major C^T = B^T A^T.
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
   const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
@@ -103,33 +92,6 @@ void blas_call(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   const int lc = static_cast<int>(std::max<int64_t>(ldc, 1));
   const T one = 1;
   gemm(&tb, &ta, &m, &n, &k, &one, B, &lb, A, &la, &beta, C, &lc);
-}
-
-// C = A B + beta C through BLAS; false when a size exceeds BLAS's int. On the pool, C's longer
-// side is cut into parts (16-aligned columns or rows) computed at once by single-threaded calls:
-// no BLAS thread spins or waits on another, and each part packs only the operand it needs whole.
-template <class T, class Fn>
-bool try_blas(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
-              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  for (int64_t v : {M, N, K, lda, ldb, ldc})
-    if (v > INT_MAX) return false;
-  const int parts = gemm_parts(M, N, K);
-  if (parts == 1) {
-    blas_call(gemm, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
-    return true;
-  }
-  const bool by_rows = M >= N;
-  const int64_t extent = by_rows ? M : N;
-  auto edge = [&](int64_t p) { return p == parts ? extent : (extent * p / parts) / 16 * 16; };
-  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = edge(p), e = edge(p + 1);
-      if (by_rows)
-        blas_call(gemm, trans_a, trans_b, e - b, N, K, A + (trans_a ? b : b * lda), lda, B, ldb, beta, C + b * ldc, ldc);
-      else
-        blas_call(gemm, trans_a, trans_b, M, e - b, K, A, lda, B + (trans_b ? b * ldb : b), ldb, beta, C + b, ldc);
-    }
-  });
   return true;
 }
 #endif

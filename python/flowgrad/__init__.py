@@ -4,6 +4,29 @@
     x = fg.randn(4, 3, requires_grad=True)
     (x @ x.t()).relu().sum().backward()
 """
+
+
+def _load_core():
+    """Imports the compiled module. On the default FLOWGRAD_BLAS_THREADS=pool, OpenBLAS's threaded GEMMs
+    run their jobs on flowgrad's pool, and a job marks the status word of the OpenBLAS server thread of
+    its index busy; a server thread that finds its word busy when its spin times out spins on, so
+    right after load (while they spin, about 0.1 s) they kept spinning beside the GEMMs and took a
+    core from them (a 1024x128x128 GEMM 193 us instead of 97). OPENBLAS_THREAD_TIMEOUT=4, read once
+    when the bundled OpenBLAS loads, makes them sleep at once; they have nothing to do on the pool.
+    A value the user set is kept; NumPy's own OpenBLAS loads first, untouched, and the variable is
+    gone again once the module is in."""
+    import os
+    import numpy  # noqa: F401  (its OpenBLAS loads with the user's environment)
+    if os.environ.get("FLOWGRAD_BLAS_THREADS", "pool") not in ("", "pool") or "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        return
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    try:
+        from . import _core  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+
+
+_load_core()
 from . import _core
 from ._core import (
     Tensor, dtype, device, promote_types, set_default_dtype, get_default_dtype,

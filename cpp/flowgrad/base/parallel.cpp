@@ -1,11 +1,8 @@
 // The CPU thread pool behind parallel_for: workers take task indices from an atomic counter, and
-// the caller works too. Between regions a worker spins for a while (kSpin, 1 ms, yielding the core
-// now and then) before it sleeps on a condition variable, and the caller spins likewise before it
-// waits for the last task. Ops come back to back, with Python or host work between them, and waking
-// a sleeping worker can take longer than a region's task on a VM (its core idles): the caller then
-// ran every task itself. With 50 us of spin an eager MLP step at batch 64 took 1.8 ms, with 1 ms 1.13.
-// With BlasThreads::Pool, large GEMMs are cut into single-threaded BLAS calls run on these workers
-// (kernels/linalg/gemm_cpu.cpp), and OpenBLAS's own threads stay asleep.
+// the caller works too. Between regions a worker spins for a short while (kSpin) before it sleeps on
+// a condition variable, and the caller spins likewise before it waits for the last task: ops come
+// back to back, and a futex sleep plus wake-up per region cost about a quarter of a 60 us kernel.
+// OpenBLAS's threaded calls run their jobs on the same workers (run_blas_jobs below).
 #include "flowgrad/base/parallel.h"
 
 #include <pthread.h>
@@ -20,6 +17,12 @@
 // Provided by OpenBLAS; absent (null) with other BLAS libraries.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 extern "C" int openblas_get_num_threads() __attribute__((weak));
+// OpenBLAS >= 0.3.28 (driver/others/blas_server.c, exec_blas): a threaded call hands its jobs to
+// this callback instead of its own threads; job i runs as dojob(i, jobdata + i * jobdata_size, arg).
+using BlasDojob = void (*)(int job, void* jobdata, int arg);
+using BlasThreadsCallback = void (*)(int sync, BlasDojob dojob, int jobs, size_t jobdata_size, void* jobdata, int arg);
+extern "C" void openblas_set_threads_callback_function(BlasThreadsCallback) __attribute__((weak));
+
 namespace fg {
 namespace {
 
@@ -86,7 +89,7 @@ class Pool {
   // Spins until done() or for kSpin, yielding the core now and then; true when done() held.
   template <class Done>
   static bool spin_until(const Done& done) {
-    constexpr auto kSpin = std::chrono::milliseconds(1);
+    constexpr auto kSpin = std::chrono::microseconds(50);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 1;; ++i) {
       if (done()) return true;
@@ -153,6 +156,33 @@ Pool& pool() {
   return p ? *p : new_pool();
 }
 
+// OpenBLAS's jobs synchronise with one another, so all of them must run at once. Job i also uses
+// OpenBLAS's global buffer i: two threaded calls must never overlap. On the pool, its one-region-
+// at-a-time lock keeps them apart; inside a region (a parallel_for body calling BLAS without
+// SingleThreadedBlas) the pool is taken, so the jobs get threads of their own, one call at a time.
+struct BlasJobs {
+  BlasDojob dojob;
+  char* data;
+  size_t size;
+  int arg;
+  static void run(void* p, int i) {
+    auto* jobs = static_cast<BlasJobs*>(p);
+    jobs->dojob(i, jobs->data + i * jobs->size, jobs->arg);
+  }
+};
+
+void run_blas_jobs(int, BlasDojob dojob, int count, size_t size, void* data, int arg) {
+  BlasJobs jobs{dojob, static_cast<char*>(data), size, arg};
+  if (count == 1) return BlasJobs::run(&jobs, 0);
+  if (!in_parallel_region()) return pool().run(count, &BlasJobs::run, &jobs, count);
+  static std::mutex nested;
+  std::lock_guard<std::mutex> lock(nested);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < count; ++i) threads.emplace_back(&BlasJobs::run, &jobs, i);
+  BlasJobs::run(&jobs, 0);
+  for (auto& t : threads) t.join();
+}
+
 BlasThreads g_blas_threads = BlasThreads::OpenBlas;
 
 }  // namespace
@@ -160,17 +190,13 @@ BlasThreads g_blas_threads = BlasThreads::OpenBlas;
 int pool_threads() { return pool().threads(); }
 void set_pool_threads(int n) {
   if (n != pool().threads()) pool().resize(n);
-  if (openblas_set_num_threads) openblas_set_num_threads(g_blas_threads == BlasThreads::Pool ? 1 : n);
 }
 bool in_parallel_region() { return t_in_region; }
 
-// On the pool, OpenBLAS itself always runs single-threaded: its server threads, which spin for a
-// while after each job they run, then never get one (and so sleep for good).
 BlasThreads set_blas_threads(BlasThreads where) {
-  if (!openblas_set_num_threads) return g_blas_threads;  // BlasThreads::OpenBlas
-  g_blas_threads = where;
-  openblas_set_num_threads(where == BlasThreads::Pool ? 1 : pool().threads());
-  return where;
+  if (!openblas_set_threads_callback_function) return g_blas_threads;  // BlasThreads::OpenBlas
+  openblas_set_threads_callback_function(where == BlasThreads::Pool ? &run_blas_jobs : nullptr);
+  return g_blas_threads = where;
 }
 BlasThreads blas_threads() { return g_blas_threads; }
 

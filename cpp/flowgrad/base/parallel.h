@@ -1,7 +1,7 @@
-// parallel_for over an index range on flowgrad's CPU thread pool, which also runs the parts of
-// large GEMMs (BlasThreads below). Idle workers spin briefly, then block. Small ranges stay on the
-// calling thread, and so does a parallel_for issued from inside another one. The body must not
-// throw: kernels validate before they run.
+// parallel_for over an index range on flowgrad's CPU thread pool, which also runs the jobs of
+// OpenBLAS's threaded calls (BlasThreads below). Idle workers spin briefly, then block. Small ranges
+// stay on the calling thread, and so does a parallel_for issued from inside another one. The body
+// must not throw: kernels validate before they run.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -13,16 +13,15 @@ namespace fg {
 constexpr int64_t kParallelGrain = 1 << 17;
 
 int pool_threads();               // threads a parallel_for may use, the caller included
-void set_pool_threads(int n);     // n >= 1; also OpenBLAS's thread count with BlasThreads::OpenBlas
+void set_pool_threads(int n);     // n >= 1
 bool in_parallel_region();
 
-// Who runs the threads of a large GEMM. Pool: flowgrad cuts C into parts, each a single-threaded
-// BLAS call on one of this pool's threads (kernels/linalg/gemm_cpu.cpp), and OpenBLAS never threads
-// (its own threads sleep); OpenBlas: the BLAS threads each call itself, with threads of its own
-// that spin for a while after each call.
+// Where OpenBLAS runs the jobs of a threaded call. Pool: on this pool's workers and the calling
+// thread (OpenBLAS >= 0.3.28's threads callback), so one set of threads serves both and OpenBLAS's
+// own never wake; OpenBlas: on OpenBLAS's own threads, which spin for a while after each call.
 enum class BlasThreads { Pool, OpenBlas };
-// Returns who runs them from now on: OpenBlas also when the BLAS linked cannot be made single-
-// threaded (not OpenBLAS). Call it while no BLAS call runs (at start-up).
+// Returns where the jobs run from now on: OpenBlas also when the BLAS cannot hand them over (MKL,
+// BLIS, an older OpenBLAS). Call it while no BLAS call runs (at start-up).
 BlasThreads set_blas_threads(BlasThreads where);
 BlasThreads blas_threads();
 
@@ -53,8 +52,8 @@ void parallel_for(int64_t n, int64_t grain, Body&& body) {
 
 // While alive, BLAS runs single-threaded (its calls then run inline on the calling thread), so
 // work spread over this pool (small matrices of a batch, attention tiles, graph branches) does not
-// wake BLAS threads for each call (with BlasThreads::Pool it is always so: this then does nothing).
-// Restores the previous count on destruction. OpenBLAS's thread
+// wake BLAS threads for each call (nor, with BlasThreads::Pool, start threads for the jobs of a
+// call made inside a region, where the pool's workers are taken). Restores the previous count on destruction. OpenBLAS's thread
 // count is process-wide (openblas_set_num_threads), so this is a process-wide scope, not a field
 // of the per-thread ExecContext. Does nothing with a BLAS other than OpenBLAS.
 class SingleThreadedBlas {

@@ -9,6 +9,9 @@
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 
+// Provided by OpenBLAS; absent (null) with other BLAS libraries.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
 namespace fg {
 namespace {
 
@@ -47,7 +50,8 @@ int num_threads() {
 void set_num_threads(int n) {
   FG_CHECK(n >= 1, Value, "set_num_threads: expected n >= 1, got ", n);
   g_threads = n;
-  set_pool_threads(n);  // and OpenBLAS's count where it threads its own calls
+  set_pool_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
 }
 
 void manual_seed(uint64_t seed) {
