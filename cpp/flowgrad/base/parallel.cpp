@@ -1,7 +1,10 @@
 // The CPU thread pool behind parallel_for: workers take task indices from an atomic counter, and
-// the caller works too. Between regions a worker spins for a short while (kSpin) before it sleeps on
-// a condition variable, and the caller spins likewise before it waits for the last task: ops come
-// back to back, and a futex sleep plus wake-up per region cost about a quarter of a 60 us kernel.
+// the caller works too. Between regions a worker spins for a while (kSpin, 1 ms, yielding the core
+// now and then) before it sleeps on a condition variable, and the caller spins likewise before it
+// waits for the last task: ops come back to back, with Python or host work between them, and on a
+// VM waking a sleeping worker (its core idle) can take longer than a region's task; an OpenBLAS job
+// then waits for it. With 50 us, back-to-back 1024x512x128 GEMMs took 401-590 us (single-threaded:
+// 780), with 1 ms 394-401 (one process each, alternating, 2026-11-24).
 // OpenBLAS's threaded calls run their jobs on the same workers (run_blas_jobs below).
 #include "flowgrad/base/parallel.h"
 
@@ -89,7 +92,7 @@ class Pool {
   // Spins until done() or for kSpin, yielding the core now and then; true when done() held.
   template <class Done>
   static bool spin_until(const Done& done) {
-    constexpr auto kSpin = std::chrono::microseconds(50);
+    constexpr auto kSpin = std::chrono::milliseconds(1);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 1;; ++i) {
       if (done()) return true;
