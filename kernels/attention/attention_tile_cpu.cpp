@@ -6,6 +6,8 @@
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
 #include <array>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -75,23 +77,67 @@ FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int6
   reduce_rows<Reduce::Sum, T>(sum, l);
 }
 
-// Backward: p = exp(scale x - max - log l) from the row statistics (x overwritten), and
-// ds = scale p (dp - D) over dp.
+// log x of a normal positive float32 (<= 1 ulp over all of them): Cephes' logf, x = m 2^e with m
+// in [sqrt(1/2), sqrt(2)) and a polynomial in m - 1, without a libm call, so that loops over it
+// vectorise.
+inline float log_normal_f32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  int32_t e = static_cast<int32_t>(bits >> 23) - 126;  // x = f 2^e, f in [0.5, 1)
+  bits = (bits & 0x007fffffu) | 0x3f000000u;
+  float m;
+  std::memcpy(&m, &bits, 4);
+  bool low = m < 0.707106781186547524f;
+  e -= low;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  float z = m * m, y = 7.0376836292e-2f;
+  for (float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
+                  2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f})
+    y = y * m + c;
+  float fe = static_cast<float>(e);
+  y = y * m * z - 2.12194440e-4f * fe - 0.5f * z;
+  return m + y + 0.693359375f * fe;
+}
+// The log of a block's row sums (>= 1 for a row with a key, 0 for a fully masked one, or NaN) at
+// once: a libm call per row was 5% of the forward. Anything but a normal float32 through std::log.
+template <class T>
+FG_CPU_CLONES void log_rows(const T (&x)[kRows], T (&out)[kRows]) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int r = 0; r < kRows; ++r) out[r] = log_normal_f32(x[r]);
+    for (int r = 0; r < kRows; ++r)
+      if (!(x[r] >= FLT_MIN && x[r] <= FLT_MAX)) out[r] = std::log(x[r]);
+  } else {
+    for (int r = 0; r < kRows; ++r) out[r] = std::log(x[r]);
+  }
+}
+
+// Backward over a block of rows <= kRows: p = exp(scale x - max - log l) from the row statistics
+// (x overwritten), D = rowsum(p * dp) and ds = ds_scale p (dp - D) over dp. D is the composite's
+// (and equals rowsum(dO * O), as O = P V and dP = dO V^T) from the two blocks in cache: no pass
+// over dO and O, whose rows the backward would otherwise fetch from memory for D alone.
 template <class T>
 FG_CPU_CLONES void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
-                               const int64_t* valid, T scale, const T* __restrict stats, const T* __restrict d,
-                               T ds_scale) {
+                               const int64_t* valid, T scale, const T* __restrict stats, T ds_scale) {
   using Unaligned = typename VecOf<T>::unaligned;
-  for (int64_t r = 0; r < rows; ++r, x += ld, dp += ld) {
-    T m = stats[2 * r], log_l = stats[2 * r + 1], dr = d[r];
+  Vec<T> dot[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {  // unrolled, so that dot stays in registers
+    dot[r] = Vec<T>{};
+    if (r >= rows) continue;
+    T *row = x + r * ld, m = stats[2 * r], log_l = stats[2 * r + 1];
     Vec<T> top;
-    cut_row(x, n, valid[r], scale, top);
-    Unaligned *xv = reinterpret_cast<Unaligned*>(x), *dpv = reinterpret_cast<Unaligned*>(dp);
+    cut_row(row, n, valid[r], scale, top);
+    const Unaligned *xv = reinterpret_cast<const Unaligned*>(row), *dpv = reinterpret_cast<const Unaligned*>(dp + r * ld);
     for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
-      int64_t v = c / kLane<T>;
-      dpv[v] = ds_scale * xv[v] * (dpv[v] - dr);
+      for (int j = 0; j < kLane<T>; ++j) row[c + j] = exp_nonpositive(row[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
+      dot[r] += xv[c / kLane<T>] * dpv[c / kLane<T>];
     }
+  }
+  T d[kRows];
+  reduce_rows<Reduce::Sum, T>(dot, d);
+  for (int64_t r = 0; r < rows; ++r) {
+    Unaligned *xv = reinterpret_cast<Unaligned*>(x + r * ld), *dpv = reinterpret_cast<Unaligned*>(dp + r * ld);
+    for (int64_t v = 0; v < n / kLane<T>; ++v) dpv[v] = ds_scale * xv[v] * (dpv[v] - d[r]);
   }
 }
 
@@ -180,11 +226,12 @@ void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh
     T* p = t.p + i0 * t.Sp;
     rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
-    T m[kRows], l[kRows], inv[kRows];
+    T m[kRows], l[kRows], log_l[kRows], inv[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
+    log_rows(l, log_l);
     for (int64_t r = 0; r < rows; ++r) {
-      store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
+      store_row_stats(stats, i0 + r, m[r], log_l[r]);
       inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
     }
     rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, Dest<T>{h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv});
@@ -202,10 +249,8 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
     rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
     rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, whole(ds, t.Sp, cols));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
-    T d[kRows];
-    row_dots(rows, h.dout.row(i0), h.dout.ld, h.out.row(i0), h.out.ld, s.Ev, d);
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
-    probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, d, scale);
+    probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, scale);
     rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, Dest<T>{h.dq.row(i0), h.dq.ld, rows, s.E});
   }
 }
@@ -226,6 +271,24 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
     rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, Dest<T>{h.dv.row(j0), h.dv.ld, rows, s.Ev});
     rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, Dest<T>{h.dk.row(j0), h.dk.ld, rows, s.E});
   }
+}
+
+// Prefetches (into L2) the rows of head bh that its kernel reads from memory, one head ahead: q,
+// k, v and, in the backward, dO. A head's rows lie a row of the packed projection apart, a few
+// cache lines each, a stride the hardware prefetchers did not follow.
+template <class T>
+void prefetch_head(const AttentionShape& s, const AttentionOperands& x, int64_t bh, bool backward) {
+  if (bh >= s.bh) return;
+  const Head<T> h = head_of<T>(x, bh);
+  auto fetch = [](Mat<const T> m, int64_t rows, int64_t cols) {
+    constexpr int64_t line = 64 / sizeof(T);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < cols; c += line) __builtin_prefetch(m.row(i) + c, 0, 2);
+      __builtin_prefetch(m.row(i) + cols - 1, 0, 2);  // a row that straddles one more line
+    }
+  };
+  fetch(h.q, s.L, s.E), fetch(h.k, s.S, s.E), fetch(h.v, s.S, s.Ev);
+  if (backward) fetch(h.dout, s.L, s.Ev);
 }
 
 // Heads per task: enough products to be worth a thread.
@@ -253,6 +316,7 @@ template <class T>
 void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, T* stats) {
   over_heads<T>(env, s, false, [&](Tile<T>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, false);
     forward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
@@ -261,6 +325,7 @@ template <class T>
 void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                              const AttentionOperands& x, const T* stats) {
   over_heads<T>(env, s, true, [&](Tile<T>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, true);
     backward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }

@@ -150,24 +150,6 @@ inline __attribute__((always_inline)) void reduce_rows(const Vec<T> (&v)[kRows],
   for (int r = 0; r < kRows; ++r) out[r] = all[r];
 }
 
-// out[r] = sum over c < n of a[r, c] b[r, c] for r < rows (out[r] = 0 beyond): whole vectors, then
-// a tail lane by lane (a row ends where the packed layout's next head begins).
-template <class T>
-FG_CPU_CLONES void row_dots(int64_t rows, const T* __restrict a, int64_t lda, const T* __restrict b, int64_t ldb,
-                            int64_t n, T (&out)[kRows]) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  Vec<T> sum[kRows] = {};
-  T tail[kRows] = {};
-  for (int64_t r = 0; r < rows; ++r, a += lda, b += ldb) {
-    int64_t c = 0;
-    for (; c + kLane<T> <= n; c += kLane<T>)
-      sum[r] += *reinterpret_cast<const Unaligned*>(a + c) * *reinterpret_cast<const Unaligned*>(b + c);
-    for (; c < n; ++c) tail[r] += a[c] * b[c];
-  }
-  reduce_rows<Reduce::Sum, T>(sum, out);
-  for (int r = 0; r < kRows; ++r) out[r] += tail[r];
-}
-
 // dst (rows, cols) = src, row r times scale[r] when scale is given (times 1 is exact): whole
 // vectors, then a tail; inline, where a memmove call per short row cost more than its copy.
 template <class T>
