@@ -6,8 +6,6 @@
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
 #include <array>
-#include <cfloat>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -75,40 +73,6 @@ FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int6
     }
   }
   reduce_rows<Reduce::Sum, T>(sum, l);
-}
-
-// log x of a normal positive float32 (<= 1 ulp over all of them): Cephes' logf, x = m 2^e with m
-// in [sqrt(1/2), sqrt(2)) and a polynomial in m - 1, without a libm call, so that loops over it
-// vectorise.
-inline float log_normal_f32(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  int32_t e = static_cast<int32_t>(bits >> 23) - 126;  // x = f 2^e, f in [0.5, 1)
-  bits = (bits & 0x007fffffu) | 0x3f000000u;
-  float m;
-  std::memcpy(&m, &bits, 4);
-  bool low = m < 0.707106781186547524f;
-  e -= low;
-  m = low ? m + m - 1.0f : m - 1.0f;
-  float z = m * m, y = 7.0376836292e-2f;
-  for (float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
-                  2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f})
-    y = y * m + c;
-  float fe = static_cast<float>(e);
-  y = y * m * z - 2.12194440e-4f * fe - 0.5f * z;
-  return m + y + 0.693359375f * fe;
-}
-// The log of a block's row sums (>= 1 for a row with a key, 0 for a fully masked one, or NaN) at
-// once: a libm call per row was 5% of the forward. Anything but a normal float32 through std::log.
-template <class T>
-FG_CPU_CLONES void log_rows(const T (&x)[kRows], T (&out)[kRows]) {
-  if constexpr (std::is_same_v<T, float>) {
-    for (int r = 0; r < kRows; ++r) out[r] = log_normal_f32(x[r]);
-    for (int r = 0; r < kRows; ++r)
-      if (!(x[r] >= FLT_MIN && x[r] <= FLT_MAX)) out[r] = std::log(x[r]);
-  } else {
-    for (int r = 0; r < kRows; ++r) out[r] = std::log(x[r]);
-  }
 }
 
 // Backward over a block of rows <= kRows: p = exp(scale x - max - log l) from the row statistics
