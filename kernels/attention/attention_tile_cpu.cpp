@@ -23,59 +23,85 @@ namespace {
 // without tails), one call per block.
 
 // Row x (n columns, a multiple of kLane) made scores in place: times scale, -inf from `valid` on;
-// returns the row's max. Whole vectors only: a scalar or peeled store followed by a vector load of
-// the same bytes stalls store forwarding.
+// its lane-wise max into top (the row's max is its lanes' max; by reference: a 64-byte vector by
+// value draws GCC's ABI note). Whole vectors only: a scalar or peeled store followed by a vector
+// load of the same bytes stalls store forwarding.
+template <class Index, std::size_t... I>
+inline __attribute__((always_inline)) void lane_numbers(Index& idx, std::index_sequence<I...>) {
+  idx = Index{I...};  // a constant: lane by lane it was a masked broadcast per lane and row
+}
 template <class T>
-inline __attribute__((always_inline)) T cut_row(T* x, int64_t n, int64_t valid, T scale) {
+inline __attribute__((always_inline)) void cut_row(T* x, int64_t n, int64_t valid, T scale, Vec<T>& top) {
   using Unaligned = typename VecOf<T>::unaligned;
   using Index = typename VecOf<T>::index;
   Unaligned* xv = reinterpret_cast<Unaligned*>(x);
   using Lane = std::remove_reference_t<decltype(Index{}[0])>;
   Index idx;
-  for (int j = 0; j < kLane<T>; ++j) idx[j] = j;
-  Vec<T> top = Vec<T>{} - T(INFINITY), neg_inf = top;
+  lane_numbers(idx, std::make_index_sequence<kLane<T>>{});
+  const Vec<T> neg_inf = Vec<T>{} - T(INFINITY);
+  top = neg_inf;
   for (int64_t v = 0; v < n / kLane<T>; ++v, idx += kLane<T>) {
     Vec<T> y = idx < Index{} + static_cast<Lane>(valid) ? xv[v] * scale : neg_inf;
     xv[v] = y;
     top = y > top ? y : top;
   }
-  return lanes_max<T>(top);
 }
 
-// Forward: x = exp(scale x - max), unnormalised (the output divides by the sum); each row's max
-// (0 while all -inf) into m, its sum into l.
+// Forward over a block of rows <= kRows: x = exp(scale x - max), unnormalised (the output divides
+// by the sum); each row's max (0 while all -inf) into m, its sum into l. The block's maxima and
+// sums are reduced across lanes together (reduce_rows).
 template <class T>
 FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int64_t n, const int64_t* valid, T scale,
-                                 T* __restrict m, T* __restrict l) {
+                                 T (&m)[kRows], T (&l)[kRows]) {
   using Unaligned = typename VecOf<T>::unaligned;
-  for (int64_t r = 0; r < rows; ++r, x += ld) {
-    const Unaligned* xv = reinterpret_cast<const Unaligned*>(x);
-    T m_r = cut_row(x, n, valid[r], scale), base = finite_max(m_r);
-    Vec<T> sum = {};
-    for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - base);
-      sum += xv[c / kLane<T>];
-    }
-    m[r] = m_r, l[r] = lanes_sum<T>(sum);
+  Vec<T> top[kRows], sum[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {  // unrolled, so that top and sum stay in registers
+    top[r] = sum[r] = Vec<T>{};
+    if (r < rows) cut_row(x + r * ld, n, valid[r], scale, top[r]);
   }
+  reduce_rows<Reduce::Max, T>(top, m);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    T* row = x + r * ld;
+    const Unaligned* xv = reinterpret_cast<const Unaligned*>(row);
+    T base = finite_max(m[r]);
+    for (int64_t c = 0; c < n; c += kLane<T>) {
+      for (int j = 0; j < kLane<T>; ++j) row[c + j] = exp_nonpositive(row[c + j] - base);
+      sum[r] += xv[c / kLane<T>];
+    }
+  }
+  reduce_rows<Reduce::Sum, T>(sum, l);
 }
 
-// Backward: p = exp(scale x - max - log l) from the row statistics (x overwritten), and
-// ds = scale p (dp - D) over dp.
+// Backward over a block of rows <= kRows: p = exp(scale x - max - log l) from the row statistics
+// (x overwritten), D = rowsum(p * dp) and ds = ds_scale p (dp - D) over dp. D is the composite's
+// (and equals rowsum(dO * O), as O = P V and dP = dO V^T) from the two blocks in cache: no pass
+// over dO and O, whose rows the backward would otherwise fetch from memory for D alone.
 template <class T>
 FG_CPU_CLONES void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
-                               const int64_t* valid, T scale, const T* __restrict stats, const T* __restrict d,
-                               T ds_scale) {
+                               const int64_t* valid, T scale, const T* __restrict stats, T ds_scale) {
   using Unaligned = typename VecOf<T>::unaligned;
-  for (int64_t r = 0; r < rows; ++r, x += ld, dp += ld) {
-    T m = stats[2 * r], log_l = stats[2 * r + 1], dr = d[r];
-    cut_row(x, n, valid[r], scale);
-    Unaligned *xv = reinterpret_cast<Unaligned*>(x), *dpv = reinterpret_cast<Unaligned*>(dp);
+  Vec<T> dot[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {  // unrolled, so that dot stays in registers
+    dot[r] = Vec<T>{};
+    if (r >= rows) continue;
+    T *row = x + r * ld, m = stats[2 * r], log_l = stats[2 * r + 1];
+    Vec<T> top;
+    cut_row(row, n, valid[r], scale, top);
+    const Unaligned *xv = reinterpret_cast<const Unaligned*>(row), *dpv = reinterpret_cast<const Unaligned*>(dp + r * ld);
     for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) x[c + j] = exp_nonpositive(x[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
-      int64_t v = c / kLane<T>;
-      dpv[v] = ds_scale * xv[v] * (dpv[v] - dr);
+      for (int j = 0; j < kLane<T>; ++j) row[c + j] = exp_nonpositive(row[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
+      dot[r] += xv[c / kLane<T>] * dpv[c / kLane<T>];
     }
+  }
+  T d[kRows];
+  reduce_rows<Reduce::Sum, T>(dot, d);
+  for (int64_t r = 0; r < rows; ++r) {
+    Unaligned *xv = reinterpret_cast<Unaligned*>(x + r * ld), *dpv = reinterpret_cast<Unaligned*>(dp + r * ld);
+    for (int64_t v = 0; v < n / kLane<T>; ++v) dpv[v] = ds_scale * xv[v] * (dpv[v] - d[r]);
   }
 }
 
@@ -93,22 +119,21 @@ T prepare_scores(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
   return T(1);
 }
 
-// One head's padded copies and products; rows and columns past the real ones stay zero (q, k, kt,
-// v, vt, dout) or are never read (p and ds past L or past a block's last key). The buffers lie in
-// the task's zeroed arena, a part of the launch's workspace (over_heads).
+// One head's padded copies and products; rows and columns past the real ones are zero (q, k, kt,
+// v, vt, dout: pack() writes them) or are never read (p and ds past L or past a block's last key),
+// so the arena, a part of the launch's workspace (over_heads), is never cleared.
 template <class T>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
-  T *q, *k, *kt, *v, *vt, *dout, *p, *ds, *block;
+  T *q, *k, *kt, *v, *vt, *dout, *p, *ds;
   Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
   Tile(const AttentionShape& s, bool backward, T* arena)
       : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
         Evp(padded<T>(s.Ev)) {
-    T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds, &block};
-    std::fill(arena, arena + elements(s, backward), T(0));
+    T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds};
     T* at = arena + kLane<T>;  // the arena is 64-byte aligned
-    const std::array<int64_t, 9> n = sizes(s, backward);
-    for (int i = 0; i < 9; ++i, at += kLane<T>) *parts[i] = at, at += n[i];
+    const std::array<int64_t, 8> n = sizes(s, backward);
+    for (int i = 0; i < 8; ++i, at += kLane<T>) *parts[i] = at, at += n[i];
   }
   // Elements of its arena: every buffer 64-byte aligned (a vector split over two cache lines cost
   // a second access and stalled store forwarding) and a vector further apart than its size (no two
@@ -120,17 +145,20 @@ struct Tile {
   }
 
  private:
-  // Elements of q, k, kt, v, vt, dout, p, ds and block (vt, dout and ds only for the backward).
-  static std::array<int64_t, 9> sizes(const AttentionShape& s, bool backward) {
+  // Elements of q, k, kt, v, vt, dout, p and ds (vt, dout and ds only for the backward).
+  static std::array<int64_t, 8> sizes(const AttentionShape& s, bool backward) {
     const int64_t Lp = padded<T>(s.L), Sp = padded<T>(s.S), Ep = padded<T>(s.E), Evp = padded<T>(s.Ev);
     return {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
-            backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0, kRows * std::max(Ep, Evp)};
+            backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0};
   }
 };
 
+// dst (padded rows, ld) = src (rows, cols) and zeros past them.
 template <class T>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
   copy_rows(src.data, src.ld, dst, ld, rows, cols);
+  for (int64_t r = 0; r < rows; ++r) std::fill(dst + r * ld + cols, dst + (r + 1) * ld, T(0));
+  std::fill(dst + rows * ld, dst + padded<T>(rows) * ld, T(0));
 }
 // Matrix m (rows, cols) of the head as the products read it: in place where whole row blocks and
 // whole vectors cover it (every read stays inside), else its copy in the zero-padded buffer.
@@ -148,11 +176,6 @@ void transpose_of(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld
   pack(m, rows, cols, buf, ld);
   transpose_padded(buf, ld, padded<T>(rows), ld, dst, ld_t);
 }
-// Rows [r0, r0 + rows) of dst from a (kRows, padded) block.
-template <class T>
-void unpack(const T* block, int64_t ld, int64_t rows, int64_t cols, Mat<T> dst, int64_t r0) {
-  copy_rows(block, ld, dst.row(r0), dst.ld, rows, cols);
-}
 
 // Keys [0, key_end) that query rows [i0, i0 + kRows) can see when blocks skip the causal cut.
 int64_t block_key_end(int64_t i0, int64_t S, bool skip) { return skip ? std::min(i0 + kRows, S) : S; }
@@ -165,16 +188,17 @@ void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T>(key_end);
     T* p = t.p + i0 * t.Sp;
-    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
-    T m[kRows], l[kRows];
+    T m[kRows], l[kRows], log_l[kRows], inv[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
-    for (int64_t r = 0; r < rows; ++r) store_row_stats(stats, i0 + r, m[r], std::log(l[r]));
-    rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, t.block, t.Evp);
-    T inv[kRows];
-    for (int64_t r = 0; r < rows; ++r) inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
-    copy_rows(t.block, t.Evp, h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv);
+    log_rows(l, log_l);
+    for (int64_t r = 0; r < rows; ++r) {
+      store_row_stats(stats, i0 + r, m[r], log_l[r]);
+      inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
+    }
+    rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, Dest<T>{h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv});
   }
 }
 
@@ -186,15 +210,12 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T>(key_end);
     T *p = t.p + i0 * t.Sp, *ds = t.ds + i0 * t.Sp;
-    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, p, t.Sp);
-    rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, ds, t.Sp);
+    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
+    rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, whole(ds, t.Sp, cols));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
-    T d[kRows];
-    for (int64_t r = 0; r < rows; ++r) d[r] = dot_row(h.dout.row(i0 + r), h.out.row(i0 + r), s.Ev);
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
-    probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, d, scale);
-    rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, t.block, t.Ep);
-    unpack(t.block, t.Ep, rows, s.E, h.dq, i0);
+    probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, scale);
+    rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, Dest<T>{h.dq.row(i0), h.dq.ld, rows, s.E});
   }
 }
 
@@ -211,11 +232,27 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
   for (int64_t j0 = 0; j0 < s.S; j0 += kRows) {  // dV = P^T dO, dK = dS^T Q; rows i < j0 see no key >= j0
     int64_t first = skip ? std::min(j0, s.L) : 0, rows = std::min(kRows, s.S - j0);
     const T *p = t.p + first * t.Sp + j0, *ds = t.ds + first * t.Sp + j0;
-    rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, t.block, t.Evp);
-    unpack(t.block, t.Evp, rows, s.Ev, h.dv, j0);
-    rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, t.block, t.Ep);
-    unpack(t.block, t.Ep, rows, s.E, h.dk, j0);
+    rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, Dest<T>{h.dv.row(j0), h.dv.ld, rows, s.Ev});
+    rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, Dest<T>{h.dk.row(j0), h.dk.ld, rows, s.E});
   }
+}
+
+// Prefetches (into L2) the rows of head bh that its kernel reads from memory, one head ahead: q,
+// k, v and, in the backward, dO. A head's rows lie a row of the packed projection apart, a few
+// cache lines each, a stride the hardware prefetchers did not follow.
+template <class T>
+void prefetch_head(const AttentionShape& s, const AttentionOperands& x, int64_t bh, bool backward) {
+  if (bh >= s.bh) return;
+  const Head<T> h = head_of<T>(x, bh);
+  auto fetch = [](Mat<const T> m, int64_t rows, int64_t cols) {
+    constexpr int64_t line = 64 / sizeof(T);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < cols; c += line) __builtin_prefetch(m.row(i) + c, 0, 2);
+      __builtin_prefetch(m.row(i) + cols - 1, 0, 2);  // a row that straddles one more line
+    }
+  };
+  fetch(h.q, s.L, s.E), fetch(h.k, s.S, s.E), fetch(h.v, s.S, s.Ev);
+  if (backward) fetch(h.dout, s.L, s.Ev);
 }
 
 // Heads per task: enough products to be worth a thread.
@@ -243,6 +280,7 @@ template <class T>
 void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, T* stats) {
   over_heads<T>(env, s, false, [&](Tile<T>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, false);
     forward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
@@ -251,6 +289,7 @@ template <class T>
 void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                              const AttentionOperands& x, const T* stats) {
   over_heads<T>(env, s, true, [&](Tile<T>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, true);
     backward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
