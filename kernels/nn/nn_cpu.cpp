@@ -77,10 +77,25 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
   return sum;
 }
 
-// s = x + r over a row.
+// s = x + r over a row, and the sum of s with the bits of row_sum(s): the residual add rides on
+// the mean's pass.
 template <class T>
-FG_CPU_CLONES void add_row(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
-  for (int64_t j = 0; j < n; ++j) s[j] = x[j] + r[j];
+FG_CPU_CLONES double add_row_sum(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
+  constexpr int kLanes = 32;  // as row_sum
+  T partial[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const T v = x[k + j] + r[k + j];
+      s[k + j] = v;
+      partial[j] += v;
+    }
+  double sum = lane_total<kLanes>(partial);
+  for (; k < n; ++k) {
+    s[k] = x[k] + r[k];
+    sum += static_cast<double>(s[k]);
+  }
+  return sum;
 }
 
 // y = (x - m) * inv [* w] [+ b] over a row.
@@ -185,15 +200,19 @@ void add_layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const 
     const T* bs = static_cast<const T*>(b);
     auto* normalize = ws ? (bs ? normalize_row<T, true, true> : normalize_row<T, true, false>)
                          : (bs ? normalize_row<T, false, true> : normalize_row<T, false, false>);
+    const double inv_cols = 1.0 / static_cast<double>(cols);  // a multiply: a row's chain waits on no divide
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t i = r0; i < r1; ++i) {
         const T* row = xs + i * cols;
+        double sum;
         if (rs) {  // the sum is normalised from the output it was written to, still in L1
-          add_row(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
+          sum = add_row_sum(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
           row = static_cast<T*>(s) + i * cols;
+        } else {
+          sum = row_sum(row, cols, 0.0, false);
         }
-        double mu = row_sum(row, cols, 0.0, false) / static_cast<double>(cols);
-        double var = row_sum(row, cols, mu, true) / static_cast<double>(cols);
+        double mu = sum * inv_cols;
+        double var = row_sum(row, cols, mu, true) * inv_cols;
         T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
         T m = static_cast<T>(mu);
         normalize(row, ws, bs, cols, m, inv, static_cast<T*>(y) + i * cols);
