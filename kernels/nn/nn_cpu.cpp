@@ -117,7 +117,7 @@ template <class T, bool kWeight>
 FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, const T* __restrict residual,
                                      T* __restrict dx, T* __restrict part_w, T* __restrict part_b) {
-  constexpr int kLanes = 32;  // partial sums in T: two AVX-512 registers of floats per sum, two chains
+  constexpr int kLanes = 16;  // partial sums in T, one register of floats per sum
   T p_gw[kLanes] = {}, p_gwx[kLanes] = {};
   const int64_t whole = n / kLanes * kLanes;
   for (int64_t k = 0; k < whole; k += kLanes)
