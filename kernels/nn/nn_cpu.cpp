@@ -77,25 +77,11 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
   return sum;
 }
 
-// s = x + r over a row, and the sum of s with the bits of row_sum(s): the residual add rides on
-// the mean's pass.
+// s = x + r over a row. (Summing s in the same loop measured slower inside the compiled step:
+// 0.35 against 0.32 ms for its 8 add_layer_norms.)
 template <class T>
-FG_CPU_CLONES double add_row_sum(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
-  constexpr int kLanes = 32;  // as row_sum
-  T partial[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const T v = x[k + j] + r[k + j];
-      s[k + j] = v;
-      partial[j] += v;
-    }
-  double sum = lane_total<kLanes>(partial);
-  for (; k < n; ++k) {
-    s[k] = x[k] + r[k];
-    sum += static_cast<double>(s[k]);
-  }
-  return sum;
+FG_CPU_CLONES void add_row(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
+  for (int64_t j = 0; j < n; ++j) s[j] = x[j] + r[j];
 }
 
 // y = (x - m) * inv [* w] [+ b] over a row.
@@ -204,14 +190,11 @@ void add_layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const 
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t i = r0; i < r1; ++i) {
         const T* row = xs + i * cols;
-        double sum;
         if (rs) {  // the sum is normalised from the output it was written to, still in L1
-          sum = add_row_sum(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
+          add_row(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
           row = static_cast<T*>(s) + i * cols;
-        } else {
-          sum = row_sum(row, cols, 0.0, false);
         }
-        double mu = sum * inv_cols;
+        double mu = row_sum(row, cols, 0.0, false) * inv_cols;
         double var = row_sum(row, cols, mu, true) * inv_cols;
         T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
         T m = static_cast<T>(mu);
