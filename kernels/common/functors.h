@@ -80,8 +80,7 @@ template <class T> FG_HD T tanh_any(T x) {
 // float32 erf without a division or libm call, given e = exp(-x^2) (below 1e-37 where
 // x^2 > 86): x + x R(x^2) for |x| <= 0.875, 1 - e E(|x|) beyond, E a fit of erfc(t) e^(t^2) on
 // [0.875, 4] (erf rounds to 1 from 3.92 on). Both polynomials are least-squares fits made for
-// flowgrad. GELU's backward shares e with the normal density. Error <= 2 ulp against float64
-// over all floats (tests/ops/test_float32_math.py).
+// flowgrad. Error <= 2 ulp against float64 over all floats (tests/ops/test_float32_math.py).
 FG_HD float erf_given_exp_f32(float x, float e) {
   float a = x < 0 ? -x : x;
   float s = x * x;
@@ -212,25 +211,59 @@ struct Softplus : Costly {  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
     return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x)));
   }
 };
+// float32 Phi(x), the standard normal's distribution function, for GELU, in one branch (erf_f32
+// has two, and its argument's rounding cost the tail: 1 + erf(x/sqrt2) for x < 0 cancelled):
+// h = erfc(|x|/sqrt2)/2 = e Q / 2, Phi = 1 - h (x >= 0) or h, with e = exp(-x^2/2) (x^2's rounding
+// error, from an fma, corrects it to first order) and Q = erfcx(|x|/sqrt2) a degree-10 fit in
+// t = 1/(1 + |x|/(2 sqrt2)) made for flowgrad. Q is within 5 ulp, Phi's tail (x < 0) keeps its
+// relative accuracy down to e's underflow (|x| > 13.19: 0). NaN in, NaN out.
+struct NormalCdf {
+  float cdf, e;  // Phi(x), exp(-x^2/2): GELU's backward shares e with the density
+};
+FG_HD NormalCdf normal_cdf_f32(float x) {
+  float a = (x < 0 ? -x : x) * 0.70710678118654752440f;
+  float t = 1.0f / (a * 0.5f + 1.0f);
+  float q = 2.981062606e-02f;
+  q = q * t - 2.216860354e-01f;
+  q = q * t + 6.701418161e-01f;
+  q = q * t - 1.008843780e+00f;
+  q = q * t + 7.226050496e-01f;
+  q = q * t - 2.751609981e-01f;
+  q = q * t + 2.947342098e-01f;
+  q = q * t + 2.208599299e-01f;
+  q = q * t + 2.857266068e-01f;
+  q = q * t + 2.818022668e-01f;
+  q = q * t + 1.030724070e-05f;
+  float sq = x * x, half_sq = 0.5f * sq;
+  float e = exp_normal_f32(half_sq < 87.0f ? -half_sq : -87.0f);
+  e = ::fmaf(e, -0.5f * ::fmaf(x, x, -sq), e);  // exp(-(sq + err)/2) ~ exp(-sq/2) (1 - err/2)
+  e = half_sq < 87.0f ? e : 0.0f;
+  float h = 0.5f * e * q;
+  return {x >= 0 ? 1.0f - h : h, e};
+}
+// float32 1 / (1 + exp(-2u)) = (1 + tanh(u)) / 2 in one branch (tanh_any has two): no
+// cancellation where tanh(u) is near -1; exp_f32 overflows to inf there, which gives 0.
+FG_HD float half_one_plus_tanh_f32(float u) { return 1.0f / (1.0f + exp_f32(-2.0f * u)); }
+
 struct Gelu : Costly {  // x * Phi(x)
   template <class T> FG_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + erf_any(x * T(0.70710678118654752440)));
+    if constexpr (std::is_same_v<T, float>) return x * normal_cdf_f32(x).cdf;
+    else return T(0.5) * x * (T(1) + erf_any(x * T(0.70710678118654752440)));
   }
 };
-struct GeluTanh : Costly {
+struct GeluTanh : Costly {  // x (1 + tanh(u)) / 2, u = k (x + 0.044715 x^3)
   template <class T> FG_HD T operator()(T x) const {
     const T k = T(0.79788456080286535588);  // sqrt(2 / pi)
-    return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
+    if constexpr (std::is_same_v<T, float>) return x * half_one_plus_tanh_f32(k * (x + 0.044715f * x * x * x));
+    else return T(0.5) * x * (T(1) + tanh_any(k * (x + T(0.044715) * x * x * x)));
   }
 };
 // g * d/dx gelu(x) = g * (Phi(x) + x phi(x)), for the fused backward (first-order gradients only).
 struct GeluGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
-    if constexpr (std::is_same_v<T, float>) {  // erf and the density share one exp
-      float t = x * 0.70710678118654752440f;
-      float e = exp_minus_square_f32(t);
-      float cdf = 0.5f * (1.0f + erf_given_exp_f32(t, e));
-      return g * (cdf + x * (e * 0.39894228040143267794f));
+    if constexpr (std::is_same_v<T, float>) {  // Phi and the density share one exp
+      NormalCdf n = normal_cdf_f32(x);
+      return g * (n.cdf + x * (n.e * 0.39894228040143267794f));
     } else {
       T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
       T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
@@ -238,11 +271,18 @@ struct GeluGrad : Costly {
     }
   }
 };
+// With s = (1 + tanh(u)) / 2: d/dx x s = s + x s (1 - s) 2u' (= the tanh form's (1 + t)/2 +
+// x (1 - t^2) u' / 2).
 struct GeluTanhGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
     const T k = T(0.79788456080286535588), a = T(0.044715);
-    T t = tanh_any(k * (x + a * x * x * x));
-    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
+    if constexpr (std::is_same_v<T, float>) {
+      float s = half_one_plus_tanh_f32(k * (x + a * x * x * x));
+      return g * (s + x * (s * (1.0f - s)) * (2.0f * k * (1.0f + 3.0f * a * x * x)));
+    } else {
+      T t = tanh_any(k * (x + a * x * x * x));
+      return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
+    }
   }
 };
 // Activation gradients g * f'(.) for the fused first-order backward, each from what its forward

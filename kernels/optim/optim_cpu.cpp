@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
 #include "flowgrad/base/parallel.h"
@@ -55,34 +54,36 @@ void adam_update_cpu(const KernelEnv& env, DType dtype, void* param, const void*
 
 // Multi-tensor updates: one parallel_for over the elements of every item (one pool dispatch per
 // step), each slice running the loops above, so the numbers are those of one call per item.
+// Nothing is allocated per call.
 namespace {
 
-// Calls body(item, begin, end) for the slices of the items that [b, e) of their concatenation
-// covers. starts: prefix sums of the item sizes (count + 1 entries).
-template <class Body>
-void for_slices(const std::vector<int64_t>& starts, int64_t b, int64_t e, Body&& body) {
-  size_t k = 0;
-  while (starts[k + 1] <= b) ++k;
-  for (; k + 1 < starts.size() && starts[k] < e; ++k)
-    body(k, std::max(b, starts[k]) - starts[k], std::min(e, starts[k + 1]) - starts[k]);
+// Calls body(k, lo, hi) for the part [lo, hi) of each item k that [b, e) of the items'
+// concatenation covers.
+template <class Item, class Body>
+void for_slices(const Item* items, int count, int64_t b, int64_t e, Body&& body) {
+  int64_t start = 0;
+  for (int k = 0; k < count && start < e; ++k) {
+    const int64_t end = start + items[k].n;
+    if (end > b) body(k, std::max(b, start) - start, std::min(e, end) - start);
+    start = end;
+  }
 }
 
 template <class Item>
-std::vector<int64_t> prefix_sizes(const Item* items, int count) {
-  std::vector<int64_t> starts(count + 1, 0);
-  for (int i = 0; i < count; ++i) starts[i + 1] = starts[i] + items[i].n;
-  return starts;
+int64_t total_size(const Item* items, int count) {
+  int64_t n = 0;
+  for (int k = 0; k < count; ++k) n += items[k].n;
+  return n;
 }
 
 }  // namespace
 
 void sgd_update_multi_cpu(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper) {
-  std::vector<int64_t> starts = prefix_sizes(items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
     const SgdCoeffs<T> c = sgd_coeffs<T>(hyper);
-    parallel_for(starts.back(), kParallelGrain, [&](int64_t b, int64_t e) {
-      for_slices(starts, b, e, [&](size_t k, int64_t lo, int64_t hi) {
+    parallel_for(total_size(items, count), kParallelGrain, [&](int64_t b, int64_t e) {
+      for_slices(items, count, b, e, [&](int k, int64_t lo, int64_t hi) {
         const SgdItem& it = items[k];
         T* buf = static_cast<T*>(it.momentum_buf);
         sgd_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo, buf ? buf + lo : nullptr,
@@ -93,17 +94,15 @@ void sgd_update_multi_cpu(const KernelEnv& env, DType dtype, const SgdItem* item
 }
 
 void adam_update_multi_cpu(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper) {
-  std::vector<int64_t> starts = prefix_sizes(items, count);
+  for (int k = 0; k < count; ++k) ++*items[k].step;
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    std::vector<AdamCoeffs<T>> coeffs;
-    for (int k = 0; k < count; ++k) coeffs.push_back(adam_coeffs<T>(hyper, ++*items[k].step));
-    parallel_for(starts.back(), kParallelGrain, [&](int64_t b, int64_t e) {
-      for_slices(starts, b, e, [&](size_t k, int64_t lo, int64_t hi) {
+    parallel_for(total_size(items, count), kParallelGrain, [&](int64_t b, int64_t e) {
+      for_slices(items, count, b, e, [&](int k, int64_t lo, int64_t hi) {
         const AdamItem& it = items[k];
-        const AdamCoeffs<T> c = coeffs[k];
         adam_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo,
-                    static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo, c);
+                    static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo,
+                    adam_coeffs<T>(hyper, *it.step));
       });
     });
   });

@@ -74,7 +74,7 @@ FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc,  // (width), accumulated int
 template <class T, class Out>
 void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner, Out* out) {
   const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
-  const bool large = outer * r * inner > kParallelGrain;
+  const bool large = outer * r * inner > kParallelGrain / 4;  // a (1024, 128) bias gradient: two threads
   int64_t parts = 1;
   if (large && outer * blocks < pool_threads()) parts = std::min<int64_t>(pool_threads(), r);
   std::vector<Acc<T>> partial(parts > 1 ? parts * outer * inner : 0);  // (parts, outer, inner)

@@ -23,8 +23,8 @@ def set_grads(params, step):
             p.grad = fg.randn(*p.shape, dtype=p.dtype, device=p.device)
 
 
-def run(make_opt, device, dtype, foreach, steps=4):
-    params = make_params(device, dtype, seed=5)
+def run(make_opt, device, dtype, foreach, steps=4, shapes=SHAPES):
+    params = make_params(device, dtype, seed=5, shapes=shapes)
     opt = make_opt(params, foreach)
     for step in range(steps):
         set_grads(params, step)
@@ -55,6 +55,26 @@ def test_multi_tensor_updates_are_bitwise_per_parameter_updates(device, dtype, n
         for key in state_m:
             if state_m[key] is not None:
                 np.testing.assert_array_equal(state_m[key].cpu().numpy(), state_s[key].cpu().numpy())
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
+def test_threads_split_the_concatenated_elements_anywhere(name):
+    """Items past the pool's grain (1 << 17 elements): the threads' ranges cut items in the middle,
+    size-0 items between them; bitwise per-parameter updates with 1 and 2 threads."""
+    shapes = [(300, 500), (7,), (0, 3), (130, 1001), (1,), (65, 45)]
+    threads = fg.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2):
+            fg.set_num_threads(n)
+            results.append(run(OPTIMIZERS[name], "cpu", fg.float32, foreach=True, steps=2, shapes=shapes)[0])
+        fg.set_num_threads(2)
+        single = run(OPTIMIZERS[name], "cpu", fg.float32, foreach=False, steps=2, shapes=shapes)[0]
+    finally:
+        fg.set_num_threads(threads)
+    for one, two, s in zip(*results, single):
+        np.testing.assert_array_equal(one, s)
+        np.testing.assert_array_equal(two, s)
 
 
 @pytest.mark.parametrize("foreach, expected", [(True, "adam_update_multi("), (False, "adam_update(")])
