@@ -545,7 +545,7 @@ TEST(Pipeline, CountsEveryReportedPassAndChainsThem) {
   b.p.outputs = {b.emit(OpId::neg, {e1})};
   std::vector<std::tuple<std::string, int64_t, int64_t>> counts;
   Program p = run_pipeline(b.p, &counts);
-  ASSERT_EQ(counts.size(), 8u);
+  ASSERT_EQ(counts.size(), 9u);
   EXPECT_EQ(std::get<0>(counts[0]), "cse");
   EXPECT_EQ(std::get<1>(counts[0]), 3);
   EXPECT_EQ(std::get<2>(counts[0]), 2);

@@ -29,7 +29,7 @@ def test_debug_level_one_prints_each_pass_count():
     assert done.returncode == 0, done.stderr
     passes = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert [p[0] for p in passes[1:]] == ["cse", "constant folding", "gradient binding", "dead code",
-                                          "transpose folding", "fuse epilogues", "fuse add norm", "fusion"]
+                                          "transpose folding", "fuse epilogues", "fuse add norm", "pair gemms", "fusion"]
     for name, before, after in passes[1:-1]:
         assert f"flowgrad: pass {name}: {before} -> {after} instructions" in done.stderr
     assert "flowgrad: pass guard updates:" in done.stderr  # run, though not one of the reported counts
@@ -98,5 +98,5 @@ def test_plan_skip_refuses_a_required_or_unknown_pass(monkeypatch):
         with pytest.raises(fg.InvalidArgumentError, match=rf"FLOWGRAD_PLAN_SKIP: '{name}' is not a pass that can be "
                                                           r"skipped \(cse, constant_folding, dead_code, "
                                                           r"transpose_folding, fuse_epilogues, fuse_add_norm, "
-                                                          r"fusion\)"):
+                                                          r"pair_gemms, fusion\)"):
             mlp_step()

@@ -41,6 +41,10 @@ Program fuse_epilogues(Program p);
 // an output); a norm_backward whose dx only an add reads accumulates the add's other operand (the
 // residual's gradient) and writes the add's result; in every block (fuse_add_norm.cpp).
 Program fuse_add_norm(Program p);
+// Two CPU matmuls side by side that do not touch each other's result (a linear's input and weight
+// gradients), 2-D float32/float64, become one matmul_pair call that runs both at once; in every
+// block (pair_gemms.cpp).
+Program pair_gemms(Program p);
 // Runs of consecutive elementwise calls writing the same shape become one Fused instruction
 // whose block is the chain (fuse_elementwise.cpp says when a run is exact), in every block.
 Program fuse_elementwise(Program p);

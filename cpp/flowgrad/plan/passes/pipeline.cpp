@@ -20,6 +20,7 @@ const std::vector<Pass>& pipeline() {
       {"guard updates", guard_updates, PassUse::Required, false},
       {"fuse epilogues", fuse_epilogues, PassUse::Optional, true},
       {"fuse add norm", fuse_add_norm, PassUse::Optional, true},  // before fusion takes the adds
+      {"pair gemms", pair_gemms, PassUse::Optional, true},
       {"fusion", fuse_elementwise, PassUse::Optional, true},  // also FLOWGRAD_NO_FUSION=1
   };
   return passes;
