@@ -125,7 +125,8 @@ def torch_steps(case, batch, opt_name, device):
 
 def plan_gemms(step, device, torch=None):
     """The GEMMs of a compiled step run alone (the physical floor of the step): every matmul of its
-    plan with the plan's shapes and operand layouts (a transposed view stays a transposed view), and
+    plan (both products of a matmul_pair, one after the other) with the plan's shapes and operand
+    layouts (a transposed view stays a transposed view), and
     the product of every linear (linear_<act>) as x @ W^T over its flattened rows, on fresh random
     operands. Returns a function running them all, their FLOPs, and (with torch given) a function
     running the same products, same layouts, with torch.matmul: PyTorch's BLAS on this step's GEMMs."""
@@ -136,11 +137,14 @@ def plan_gemms(step, device, torch=None):
             (*lead, k), (n, _) = shapes[0], shapes[1]
             m = int(np.prod(lead, dtype=np.int64))
             specs.append((((m, k), False), ((k, n), True)))
-        elif row["op"] == "matmul":
-            specs.append(tuple((tuple(shape), bool(re.search(r"strides \(1, \d+\)", name)) and len(shape) == 2)
-                               for name, shape in zip(row["inputs"], shapes)))
-            (m, k), n = shapes[0][-2:], shapes[1][-1]
-            m *= int(np.prod(shapes[0][:-2], dtype=np.int64))
+        elif row["op"] in ("matmul", "matmul_pair"):  # a pair: two products, (a1, b1, a2, b2)
+            for first in range(0, len(shapes), 2):
+                pair = list(zip(row["inputs"], shapes))[first:first + 2]
+                specs.append(tuple((tuple(shape), bool(re.search(r"strides \(1, \d+\)", name)) and len(shape) == 2)
+                                   for name, shape in pair))
+                (m, k), n = pair[0][1][-2:], pair[1][1][-1]
+                flops += 2 * m * k * n * int(np.prod(pair[0][1][:-2], dtype=np.int64))
+            continue
         else:
             continue
         flops += 2 * m * k * n
