@@ -538,6 +538,38 @@ TEST(Memory, ALoopKeepsWhatItsBodyTouchesAliveThroughAllIterations) {
   check_memory(b.p, plan_memory(b.p, du));
 }
 
+// Two square products of x (4x4) side by side: x @ x into a and x @ x^T into b.
+TEST(PairGemms, TwoIndependentProductsBecomeOnePairAndADependentOneStaysApart) {
+  Builder b(Dims{4, 4});
+  Value xt{b.x().buffer, 0, Dims{4, 4}, Dims{1, 4}, DType::Float32};
+  Value a = b.emit(OpId::matmul, {b.x(), b.x()});
+  Value c = b.emit(OpId::matmul, {b.x(), xt});
+  Value d = b.emit(OpId::matmul, {a, c});  // reads both results: not paired with either
+  b.p.outputs = {d};
+  Program p = pair_gemms(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::matmul_pair, OpId::matmul}));
+  ASSERT_EQ(p.body[0].in.size(), 4u);
+  EXPECT_TRUE(same(p.body[0].in[3], xt));
+  ASSERT_EQ(p.body[0].out.size(), 2u);
+  EXPECT_EQ(p.body[0].out[0].buffer, a.buffer);
+  EXPECT_EQ(p.body[0].out[1].buffer, c.buffer);
+  check_memory(p, plan_memory(p, def_use(p)));
+}
+
+TEST(PairGemms, AProductOfTheOtherOnesResultOrOfHalfsIsLeftAlone) {
+  Builder b(Dims{4, 4});
+  Value a = b.emit(OpId::matmul, {b.x(), b.x()});
+  Value c = b.emit(OpId::matmul, {a, b.x()});  // reads a
+  int h = b.p.add_buffer({BufferKind::Arena, "h", 32, cpu_device(), DType::Float16});
+  Value half{h, 0, Dims{4, 4}, contiguous_strides(Dims{4, 4}), DType::Float16};
+  Value e = b.fresh();
+  e.dtype = DType::Float16;
+  b.p.body.push_back(b.call(OpId::matmul, {half, half}, e));
+  b.p.outputs = {c, e};
+  Program p = pair_gemms(b.p);
+  EXPECT_EQ(ops(p.body), (std::vector<OpId>{OpId::matmul, OpId::matmul, OpId::matmul}));
+}
+
 TEST(Pipeline, CountsEveryReportedPassAndChainsThem) {
   Builder b(Dims{4});
   Value e1 = b.emit(OpId::exp, {b.x()});
