@@ -2,6 +2,8 @@
 // adds do not wait on each other) and their pairwise total: a tree of halvings, which GCC turns
 // into vector adds and shuffles instead of a serial chain of scalar adds.
 #pragma once
+#include <cstdint>
+#include <limits>
 
 namespace fg {
 
@@ -27,6 +29,20 @@ inline T lane_total(T* partial) {  // (N) partial sums, overwritten
 template <int N, class T>
 inline T lane_max(T* partial) {  // (N) partial maxima, overwritten
   return lane_tree<N>(partial, [](T a, T b) { return b > a ? b : a; });
+}
+
+// The largest of v[0, n) (-inf when n is 0; a NaN is passed over, as by `v > m ? v : m`), kept in N
+// lanes: a plain running max compiles to a serial chain of scalar maxima (4 cycles an element).
+template <int N, class T>
+inline T row_max(const T* __restrict v, int64_t n) {
+  T lanes[N];
+  for (int j = 0; j < N; ++j) lanes[j] = -std::numeric_limits<T>::infinity();
+  int64_t k = 0;
+  for (; k + N <= n; k += N)
+    for (int j = 0; j < N; ++j) lanes[j] = v[k + j] > lanes[j] ? v[k + j] : lanes[j];
+  T m = lane_max<N>(lanes);
+  for (; k < n; ++k) m = v[k] > m ? v[k] : m;
+  return m;
 }
 
 }  // namespace fg

@@ -23,7 +23,7 @@ def np_cross_entropy(logits, target, ignore_index, smoothing, reduction):
         return loss.sum() / valid.sum() if reduction == "mean" else loss.sum()
 
 
-CASES = [(6, 5), (45, 65), (1, 1), (3, 1), (7, 300)]
+CASES = [(6, 5), (45, 65), (1, 1), (3, 1), (7, 300), (700, 96)]  # the last: rows over both threads
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -87,6 +87,10 @@ def test_fused_layouts_dtypes_and_edges(rng, device):
     assert np.isnan(all_ignored.item())  # 0 / 0, like the composite and PyTorch
     empty = F.cross_entropy(fg.zeros(0, 4).to(device), fg.zeros(0, dtype=fg.int64).to(device), reduction="sum")
     assert empty.item() == 0.0
+    nan_rows = np.zeros((3, 40))
+    nan_rows[1, 35] = np.nan  # past the 32 lanes of the row maximum: that row's loss is NaN, the others not
+    per_row = F.cross_entropy(fg.tensor(nan_rows).to(device), fg.tensor([0, 0, 0]).to(device), reduction="none")
+    np.testing.assert_array_equal(np.isnan(per_row.cpu().numpy()), [False, True, False])
     inf_row = np.array([[-np.inf, 0.0, -np.inf]])
     assert F.cross_entropy(fg.tensor(inf_row).to(device), fg.tensor([1]).to(device)).item() == 0.0
     smoothed = F.cross_entropy(fg.tensor(inf_row).to(device), fg.tensor([1]).to(device), label_smoothing=0.1)
