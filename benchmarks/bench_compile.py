@@ -130,24 +130,17 @@ def plan_gemms(step, device, torch=None):
     the product of every linear (linear_<act>) as x @ W^T over its flattened rows, on fresh random
     operands. Returns a function running them all, their FLOPs, and (with torch given) a function
     running the same products, same layouts, with torch.matmul: PyTorch's BLAS on this step's GEMMs."""
-    specs, flops = [], 0  # per product: ((shape, transposed) of a, (shape, transposed) of b)
+    specs = []  # per product: ((shape, transposed) of a, (shape, transposed) of b)
     for row in step._plan.ir():
         shapes = row["input_shapes"]
         if row["op"].startswith("linear"):
             (*lead, k), (n, _) = shapes[0], shapes[1]
-            m = int(np.prod(lead, dtype=np.int64))
-            specs.append((((m, k), False), ((k, n), True)))
+            specs.append((((int(np.prod(lead, dtype=np.int64)), k), False), ((k, n), True)))
         elif row["op"] in ("matmul", "matmul_pair"):  # a pair: two products, (a1, b1, a2, b2)
-            for first in range(0, len(shapes), 2):
-                pair = list(zip(row["inputs"], shapes))[first:first + 2]
-                specs.append(tuple((tuple(shape), bool(re.search(r"strides \(1, \d+\)", name)) and len(shape) == 2)
-                                   for name, shape in pair))
-                (m, k), n = pair[0][1][-2:], pair[1][1][-1]
-                flops += 2 * m * k * n * int(np.prod(pair[0][1][:-2], dtype=np.int64))
-            continue
-        else:
-            continue
-        flops += 2 * m * k * n
+            operands = [(tuple(shape), bool(re.search(r"strides \(1, \d+\)", name)) and len(shape) == 2)
+                        for name, shape in zip(row["inputs"], shapes)]
+            specs += [tuple(operands[first:first + 2]) for first in range(0, len(operands), 2)]
+    flops = sum(2 * int(np.prod(a, dtype=np.int64)) * b[-1] for (a, _), (b, _) in specs)  # (..., m, k) @ (k, n)
     rng = np.random.default_rng(0)
 
     def operand(shape, transposed, make):

@@ -27,6 +27,7 @@ def _load_core():
 
 
 _load_core()
+del _load_core
 from . import _core
 from ._core import (
     Tensor, dtype, device, promote_types, set_default_dtype, get_default_dtype,
