@@ -64,7 +64,8 @@ def overlay(core, root):
 
 
 def measure(label, kind, threads, pythonpath=None, coretype=None):
-    env = dict(os.environ, FLOWGRAD_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    # FLOWGRAD_SGEMM=blas: the linked BLAS, not flowgrad's own AVX-512 kernel, multiplies float32.
+    env = dict(os.environ, FLOWGRAD_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), FLOWGRAD_SGEMM="blas")
     env.pop("OPENBLAS_CORETYPE", None)
     if coretype:
         env["OPENBLAS_CORETYPE"] = coretype

@@ -92,7 +92,7 @@ def child(threads):
 
 
 def run_child(mode, threads):
-    env = dict(os.environ, FLOWGRAD_BLAS_THREADS=mode)
+    env = dict(os.environ, FLOWGRAD_BLAS_THREADS=mode, FLOWGRAD_SGEMM="blas")  # float32 on OpenBLAS too
     done = subprocess.run([sys.executable, __file__, "--child", "--threads", str(threads)], capture_output=True,
                           text=True, env=env, cwd=HERE, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

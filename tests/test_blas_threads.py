@@ -184,7 +184,8 @@ print(json.dumps({{"ours": ours, "foreign": foreign, "timeout_env": os.environ.g
 
 
 def thread_cpu(where, settle):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_BLAS_THREADS=where)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_BLAS_THREADS=where,
+               FLOWGRAD_SGEMM="blas")  # float32 products on OpenBLAS, not flowgrad's own AVX-512 kernel
     env.pop("OPENBLAS_THREAD_TIMEOUT", None)
     done = subprocess.run([sys.executable, "-c", THREAD_CPU.format(settle=settle)], capture_output=True, text=True,
                           env=env, timeout=180)

@@ -8,6 +8,7 @@
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/linalg/gemm.h"
+#include "kernels/linalg/sgemm.h"
 
 namespace fg::py_bind {
 
@@ -59,12 +60,14 @@ void bind_runtime(py::module_& m) {
     d["blas_core"] = blas.core;
     d["blas_config"] = blas.config;
     d["blas_threads"] = blas_threads() == BlasThreads::Pool ? "pool" : "openblas";  // who runs OpenBLAS's jobs
+    d["sgemm"] = sgemm_in_use() == Sgemm::Avx512 ? "avx512" : "blas";  // who multiplies float32 matrices
     return d;
   }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its "
      "compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when "
      "the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS "
      "(its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: "
-     "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads).");
+     "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), and "
+     "sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM).");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

@@ -3,9 +3,11 @@
 #include <Python.h>
 
 #include "common.h"
+#include "flowgrad/core/env.h"
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/autocast.h"
+#include "kernels/linalg/sgemm.h"
 
 namespace fg::py_bind {
 namespace {
@@ -96,6 +98,7 @@ PYBIND11_MODULE(_core, m) {
   install_autograd();
   cuda::install();  // the caching allocator behind CUDA storage
   num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS
+  set_sgemm(env::sgemm_avx512() ? Sgemm::Avx512 : Sgemm::Blas);  // FLOWGRAD_SGEMM
   bind_errors(m);
   bind_dtypes(m);
   bind_tensor(m);

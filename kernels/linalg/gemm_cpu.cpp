@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "flowgrad/base/parallel.h"
+#include "kernels/linalg/sgemm.h"
 
 #if defined(FLOWGRAD_HAVE_BLAS)
 // Fortran BLAS: every vendor (OpenBLAS, MKL, BLIS, reference) exports these.
@@ -96,6 +97,19 @@ bool try_blas(Fn gemm, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 }
 #endif
 
+constexpr bool have_blas() {
+#if defined(FLOWGRAD_HAVE_BLAS)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Where the AVX-512 kernel beats OpenBLAS (benchmarks/bench_sgemm.py): not on matrix-vector
+// shapes (M < 4), on fewer columns than its 32-wide tile (N < 32), nor on tiny products, whose
+// packing costs more than the multiply-adds.
+bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) { return M >= 4 && N >= 32 && M * N * K >= (1 << 18); }
+
 // C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
 template <class T>
 void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
@@ -105,6 +119,10 @@ void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
     if (beta == T(0))
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K)))
+      return sgemm_avx512(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   }
 #if defined(FLOWGRAD_HAVE_BLAS)
   if constexpr (std::is_same_v<T, float>) {

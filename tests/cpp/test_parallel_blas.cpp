@@ -10,6 +10,7 @@
 #include "flowgrad/base/parallel.h"
 #include "flowgrad/core/runtime.h"
 #include "kernels/linalg/gemm.h"
+#include "kernels/linalg/sgemm.h"
 
 namespace fg {
 namespace {
@@ -39,11 +40,15 @@ class BlasOnPool : public ::testing::Test {
       GTEST_SKIP() << "the BLAS linked cannot run its jobs on our pool (not OpenBLAS >= 0.3.28)";
     previous_ = num_threads();
     set_num_threads(2);
+    sgemm_ = sgemm_in_use();
+    set_sgemm(Sgemm::Blas);  // float32 products on OpenBLAS, not flowgrad's own AVX-512 kernel
   }
   void TearDown() override {
+    set_sgemm(sgemm_);
     if (previous_) set_num_threads(previous_);
   }
   int previous_ = 0;
+  Sgemm sgemm_ = Sgemm::Blas;
 };
 
 TEST_F(BlasOnPool, GemmInsideAParallelRegionNeitherDeadlocksNorRaces) {

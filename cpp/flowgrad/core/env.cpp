@@ -46,6 +46,13 @@ bool blas_on_pool() {
   return v != "openblas";
 }
 
+bool sgemm_avx512() {
+  const std::string v = read_text("FLOWGRAD_SGEMM");
+  FG_CHECK(v.empty() || v == "avx512" || v == "blas", Value, "environment variable FLOWGRAD_SGEMM='", v,
+           "' is not 'avx512' or 'blas'");
+  return v != "blas";
+}
+
 int64_t cpu_cache_bytes() {
   static const int64_t bytes = read_int("FLOWGRAD_CPU_CACHE_MB", 1024, 0) << 20;
   return bytes;

@@ -1835,7 +1835,7 @@ def broadcast_to(input: Tensor, shape: typing.Any) -> Tensor:
     """
 def build_config() -> dict:
     """
-    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads).
+    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), and sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM).
     """
 def cat(tensors: collections.abc.Sequence[Tensor], dim: typing.SupportsInt | typing.SupportsIndex = 0) -> Tensor:
     """

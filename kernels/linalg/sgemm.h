@@ -1,0 +1,26 @@
+// flowgrad's own float32 GEMM for x86-64 CPUs with AVX-512 (sgemm_cpu.cpp): packed panels, a
+// 14 x 32 register tile, the work split over flowgrad's CPU pool. gemm_cpu runs float32 products
+// through it where the CPU has AVX-512 and FLOWGRAD_SGEMM is not "blas".
+#pragma once
+#include <cstdint>
+
+namespace fg {
+
+// Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1. trans_a: A
+// is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N, K >= 1, and
+// sgemm_avx512_supported(). Deterministic: every element sums its K products in the same order
+// whatever the thread count or the split.
+void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Whether this CPU runs sgemm_avx512 (AVX-512 F; false off x86-64 and for compilers without it).
+bool sgemm_avx512_supported();
+
+// Who multiplies float32 matrices on the CPU: flowgrad's AVX-512 kernel or the linked BLAS (or,
+// without one, the portable blocked kernel). set_sgemm returns what is in use from now on:
+// Blas when the kernel is asked for on a CPU without AVX-512. Call it while no GEMM runs.
+enum class Sgemm { Avx512, Blas };
+Sgemm set_sgemm(Sgemm which);
+Sgemm sgemm_in_use();
+
+}  // namespace fg

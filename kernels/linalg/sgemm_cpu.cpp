@@ -1,0 +1,273 @@
+#include "kernels/linalg/sgemm.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "flowgrad/base/errors.h"
+#include "flowgrad/base/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FG_SGEMM_AVX512 1
+#include <immintrin.h>
+#else
+#define FG_SGEMM_AVX512 0
+#endif
+
+namespace fg {
+namespace {
+std::atomic<Sgemm> g_sgemm{Sgemm::Blas};
+std::atomic<bool> g_sgemm_chosen{false};
+}  // namespace
+
+bool sgemm_avx512_supported() {
+#if FG_SGEMM_AVX512
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+Sgemm set_sgemm(Sgemm which) {
+  if (which == Sgemm::Avx512 && !sgemm_avx512_supported()) which = Sgemm::Blas;
+  g_sgemm = which;
+  g_sgemm_chosen = true;
+  return which;
+}
+
+Sgemm sgemm_in_use() {
+  if (!g_sgemm_chosen) set_sgemm(Sgemm::Avx512);
+  return g_sgemm;
+}
+
+#if !FG_SGEMM_AVX512
+void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
+                  int64_t) {
+  std::abort();  // gemm_cpu asks only where sgemm_avx512_supported()
+}
+#else
+
+namespace {
+
+// The register tile: kMR rows of C (one broadcast of A each) by kNR columns (two vectors of B):
+// 28 accumulators and 2 vectors of B in the 32 registers. K is cut into blocks of at most kKC (the
+// packed rows of A, kKC x kMR floats, stay in L1) and N into blocks of at most kNC columns (the
+// packed block of B, kKC x kNC floats, stays in L2), both evenly: 784 is two blocks of 392, not
+// 384 + 384 + 16.
+constexpr int kMR = 14, kNR = 32;
+constexpr int64_t kKC = 384, kNC = 1024;
+// Products with fewer multiply-adds than this run on the calling thread alone.
+constexpr int64_t kSerialWork = int64_t{1} << 18;
+
+// The packed block of B, one per calling thread, grown as needed and kept.
+float* b_block(int64_t floats) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> block;
+  thread_local int64_t capacity = 0;
+  if (floats > capacity) {
+    block.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(floats) * sizeof(float))));
+    FG_ASSERT(block && "sgemm: out of memory for the packed block of B");
+    capacity = floats;
+  }
+  return block.get();
+}
+
+}  // namespace
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
+// GCC 12 takes the self-initialised placeholder inside its own unpack intrinsics
+// (_mm512_undefined_ps) for an uninitialised read once they are inlined at -O3.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+__mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
+
+// r[i] becomes column i of the 16 x 16 block whose row i r[i] was.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// Reads `count` (<= 16) rows of a row-major matrix, `width` (<= 16) floats each from column k,
+// and returns them transposed: r[q] holds column k + q of the rows (rows past `count` zero).
+// Contiguous row reads instead of a strided gather per column: several times fewer instructions,
+// and streams the hardware prefetcher follows when the operand is cold.
+inline void load_transposed(const float* rows, int64_t ld, int count, int64_t width, __m512 r[16]) {
+  const __mmask16 valid = lanes(width);
+  for (int i = 0; i < 16; ++i) r[i] = i < count ? _mm512_maskz_loadu_ps(valid, rows + i * ld) : _mm512_setzero_ps();
+  transpose16(r);
+}
+
+// Rows [i0, i0 + rows) of A over columns [k0, k0 + kc) as kc groups of kMR floats, rows past
+// `rows` zero: group k holds A[i0 .. i0 + kMR, k0 + k].
+void pack_a(bool ta, const float* A, int64_t lda, int64_t i0, int rows, int64_t k0, int64_t kc, float* dst) {
+  const __mmask16 group = lanes(kMR);
+  if (ta) {  // column k of A lies along a row of its (K, M) storage
+    const __mmask16 valid = lanes(rows);
+    const float* src = A + k0 * lda + i0;
+    for (int64_t k = 0; k < kc; ++k)
+      _mm512_mask_storeu_ps(dst + k * kMR, group, _mm512_maskz_loadu_ps(valid, src + k * lda));
+    return;
+  }
+  __m512 r[16];
+  for (int64_t k = 0; k < kc; k += 16) {
+    const int64_t width = std::min<int64_t>(16, kc - k);
+    load_transposed(A + i0 * lda + k0 + k, lda, rows, width, r);
+    for (int64_t q = 0; q < width; ++q) _mm512_mask_storeu_ps(dst + (k + q) * kMR, group, r[q]);
+  }
+}
+
+// Columns [j0, j0 + cols) of B over rows [k0, k0 + kc) as kc groups of kNR floats, columns past
+// `cols` zero: group k holds B[k0 + k, j0 .. j0 + kNR]. dst is 64-byte aligned.
+void pack_b(bool tb, const float* B, int64_t ldb, int64_t j0, int cols, int64_t k0, int64_t kc, float* dst) {
+  if (!tb) {
+    const __mmask16 low = lanes(cols), high = lanes(cols - 16);
+    const float* src = B + k0 * ldb + j0;
+    for (int64_t k = 0; k < kc; ++k, src += ldb) {
+      _mm512_store_ps(dst + k * kNR, _mm512_maskz_loadu_ps(low, src));
+      _mm512_store_ps(dst + k * kNR + 16, _mm512_maskz_loadu_ps(high, src + 16));
+    }
+    return;
+  }
+  // Row k of B lies down a column of its (N, K) storage: 16 of its rows at a time, transposed.
+  __m512 r[16];
+  for (int half = 0; half < 2; ++half) {
+    const int count = std::clamp(cols - 16 * half, 0, 16);
+    for (int64_t k = 0; k < kc; k += 16) {
+      const int64_t width = std::min<int64_t>(16, kc - k);
+      if (count > 0) load_transposed(B + (j0 + 16 * half) * ldb + k0 + k, ldb, count, width, r);
+      for (int64_t q = 0; q < width; ++q)
+        _mm512_store_ps(dst + (k + q) * kNR + 16 * half, count > 0 ? r[q] : _mm512_setzero_ps());
+    }
+  }
+}
+
+// C[0 .. Rows, 0 .. cols] (+)= the kc products of a packed row group and a packed column group;
+// Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
+template <int Rows>
+void tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, int cols,
+          bool accumulate) {
+  __m512 lo[Rows], hi[Rows];
+#pragma GCC unroll 14
+  for (int i = 0; i < Rows; ++i) {
+    lo[i] = hi[i] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k, a += kMR, b += kNR) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < Rows; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
+      hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
+    }
+  }
+  const __mmask16 low = lanes(cols), high = lanes(cols - 16);
+#pragma GCC unroll 14
+  for (int i = 0; i < Rows; ++i) {
+    float* row = c + i * ldc;
+    if (accumulate) {
+      lo[i] = _mm512_add_ps(lo[i], _mm512_maskz_loadu_ps(low, row));
+      hi[i] = _mm512_add_ps(hi[i], _mm512_maskz_loadu_ps(high, row + 16));
+    }
+    _mm512_mask_storeu_ps(row, low, lo[i]);
+    _mm512_mask_storeu_ps(row + 16, high, hi[i]);
+  }
+}
+
+using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool);
+template <size_t... Rows>
+constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
+  return {&tile<static_cast<int>(Rows) + 1>...};
+}
+constexpr auto kTiles = tiles_for(std::make_index_sequence<kMR>());  // kTiles[r - 1]: r rows
+
+// One thread's product: the blocks of B packed one at a time, each row group of A packed once
+// per block and run against all of its column groups.
+void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t k_parts = (K + kKC - 1) / kKC, k_step = (K + k_parts - 1) / k_parts;
+  const int64_t n_parts = (N + kNC - 1) / kNC, n_step = ((N + n_parts - 1) / n_parts + kNR - 1) / kNR * kNR;
+  float* packed_b = b_block(k_step * n_step);
+  alignas(64) float packed_a[kKC * kMR];
+  for (int64_t j0 = 0; j0 < N; j0 += n_step) {
+    const int64_t nc = std::min(n_step, N - j0);
+    for (int64_t k0 = 0; k0 < K; k0 += k_step) {
+      const int64_t kc = std::min(k_step, K - k0);
+      for (int64_t j = 0; j < nc; j += kNR)
+        pack_b(trans_b, B, ldb, j0 + j, static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0, kc, packed_b + j * kc);
+      for (int64_t i0 = 0; i0 < M; i0 += kMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+        pack_a(trans_a, A, lda, i0, rows, k0, kc, packed_a);
+        const Tile run = kTiles[rows - 1];
+        for (int64_t j = 0; j < nc; j += kNR)
+          run(kc, packed_a, packed_b + j * kc, C + i0 * ldc + j0 + j, ldc,
+              static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0 > 0 || beta != 0.f);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
+  if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  // Each thread takes a band of C and packs what it reads itself, so the threads share nothing and
+  // meet once. Bands of columns when N >= M (each thread packs all of A, the smaller operand to
+  // read twice), else of rows (each packs all of B); band edges on whole register tiles.
+  const bool by_columns = N >= M;
+  const int64_t unit = by_columns ? kNR : kMR, units = ((by_columns ? N : M) + unit - 1) / unit;
+  const int64_t bands = std::min<int64_t>(threads, units);
+  parallel_for(bands, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = units * b / bands * unit, hi = std::min(by_columns ? N : M, units * (b + 1) / bands * unit);
+      if (by_columns)
+        sgemm_serial(trans_a, trans_b, M, hi - lo, K, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc);
+      else
+        sgemm_serial(trans_a, trans_b, hi - lo, N, K, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta,
+                     C + lo * ldc, ldc);
+    }
+  });
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+#endif  // FG_SGEMM_AVX512
+
+}  // namespace fg

@@ -1,0 +1,158 @@
+// flowgrad's AVX-512 float32 GEMM (kernels/linalg/sgemm_cpu.cpp) called directly, on the shapes
+// fg.matmul never sends it (gemm_cpu keeps small and skinny products on the BLAS): every edge of
+// its 14 x 32 tile, of its K blocks (384) and column blocks (1024), both transposes, leading
+// dimensions past the matrix, accumulation, NaN and infinity, and thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "flowgrad/base/parallel.h"
+#include "flowgrad/core/runtime.h"
+#include "kernels/linalg/sgemm.h"
+
+namespace fg {
+namespace {
+
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t pad = 0;  // extra elements per stored row: leading dimensions past the matrix
+};
+
+struct Operands {
+  int64_t lda, ldb, ldc;
+  std::vector<float> a, b, c;
+};
+
+Operands make(const Case& k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  Operands o;
+  o.lda = (k.ta ? k.M : k.K) + k.pad;
+  o.ldb = (k.tb ? k.K : k.N) + k.pad;
+  o.ldc = k.N + k.pad;
+  o.a.resize((k.ta ? k.K : k.M) * o.lda);
+  o.b.resize((k.tb ? k.N : k.K) * o.ldb);
+  o.c.resize(k.M * o.ldc);
+  for (float& v : o.a) v = dist(rng);
+  for (float& v : o.b) v = dist(rng);
+  for (float& v : o.c) v = dist(rng);
+  return o;
+}
+
+// The product in double, as C's expected values (beta 0 or 1).
+std::vector<double> reference(const Case& k, const Operands& o, float beta) {
+  std::vector<double> out(k.M * k.N);
+  for (int64_t i = 0; i < k.M; ++i)
+    for (int64_t j = 0; j < k.N; ++j) {
+      double sum = beta != 0.f ? o.c[i * o.ldc + j] : 0.0;
+      for (int64_t p = 0; p < k.K; ++p)
+        sum += double(k.ta ? o.a[p * o.lda + i] : o.a[i * o.lda + p]) *
+               double(k.tb ? o.b[j * o.ldb + p] : o.b[p * o.ldb + j]);
+      out[i * k.N + j] = sum;
+    }
+  return out;
+}
+
+void check(const Case& k, float beta) {
+  Operands o = make(k, static_cast<uint32_t>(k.M * 131 + k.N * 7 + k.K));
+  const std::vector<double> expected = reference(k, o, beta);
+  const std::vector<float> before = o.c;
+  sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, beta, o.c.data(), o.ldc);
+  for (int64_t i = 0; i < k.M; ++i) {
+    for (int64_t j = 0; j < k.N; ++j)
+      ASSERT_NEAR(o.c[i * o.ldc + j], expected[i * k.N + j], 1e-4 * (std::sqrt(double(k.K)) + 1))
+          << "C[" << i << ", " << j << "] of " << k.M << "x" << k.K << "x" << k.N << " ta " << k.ta << " tb " << k.tb
+          << " pad " << k.pad << " beta " << beta;
+    for (int64_t j = k.N; j < o.ldc; ++j)  // the padding past each row of C is never written
+      ASSERT_EQ(o.c[i * o.ldc + j], before[i * o.ldc + j]);
+  }
+}
+
+class OwnSgemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!sgemm_avx512_supported()) GTEST_SKIP() << "this CPU has no AVX-512 (or the build no kernel for it)";
+    previous_ = num_threads();
+  }
+  void TearDown() override {
+    if (previous_) set_num_threads(previous_);
+  }
+  int previous_ = 0;
+};
+
+TEST_F(OwnSgemm, EveryTileEdgeBothTransposesAndPaddedRows) {
+  for (int threads : {1, 2})
+    for (int64_t M : {1, 2, 13, 14, 15, 29, 64})
+      for (int64_t N : {1, 15, 16, 17, 32, 33, 70})
+        for (int64_t K : {1, 7, 17, 40})
+          for (int t = 0; t < 4; ++t) {
+            set_num_threads(threads);
+            const Case k{M, N, K, (t & 1) != 0, (t & 2) != 0, (M + N + K) % 3};
+            check(k, 0.f);
+            check(k, 1.f);
+          }
+}
+
+TEST_F(OwnSgemm, SeveralKBlocksAndColumnBlocks) {
+  set_num_threads(2);
+  // K 785: three blocks of 262 (one short); N 1100: two column blocks; M 70: five whole row groups.
+  for (const Case& k : {Case{70, 1100, 785, false, false}, Case{70, 1100, 785, true, true, 5},
+                        Case{131, 96, 800, false, true}, Case{131, 96, 800, true, false, 3}}) {
+    check(k, 0.f);
+    check(k, 1.f);
+  }
+}
+
+TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
+  const Case k{200, 300, 500, false, true};
+  const Operands o = make(k, 3);
+  auto run = [&] {
+    std::vector<float> c(k.M * o.ldc);
+    sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc);
+    return c;
+  };
+  set_num_threads(1);
+  const std::vector<float> one = run();
+  set_num_threads(2);
+  EXPECT_EQ(run(), one);
+  std::vector<std::vector<float>> nested(2);
+  parallel_for(2, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) nested[i] = run();
+  });
+  EXPECT_EQ(nested[0], one);
+  EXPECT_EQ(nested[1], one);
+}
+
+TEST_F(OwnSgemm, NanAndInfinityReachOnlyTheirRowsAndColumns) {
+  const Case k{30, 40, 50, false, false};
+  Operands o = make(k, 5);
+  const float inf = std::numeric_limits<float>::infinity();
+  o.a[3 * o.lda + 10] = std::numeric_limits<float>::quiet_NaN();  // row 3 of A
+  o.b[20 * o.ldb + 35] = inf;                                      // column 35 of B
+  for (int64_t p = 0; p < k.K; ++p) o.b[p * o.ldb + 35] = std::abs(o.b[p * o.ldb + 35]) + 1;
+  for (int64_t p = 0; p < k.K; ++p) o.a[7 * o.lda + p] = std::abs(o.a[7 * o.lda + p]) + 1;  // row 7: all > 0
+  std::vector<float> c(k.M * o.ldc, std::numeric_limits<float>::quiet_NaN());  // beta 0: never read
+  sgemm_avx512(false, false, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc);
+  for (int64_t i = 0; i < k.M; ++i)
+    for (int64_t j = 0; j < k.N; ++j) {
+      const float v = c[i * o.ldc + j];
+      if (i == 3) EXPECT_TRUE(std::isnan(v)) << j;
+      else if (j == 35 && i == 7) EXPECT_EQ(v, inf);
+      else if (j == 35) EXPECT_TRUE(std::isinf(v) || std::isnan(v)) << i;
+      else EXPECT_TRUE(std::isfinite(v)) << i << ", " << j;
+    }
+}
+
+TEST_F(OwnSgemm, SetSgemmFallsBackToTheBlasOnlyWhenAsked) {
+  EXPECT_EQ(set_sgemm(Sgemm::Blas), Sgemm::Blas);
+  EXPECT_EQ(sgemm_in_use(), Sgemm::Blas);
+  EXPECT_EQ(set_sgemm(Sgemm::Avx512), Sgemm::Avx512);
+  EXPECT_EQ(sgemm_in_use(), Sgemm::Avx512);
+}
+
+}  // namespace
+}  // namespace fg
