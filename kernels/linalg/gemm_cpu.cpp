@@ -110,6 +110,11 @@ constexpr bool have_blas() {
 // packing costs more than the multiply-adds.
 bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) { return M >= 4 && N >= 32 && M * N * K >= (1 << 18); }
 
+// Whether a float32 product of this shape runs on flowgrad's AVX-512 kernel.
+bool own_sgemm(int64_t M, int64_t N, int64_t K) {
+  return sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K));
+}
+
 // C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
 template <class T>
 void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
@@ -121,7 +126,7 @@ void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K)))
+    if (own_sgemm(M, N, K))
       return sgemm_avx512(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   }
 #if defined(FLOWGRAD_HAVE_BLAS)
@@ -165,6 +170,15 @@ void gemm_dispatch(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N
 void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc) {
   gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+}
+
+bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias, bool relu, void* C,
+                       int64_t ldc) {
+  if (dtype != DType::Float32 || M == 0 || N == 0 || K == 0 || !own_sgemm(M, N, K)) return false;
+  sgemm_avx512(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, 0.f,
+               static_cast<float*>(C), ldc, {static_cast<const float*>(bias), relu});
+  return true;
 }
 
 void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,

@@ -6,12 +6,20 @@
 
 namespace fg {
 
-// Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1. trans_a: A
-// is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N, K >= 1, and
-// sgemm_avx512_supported(). Deterministic: every element sums its K products in the same order
-// whatever the thread count or the split.
+// What the kernel does to each tile of C as it stores it for the last time: add bias (N floats,
+// broadcast over the rows; only with beta 0), then ReLU (x where x > 0 or NaN, else +0). A linear
+// layer in one pass over its output instead of three (bias, product, activation).
+struct SgemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+};
+
+// Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1, then the
+// epilogue. trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,
+// K >= 1, and sgemm_avx512_supported(). Deterministic: every element sums its K products in the
+// same order whatever the thread count or the split.
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue = {});
 
 // Whether this CPU runs sgemm_avx512 (AVX-512 F; false off x86-64 and for compilers without it).
 bool sgemm_avx512_supported();

@@ -47,7 +47,7 @@ Sgemm sgemm_in_use() {
 
 #if !FG_SGEMM_AVX512
 void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
-                  int64_t) {
+                  int64_t, const SgemmEpilogue&) {
   std::abort();  // gemm_cpu asks only where sgemm_avx512_supported()
 }
 #else
@@ -177,7 +177,7 @@ void pack_b(bool tb, const float* B, int64_t ldb, int64_t j0, int cols, int64_t 
 // Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
 template <int Rows>
 void tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, int cols,
-          bool accumulate) {
+          bool accumulate, const float* bias, bool relu) {
   __m512 lo[Rows], hi[Rows];
 #pragma GCC unroll 14
   for (int i = 0; i < Rows; ++i) {
@@ -196,19 +196,29 @@ void tile(int64_t kc, const float* __restrict a, const float* __restrict b, floa
     }
   }
   const __mmask16 low = lanes(cols), high = lanes(cols - 16);
+  const __m512 bias_lo = bias ? _mm512_maskz_loadu_ps(low, bias) : _mm512_setzero_ps();
+  const __m512 bias_hi = bias ? _mm512_maskz_loadu_ps(high, bias + 16) : _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 14
   for (int i = 0; i < Rows; ++i) {
     float* row = c + i * ldc;
     if (accumulate) {
       lo[i] = _mm512_add_ps(lo[i], _mm512_maskz_loadu_ps(low, row));
       hi[i] = _mm512_add_ps(hi[i], _mm512_maskz_loadu_ps(high, row + 16));
+    } else if (bias) {
+      lo[i] = _mm512_add_ps(lo[i], bias_lo);
+      hi[i] = _mm512_add_ps(hi[i], bias_hi);
+    }
+    if (relu) {  // x where x > 0 or NaN (as the Relu functor), else +0
+      lo[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo[i], zero, _CMP_NLE_UQ), lo[i]);
+      hi[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi[i], zero, _CMP_NLE_UQ), hi[i]);
     }
     _mm512_mask_storeu_ps(row, low, lo[i]);
     _mm512_mask_storeu_ps(row + 16, high, hi[i]);
   }
 }
 
-using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool);
+using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*, bool);
 template <size_t... Rows>
 constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
   return {&tile<static_cast<int>(Rows) + 1>...};
@@ -218,7 +228,7 @@ constexpr auto kTiles = tiles_for(std::make_index_sequence<kMR>());  // kTiles[r
 // One thread's product: the blocks of B packed one at a time, each row group of A packed once
 // per block and run against all of its column groups.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   const int64_t k_parts = (K + kKC - 1) / kKC, k_step = (K + k_parts - 1) / k_parts;
   const int64_t n_parts = (N + kNC - 1) / kNC, n_step = ((N + n_parts - 1) / n_parts + kNR - 1) / kNR * kNR;
   float* packed_b = b_block(k_step * n_step);
@@ -227,6 +237,7 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     const int64_t nc = std::min(n_step, N - j0);
     for (int64_t k0 = 0; k0 < K; k0 += k_step) {
       const int64_t kc = std::min(k_step, K - k0);
+      const bool first = k0 == 0, last = k0 + kc == K;
       for (int64_t j = 0; j < nc; j += kNR)
         pack_b(trans_b, B, ldb, j0 + j, static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0, kc, packed_b + j * kc);
       for (int64_t i0 = 0; i0 < M; i0 += kMR) {
@@ -235,7 +246,8 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
         const Tile run = kTiles[rows - 1];
         for (int64_t j = 0; j < nc; j += kNR)
           run(kc, packed_a, packed_b + j * kc, C + i0 * ldc + j0 + j, ldc,
-              static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0 > 0 || beta != 0.f);
+              static_cast<int>(std::min<int64_t>(kNR, nc - j)), !first || beta != 0.f,
+              first && epilogue.bias ? epilogue.bias + j0 + j : nullptr, last && epilogue.relu);
       }
     }
   }
@@ -244,9 +256,10 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
 }  // namespace
 
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
+  FG_ASSERT((!epilogue.bias || beta == 0.f) && "sgemm: a bias only with beta 0");
   const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
-  if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, epilogue);
   // Each thread takes a band of C and packs what it reads itself, so the threads share nothing and
   // meet once. Bands of columns when N >= M (each thread packs all of A, the smaller operand to
   // read twice), else of rows (each packs all of B); band edges on whole register tiles.
@@ -257,10 +270,11 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = units * b / bands * unit, hi = std::min(by_columns ? N : M, units * (b + 1) / bands * unit);
       if (by_columns)
-        sgemm_serial(trans_a, trans_b, M, hi - lo, K, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc);
+        sgemm_serial(trans_a, trans_b, M, hi - lo, K, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc,
+                     {epilogue.bias ? epilogue.bias + lo : nullptr, epilogue.relu});
       else
         sgemm_serial(trans_a, trans_b, hi - lo, N, K, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta,
-                     C + lo * ldc, ldc);
+                     C + lo * ldc, ldc, epilogue);
     }
   });
 }

@@ -4,6 +4,7 @@
 // dimensions past the matrix, accumulation, NaN and infinity, and thread counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -144,6 +145,38 @@ TEST_F(OwnSgemm, NanAndInfinityReachOnlyTheirRowsAndColumns) {
       else if (j == 35 && i == 7) EXPECT_EQ(v, inf);
       else if (j == 35) EXPECT_TRUE(std::isinf(v) || std::isnan(v)) << i;
       else EXPECT_TRUE(std::isfinite(v)) << i << ", " << j;
+    }
+}
+
+TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceAndAppliesReluAsTheFunctorDoes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int threads : {1, 2})
+    // Column bands (N >= M) offset the bias per thread; row bands share it; K 800 has three blocks.
+    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{5, 33, 9, false, false}}) {
+      set_num_threads(threads);
+      Operands o = make(k, 9);
+      o.a[1 * (k.ta ? 1 : o.lda)] = nan;  // row 1 of A (element (1, 0)): NaN through the ReLU
+      std::vector<float> bias(k.N);
+      for (int64_t j = 0; j < k.N; ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.75f;
+      const std::vector<double> product = reference(k, o, 0.f);
+      for (bool relu : {false, true}) {
+        std::vector<float> c(k.M * o.ldc, 123.f);
+        sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc,
+                     {bias.data(), relu});
+        for (int64_t i = 0; i < k.M; ++i)
+          for (int64_t j = 0; j < k.N; ++j) {
+            const float got = c[i * o.ldc + j];
+            const double want = product[i * k.N + j] + bias[j];
+            if (i == 1) {
+              EXPECT_TRUE(std::isnan(got)) << j;
+            } else {
+              EXPECT_NEAR(got, relu ? std::max(want, 0.0) : want, 1e-4 * (std::sqrt(double(k.K)) + 1)) << i << ", " << j;
+              if (relu) {
+                EXPECT_GE(got, 0.f);
+              }
+            }
+          }
+      }
     }
 }
 

@@ -82,6 +82,47 @@ def test_linear_and_its_gradients_match_numpy(threads, restore_threads):
     close(w.grad.numpy(), g64.T @ x64, 77)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_linear_relu_adds_bias_and_relu_in_the_gemm(threads, restore_threads):
+    """The plan fuses linear + relu (linear_relu); on this kernel the bias and the ReLU happen as
+    each tile is stored. Gradients of sum(model(x) * r) against float64 NumPy, and the same forward
+    values as eager mode."""
+    fg.set_num_threads(threads)
+    fg.manual_seed(2)
+    model = fg.nn.Sequential(fg.nn.Linear(300, 130), fg.nn.ReLU(), fg.nn.Linear(130, 64))
+    rng = np.random.default_rng(3)
+    x_np, r_np = rng.standard_normal((77, 300), dtype=np.float32), rng.standard_normal((77, 64), dtype=np.float32)
+    x, r = fg.tensor(x_np), fg.tensor(r_np)
+    step = fg.compile(model, lambda out, weights: (out * weights).sum(), None, example_inputs=(x, r))
+    assert "linear_relu" in [i["op"] for i in step.ir()]
+    w1, b1, w2, b2 = f64(*(p.numpy() for p in model.parameters()))
+    x64, r64 = f64(x_np, r_np)
+    pre = x64 @ w1.T + b1
+    h = np.maximum(pre, 0)
+    dh = (r64 @ w2) * (pre > 0)
+    loss = step(x, r).item()
+    np.testing.assert_allclose(loss, ((h @ w2.T + b2) * r64).sum(), rtol=1e-4)
+    grads = [p.grad.numpy() for p in model.parameters()]
+    for got, want in zip(grads, [dh.T @ x64, dh.sum(0), r64.T @ h, r64.sum(0)]):
+        close(got, want, 300)
+
+
+def test_linear_relu_keeps_nan_and_zeroes_negatives():
+    model = fg.nn.Sequential(fg.nn.Linear(256, 96), fg.nn.ReLU())
+    x_np = np.random.default_rng(4).standard_normal((40, 256), dtype=np.float32)
+    x_np[3, 5] = np.nan
+    step = fg.compile(model, lambda out, weights: (out * weights).sum(), None,
+                      example_inputs=(fg.tensor(x_np), fg.ones(40, 96)))
+    plan = step.forward_plan(fg.tensor(x_np))
+    assert "linear_relu" in [i["op"] for i in plan.ir()]
+    got = plan(fg.tensor(x_np)).numpy()
+    want = model(fg.tensor(x_np)).numpy()  # eager: linear, then the ReLU op
+    assert np.isnan(got[3]).all() and np.isnan(want[3]).all()
+    rows = np.arange(40) != 3
+    assert (got[rows] >= 0).all() and (got[rows] == 0).any()
+    close(got[rows], want[rows], 256)
+
+
 def test_inf_and_nan_stay_in_their_rows_and_columns():
     rng = np.random.default_rng(5)
     a = rng.standard_normal((64, 256), dtype=np.float32)

@@ -223,7 +223,8 @@ Tensor as_rows(const KernelEnv& env, const Tensor& x, int64_t rows) {
 
 // Gemm overwrites, Accumulate adds onto the bias broadcast into the output first; Unary applies
 // the activation Act (linear_<act>; -1 for linear) over the result, in place or from y into the
-// activation output, while the product is still in cache.
+// activation output, while the product is still in cache. Where flowgrad's AVX-512 GEMM takes a
+// float32 product, it adds the bias (and applies a ReLU) as it stores each tile instead.
 template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary, int Act>
 void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& result = out[0];
@@ -240,20 +241,34 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
-  if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
+  bool activated = false;  // the ReLU ran in the GEMM's store
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
-    if (!bias && y.numel() > 0) raw::fill(env, y, 0.0);
+    if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
+    else if (y.numel() > 0) raw::fill(env, y, 0.0);
   } else {
     Tensor x = raw::converted(env, in[0], dt), w = raw::converted(env, in[1], dt);
     bool ta, tb;
     int64_t lda, ldb;
     Tensor a = blas_operand(env, as_rows(env, x, M), &ta, &lda);
     Tensor b = blas_operand(env, w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
-    (bias ? Accumulate : Gemm)(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
+    bool fused = false;
+    if constexpr (Gemm == &gemm_cpu) {
+      // One pass over y: the bias, and a ReLU without a separate pre-activation output, in the GEMM's store.
+      const bool relu = Act == static_cast<int>(UnaryFn::Relu) && out.size() == 1;
+      Tensor vec = bias ? raw::contiguous(env, raw::converted(env, in[2], dt)) : Tensor();
+      fused = gemm_epilogue_cpu(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb,
+                                bias ? vec.data_ptr() : nullptr, relu, y.data_ptr(), N);
+      activated = fused && relu;
+    }
+    if (!fused) {
+      if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
+      (bias ? Accumulate : Gemm)(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
+    }
   }
   if constexpr (Act >= 0) {
     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
+    if (!activated)
+      Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
   }
 }
 
