@@ -56,28 +56,37 @@ namespace {
 
 // The register tile: kMR rows of C (one broadcast of A each) by kNR columns (two vectors of B):
 // 28 accumulators and 2 vectors of B in the 32 registers. K is cut into blocks of at most kKC (the
-// packed rows of A, kKC x kMR floats, stay in L1) and N into blocks of at most kNC columns (the
+// packed rows of a row group, kKC x kMR floats, stay in L1), M into blocks of kMC rows packed
+// at once, and N into blocks of at most kNC columns (the
 // packed block of B, kKC x kNC floats, stays in L2), both evenly: 784 is two blocks of 392, not
 // 384 + 384 + 16.
 constexpr int kMR = 14, kNR = 32;
 constexpr int64_t kKC = 384, kNC = 1024;
+// Rows of A packed at a time (24 row groups; with kKC, 516 KiB in L2).
+constexpr int64_t kMC = 24 * kMR;
 // Products with fewer multiply-adds than this run on the calling thread alone.
 constexpr int64_t kSerialWork = int64_t{1} << 18;
 
-// The packed block of B, one per calling thread, grown as needed and kept.
-float* b_block(int64_t floats) {
+// A packed block, one of each kind per thread, grown as needed and kept.
+class Block {
+ public:
+  float* get(int64_t floats) {
+    if (floats > capacity_) {
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(floats) * sizeof(float))));
+      FG_ASSERT(data_ && "sgemm: out of memory for a packed block");
+      capacity_ = floats;
+    }
+    return data_.get();
+  }
+
+ private:
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
-  thread_local std::unique_ptr<float, Free> block;
-  thread_local int64_t capacity = 0;
-  if (floats > capacity) {
-    block.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(floats) * sizeof(float))));
-    FG_ASSERT(block && "sgemm: out of memory for the packed block of B");
-    capacity = floats;
-  }
-  return block.get();
-}
+  std::unique_ptr<float, Free> data_;
+  int64_t capacity_ = 0;
+};
+thread_local Block t_block_a, t_block_b;
 
 }  // namespace
 
@@ -129,22 +138,29 @@ inline void load_transposed(const float* rows, int64_t ld, int count, int64_t wi
   transpose16(r);
 }
 
-// Rows [i0, i0 + rows) of A over columns [k0, k0 + kc) as kc groups of kMR floats, rows past
-// `rows` zero: group k holds A[i0 .. i0 + kMR, k0 + k].
-void pack_a(bool ta, const float* A, int64_t lda, int64_t i0, int rows, int64_t k0, int64_t kc, float* dst) {
+// Rows [m0, m0 + rows) of A over columns [k0, k0 + kc), for rows of kMR: row group g is kc groups
+// of kMR floats at dst + g * kc * kMR, group k holding A[m0 + g kMR .. + kMR, k0 + k] (rows past
+// `rows` zero). A stored (K, M) (ta) is read one storage row at a time, each feeding every row
+// group: sequential reads, where a row group at a time would touch a page per k.
+void pack_a(bool ta, const float* A, int64_t lda, int64_t m0, int64_t rows, int64_t k0, int64_t kc, float* dst) {
   const __mmask16 group = lanes(kMR);
-  if (ta) {  // column k of A lies along a row of its (K, M) storage
-    const __mmask16 valid = lanes(rows);
-    const float* src = A + k0 * lda + i0;
-    for (int64_t k = 0; k < kc; ++k)
-      _mm512_mask_storeu_ps(dst + k * kMR, group, _mm512_maskz_loadu_ps(valid, src + k * lda));
+  const int64_t groups = (rows + kMR - 1) / kMR;
+  if (ta) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A + (k0 + k) * lda + m0;
+      for (int64_t g = 0; g < groups; ++g)
+        _mm512_mask_storeu_ps(dst + (g * kc + k) * kMR, group, _mm512_maskz_loadu_ps(lanes(rows - g * kMR), src + g * kMR));
+    }
     return;
   }
   __m512 r[16];
-  for (int64_t k = 0; k < kc; k += 16) {
-    const int64_t width = std::min<int64_t>(16, kc - k);
-    load_transposed(A + i0 * lda + k0 + k, lda, rows, width, r);
-    for (int64_t q = 0; q < width; ++q) _mm512_mask_storeu_ps(dst + (k + q) * kMR, group, r[q]);
+  for (int64_t g = 0; g < groups; ++g, dst += kc * kMR) {
+    const int count = static_cast<int>(std::min<int64_t>(kMR, rows - g * kMR));
+    for (int64_t k = 0; k < kc; k += 16) {
+      const int64_t width = std::min<int64_t>(16, kc - k);
+      load_transposed(A + (m0 + g * kMR) * lda + k0 + k, lda, count, width, r);
+      for (int64_t q = 0; q < width; ++q) _mm512_mask_storeu_ps(dst + (k + q) * kMR, group, r[q]);
+    }
   }
 }
 
@@ -231,8 +247,8 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   const int64_t k_parts = (K + kKC - 1) / kKC, k_step = (K + k_parts - 1) / k_parts;
   const int64_t n_parts = (N + kNC - 1) / kNC, n_step = ((N + n_parts - 1) / n_parts + kNR - 1) / kNR * kNR;
-  float* packed_b = b_block(k_step * n_step);
-  alignas(64) float packed_a[kKC * kMR];
+  float* packed_b = t_block_b.get(k_step * n_step);
+  float* packed_a = t_block_a.get(k_step * std::min(kMC, (M + kMR - 1) / kMR * kMR));
   for (int64_t j0 = 0; j0 < N; j0 += n_step) {
     const int64_t nc = std::min(n_step, N - j0);
     for (int64_t k0 = 0; k0 < K; k0 += k_step) {
@@ -240,14 +256,17 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
       const bool first = k0 == 0, last = k0 + kc == K;
       for (int64_t j = 0; j < nc; j += kNR)
         pack_b(trans_b, B, ldb, j0 + j, static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0, kc, packed_b + j * kc);
-      for (int64_t i0 = 0; i0 < M; i0 += kMR) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
-        pack_a(trans_a, A, lda, i0, rows, k0, kc, packed_a);
-        const Tile run = kTiles[rows - 1];
-        for (int64_t j = 0; j < nc; j += kNR)
-          run(kc, packed_a, packed_b + j * kc, C + i0 * ldc + j0 + j, ldc,
-              static_cast<int>(std::min<int64_t>(kNR, nc - j)), !first || beta != 0.f,
-              first && epilogue.bias ? epilogue.bias + j0 + j : nullptr, last && epilogue.relu);
+      for (int64_t m0 = 0; m0 < M; m0 += kMC) {
+        const int64_t mc = std::min(kMC, M - m0);
+        pack_a(trans_a, A, lda, m0, mc, k0, kc, packed_a);
+        for (int64_t i = 0; i < mc; i += kMR) {
+          const Tile run = kTiles[std::min<int64_t>(kMR, mc - i) - 1];
+          const float* group = packed_a + i * kc;
+          for (int64_t j = 0; j < nc; j += kNR)
+            run(kc, group, packed_b + j * kc, C + (m0 + i) * ldc + j0 + j, ldc,
+                static_cast<int>(std::min<int64_t>(kNR, nc - j)), !first || beta != 0.f,
+                first && epilogue.bias ? epilogue.bias + j0 + j : nullptr, last && epilogue.relu);
+        }
       }
     }
   }
