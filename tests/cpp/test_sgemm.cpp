@@ -1,7 +1,8 @@
 // flowgrad's AVX-512 float32 GEMM (kernels/linalg/sgemm_cpu.cpp) called directly, on the shapes
 // fg.matmul never sends it (gemm_cpu keeps small and skinny products on the BLAS): every edge of
-// its 14 x 32 tile, of its K blocks (384) and column blocks (1024), both transposes, leading
-// dimensions past the matrix, accumulation, NaN and infinity, and thread counts.
+// its 14 x 32 tile, of its K blocks (384), row blocks (336) and column blocks (1024), both
+// transposes, leading dimensions past the matrix, accumulation, the epilogue, NaN and infinity,
+// and thread counts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,9 +101,11 @@ TEST_F(OwnSgemm, EveryTileEdgeBothTransposesAndPaddedRows) {
 
 TEST_F(OwnSgemm, SeveralKBlocksAndColumnBlocks) {
   set_num_threads(2);
-  // K 785: three blocks of 262 (one short); N 1100: two column blocks; M 70: five whole row groups.
+  // K 785: three blocks of 262 (one short); N 1100: two column blocks; M 70: five whole row groups;
+  // M 1000: row bands of 500, each two blocks of rows (336 + 164).
   for (const Case& k : {Case{70, 1100, 785, false, false}, Case{70, 1100, 785, true, true, 5},
-                        Case{131, 96, 800, false, true}, Case{131, 96, 800, true, false, 3}}) {
+                        Case{131, 96, 800, false, true}, Case{131, 96, 800, true, false, 3},
+                        Case{1000, 40, 60, true, false, 1}, Case{1000, 40, 60, false, true}}) {
     check(k, 0.f);
     check(k, 1.f);
   }
