@@ -2,9 +2,11 @@
 // trans_a: A is stored as (K, M) with leading dimension lda (likewise trans_b).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/op_table.h"
 #include "flowgrad/base/kernel_env.h"
 
 namespace fg {
@@ -29,13 +31,14 @@ void gemm_batched_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool tra
 // (PyTorch's addmm). Same arguments as gemm_cpu / gemm_cuda.
 void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
                          int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
-// C = A @ B + bias (N values broadcast over the rows; null: none), then ReLU when `relu`, in one
-// pass over C, where the float32 product runs on flowgrad's AVX-512 kernel (sgemm.h). Returns
-// false, writing nothing, elsewhere (another dtype or CPU, a shape left to the BLAS, an empty
-// product): the caller then adds the bias and applies the activation itself.
+// C = A @ B + bias (N values broadcast over the rows; null: none), then, with `act`, act(C) into
+// `out` (leading dimension ldo; null: in place), in one pass over C, where the float32 product runs
+// on flowgrad's AVX-512 kernel (sgemm.h). Returns false, writing nothing, elsewhere (another dtype
+// or CPU, a shape left to the BLAS, an empty product, an activation it lacks): the caller then adds
+// the bias and applies the activation itself.
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                       const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias, bool relu, void* C,
-                       int64_t ldc);
+                       const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
+                       std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc);
 void gemm_accumulate_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
                           int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 

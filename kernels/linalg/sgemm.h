@@ -3,16 +3,25 @@
 // through it where the CPU has AVX-512 and FLOWGRAD_SGEMM is not "blas".
 #pragma once
 #include <cstdint>
+#include <optional>
+
+#include "flowgrad/base/op_table.h"
 
 namespace fg {
 
 // What the kernel does to each tile of C as it stores it for the last time: add bias (N floats,
-// broadcast over the rows; only with beta 0), then ReLU (x where x > 0 or NaN, else +0). A linear
-// layer in one pass over its output instead of three (bias, product, activation).
+// broadcast over the rows; only with beta 0), then, with `act`, apply that function to every
+// value (one a linear_<act> op fuses: Relu, Gelu, GeluTanh, Silu, Tanh, Sigmoid; see
+// sgemm_activation_supported), writing the results to `out` (row-major, leading dimension ldo;
+// null: in place in C, else C keeps the values before it). A linear layer in one pass over its
+// output, while each tile is in L1, instead of three (bias, product, activation).
 struct SgemmEpilogue {
   const float* bias = nullptr;
-  bool relu = false;
+  std::optional<UnaryFn> act;
+  float* out = nullptr;
+  int64_t ldo = 0;
 };
+bool sgemm_activation_supported(UnaryFn act);
 
 // Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1, then the
 // epilogue. trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,

@@ -9,6 +9,7 @@
 
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
+#include "kernels/common/functors.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FG_SGEMM_AVX512 1
@@ -31,6 +32,14 @@ bool sgemm_avx512_supported() {
 #else
   return false;
 #endif
+}
+
+bool sgemm_activation_supported(UnaryFn act) {
+  switch (act) {
+    case UnaryFn::Relu: case UnaryFn::Gelu: case UnaryFn::GeluTanh: case UnaryFn::Silu: case UnaryFn::Tanh:
+    case UnaryFn::Sigmoid: return true;
+    default: return false;
+  }
 }
 
 Sgemm set_sgemm(Sgemm which) {
@@ -193,7 +202,7 @@ void pack_b(bool tb, const float* B, int64_t ldb, int64_t j0, int cols, int64_t 
 // Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
 template <int Rows>
 void tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, int cols,
-          bool accumulate, const float* bias, bool relu) {
+          bool accumulate, const float* bias) {
   __m512 lo[Rows], hi[Rows];
 #pragma GCC unroll 14
   for (int i = 0; i < Rows; ++i) {
@@ -214,7 +223,6 @@ void tile(int64_t kc, const float* __restrict a, const float* __restrict b, floa
   const __mmask16 low = lanes(cols), high = lanes(cols - 16);
   const __m512 bias_lo = bias ? _mm512_maskz_loadu_ps(low, bias) : _mm512_setzero_ps();
   const __m512 bias_hi = bias ? _mm512_maskz_loadu_ps(high, bias + 16) : _mm512_setzero_ps();
-  const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 14
   for (int i = 0; i < Rows; ++i) {
     float* row = c + i * ldc;
@@ -225,16 +233,41 @@ void tile(int64_t kc, const float* __restrict a, const float* __restrict b, floa
       lo[i] = _mm512_add_ps(lo[i], bias_lo);
       hi[i] = _mm512_add_ps(hi[i], bias_hi);
     }
-    if (relu) {  // x where x > 0 or NaN (as the Relu functor), else +0
-      lo[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo[i], zero, _CMP_NLE_UQ), lo[i]);
-      hi[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi[i], zero, _CMP_NLE_UQ), hi[i]);
-    }
     _mm512_mask_storeu_ps(row, low, lo[i]);
     _mm512_mask_storeu_ps(row + 16, high, hi[i]);
   }
 }
 
-using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*, bool);
+using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*);
+
+// out[i, j] = f(c[i, j]) over a stored tile (still in L1); the loops vectorise like the
+// elementwise kernels' (the same functors). In place (out == c) through one pointer: two restrict
+// pointers to the same floats would be undefined, and a runtime overlap check would go scalar.
+template <class F>
+void activate_tile(F f, float* c, int64_t ldc, float* out, int64_t ldo, int64_t rows, int cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (out == c) {
+      float* row = c + i * ldc;
+      for (int j = 0; j < cols; ++j) row[j] = f(row[j]);
+    } else {
+      const float* __restrict src = c + i * ldc;
+      float* __restrict dst = out + i * ldo;
+      for (int j = 0; j < cols; ++j) dst[j] = f(src[j]);
+    }
+  }
+}
+
+void activate(UnaryFn act, float* c, int64_t ldc, float* out, int64_t ldo, int64_t rows, int cols) {
+  switch (act) {
+    case UnaryFn::Relu: return activate_tile(fn::Relu{}, c, ldc, out, ldo, rows, cols);
+    case UnaryFn::Gelu: return activate_tile(fn::Gelu{}, c, ldc, out, ldo, rows, cols);
+    case UnaryFn::GeluTanh: return activate_tile(fn::GeluTanh{}, c, ldc, out, ldo, rows, cols);
+    case UnaryFn::Silu: return activate_tile(fn::Silu{}, c, ldc, out, ldo, rows, cols);
+    case UnaryFn::Tanh: return activate_tile(fn::Tanh{}, c, ldc, out, ldo, rows, cols);
+    case UnaryFn::Sigmoid: return activate_tile(fn::Sigmoid{}, c, ldc, out, ldo, rows, cols);
+    default: FG_ASSERT(false && "sgemm: an activation sgemm_activation_supported() rejects");
+  }
+}
 template <size_t... Rows>
 constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
   return {&tile<static_cast<int>(Rows) + 1>...};
@@ -260,12 +293,21 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
         const int64_t mc = std::min(kMC, M - m0);
         pack_a(trans_a, A, lda, m0, mc, k0, kc, packed_a);
         for (int64_t i = 0; i < mc; i += kMR) {
-          const Tile run = kTiles[std::min<int64_t>(kMR, mc - i) - 1];
+          const int64_t rows = std::min<int64_t>(kMR, mc - i);
+          const Tile run = kTiles[rows - 1];
           const float* group = packed_a + i * kc;
-          for (int64_t j = 0; j < nc; j += kNR)
-            run(kc, group, packed_b + j * kc, C + (m0 + i) * ldc + j0 + j, ldc,
-                static_cast<int>(std::min<int64_t>(kNR, nc - j)), !first || beta != 0.f,
-                first && epilogue.bias ? epilogue.bias + j0 + j : nullptr, last && epilogue.relu);
+          for (int64_t j = 0; j < nc; j += kNR) {
+            const int cols = static_cast<int>(std::min<int64_t>(kNR, nc - j));
+            float* c = C + (m0 + i) * ldc + j0 + j;
+            run(kc, group, packed_b + j * kc, c, ldc, cols, !first || beta != 0.f,
+                first && epilogue.bias ? epilogue.bias + j0 + j : nullptr);
+            if (last && epilogue.act) {
+              if (epilogue.out)
+                activate(*epilogue.act, c, ldc, epilogue.out + (m0 + i) * epilogue.ldo + j0 + j, epilogue.ldo, rows, cols);
+              else
+                activate(*epilogue.act, c, ldc, c, ldc, rows, cols);
+            }
+          }
         }
       }
     }
@@ -290,10 +332,13 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
       const int64_t lo = units * b / bands * unit, hi = std::min(by_columns ? N : M, units * (b + 1) / bands * unit);
       if (by_columns)
         sgemm_serial(trans_a, trans_b, M, hi - lo, K, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc,
-                     {epilogue.bias ? epilogue.bias + lo : nullptr, epilogue.relu});
+                     {epilogue.bias ? epilogue.bias + lo : nullptr, epilogue.act,
+                      epilogue.out ? epilogue.out + lo : nullptr, epilogue.ldo});
       else
         sgemm_serial(trans_a, trans_b, hi - lo, N, K, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta,
-                     C + lo * ldc, ldc, epilogue);
+                     C + lo * ldc, ldc,
+                     {epilogue.bias, epilogue.act, epilogue.out ? epilogue.out + lo * epilogue.ldo : nullptr,
+                      epilogue.ldo});
     }
   });
 }

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "flowgrad/base/parallel.h"
 #include "flowgrad/core/runtime.h"
+#include "kernels/common/functors.h"
 #include "kernels/linalg/sgemm.h"
 
 namespace fg {
@@ -151,36 +153,47 @@ TEST_F(OwnSgemm, NanAndInfinityReachOnlyTheirRowsAndColumns) {
     }
 }
 
-TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceAndAppliesReluAsTheFunctorDoes) {
+TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceThenTheActivationInPlaceOrIntoItsOwnOutput) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int threads : {1, 2})
-    // Column bands (N >= M) offset the bias per thread; row bands share it; K 800 has three blocks.
+    // Column bands (N >= M) offset the bias and the output per thread; row bands share the bias;
+    // K 800 has three blocks, only the last one activates.
     for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{5, 33, 9, false, false}}) {
       set_num_threads(threads);
       Operands o = make(k, 9);
-      o.a[1 * (k.ta ? 1 : o.lda)] = nan;  // row 1 of A (element (1, 0)): NaN through the ReLU
+      o.a[1 * (k.ta ? 1 : o.lda)] = nan;  // element (1, 0) of A: row 1 of C NaN, through every activation
       std::vector<float> bias(k.N);
       for (int64_t j = 0; j < k.N; ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.75f;
       const std::vector<double> product = reference(k, o, 0.f);
-      for (bool relu : {false, true}) {
-        std::vector<float> c(k.M * o.ldc, 123.f);
-        sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc,
-                     {bias.data(), relu});
-        for (int64_t i = 0; i < k.M; ++i)
-          for (int64_t j = 0; j < k.N; ++j) {
-            const float got = c[i * o.ldc + j];
-            const double want = product[i * k.N + j] + bias[j];
-            if (i == 1) {
-              EXPECT_TRUE(std::isnan(got)) << j;
-            } else {
-              EXPECT_NEAR(got, relu ? std::max(want, 0.0) : want, 1e-4 * (std::sqrt(double(k.K)) + 1)) << i << ", " << j;
-              if (relu) {
-                EXPECT_GE(got, 0.f);
+      const double tol = 1e-4 * (std::sqrt(double(k.K)) + 1);
+      for (std::optional<UnaryFn> act : {std::optional<UnaryFn>(), std::optional(UnaryFn::Relu), std::optional(UnaryFn::Gelu)})
+        for (bool separate : {false, true}) {
+          std::vector<float> c(k.M * o.ldc, 123.f), out(k.M * k.N, 321.f);
+          sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc,
+                       {bias.data(), act, separate ? out.data() : nullptr, k.N});
+          for (int64_t i = 0; i < k.M; ++i)
+            for (int64_t j = 0; j < k.N; ++j) {
+              const float pre = c[i * o.ldc + j], got = act && separate ? out[i * k.N + j] : pre;
+              const double want = product[i * k.N + j] + bias[j];
+              if (i == 1) {
+                EXPECT_TRUE(std::isnan(got)) << j;
+                continue;
               }
+              if (act && separate) {
+                EXPECT_NEAR(pre, want, tol) << "C keeps the product: " << i << ", " << j;
+              }
+              const double expected = !act ? want
+                                      : *act == UnaryFn::Relu ? std::max(want, 0.0)
+                                                              : double(fn::Gelu{}(static_cast<float>(want)));
+              EXPECT_NEAR(got, expected, tol * 1.2) << i << ", " << j;
             }
+          if (!(act && separate)) {
+            EXPECT_EQ(out[0], 321.f);  // no activation output asked for: none written
           }
-      }
+        }
     }
+  EXPECT_TRUE(sgemm_activation_supported(UnaryFn::GeluTanh));
+  EXPECT_FALSE(sgemm_activation_supported(UnaryFn::Exp));
 }
 
 TEST_F(OwnSgemm, SetSgemmFallsBackToTheBlasOnlyWhenAsked) {

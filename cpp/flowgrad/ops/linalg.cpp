@@ -224,7 +224,7 @@ Tensor as_rows(const KernelEnv& env, const Tensor& x, int64_t rows) {
 // Gemm overwrites, Accumulate adds onto the bias broadcast into the output first; Unary applies
 // the activation Act (linear_<act>; -1 for linear) over the result, in place or from y into the
 // activation output, while the product is still in cache. Where flowgrad's AVX-512 GEMM takes a
-// float32 product, it adds the bias (and applies a ReLU) as it stores each tile instead.
+// float32 product, it adds the bias and applies the activation as it stores each tile instead.
 template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary, int Act>
 void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& result = out[0];
@@ -241,7 +241,7 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
-  bool activated = false;  // the ReLU ran in the GEMM's store
+  bool activated = false;  // the activation ran in the GEMM's store
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
     if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
     else if (y.numel() > 0) raw::fill(env, y, 0.0);
@@ -253,12 +253,15 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
     Tensor b = blas_operand(env, w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
     bool fused = false;
     if constexpr (Gemm == &gemm_cpu) {
-      // One pass over y: the bias, and a ReLU without a separate pre-activation output, in the GEMM's store.
-      const bool relu = Act == static_cast<int>(UnaryFn::Relu) && out.size() == 1;
+      // One pass: the bias and the activation (into the result; y keeps the product for
+      // keep_input) as the GEMM stores each tile.
+      std::optional<UnaryFn> act;
+      if constexpr (Act >= 0) act = static_cast<UnaryFn>(Act);
       Tensor vec = bias ? raw::contiguous(env, raw::converted(env, in[2], dt)) : Tensor();
       fused = gemm_epilogue_cpu(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb,
-                                bias ? vec.data_ptr() : nullptr, relu, y.data_ptr(), N);
-      activated = fused && relu;
+                                bias ? vec.data_ptr() : nullptr, act, out.size() > 1 ? result.data_ptr() : nullptr, N,
+                                y.data_ptr(), N);
+      activated = fused;
     }
     if (!fused) {
       if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
