@@ -3,6 +3,7 @@ fg.matmul, linear and their gradients against float64 NumPy on shapes the kernel
 N >= 32, M*N*K >= 2^18: smaller and skinnier ones stay on the BLAS), through transposed and
 row-sliced views (leading dimensions past the row), on one and two threads; the same results as
 the BLAS; the flag. tests/cpp/test_sgemm.cpp calls the kernel itself on every edge of its tile."""
+import math
 import os
 import subprocess
 import sys
@@ -105,6 +106,30 @@ def test_compiled_linear_relu_adds_bias_and_relu_in_the_gemm(threads, restore_th
     grads = [p.grad.numpy() for p in model.parameters()]
     for got, want in zip(grads, [dh.T @ x64, dh.sum(0), r64.T @ h, r64.sum(0)]):
         close(got, want, 300)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_linear_gelu_keeps_the_product_for_its_backward(threads, restore_threads):
+    """linear_gelu with keep_input: the GEMM stores y = x W^T + b and gelu(y) from the same tile;
+    the backward reads y. Gradients against float64 NumPy (exact erf GELU)."""
+    fg.set_num_threads(threads)
+    fg.manual_seed(6)
+    model = fg.nn.Sequential(fg.nn.Linear(200, 160), fg.nn.GELU(), fg.nn.Linear(160, 48))
+    rng = np.random.default_rng(7)
+    x_np, r_np = rng.standard_normal((90, 200), dtype=np.float32), rng.standard_normal((90, 48), dtype=np.float32)
+    x, r = fg.tensor(x_np), fg.tensor(r_np)
+    step = fg.compile(model, lambda out, weights: (out * weights).sum(), None, example_inputs=(x, r))
+    assert "linear_gelu" in [i["op"] for i in step.ir()]
+    w1, b1, w2, b2 = f64(*(p.numpy() for p in model.parameters()))
+    x64, r64 = f64(x_np, r_np)
+    erf = np.vectorize(math.erf)
+    pre = x64 @ w1.T + b1
+    cdf = 0.5 * (1 + erf(pre / np.sqrt(2)))
+    h = pre * cdf
+    dh = (r64 @ w2) * (cdf + pre * np.exp(-0.5 * pre * pre) / np.sqrt(2 * np.pi))
+    np.testing.assert_allclose(step(x, r).item(), ((h @ w2.T + b2) * r64).sum(), rtol=1e-4)
+    for got, want in zip([p.grad.numpy() for p in model.parameters()], [dh.T @ x64, dh.sum(0), r64.T @ h, r64.sum(0)]):
+        close(got, want, 200)
 
 
 def test_linear_relu_keeps_nan_and_zeroes_negatives():
