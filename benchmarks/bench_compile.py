@@ -1,6 +1,7 @@
 """Compiled training steps (fg.compile) against our eager steps, PyTorch eager and torch.compile, in
 one run with the same data and threads; also the step's own GEMMs run alone (its physical floor:
 every matmul and linear product of the plan with the plan's shapes and layouts), the rest of the step (step - GEMMs),
+the step's own profile (step.profile(): time in its non-GEMM instructions, as a share of the profiled step),
 the same products through PyTorch's BLAS (torch.matmul, same layouts: how far the two BLAS libraries
 differ on this machine, and so PyTorch eager's own rest), and the memory plan.
 
@@ -221,6 +222,26 @@ def chain_per_op(rounds):
     return row
 
 
+GEMM_OPS = ("matmul", "matmul_pair")  # and every linear / linear_<act> (its bias and activation ride in the GEMM)
+
+
+def profiled_split(step, case, batch, device, steps=10):
+    """The step's own account of where its time goes (step.profile(), `steps` steps averaged): the
+    milliseconds of its GEMM instructions (matmul, matmul_pair, linear and linear_<act>, whose
+    bias and activation the CPU GEMM applies as it stores) and of every other instruction. Unlike
+    step - GEMMs alone, which also counts what the GEMMs lose in the step (operands arriving cold
+    from memory, a pair sharing the cores), this counts only time outside the GEMM instructions."""
+    x, y = (fg.tensor(v).to(device) for v in batch_data(case, batch))
+    gemm = other = 0.0
+    for _ in range(steps):
+        for record in step.profile(x, y):
+            if record["op"] in GEMM_OPS or record["op"].startswith("linear"):
+                gemm += record["ms"] / steps
+            else:
+                other += record["ms"] / steps
+    return gemm, other
+
+
 def run_case(case, batch, opt_name, device, rounds, torch):
     """One case: our compiled and eager steps, PyTorch eager and torch.compile, and the step's GEMMs
     alone, timed in interleaved rounds (medians, milliseconds)."""
@@ -252,6 +273,8 @@ def run_case(case, batch, opt_name, device, rounds, torch):
     if row["torch_gemms_alone_ms"]:  # the same products through PyTorch's BLAS, and its step's rest
         row["torch_gemm_gflops"] = flops / (row["torch_gemms_alone_ms"] / 1e3) / 1e9
         row["torch_rest_ms"] = row["torch_eager_ms"] - row["torch_gemms_alone_ms"]
+    row["profile_gemm_ms"], row["profile_other_ms"] = profiled_split(step, case, batch, device)
+    row["profile_other_share"] = row["profile_other_ms"] / (row["profile_gemm_ms"] + row["profile_other_ms"])
     stats = step.stats
     row["arena_bytes"], row["naive_bytes"] = stats["arena_bytes"], stats["naive_bytes"]
     row["arena_ratio"] = stats["arena_bytes"] / stats["naive_bytes"]
@@ -268,7 +291,8 @@ def describe(row):
     if row["torch_compile_ms"]:
         line += f" (torch.compile {row['torch_compile_ms']:.3f} ms -> {row['compiled_vs_torch_compile']:.2f}x)"
     line += (f"  | GEMMs alone {row['gemms_alone_ms']:.3f} ms ({row['gemm_gflops']:.0f} GFLOP/s), "
-             f"step/GEMMs {row['compiled_vs_gemms']:.2f}, rest {row['rest_ms']:.3f} ms = {100 * row['rest_share']:.0f}%")
+             f"step/GEMMs {row['compiled_vs_gemms']:.2f}, rest {row['rest_ms']:.3f} ms = {100 * row['rest_share']:.0f}%"
+             f"  | profile: non-GEMM instructions {row['profile_other_ms']:.3f} ms = {100 * row['profile_other_share']:.0f}%")
     if row.get("torch_gemms_alone_ms"):
         line += (f"  | torch GEMMs alone {row['torch_gemms_alone_ms']:.3f} ms ({row['torch_gemm_gflops']:.0f} GFLOP/s), "
                  f"torch eager rest {row['torch_rest_ms']:.3f} ms")
