@@ -1,6 +1,8 @@
 // flowgrad's own float32 GEMM for x86-64 CPUs with AVX-512 (sgemm_cpu.cpp): packed panels, a
 // 14 x 32 register tile, the work split over flowgrad's CPU pool. gemm_cpu runs float32 products
-// through it where the CPU has AVX-512 and FLOWGRAD_SGEMM is not "blas".
+// through it where the CPU has AVX-512 and FLOWGRAD_SGEMM is not "blas". Every thread that
+// multiplies keeps its two packing buffers for the next call (at most 2 MiB: a 384 x 1024 block of
+// B and a 336 x 384 block of A).
 #pragma once
 #include <cstdint>
 #include <optional>
