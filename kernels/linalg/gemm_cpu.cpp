@@ -172,6 +172,10 @@ void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int
   gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
+bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K) {
+  return dtype == DType::Float32 && M > 0 && N > 0 && K > 0 && own_sgemm(M, N, K) && sgemm_avx512_splits_k(M, N, K);
+}
+
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc) {

@@ -32,6 +32,11 @@ bool sgemm_activation_supported(UnaryFn act);
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue = {});
 
+// Whether sgemm_avx512, on more than one thread and without an epilogue, cuts K instead of C: a
+// K at least twice M and N (a weight gradient summed over a batch) gives each thread a stretch of
+// K, the partial products summed at the end, so the bits then depend on the thread count.
+bool sgemm_avx512_splits_k(int64_t M, int64_t N, int64_t K);
+
 // Whether this CPU runs sgemm_avx512 (AVX-512 F; false off x86-64 and for compilers without it).
 bool sgemm_avx512_supported();
 

@@ -34,6 +34,8 @@ bool sgemm_avx512_supported() {
 #endif
 }
 
+bool sgemm_avx512_splits_k(int64_t M, int64_t N, int64_t K) { return K >= 2 * std::max(M, N); }
+
 bool sgemm_activation_supported(UnaryFn act) {
   switch (act) {
     case UnaryFn::Relu: case UnaryFn::Gelu: case UnaryFn::GeluTanh: case UnaryFn::Silu: case UnaryFn::Tanh:
@@ -95,7 +97,7 @@ class Block {
   std::unique_ptr<float, Free> data_;
   int64_t capacity_ = 0;
 };
-thread_local Block t_block_a, t_block_b;
+thread_local Block t_block_a, t_block_b, t_block_sums;
 
 }  // namespace
 
@@ -321,6 +323,30 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
   FG_ASSERT((!epilogue.bias || beta == 0.f) && "sgemm: a bias only with beta 0");
   const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
   if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, epilogue);
+  if (sgemm_avx512_splits_k(M, N, K) && !epilogue.bias && !epilogue.act) {
+    // A long K (a weight gradient summed over a batch): each thread multiplies its own stretch of
+    // K (the rows of the batch it likely produced), the first into C, the others into partial
+    // sums added at the end. The sum's order then depends on the thread count.
+    const int64_t parts = std::min<int64_t>(threads, K / kMR);
+    float* partial = t_block_sums.get((parts - 1) * M * N);
+    parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t lo = K * p / parts, hi = K * (p + 1) / parts;
+        sgemm_serial(trans_a, trans_b, M, N, hi - lo, A + (trans_a ? lo * lda : lo), lda,
+                     B + (trans_b ? lo : lo * ldb), ldb, p == 0 ? beta : 0.f,
+                     p == 0 ? C : partial + (p - 1) * M * N, p == 0 ? ldc : N, {});
+      }
+    });
+    parallel_for(M, std::max<int64_t>(1, (int64_t{1} << 14) / N), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t p = 1; p < parts; ++p) {
+          float* __restrict row = C + i * ldc;
+          const float* __restrict add = partial + (p - 1) * M * N + i * N;
+          for (int64_t j = 0; j < N; ++j) row[j] += add[j];
+        }
+    });
+    return;
+  }
   // Each thread takes a band of C and packs what it reads itself, so the threads share nothing and
   // meet once. Bands of columns when N >= M (each thread packs all of A, the smaller operand to
   // read twice), else of rows (each packs all of B); band edges on whole register tiles.

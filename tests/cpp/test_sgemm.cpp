@@ -1,8 +1,8 @@
 // flowgrad's AVX-512 float32 GEMM (kernels/linalg/sgemm_cpu.cpp) called directly, on the shapes
 // fg.matmul never sends it (gemm_cpu keeps small and skinny products on the BLAS): every edge of
 // its 14 x 32 tile, of its K blocks (384), row blocks (336) and column blocks (1024), both
-// transposes, leading dimensions past the matrix, accumulation, the epilogue, NaN and infinity,
-// and thread counts.
+// transposes, leading dimensions past the matrix, accumulation, the epilogue, K split over the
+// threads, NaN and infinity, and thread counts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -131,6 +131,29 @@ TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
   });
   EXPECT_EQ(nested[0], one);
   EXPECT_EQ(nested[1], one);
+}
+
+TEST_F(OwnSgemm, SplitKGivesTheSameBitsForTheSameThreadCount) {
+  const Case k{40, 64, 900, true, false};  // a weight gradient: K long against M and N
+  ASSERT_TRUE(sgemm_avx512_splits_k(k.M, k.N, k.K));
+  const Operands o = make(k, 4);
+  auto run = [&](float beta) {
+    std::vector<float> c(o.c);
+    sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, beta, c.data(), o.ldc);
+    return c;
+  };
+  set_num_threads(2);
+  const std::vector<float> two = run(1.f);
+  EXPECT_EQ(run(1.f), two);
+  set_num_threads(1);
+  const std::vector<float> one = run(1.f);
+  const std::vector<double> expected = reference(k, o, 1.f);
+  for (int64_t i = 0; i < k.M; ++i)
+    for (int64_t j = 0; j < k.N; ++j) {
+      EXPECT_NEAR(two[i * o.ldc + j], expected[i * k.N + j], 1e-4 * std::sqrt(double(k.K)));
+      EXPECT_NEAR(two[i * o.ldc + j], one[i * o.ldc + j], 1e-4 * std::sqrt(double(k.K)));
+    }
+  EXPECT_FALSE(sgemm_avx512_splits_k(512, 512, 784));  // the MLP's products keep bands of C
 }
 
 TEST_F(OwnSgemm, NanAndInfinityReachOnlyTheirRowsAndColumns) {

@@ -143,7 +143,8 @@ const OpDef k_matmul{.id = OpId::matmul, .name = "matmul", .family = Family::Lin
 // transformer's shapes a GEMM split over two threads runs at 70-85% of twice one thread's speed
 // (its jobs share packed panels and wait on each other), two whole GEMMs side by side near 100%.
 // That needs operands BLAS reads in place (no temporary from the shared env), else, and inside a
-// parallel region or on one thread, they run one after the other.
+// parallel region or on one thread, they run one after the other; so do products whose K the
+// AVX-512 GEMM splits over the threads (a long batch: each thread reads the rows it produced).
 Specs matmul_pair_shape(TensorList in, const Attrs& attrs) {
   FG_CHECK(in.size() == 4, Value, "matmul_pair: expected 4 inputs (a1, b1, a2, b2), got ", in.size());
   Specs specs = matmul_shape({in[0], in[1]}, attrs);
@@ -161,6 +162,8 @@ void matmul_pair_kernel(const KernelEnv& env, TensorList in, const Tensors& out,
   auto product = [&](int64_t k) { matmul_kernel<gemm_cpu>(env, {in[2 * k], in[2 * k + 1]}, Tensors{out[k]}, attrs); };
   bool apart = pool_threads() > 1 && !in_parallel_region();
   for (int k = 0; k < 4; ++k) apart = apart && blas_reads_in_place(in[k], out[k / 2].dtype());
+  for (int k = 0; k < 2 && apart; ++k)  // a product whose threads split K runs faster on all of them
+    apart = !gemm_cpu_splits_k(out[k].dtype(), out[k].shape()[0], out[k].shape()[1], in[2 * k].shape()[1]);
   if (!apart) {
     product(0);
     product(1);
