@@ -105,10 +105,15 @@ constexpr bool have_blas() {
 #endif
 }
 
-// Where the AVX-512 kernel beats OpenBLAS (benchmarks/bench_sgemm.py): not on matrix-vector
-// shapes (M < 4), on fewer columns than its 32-wide tile (N < 32), nor on tiny products, whose
-// packing costs more than the multiply-adds.
-bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) { return M >= 4 && N >= 32 && M * N * K >= (1 << 18); }
+// Where the AVX-512 kernel beats OpenBLAS (benchmarks/results/sgemm-2026-11-24.md): not on
+// matrix-vector shapes (fewer than 4 rows or columns) nor on tiny products, whose packing costs
+// more than the multiply-adds; under 32 columns it multiplies the transposed product, which pays
+// from a million multiply-adds (a 512-row batch through a 10-class head: 56 us against 102).
+bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) {
+  if (std::min(M, N) < 4) return false;
+  if (N >= 32) return M * N * K >= (1 << 18);
+  return M >= 32 && M * N * K >= (1 << 20);
+}
 
 // Whether a float32 product of this shape runs on flowgrad's AVX-512 kernel.
 bool own_sgemm(int64_t M, int64_t N, int64_t K) {

@@ -97,7 +97,7 @@ class Block {
   std::unique_ptr<float, Free> data_;
   int64_t capacity_ = 0;
 };
-thread_local Block t_block_a, t_block_b, t_block_sums;
+thread_local Block t_block_a, t_block_b, t_block_sums, t_block_transposed;
 
 }  // namespace
 
@@ -321,6 +321,34 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   FG_ASSERT((!epilogue.bias || beta == 0.f) && "sgemm: a bias only with beta 0");
+  if (N < kNR && M >= kNR) {
+    // Fewer columns than a tile is wide (a classifier's head): C^T = B^T A^T fills the tiles, into
+    // this thread's buffer; C is then its transpose (+ beta C, + the bias), activated.
+    float* t = t_block_transposed.get(N * M);
+    sgemm_avx512(!trans_b, !trans_a, N, M, K, B, ldb, A, lda, 0.f, t, M);
+    const __mmask16 valid = lanes(N);
+    const __m512 bias = epilogue.bias ? _mm512_maskz_loadu_ps(valid, epilogue.bias) : _mm512_setzero_ps();
+    __m512 r[16];
+    for (int64_t i0 = 0; i0 < M; i0 += 16) {  // 16 x N blocks of t, transposed in registers: N <= 16 ...
+      const int64_t width = std::min<int64_t>(16, M - i0);
+      for (int64_t j0 = 0; j0 < N; j0 += 16) {  // ... or two of them
+        const int count = static_cast<int>(std::min<int64_t>(16, N - j0));
+        const __mmask16 cols = lanes(count);
+        const __m512 add = j0 == 0 ? bias : epilogue.bias ? _mm512_maskz_loadu_ps(cols, epilogue.bias + j0) : _mm512_setzero_ps();
+        load_transposed(t + j0 * M + i0, M, count, width, r);
+        for (int64_t q = 0; q < width; ++q) {
+          float* row = C + (i0 + q) * ldc + j0;
+          __m512 v = _mm512_add_ps(r[q], add);
+          if (beta != 0.f) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(cols, row));
+          _mm512_mask_storeu_ps(row, cols, v);
+        }
+      }
+    }
+    if (epilogue.act)
+      activate(*epilogue.act, C, ldc, epilogue.out ? epilogue.out : C, epilogue.out ? epilogue.ldo : ldc, M,
+               static_cast<int>(N));
+    return;
+  }
   const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
   if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, epilogue);
   if (sgemm_avx512_splits_k(M, N, K) && !epilogue.bias && !epilogue.act) {

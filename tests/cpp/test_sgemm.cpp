@@ -181,7 +181,9 @@ TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceThenTheActivationInPlaceOrIntoItsOwnOutp
   for (int threads : {1, 2})
     // Column bands (N >= M) offset the bias and the output per thread; row bands share the bias;
     // K 800 has three blocks, only the last one activates.
-    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{5, 33, 9, false, false}}) {
+    // N 12 < 32 columns: the transposed product, the bias and activation added as it is transposed.
+    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{5, 33, 9, false, false},
+                          Case{70, 12, 40, false, true, 1}}) {
       set_num_threads(threads);
       Operands o = make(k, 9);
       o.a[1 * (k.ta ? 1 : o.lda)] = nan;  // element (1, 0) of A: row 1 of C NaN, through every activation

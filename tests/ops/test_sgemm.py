@@ -34,8 +34,10 @@ def close(got, want, k):
 
 
 # (M, K, N): tile edges (M not a multiple of 14, N not of 32), several K blocks (K > 384), a wide
-# N (two column blocks past 1024), few rows (the threads split columns) and few columns (rows).
-SHAPES = [(29, 300, 33), (64, 784, 512), (130, 97, 257), (15, 800, 40), (17, 40, 1100), (1000, 70, 35)]
+# N (two column blocks past 1024), few rows (the threads split columns) and few columns (rows),
+# fewer columns than a tile (N 10, 20: the transposed product).
+SHAPES = [(29, 300, 33), (64, 784, 512), (130, 97, 257), (15, 800, 40), (17, 40, 1100), (1000, 70, 35),
+          (512, 300, 10), (300, 400, 20)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -66,21 +68,23 @@ def test_row_sliced_operands_keep_their_leading_dimension():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_linear_and_its_gradients_match_numpy(threads, restore_threads):
-    """Forward: bias then an accumulating product (beta 1); backward: G @ W and G^T @ X."""
+@pytest.mark.parametrize("rows, out", [(77, 130), (512, 10)])
+def test_linear_and_its_gradients_match_numpy(threads, rows, out, restore_threads):
+    """Forward: the bias added as the GEMM stores (out 10: as its transposed product is transposed
+    back); backward: G @ W and G^T @ X."""
     fg.set_num_threads(threads)
     rng = np.random.default_rng(4)
-    x_np = rng.standard_normal((77, 300), dtype=np.float32)
-    w_np = rng.standard_normal((130, 300), dtype=np.float32) * 0.1
-    b_np = rng.standard_normal(130, dtype=np.float32)
-    g_np = rng.standard_normal((77, 130), dtype=np.float32)
+    x_np = rng.standard_normal((rows, 300), dtype=np.float32)
+    w_np = rng.standard_normal((out, 300), dtype=np.float32) * 0.1
+    b_np = rng.standard_normal(out, dtype=np.float32)
+    g_np = rng.standard_normal((rows, out), dtype=np.float32)
     x, w, b = (fg.tensor(v, requires_grad=True) for v in (x_np, w_np, b_np))
     y = F.linear(x, w, b)
     y.backward(fg.tensor(g_np))
     x64, w64, b64, g64 = f64(x_np, w_np, b_np, g_np)
     close(y.detach().numpy(), x64 @ w64.T + b64, 300)
-    close(x.grad.numpy(), g64 @ w64, 130)
-    close(w.grad.numpy(), g64.T @ x64, 77)
+    close(x.grad.numpy(), g64 @ w64, out)
+    close(w.grad.numpy(), g64.T @ x64, rows)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
