@@ -1,6 +1,7 @@
 // Flash attention on the CPU: one worker per (batch*head, query block) in the forward pass, one per
 // batch*head in the backward pass (dQ is accumulated over key blocks by the worker that owns it,
-// so no two workers write the same row). Block products go through gemm_cpu (BLAS): with OpenBLAS's
+// so no two workers write the same row). Block products go through gemm_cpu (the BLAS for small
+// blocks; flowgrad's AVX-512 GEMM takes float32 ones from 2^18 multiply-adds): with OpenBLAS's
 // Haswell kernels it beat vectorised axpy loops by 1.2-1.7x at head dims 32-128 (bench_attention.py
 // --cpu-time); row loops (exp, max, rescale) are compiled per instruction set. Up to
 // kAttentionCpuTile queries and keys a head is one tile (attention_tile_cpu.cpp). Operands are
@@ -31,7 +32,7 @@ FG_CPU_CLONES void rescale_add(T* __restrict acc, const T* __restrict add, int64
   for (int64_t e = 0; e < n; ++e) acc[e] = acc[e] * alpha + add[e];
 }
 
-// C (M, N) (+)= op(A) @ op(B) through gemm_cpu (BLAS sgemm/dgemm, one thread inside a worker);
+// C (M, N) (+)= op(A) @ op(B) through gemm_cpu (one thread inside a worker);
 // gemm_cpu overwrites, so an accumulating product goes through `scratch` (M * N).
 enum class Into : uint8_t { Overwrite, Add };
 template <class T>
