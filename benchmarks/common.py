@@ -26,7 +26,7 @@ def best_time(fn, repeat=5, min_time=0.2):
 
 # Seconds to sleep before timing a different library. OpenBLAS's worker threads (ours with
 # FLOWGRAD_BLAS_THREADS=openblas; by default its jobs run on flowgrad's pool, whose workers spin
-# for 50 us at most) and OpenMP's (PyTorch's) keep spinning for a while after a parallel region; without a pause they
+# for 1 ms at most) and OpenMP's (PyTorch's) keep spinning for a while after a parallel region; without a pause they
 # steal the cores from whichever library is timed next, which made PyTorch look up to 2x slower
 # when it ran right after our GEMMs (seen in bench_eager's MLP step on 2 cores).
 SWITCH_GAP = 0.3

@@ -119,6 +119,9 @@ bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) {
 bool own_sgemm(int64_t M, int64_t N, int64_t K) {
   return sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K));
 }
+bool own_sgemm(DType dtype, int64_t M, int64_t N, int64_t K) {
+  return dtype == DType::Float32 && M > 0 && N > 0 && K > 0 && own_sgemm(M, N, K);
+}
 
 // C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
 template <class T>
@@ -178,14 +181,13 @@ void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int
 }
 
 bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K) {
-  return dtype == DType::Float32 && M > 0 && N > 0 && K > 0 && own_sgemm(M, N, K) && sgemm_avx512_splits_k(M, N, K);
+  return own_sgemm(dtype, M, N, K) && sgemm_avx512_splits_k(M, N, K);
 }
 
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc) {
-  if (dtype != DType::Float32 || M == 0 || N == 0 || K == 0 || !own_sgemm(M, N, K)) return false;
-  if (act && !sgemm_activation_supported(*act)) return false;
+  if (!own_sgemm(dtype, M, N, K) || (act && !sgemm_activation_supported(*act))) return false;
   sgemm_avx512(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, 0.f,
                static_cast<float*>(C), ldc, {static_cast<const float*>(bias), act, static_cast<float*>(out), ldo});
   return true;

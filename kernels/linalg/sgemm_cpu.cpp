@@ -19,10 +19,6 @@
 #endif
 
 namespace fg {
-namespace {
-std::atomic<Sgemm> g_sgemm{Sgemm::Blas};
-std::atomic<bool> g_sgemm_chosen{false};
-}  // namespace
 
 bool sgemm_avx512_supported() {
 #if FG_SGEMM_AVX512
@@ -44,17 +40,20 @@ bool sgemm_activation_supported(UnaryFn act) {
   }
 }
 
+namespace {
+std::atomic<Sgemm>& sgemm_choice() {  // the kernel wherever the CPU has it, until set_sgemm says otherwise
+  static std::atomic<Sgemm> choice{sgemm_avx512_supported() ? Sgemm::Avx512 : Sgemm::Blas};
+  return choice;
+}
+}  // namespace
+
 Sgemm set_sgemm(Sgemm which) {
   if (which == Sgemm::Avx512 && !sgemm_avx512_supported()) which = Sgemm::Blas;
-  g_sgemm = which;
-  g_sgemm_chosen = true;
+  sgemm_choice() = which;
   return which;
 }
 
-Sgemm sgemm_in_use() {
-  if (!g_sgemm_chosen) set_sgemm(Sgemm::Avx512);
-  return g_sgemm;
-}
+Sgemm sgemm_in_use() { return sgemm_choice(); }
 
 #if !FG_SGEMM_AVX512
 void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
@@ -66,11 +65,10 @@ void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, 
 namespace {
 
 // The register tile: kMR rows of C (one broadcast of A each) by kNR columns (two vectors of B):
-// 28 accumulators and 2 vectors of B in the 32 registers. K is cut into blocks of at most kKC (the
-// packed rows of a row group, kKC x kMR floats, stay in L1), M into blocks of kMC rows packed
-// at once, and N into blocks of at most kNC columns (the
-// packed block of B, kKC x kNC floats, stays in L2), both evenly: 784 is two blocks of 392, not
-// 384 + 384 + 16.
+// 28 accumulators and 2 vectors of B in the 32 registers. K is cut into blocks of at most kKC (a
+// packed row group, kKC x kMR floats, stays in L1), M into blocks of kMC rows packed at once, and
+// N into blocks of at most kNC columns (the packed block of B, kKC x kNC floats, stays in L2); K
+// and N evenly: 784 is two blocks of 392, not 384 + 384 + 16.
 constexpr int kMR = 14, kNR = 32;
 constexpr int64_t kKC = 384, kNC = 1024;
 // Rows of A packed at a time (24 row groups; with kKC, 516 KiB in L2).
@@ -103,8 +101,8 @@ thread_local Block t_block_a, t_block_b, t_block_sums, t_block_transposed;
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
-// GCC 12 takes the self-initialised placeholder inside its own unpack intrinsics
-// (_mm512_undefined_ps) for an uninitialised read once they are inlined at -O3.
+// GCC 12 reports the self-initialised `__Y = __Y` inside its own _mm512_undefined_ps (which the
+// unpack intrinsics pass as their unused source) as an uninitialised read once inlined at -O3.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -240,8 +238,6 @@ void tile(int64_t kc, const float* __restrict a, const float* __restrict b, floa
   }
 }
 
-using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*);
-
 // out[i, j] = f(c[i, j]) over a stored tile (still in L1); the loops vectorise like the
 // elementwise kernels' (the same functors). In place (out == c) through one pointer: two restrict
 // pointers to the same floats would be undefined, and a runtime overlap check would go scalar.
@@ -270,6 +266,8 @@ void activate(UnaryFn act, float* c, int64_t ldc, float* out, int64_t ldo, int64
     default: FG_ASSERT(false && "sgemm: an activation sgemm_activation_supported() rejects");
   }
 }
+
+using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*);
 template <size_t... Rows>
 constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
   return {&tile<static_cast<int>(Rows) + 1>...};
@@ -326,15 +324,13 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     // this thread's buffer; C is then its transpose (+ beta C, + the bias), activated.
     float* t = t_block_transposed.get(N * M);
     sgemm_avx512(!trans_b, !trans_a, N, M, K, B, ldb, A, lda, 0.f, t, M);
-    const __mmask16 valid = lanes(N);
-    const __m512 bias = epilogue.bias ? _mm512_maskz_loadu_ps(valid, epilogue.bias) : _mm512_setzero_ps();
     __m512 r[16];
-    for (int64_t i0 = 0; i0 < M; i0 += 16) {  // 16 x N blocks of t, transposed in registers: N <= 16 ...
+    for (int64_t i0 = 0; i0 < M; i0 += 16) {  // blocks of 16 rows of C by up to 16 columns
       const int64_t width = std::min<int64_t>(16, M - i0);
-      for (int64_t j0 = 0; j0 < N; j0 += 16) {  // ... or two of them
+      for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const int count = static_cast<int>(std::min<int64_t>(16, N - j0));
         const __mmask16 cols = lanes(count);
-        const __m512 add = j0 == 0 ? bias : epilogue.bias ? _mm512_maskz_loadu_ps(cols, epilogue.bias + j0) : _mm512_setzero_ps();
+        const __m512 add = epilogue.bias ? _mm512_maskz_loadu_ps(cols, epilogue.bias + j0) : _mm512_setzero_ps();
         load_transposed(t + j0 * M + i0, M, count, width, r);
         for (int64_t q = 0; q < width; ++q) {
           float* row = C + (i0 + q) * ldc + j0;
@@ -355,7 +351,7 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     // A long K (a weight gradient summed over a batch): each thread multiplies its own stretch of
     // K (the rows of the batch it likely produced), the first into C, the others into partial
     // sums added at the end. The sum's order then depends on the thread count.
-    const int64_t parts = std::min<int64_t>(threads, K / kMR);
+    const int64_t parts = std::clamp<int64_t>(K / kMR, 1, threads);
     float* partial = t_block_sums.get((parts - 1) * M * N);
     parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {

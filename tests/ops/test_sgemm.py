@@ -87,53 +87,43 @@ def test_linear_and_its_gradients_match_numpy(threads, rows, out, restore_thread
     close(w.grad.numpy(), g64.T @ x64, rows)
 
 
+def relu_and_slope(pre):
+    return np.maximum(pre, 0), (pre > 0).astype(np.float64)
+
+
+def gelu_and_slope(pre):
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
+    return pre * cdf, cdf + pre * np.exp(-0.5 * pre * pre) / np.sqrt(2 * np.pi)
+
+
+# (module, fused op, its value and slope in float64, layer sizes): linear_relu applies the ReLU in
+# the GEMM's store, in place; linear_gelu (keep_input) stores y = x W^T + b and gelu(y) from the
+# same tile, and its backward reads y.
+ACTIVATIONS = [(fg.nn.ReLU, "linear_relu", relu_and_slope, (77, 300, 130, 64)),
+               (fg.nn.GELU, "linear_gelu", gelu_and_slope, (90, 200, 160, 48))]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_linear_relu_adds_bias_and_relu_in_the_gemm(threads, restore_threads):
-    """The plan fuses linear + relu (linear_relu); on this kernel the bias and the ReLU happen as
-    each tile is stored. Gradients of sum(model(x) * r) against float64 NumPy, and the same forward
-    values as eager mode."""
+@pytest.mark.parametrize("module, op, value_and_slope, sizes", ACTIVATIONS, ids=["relu", "gelu"])
+def test_compiled_linear_activation_in_the_gemm_matches_numpy(module, op, value_and_slope, sizes, threads,
+                                                              restore_threads):
+    """Loss and gradients of sum(model(x) * r) through the fused op against float64 NumPy."""
     fg.set_num_threads(threads)
     fg.manual_seed(2)
-    model = fg.nn.Sequential(fg.nn.Linear(300, 130), fg.nn.ReLU(), fg.nn.Linear(130, 64))
+    rows, k, hidden, n = sizes
+    model = fg.nn.Sequential(fg.nn.Linear(k, hidden), module(), fg.nn.Linear(hidden, n))
     rng = np.random.default_rng(3)
-    x_np, r_np = rng.standard_normal((77, 300), dtype=np.float32), rng.standard_normal((77, 64), dtype=np.float32)
+    x_np, r_np = rng.standard_normal((rows, k), dtype=np.float32), rng.standard_normal((rows, n), dtype=np.float32)
     x, r = fg.tensor(x_np), fg.tensor(r_np)
     step = fg.compile(model, lambda out, weights: (out * weights).sum(), None, example_inputs=(x, r))
-    assert "linear_relu" in [i["op"] for i in step.ir()]
+    assert op in [i["op"] for i in step.ir()]
     w1, b1, w2, b2 = f64(*(p.numpy() for p in model.parameters()))
     x64, r64 = f64(x_np, r_np)
-    pre = x64 @ w1.T + b1
-    h = np.maximum(pre, 0)
-    dh = (r64 @ w2) * (pre > 0)
-    loss = step(x, r).item()
-    np.testing.assert_allclose(loss, ((h @ w2.T + b2) * r64).sum(), rtol=1e-4)
-    grads = [p.grad.numpy() for p in model.parameters()]
-    for got, want in zip(grads, [dh.T @ x64, dh.sum(0), r64.T @ h, r64.sum(0)]):
-        close(got, want, 300)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_linear_gelu_keeps_the_product_for_its_backward(threads, restore_threads):
-    """linear_gelu with keep_input: the GEMM stores y = x W^T + b and gelu(y) from the same tile;
-    the backward reads y. Gradients against float64 NumPy (exact erf GELU)."""
-    fg.set_num_threads(threads)
-    fg.manual_seed(6)
-    model = fg.nn.Sequential(fg.nn.Linear(200, 160), fg.nn.GELU(), fg.nn.Linear(160, 48))
-    rng = np.random.default_rng(7)
-    x_np, r_np = rng.standard_normal((90, 200), dtype=np.float32), rng.standard_normal((90, 48), dtype=np.float32)
-    x, r = fg.tensor(x_np), fg.tensor(r_np)
-    step = fg.compile(model, lambda out, weights: (out * weights).sum(), None, example_inputs=(x, r))
-    assert "linear_gelu" in [i["op"] for i in step.ir()]
-    w1, b1, w2, b2 = f64(*(p.numpy() for p in model.parameters()))
-    x64, r64 = f64(x_np, r_np)
-    erf = np.vectorize(math.erf)
-    pre = x64 @ w1.T + b1
-    cdf = 0.5 * (1 + erf(pre / np.sqrt(2)))
-    h = pre * cdf
-    dh = (r64 @ w2) * (cdf + pre * np.exp(-0.5 * pre * pre) / np.sqrt(2 * np.pi))
+    h, slope = value_and_slope(x64 @ w1.T + b1)
+    dh = (r64 @ w2) * slope
     np.testing.assert_allclose(step(x, r).item(), ((h @ w2.T + b2) * r64).sum(), rtol=1e-4)
     for got, want in zip([p.grad.numpy() for p in model.parameters()], [dh.T @ x64, dh.sum(0), r64.T @ h, r64.sum(0)]):
-        close(got, want, 200)
+        close(got, want, k)
 
 
 def test_linear_relu_keeps_nan_and_zeroes_negatives():
@@ -181,19 +171,23 @@ def test_build_config_names_the_float32_gemm():
 
 
 @pytest.mark.skipif(not OWN, reason="the AVX-512 kernel is not in use (no AVX-512, or FLOWGRAD_SGEMM=blas)")
-def test_blas_setting_gives_the_same_products_within_rounding():
-    out = run_isolated("""
-        rng = np.random.default_rng(8)
-        a, b = rng.standard_normal((200, 333), dtype=np.float32), rng.standard_normal((333, 150), dtype=np.float32)
-        print(fg.build_config()["sgemm"])
-        print(float(fg.matmul(fg.tensor(a), fg.tensor(b)).numpy().sum(dtype=np.float64)))
-    """, env={"FLOWGRAD_SGEMM": "blas"})
-    setting, total = out.split()
-    assert setting == "blas"
+def test_blas_setting_gives_the_same_products_within_rounding(tmp_path):
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((200, 333), dtype=np.float32), rng.standard_normal((333, 150), dtype=np.float32)
-    ours = fg.matmul(fg.tensor(a), fg.tensor(b)).numpy().sum(dtype=np.float64)
-    assert abs(float(total) - ours) <= 1e-5 * np.abs(a.astype(np.float64) @ b).sum()
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    out = run_isolated(f"""
+        a, b = np.load({str(tmp_path / "a.npy")!r}), np.load({str(tmp_path / "b.npy")!r})
+        np.save({str(tmp_path / "c.npy")!r}, fg.matmul(fg.tensor(a), fg.tensor(b)).numpy())
+        print(fg.build_config()["sgemm"])
+    """, env={"FLOWGRAD_SGEMM": "blas"})
+    assert out.split() == ["blas"]
+    blas = np.load(tmp_path / "c.npy")
+    ours = fg.matmul(fg.tensor(a), fg.tensor(b)).numpy()
+    want = a.astype(np.float64) @ b
+    close(blas, want, 333)
+    close(ours, want, 333)
+    np.testing.assert_allclose(ours, blas, rtol=1e-4, atol=1e-4)
 
 
 def test_sgemm_flag_rejects_other_values():

@@ -244,9 +244,10 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
+  const Tensor bias_values = bias ? raw::converted(env, in[2], dt) : Tensor();
   bool activated = false;  // the activation ran in the GEMM's store
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
-    if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
+    if (bias) raw::copy_into(env, y, bias_values);
     else if (y.numel() > 0) raw::fill(env, y, 0.0);
   } else {
     Tensor x = raw::converted(env, in[0], dt), w = raw::converted(env, in[1], dt);
@@ -260,14 +261,14 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
       // keep_input) as the GEMM stores each tile.
       std::optional<UnaryFn> act;
       if constexpr (Act >= 0) act = static_cast<UnaryFn>(Act);
-      Tensor vec = bias ? raw::contiguous(env, raw::converted(env, in[2], dt)) : Tensor();
+      const Tensor contiguous_bias = bias ? raw::contiguous(env, bias_values) : Tensor();
       fused = gemm_epilogue_cpu(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb,
-                                bias ? vec.data_ptr() : nullptr, act, out.size() > 1 ? result.data_ptr() : nullptr, N,
-                                y.data_ptr(), N);
+                                bias ? contiguous_bias.data_ptr() : nullptr, act,
+                                out.size() > 1 ? result.data_ptr() : nullptr, N, y.data_ptr(), N);
       activated = fused;
     }
     if (!fused) {
-      if (bias) raw::copy_into(env, y, raw::converted(env, in[2], dt));
+      if (bias) raw::copy_into(env, y, bias_values);
       (bias ? Accumulate : Gemm)(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb, y.data_ptr(), N);
     }
   }
