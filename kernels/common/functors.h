@@ -259,6 +259,9 @@ struct GeluTanh : Costly {  // x (1 + tanh(u)) / 2, u = k (x + 0.044715 x^3)
   }
 };
 // g * d/dx gelu(x) = g * (Phi(x) + x phi(x)), for the fused backward (first-order gradients only).
+// GeluGrad, GeluTanhGrad and SiluGrad are g times a derivative computed from x alone, so
+// g * Grad(1, x) is the same bits as Grad(g, x): a compiled linear_<act> keeps Grad(1, x) for its
+// backward, which then only multiplies (plan/passes/fuse_epilogues.cpp).
 struct GeluGrad : Costly {
   template <class T> FG_HD T operator()(T g, T x) const {
     if constexpr (std::is_same_v<T, float>) {  // Phi and the density share one exp
@@ -295,7 +298,7 @@ struct SigmoidGrad { template <class T> FG_HD T operator()(T g, T y) const { ret
 struct SiluGrad : Costly {  // d/dx x s(x) = s (1 + x (1 - s))
   template <class T> FG_HD T operator()(T g, T x) const {
     T s = Sigmoid{}(x);
-    return g * s * (T(1) + x * (T(1) - s));
+    return g * (s * (T(1) + x * (T(1) - s)));
   }
 };
 struct Clamp {

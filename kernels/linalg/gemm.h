@@ -32,13 +32,15 @@ void gemm_batched_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool tra
 void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
                          int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 // C = A @ B + bias (N values broadcast over the rows; null: none), then, with `act`, act(C) into
-// `out` (leading dimension ldo; null: in place), in one pass over C, where the float32 product runs
+// `out` (leading dimension ldo; null: in place), C keeping the product or, with `derivative`, the
+// activation's derivative there (SgemmEpilogue), in one pass over C, where the float32 product runs
 // on flowgrad's AVX-512 kernel (sgemm.h). Returns false, writing nothing, elsewhere (another dtype
 // or CPU, a shape left to the BLAS, an empty product, an activation it lacks): the caller then adds
 // the bias and applies the activation itself.
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
-                       std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc);
+                       std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc,
+                       bool derivative = false);
 // Whether a float32 product of this shape runs on flowgrad's AVX-512 kernel with its threads
 // splitting K (sgemm.h): it then wants every thread of the pool, not one.
 bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K);

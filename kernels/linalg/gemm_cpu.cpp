@@ -186,10 +186,12 @@ bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K) {
 
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
-                       std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc) {
+                       std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc, bool derivative) {
   if (!own_sgemm(dtype, M, N, K) || (act && !sgemm_activation_supported(*act))) return false;
+  FG_ASSERT((!derivative || (act && out && sgemm_derivative_supported(*act))) && "gemm: a derivative it cannot keep");
   sgemm_avx512(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, 0.f,
-               static_cast<float*>(C), ldc, {static_cast<const float*>(bias), act, static_cast<float*>(out), ldo});
+               static_cast<float*>(C), ldc,
+               {static_cast<const float*>(bias), act, static_cast<float*>(out), ldo, derivative});
   return true;
 }
 

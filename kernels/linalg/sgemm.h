@@ -15,15 +15,20 @@ namespace fg {
 // broadcast over the rows; only with beta 0), then, with `act`, apply that function to every
 // value (one a linear_<act> op fuses: Relu, Gelu, GeluTanh, Silu, Tanh, Sigmoid; see
 // sgemm_activation_supported), writing the results to `out` (row-major, leading dimension ldo;
-// null: in place in C, else C keeps the values before it). A linear layer in one pass over its
-// output, while each tile is in L1, instead of three (bias, product, activation).
+// null: in place in C, else C keeps the values before it). With `derivative` (and `out`), C keeps
+// the activation's derivative at those values instead, computed as its backward functor with
+// gradient 1 (Gelu, GeluTanh and Silu; see sgemm_derivative_supported): the backward then only
+// multiplies. A linear layer in one pass over its output, while each tile is in L1, instead of
+// three (bias, product, activation).
 struct SgemmEpilogue {
   const float* bias = nullptr;
   std::optional<UnaryFn> act;
   float* out = nullptr;
   int64_t ldo = 0;
+  bool derivative = false;
 };
 bool sgemm_activation_supported(UnaryFn act);
+bool sgemm_derivative_supported(UnaryFn act);
 
 // Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1, then the
 // epilogue. trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,

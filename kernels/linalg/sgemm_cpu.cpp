@@ -32,6 +32,9 @@ bool sgemm_avx512_supported() {
 
 bool sgemm_avx512_splits_k(int64_t M, int64_t N, int64_t K) { return K >= 2 * std::max(M, N); }
 
+bool sgemm_derivative_supported(UnaryFn act) {
+  return act == UnaryFn::Gelu || act == UnaryFn::GeluTanh || act == UnaryFn::Silu;
+}
 bool sgemm_activation_supported(UnaryFn act) {
   switch (act) {
     case UnaryFn::Relu: case UnaryFn::Gelu: case UnaryFn::GeluTanh: case UnaryFn::Silu: case UnaryFn::Tanh:
@@ -255,7 +258,29 @@ void activate_tile(F f, float* c, int64_t ldc, float* out, int64_t ldo, int64_t 
   }
 }
 
-void activate(UnaryFn act, float* c, int64_t ldc, float* out, int64_t ldo, int64_t rows, int cols) {
+// out[i, j] = f(v), c[i, j] = grad(1, v) for v = c[i, j]: the value and its derivative in one pass.
+template <class F, class Grad>
+void activate_tile(F f, Grad grad, float* c, int64_t ldc, float* out, int64_t ldo, int64_t rows, int cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict row = c + i * ldc;
+    float* __restrict dst = out + i * ldo;
+    for (int j = 0; j < cols; ++j) {
+      const float v = row[j];
+      dst[j] = f(v);
+      row[j] = grad(1.0f, v);
+    }
+  }
+}
+
+void activate(UnaryFn act, bool derivative, float* c, int64_t ldc, float* out, int64_t ldo, int64_t rows, int cols) {
+  if (derivative) {
+    switch (act) {
+      case UnaryFn::Gelu: return activate_tile(fn::Gelu{}, fn::GeluGrad{}, c, ldc, out, ldo, rows, cols);
+      case UnaryFn::GeluTanh: return activate_tile(fn::GeluTanh{}, fn::GeluTanhGrad{}, c, ldc, out, ldo, rows, cols);
+      case UnaryFn::Silu: return activate_tile(fn::Silu{}, fn::SiluGrad{}, c, ldc, out, ldo, rows, cols);
+      default: FG_ASSERT(false && "sgemm: a derivative sgemm_derivative_supported() rejects");
+    }
+  }
   switch (act) {
     case UnaryFn::Relu: return activate_tile(fn::Relu{}, c, ldc, out, ldo, rows, cols);
     case UnaryFn::Gelu: return activate_tile(fn::Gelu{}, c, ldc, out, ldo, rows, cols);
@@ -303,9 +328,10 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
                 first && epilogue.bias ? epilogue.bias + j0 + j : nullptr);
             if (last && epilogue.act) {
               if (epilogue.out)
-                activate(*epilogue.act, c, ldc, epilogue.out + (m0 + i) * epilogue.ldo + j0 + j, epilogue.ldo, rows, cols);
+                activate(*epilogue.act, epilogue.derivative, c, ldc, epilogue.out + (m0 + i) * epilogue.ldo + j0 + j,
+                         epilogue.ldo, rows, cols);
               else
-                activate(*epilogue.act, c, ldc, c, ldc, rows, cols);
+                activate(*epilogue.act, false, c, ldc, c, ldc, rows, cols);
             }
           }
         }
@@ -341,8 +367,8 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
       }
     }
     if (epilogue.act)
-      activate(*epilogue.act, C, ldc, epilogue.out ? epilogue.out : C, epilogue.out ? epilogue.ldo : ldc, M,
-               static_cast<int>(N));
+      activate(*epilogue.act, epilogue.out && epilogue.derivative, C, ldc, epilogue.out ? epilogue.out : C,
+               epilogue.out ? epilogue.ldo : ldc, M, static_cast<int>(N));
     return;
   }
   const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
@@ -380,15 +406,15 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
   parallel_for(bands, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = units * b / bands * unit, hi = std::min(by_columns ? N : M, units * (b + 1) / bands * unit);
+      SgemmEpilogue band = epilogue;  // the band's own bias columns and output rows or columns
+      if (by_columns && band.bias) band.bias += lo;
+      if (band.out) band.out += by_columns ? lo : lo * band.ldo;
       if (by_columns)
         sgemm_serial(trans_a, trans_b, M, hi - lo, K, A, lda, B + (trans_b ? lo * ldb : lo), ldb, beta, C + lo, ldc,
-                     {epilogue.bias ? epilogue.bias + lo : nullptr, epilogue.act,
-                      epilogue.out ? epilogue.out + lo : nullptr, epilogue.ldo});
+                     band);
       else
         sgemm_serial(trans_a, trans_b, hi - lo, N, K, A + (trans_a ? lo : lo * lda), lda, B, ldb, beta,
-                     C + lo * ldc, ldc,
-                     {epilogue.bias, epilogue.act, epilogue.out ? epilogue.out + lo * epilogue.ldo : nullptr,
-                      epilogue.ldo});
+                     C + lo * ldc, ldc, band);
     }
   });
 }

@@ -300,16 +300,49 @@ Value emit_on(Builder& b, OpId op, std::vector<Value> in) {
 TEST(FuseEpilogues, ALinearAndItsActivationBecomeOneCallThatKeepsTheProductForTheBackward) {
   Builder b(Dims{4, 6});
   Value y = emit_linear(b);
-  Value h = emit_on(b, OpId::gelu, {y});
+  Value h = emit_on(b, OpId::relu, {y});
   Value g = emit_on(b, OpId::exp, {h});
-  b.p.outputs = {g, emit_on(b, OpId::gelu_backward, {g, y})};
+  b.p.outputs = {g, emit_on(b, OpId::relu_backward, {g, y})};
   Program p = fuse_epilogues(b.p);
-  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_gelu, OpId::exp, OpId::gelu_backward}));
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_relu, OpId::exp, OpId::relu_backward}));
   ASSERT_EQ(p.body[0].out.size(), 2u);
   EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
   EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
   EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
+  EXPECT_FALSE(p.body[0].attrs.b("keep_derivative"));  // ReLU's backward is a cheap mask of y
   EXPECT_EQ(p.body[0].in.size(), 3u);
+}
+
+TEST(FuseEpilogues, AGeluReadOnlyByItsBackwardKeepsTheDerivativeAndTheBackwardMultiplies) {
+  for (auto [act, backward] : {std::pair{OpId::gelu, OpId::gelu_backward}, std::pair{OpId::silu, OpId::silu_backward}}) {
+    Builder b(Dims{4, 6});
+    Value y = emit_linear(b);
+    Value h = emit_on(b, act, {y});
+    Value g = emit_on(b, OpId::exp, {h});
+    b.p.outputs = {g, emit_on(b, backward, {g, y})};
+    Program p = fuse_epilogues(b.p);
+    ASSERT_EQ(ops(p.body), (std::vector<OpId>{p.body[0].op->id, OpId::exp, OpId::mul}));
+    EXPECT_TRUE(p.body[0].attrs.b("keep_input") && p.body[0].attrs.b("keep_derivative"));
+    EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);  // now holding act'(y)
+    EXPECT_EQ(p.body[2].in[1].buffer, y.buffer);
+  }
+}
+
+TEST(FuseEpilogues, AProductAnotherOpAlsoReadsOrOnAGpuKeepsNoDerivative) {
+  for (bool gpu : {false, true}) {
+    Builder b(Dims{4, 6});
+    Value y = emit_linear(b);
+    Value h = emit_on(b, OpId::gelu, {y});
+    Value g = emit_on(b, OpId::exp, {h});
+    Value dx = emit_on(b, OpId::gelu_backward, {g, y});
+    b.p.outputs = {dx};
+    if (gpu) b.p.device = Device{DeviceType::CUDA, 0};
+    else b.p.outputs.push_back(emit_on(b, OpId::neg, {y}));  // a second reader of the product
+    Program p = fuse_epilogues(b.p);
+    EXPECT_TRUE(p.body[0].attrs.b("keep_input")) << gpu;
+    EXPECT_FALSE(p.body[0].attrs.b("keep_derivative")) << gpu;
+    EXPECT_EQ(p.body[2].op->id, OpId::gelu_backward) << gpu;
+  }
 }
 
 TEST(FuseEpilogues, AProductOnlyTheActivationReadsIsNotKept) {

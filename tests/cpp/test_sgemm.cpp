@@ -221,6 +221,38 @@ TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceThenTheActivationInPlaceOrIntoItsOwnOutp
   EXPECT_FALSE(sgemm_activation_supported(UnaryFn::Exp));
 }
 
+TEST_F(OwnSgemm, EpilogueKeepsTheDerivativeInCAndTheActivationInItsOutput) {
+  // Each act with its backward functor: the output holds act(v) and C holds Grad(1, v) for the
+  // product v the same kernel keeps with another activation (to rounding: this file is compiled
+  // without FMA contraction; tests/plan/test_fuse_epilogues.py checks the bits against the plan's
+  // ops).
+  for (int threads : {1, 2})
+    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{70, 12, 40, false, true, 1}}) {
+      set_num_threads(threads);
+      Operands o = make(k, 11);
+      std::vector<float> plain(k.M * o.ldc), relu(k.M * k.N);  // an epilogue keeping the product: no split K
+      sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, plain.data(), o.ldc,
+                   {nullptr, UnaryFn::Relu, relu.data(), k.N});
+      auto check = [&](UnaryFn act, auto f, auto grad) {
+        ASSERT_TRUE(sgemm_derivative_supported(act));
+        std::vector<float> c(k.M * o.ldc, 123.f), out(k.M * k.N, 321.f);
+        sgemm_avx512(k.ta, k.tb, k.M, k.N, k.K, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f, c.data(), o.ldc,
+                     {nullptr, act, out.data(), k.N, true});
+        for (int64_t i = 0; i < k.M; ++i)
+          for (int64_t j = 0; j < k.N; ++j) {
+            const float v = plain[i * o.ldc + j];
+            const double tol = 2e-6 * (1 + std::abs(v));
+            ASSERT_NEAR(out[i * k.N + j], f(v), tol) << i << ", " << j;
+            ASSERT_NEAR(c[i * o.ldc + j], grad(1.0f, v), tol) << i << ", " << j;
+          }
+      };
+      check(UnaryFn::Gelu, fn::Gelu{}, fn::GeluGrad{});
+      check(UnaryFn::GeluTanh, fn::GeluTanh{}, fn::GeluTanhGrad{});
+      check(UnaryFn::Silu, fn::Silu{}, fn::SiluGrad{});
+    }
+  EXPECT_FALSE(sgemm_derivative_supported(UnaryFn::Relu));
+}
+
 TEST_F(OwnSgemm, SetSgemmFallsBackToTheBlasOnlyWhenAsked) {
   EXPECT_EQ(set_sgemm(Sgemm::Blas), Sgemm::Blas);
   EXPECT_EQ(sgemm_in_use(), Sgemm::Blas);

@@ -1,6 +1,8 @@
 """The fuse_epilogues pass: a linear followed by its activation becomes one linear_<act> call, an
-activation's backward and the bias gradient's column sum one <act>_backward_colsum call (CPU), and
-the step computes what the unfused plan (FLOWGRAD_PLAN_SKIP=fuse_epilogues) and eager mode do."""
+activation's backward and the bias gradient's column sum one <act>_backward_colsum call (CPU); on
+the CPU linear_gelu, linear_gelu_tanh and linear_silu keep the activation's derivative for a
+backward that then only multiplies (mul_colsum). The step computes what the unfused plan
+(FLOWGRAD_PLAN_SKIP=fuse_epilogues) and eager mode do."""
 import numpy as np
 import pytest
 
@@ -8,13 +10,13 @@ import flowgrad as fg
 
 F = fg.nn.functional
 
-ACTIVATIONS = {  # module, fused op, whether the activation's backward reads the linear's result
-    "relu": (fg.nn.ReLU, "linear_relu", True),
-    "gelu": (fg.nn.GELU, "linear_gelu", True),
-    "gelu_tanh": (lambda: fg.nn.GELU(approximate="tanh"), "linear_gelu_tanh", True),
-    "silu": (fg.nn.SiLU, "linear_silu", True),
-    "tanh": (fg.nn.Tanh, "linear_tanh", False),
-    "sigmoid": (fg.nn.Sigmoid, "linear_sigmoid", False),
+ACTIVATIONS = {  # module, fused op, whether the activation's backward reads the linear's result, CPU backward op
+    "relu": (fg.nn.ReLU, "linear_relu", True, "relu_backward_colsum"),
+    "gelu": (fg.nn.GELU, "linear_gelu", True, "mul_colsum"),
+    "gelu_tanh": (lambda: fg.nn.GELU(approximate="tanh"), "linear_gelu_tanh", True, "mul_colsum"),
+    "silu": (fg.nn.SiLU, "linear_silu", True, "mul_colsum"),
+    "tanh": (fg.nn.Tanh, "linear_tanh", False, "tanh_backward_colsum"),
+    "sigmoid": (fg.nn.Sigmoid, "linear_sigmoid", False, "sigmoid_backward_colsum"),
 }
 
 
@@ -53,18 +55,66 @@ def backward_ops(step):
 def test_linear_and_activation_train_as_one_op_like_the_unfused_plan_and_eager(act, device, monkeypatch):
     x, y = data(device)
     model, fused = training_step(act, device)
-    fused_op, keeps_product = ACTIVATIONS[act][1:]
+    fused_op, keeps_product, cpu_backward = ACTIVATIONS[act][1:]
     ops = forward_ops(fused)
     assert ops[0] == fused_op and act not in ops, ops
     row = next(r for r in fused.ir() if r["op"] == fused_op)
     assert len(row["outputs"]) == (2 if keeps_product else 1)
-    colsum = f"{act}_backward_colsum"
-    assert (colsum in backward_ops(fused)) == (device == "cpu"), backward_ops(fused)
+    keeps_derivative = cpu_backward == "mul_colsum" and device == "cpu"
+    assert ("keep_derivative=1" in row["attrs"]) == keeps_derivative, row["attrs"]
+    assert (f"{act}_backward" in backward_ops(fused)) == (device != "cpu" and keeps_product), backward_ops(fused)
+    assert (cpu_backward in backward_ops(fused)) == (device == "cpu"), backward_ops(fused)
     monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", "fuse_epilogues")
     plain_model, plain = training_step(act, device)
-    assert forward_ops(plain)[:2] == ["linear", act] and colsum not in backward_ops(plain)
+    assert forward_ops(plain)[:2] == ["linear", act] and cpu_backward not in backward_ops(plain)
     assert_trains_alike((model, fused), (plain_model, plain), model_for(act, device), F.mse_loss, x, y, lr=0.05,
                         rtol=1e-6)
+
+
+@pytest.mark.parametrize("sgemm", ["avx512", "blas"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+def test_a_kept_derivative_gives_the_unfused_plans_bits(act, sgemm, monkeypatch):
+    """The derivative linear_<act> keeps is its backward functor at gradient 1, and the backward's
+    multiply by it rounds as that functor does: the weight gradients equal the unfused plan's, bit
+    for bit (the bias gradient's fused column sum adds in another order), whether flowgrad's AVX-512 GEMM (the derivative written in its store) or the BLAS (a pass
+    after the product) multiplies. 300 hidden units: a product the AVX-512 kernel takes."""
+    monkeypatch.setenv("FLOWGRAD_SGEMM", sgemm)
+    grads = []
+    for skip in ("", "fuse_epilogues"):
+        monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", skip)
+        fg.manual_seed(5)
+        model = fg.nn.Sequential(fg.nn.Linear(64, 300), ACTIVATIONS[act][0](), fg.nn.Linear(300, 7))
+        rng = np.random.default_rng(6)
+        x = fg.tensor(rng.normal(size=(90, 64)).astype(np.float32) * 3)
+        y = fg.tensor(rng.normal(size=(90, 7)).astype(np.float32))
+        step = fg.compile(model, F.mse_loss, None, example_inputs=(x, y))
+        assert ("mul_colsum" in backward_ops(step)) == (skip == "")
+        step(x, y)
+        grads.append([p.grad.numpy().copy() for p in model.parameters()])
+    (w1, b1, w2, b2), plain = grads
+    for fused, want in zip((w1, w2, b2), plain[0::2] + plain[3:]):
+        np.testing.assert_array_equal(fused, want)
+    np.testing.assert_allclose(b1, plain[1], rtol=1e-5, atol=1e-8)  # the fused column sum adds in its own order
+
+
+def test_a_product_read_by_more_than_the_backward_keeps_the_product():
+    """linear_gelu keeps the derivative only when the activation's backward is all that reads the
+    product again: a product also read by another op (here its square, added to the loss) stays."""
+    fg.manual_seed(1)
+    layer, head = fg.nn.Linear(37, 129), fg.nn.Linear(129, 5)
+
+    class Model(fg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.head = layer, head
+
+        def forward(self, v):
+            h = self.layer(v)
+            return self.head(F.gelu(h)) + (h * h).mean()
+    x, y = data("cpu")
+    step = fg.compile(Model(), F.mse_loss, None, example_inputs=(x, y))
+    row = next(r for r in step.ir() if r["op"] == "linear_gelu")
+    assert row["attrs"] == "keep_input=1, keep_derivative=0" and "gelu_backward" in backward_ops(step)
 
 
 def assert_trains_alike(fused, plain, eager_model, loss_fn, x, y, lr, rtol):

@@ -1,6 +1,8 @@
 // Ops that only the plan's epilogue pass makes (plan/passes/fuse_epilogues.cpp), from calls that
 // were traced separately: <act>_backward_colsum is an activation's backward followed by the
-// column sum of its result (a linear's bias gradient). They have no gradient of their own.
+// column sum of its result (a linear's bias gradient), mul_colsum the same for a multiply of two
+// tensors of one shape (the backward of a linear_<act> that kept its derivative). They have no
+// gradient of their own.
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/nn/fused.h"
@@ -42,6 +44,7 @@ FG_COLSUM(silu, SiluGrad)
 FG_COLSUM(tanh, TanhGrad)
 FG_COLSUM(sigmoid, SigmoidGrad)
 #undef FG_COLSUM
+const OpDef k_mul_colsum = colsum_def<OpId::mul_colsum, BinaryFn::Mul>();
 
 }  // namespace
 
@@ -52,5 +55,6 @@ FG_REGISTER(gelu_tanh_backward_colsum);
 FG_REGISTER(silu_backward_colsum);
 FG_REGISTER(tanh_backward_colsum);
 FG_REGISTER(sigmoid_backward_colsum);
+FG_REGISTER(mul_colsum);
 
 }  // namespace fg

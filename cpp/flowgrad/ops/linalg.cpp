@@ -182,7 +182,10 @@ const OpDef k_matmul_pair{.id = OpId::matmul_pair, .name = "matmul_pair", .famil
 
 // linear: inputs (x (..., in), weight (out, in)[, bias (out)]) -> (..., out). linear_<act>, made
 // by the plan pass fuse_epilogues, also applies the activation to the result; with the attribute
-// keep_input its outputs are (act(y), y), for a backward rule that reads y.
+// keep_input its outputs are (act(y), y), for a backward rule that reads y, and with
+// keep_derivative as well (gelu, gelu_tanh, silu) (act(y), act'(y)): the derivative that backward
+// would compute from y, computed as its functor with gradient 1 (functors.h), so that the backward
+// becomes a multiply with the same bits.
 Specs linear_specs(TensorList in, const char* op) {
   const Tensor &x = in[0], &w = in[1];
   FG_CHECK(w.ndim() == 2, Shape, op, ": weight must be (out_features, in_features), got ", to_string(w.shape()));
@@ -228,7 +231,19 @@ Tensor as_rows(const KernelEnv& env, const Tensor& x, int64_t rows) {
 // the activation Act (linear_<act>; -1 for linear) over the result, in place or from y into the
 // activation output, while the product is still in cache. Where flowgrad's AVX-512 GEMM takes a
 // float32 product, it adds the bias and applies the activation as it stores each tile instead.
-template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary, int Act>
+// The backward functor of a linear_<act> that keeps the derivative (keep_derivative).
+BinaryFn derivative_of(UnaryFn act) {
+  switch (act) {
+    case UnaryFn::Gelu: return BinaryFn::GeluGrad;
+    case UnaryFn::GeluTanh: return BinaryFn::GeluTanhGrad;
+    case UnaryFn::Silu: return BinaryFn::SiluGrad;
+    default: fail(ErrorKind::Runtime, "internal error: linear_<act> keeps no derivative of unary function ",
+                  static_cast<int>(act));
+  }
+}
+
+template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&unary_cpu) Unary,
+          decltype(&binary_cpu) Binary, int Act>
 void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& result = out[0];
   DType dt = result.dtype();
@@ -237,11 +252,12 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
     for (const Tensor& o : out) wide.push_back(raw::temporary(env, o.shape(), DType::Float32, o.device()));
     Tensors args;
     for (const Tensor& t : in) args.push_back(raw::converted(env, t, DType::Float32));
-    linear_kernel<Gemm, Accumulate, Unary, Act>(env, args, wide, attrs);
+    linear_kernel<Gemm, Accumulate, Unary, Binary, Act>(env, args, wide, attrs);
     for (size_t i = 0; i < out.size(); ++i) raw::copy_into(env, out[i], wide[i]);
     return;
   }
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
+  const bool derivative = Act >= 0 && out.size() > 1 && attrs.b("keep_derivative");  // y then ends as act'(y)
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
   const Tensor bias_values = bias ? raw::converted(env, in[2], dt) : Tensor();
@@ -257,14 +273,14 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
     Tensor b = blas_operand(env, w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
     bool fused = false;
     if constexpr (Gemm == &gemm_cpu) {
-      // One pass: the bias and the activation (into the result; y keeps the product for
-      // keep_input) as the GEMM stores each tile.
+      // One pass: the bias and the activation (into the result; y keeps the product, or its
+      // derivative, for keep_input) as the GEMM stores each tile.
       std::optional<UnaryFn> act;
       if constexpr (Act >= 0) act = static_cast<UnaryFn>(Act);
       const Tensor contiguous_bias = bias ? raw::contiguous(env, bias_values) : Tensor();
       fused = gemm_epilogue_cpu(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb,
                                 bias ? contiguous_bias.data_ptr() : nullptr, act,
-                                out.size() > 1 ? result.data_ptr() : nullptr, N, y.data_ptr(), N);
+                                out.size() > 1 ? result.data_ptr() : nullptr, N, y.data_ptr(), N, derivative);
       activated = fused;
     }
     if (!fused) {
@@ -274,8 +290,14 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   }
   if constexpr (Act >= 0) {
     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    if (!activated)
+    if (!activated) {
       Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
+      if (derivative) {  // y = Grad(1, y) in place
+        Tensor one = raw::temporary(env, Dims{}, dt, y.device());
+        raw::fill(env, one, 1.0);
+        Binary(env, derivative_of(static_cast<UnaryFn>(Act)), dt, raw::strided_over<3>(y.shape(), {&y, &one, &y}));
+      }
+    }
   }
 }
 
@@ -295,16 +317,18 @@ Tensors linear_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_linear{.id = OpId::linear, .name = "linear", .family = Family::Linalg, .flags = kHalfNative,
-                     .shape_rule = linear_shape, .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, -1>,
-                     .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, -1>)),
+                     .shape_rule = linear_shape,
+                     .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, binary_cpu, -1>,
+                     .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, binary_cuda, -1>)),
                      .backward = linear_backward, .saved = Saved::Inputs};
 
 template <OpId Id, UnaryFn Fn>
 constexpr OpDef linear_act_def() {
   constexpr int act = static_cast<int>(Fn);
   return {.id = Id, .name = op_name(Id).data(), .family = Family::Linalg, .flags = kHalfNative,
-          .shape_rule = linear_act_shape<Id>, .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, act>,
-          .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, act>)),
+          .shape_rule = linear_act_shape<Id>,
+          .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, binary_cpu, act>,
+          .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, binary_cuda, act>)),
           .not_differentiable = "made by the plan pass fuse_epilogues after the backward is traced"};
 }
 #define FG_LINEAR_ACT(NAME, FN) const OpDef k_linear_##NAME = linear_act_def<OpId::linear_##NAME, UnaryFn::FN>();

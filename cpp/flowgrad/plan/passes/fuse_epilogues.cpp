@@ -5,6 +5,13 @@
 // becomes <act>_backward_colsum, one pass writing both. Each fused call takes the place of the
 // first call and the second goes: exact when the second reads only values ready by then and its
 // result is written nowhere else.
+// On the CPU a linear_<act> whose product only that activation's backward reads again keeps the
+// derivative there instead (gelu, gelu_tanh, silu: costly functions of the product, computed in
+// the GEMM's store with the activation, which shares most of the work): the backward becomes a
+// multiply (mul_colsum with the bias gradient), the same bits (functors.h).
+#include <optional>
+#include <vector>
+
 #include "flowgrad/plan/analysis.h"
 #include "flowgrad/plan/passes/passes.h"
 
@@ -24,9 +31,20 @@ const OpDef* linear_with(OpId act) {
   }
 }
 
-// The <act>_backward_colsum op for an activation's backward, or null.
+// The backward op of an activation whose derivative linear_<act> can keep, or none.
+std::optional<OpId> kept_backward(OpId act) {
+  switch (act) {
+    case OpId::gelu: return OpId::gelu_backward;
+    case OpId::gelu_tanh: return OpId::gelu_tanh_backward;
+    case OpId::silu: return OpId::silu_backward;
+    default: return std::nullopt;
+  }
+}
+
+// The <act>_backward_colsum op for an activation's backward (mul_colsum for a multiply), or null.
 const OpDef* colsum_of(OpId backward) {
   switch (backward) {
+    case OpId::mul: return op_rows::mul_colsum;
     case OpId::relu_backward: return op_rows::relu_backward_colsum;
     case OpId::gelu_backward: return op_rows::gelu_backward_colsum;
     case OpId::gelu_tanh_backward: return op_rows::gelu_tanh_backward_colsum;
@@ -62,12 +80,34 @@ bool is_column_sum(const Instr& ins) {
   return true;
 }
 
-// On the CPU an activation backward absorbs the column sum of its result; a linear absorbs the
-// activation of its result. Returns the absorbed instruction's index, or -1.
+// The calls after `from` that read y, when every reader of y but one (the activation) is among
+// them (none nested in a branch or loop) and each is `backward` (g, y) with g elsewhere; else empty.
+std::vector<size_t> backward_readers(const Block& code, size_t from, const Value& y, OpId backward, const DefUse& du) {
+  std::vector<size_t> found;
+  for (size_t k = from + 1; k < code.size(); ++k) {
+    const Instr& next = code[k];
+    bool reads = false;
+    for (const Value& v : next.in) reads |= v.buffer == y.buffer;
+    if (!reads) continue;
+    if (!is_call(next, backward) || next.in.size() != 2 || !same(next.in[1], y) || next.in[0].buffer == y.buffer)
+      return {};
+    found.push_back(k);
+  }
+  if (static_cast<int>(found.size()) + 1 != du.readers[y.buffer]) return {};
+  return found;
+}
+
+// On the CPU an activation backward (or a multiply of two equal shapes) absorbs the column sum of
+// its result; a linear absorbs the activation of its result. Returns the absorbed instruction's
+// index, or -1.
 int absorb_epilogue(const Program& p, Block& code, size_t i, const DefUse& du) {
   Instr& ins = code[i];
-  if (colsum_of(ins.op->id) && p.device.is_cpu() && is_floating(ins.out[0].dtype) && !is_half(ins.out[0].dtype) &&
-      dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
+  const bool elementwise_pair = ins.op->id != OpId::mul || (ins.in.size() == 2 && ins.in[0].shape == ins.out[0].shape &&
+                                                            ins.in[1].shape == ins.out[0].shape &&
+                                                            ins.in[0].dtype == ins.out[0].dtype &&
+                                                            ins.in[1].dtype == ins.out[0].dtype);
+  if (colsum_of(ins.op->id) && elementwise_pair && p.device.is_cpu() && is_floating(ins.out[0].dtype) &&
+      !is_half(ins.out[0].dtype) && dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
     int j = reader_of(code, i, du, is_column_sum);
     if (j >= 0) {
       ins.op = colsum_of(ins.op->id);
@@ -81,8 +121,13 @@ int absorb_epilogue(const Program& p, Block& code, size_t i, const DefUse& du) {
   const Value& y = ins.out[0];
   // The product stays an output when something else reads it (the activation's backward).
   bool keep = du.readers[y.buffer] > 1 || p.buffers[y.buffer].kind != BufferKind::Arena || is_result(p, y.buffer);
+  std::vector<size_t> backward;  // the calls that multiply by the kept derivative instead
+  if (std::optional<OpId> b = kept_backward(code[j].op->id); b && keep && p.device.is_cpu() && !is_result(p, y.buffer) &&
+                                                               p.buffers[y.buffer].kind == BufferKind::Arena)
+    backward = backward_readers(code, j, y, *b, du);
+  for (size_t k : backward) code[k].op = op_rows::mul;
   ins.op = linear_with(code[j].op->id);
-  ins.attrs = Attrs{{"keep_input", keep}};
+  ins.attrs = Attrs{{"keep_input", keep}, {"keep_derivative", !backward.empty()}};
   ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
   return j;
 }
