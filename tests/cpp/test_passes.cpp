@@ -298,6 +298,25 @@ Value emit_on(Builder& b, OpId op, std::vector<Value> in) {
 }
 
 TEST(FuseEpilogues, ALinearAndItsActivationBecomeOneCallThatKeepsTheProductForTheBackward) {
+  for (bool gpu : {false, true}) {  // a GPU plan keeps no derivative: the product itself
+    Builder b(Dims{4, 6});
+    if (gpu) b.p.device = Device{DeviceType::CUDA, 0};
+    Value y = emit_linear(b);
+    Value h = emit_on(b, OpId::gelu, {y});
+    Value g = emit_on(b, OpId::exp, {h});
+    b.p.outputs = {g, emit_on(b, OpId::gelu_backward, {g, y})};
+    Program p = fuse_epilogues(b.p);
+    ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_gelu, OpId::exp, gpu ? OpId::gelu_backward : OpId::mul}));
+    ASSERT_EQ(p.body[0].out.size(), 2u);
+    EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
+    EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
+    EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
+    EXPECT_EQ(p.body[0].attrs.b("keep_derivative"), !gpu);
+    EXPECT_EQ(p.body[0].in.size(), 3u);
+  }
+}
+
+TEST(FuseEpilogues, AReluBackwardReadsTheReluOutputAndTheProductIsNotKept) {
   Builder b(Dims{4, 6});
   Value y = emit_linear(b);
   Value h = emit_on(b, OpId::relu, {y});
@@ -305,12 +324,10 @@ TEST(FuseEpilogues, ALinearAndItsActivationBecomeOneCallThatKeepsTheProductForTh
   b.p.outputs = {g, emit_on(b, OpId::relu_backward, {g, y})};
   Program p = fuse_epilogues(b.p);
   ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_relu, OpId::exp, OpId::relu_backward}));
-  ASSERT_EQ(p.body[0].out.size(), 2u);
+  ASSERT_EQ(p.body[0].out.size(), 1u);
   EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
-  EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
-  EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
-  EXPECT_FALSE(p.body[0].attrs.b("keep_derivative"));  // ReLU's backward is a cheap mask of y
-  EXPECT_EQ(p.body[0].in.size(), 3u);
+  EXPECT_FALSE(p.body[0].attrs.b("keep_input"));
+  EXPECT_EQ(p.body[2].in[1].buffer, h.buffer);  // y > 0 exactly where relu(y) > 0
 }
 
 TEST(FuseEpilogues, AGeluReadOnlyByItsBackwardKeepsTheDerivativeAndTheBackwardMultiplies) {
@@ -328,20 +345,19 @@ TEST(FuseEpilogues, AGeluReadOnlyByItsBackwardKeepsTheDerivativeAndTheBackwardMu
   }
 }
 
-TEST(FuseEpilogues, AProductAnotherOpAlsoReadsOrOnAGpuKeepsNoDerivative) {
-  for (bool gpu : {false, true}) {
+TEST(FuseEpilogues, AProductAnotherOpAlsoReadsKeepsNoDerivative) {
+  for (auto [act, backward] : {std::pair{OpId::gelu, OpId::gelu_backward}, std::pair{OpId::relu, OpId::relu_backward}}) {
     Builder b(Dims{4, 6});
     Value y = emit_linear(b);
-    Value h = emit_on(b, OpId::gelu, {y});
+    Value h = emit_on(b, act, {y});
     Value g = emit_on(b, OpId::exp, {h});
-    Value dx = emit_on(b, OpId::gelu_backward, {g, y});
-    b.p.outputs = {dx};
-    if (gpu) b.p.device = Device{DeviceType::CUDA, 0};
-    else b.p.outputs.push_back(emit_on(b, OpId::neg, {y}));  // a second reader of the product
+    Value dx = emit_on(b, backward, {g, y});
+    b.p.outputs = {dx, emit_on(b, OpId::neg, {y})};  // a second reader of the product
     Program p = fuse_epilogues(b.p);
-    EXPECT_TRUE(p.body[0].attrs.b("keep_input")) << gpu;
-    EXPECT_FALSE(p.body[0].attrs.b("keep_derivative")) << gpu;
-    EXPECT_EQ(p.body[2].op->id, OpId::gelu_backward) << gpu;
+    EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
+    EXPECT_FALSE(p.body[0].attrs.b("keep_derivative"));
+    EXPECT_EQ(p.body[2].op->id, backward);
+    EXPECT_EQ(p.body[2].in[1].buffer, y.buffer);
   }
 }
 

@@ -5,10 +5,11 @@
 // becomes <act>_backward_colsum, one pass writing both. Each fused call takes the place of the
 // first call and the second goes: exact when the second reads only values ready by then and its
 // result is written nowhere else.
-// On the CPU a linear_<act> whose product only that activation's backward reads again keeps the
-// derivative there instead (gelu, gelu_tanh, silu: costly functions of the product, computed in
-// the GEMM's store with the activation, which shares most of the work): the backward becomes a
-// multiply (mul_colsum with the bias gradient), the same bits (functors.h).
+// A linear_relu's backward reads the ReLU's output instead of the product (the same mask), so the
+// product is not kept. On the CPU a linear_<act> whose product only that activation's backward
+// reads again keeps the derivative there instead (gelu, gelu_tanh, silu: costly functions of the
+// product, computed in the GEMM's store with the activation, which shares most of the work): the
+// backward becomes a multiply (mul_colsum with the bias gradient), the same bits (functors.h).
 #include <optional>
 #include <vector>
 
@@ -119,15 +120,22 @@ int absorb_epilogue(const Program& p, Block& code, size_t i, const DefUse& du) {
   int j = reader_of(code, i, du, [](const Instr& next) { return linear_with(next.op->id) != nullptr; });
   if (j < 0) return -1;
   const Value& y = ins.out[0];
+  const OpId act = code[j].op->id;
   // The product stays an output when something else reads it (the activation's backward).
   bool keep = du.readers[y.buffer] > 1 || p.buffers[y.buffer].kind != BufferKind::Arena || is_result(p, y.buffer);
-  std::vector<size_t> backward;  // the calls that multiply by the kept derivative instead
-  if (std::optional<OpId> b = kept_backward(code[j].op->id); b && keep && p.device.is_cpu() && !is_result(p, y.buffer) &&
-                                                               p.buffers[y.buffer].kind == BufferKind::Arena)
-    backward = backward_readers(code, j, y, *b, du);
-  for (size_t k : backward) code[k].op = op_rows::mul;
-  ins.op = linear_with(code[j].op->id);
-  ins.attrs = Attrs{{"keep_input", keep}, {"keep_derivative", !backward.empty()}};
+  std::vector<size_t> backward;  // the backward calls that read the product only for the activation
+  if (keep && p.buffers[y.buffer].kind == BufferKind::Arena && !is_result(p, y.buffer)) {
+    if (act == OpId::relu) {  // y > 0 exactly where relu(y) > 0 (NaN: neither): read the ReLU's output
+      backward = backward_readers(code, j, y, OpId::relu_backward, du);
+      for (size_t k : backward) code[k].in[1] = code[j].out[0];
+      keep = backward.empty();
+    } else if (std::optional<OpId> b = kept_backward(act); b && p.device.is_cpu()) {
+      backward = backward_readers(code, j, y, *b, du);
+      for (size_t k : backward) code[k].op = op_rows::mul;  // times the derivative kept in y
+    }
+  }
+  ins.op = linear_with(act);
+  ins.attrs = Attrs{{"keep_input", keep}, {"keep_derivative", keep && !backward.empty()}};
   ins.out = keep ? std::vector<Value>{code[j].out[0], y} : std::vector<Value>{code[j].out[0]};
   return j;
 }
