@@ -76,6 +76,11 @@ constexpr int kMR = 14, kNR = 32;
 constexpr int64_t kKC = 384, kNC = 1024;
 // Rows of A packed at a time (24 row groups; with kKC, 516 KiB in L2).
 constexpr int64_t kMC = 24 * kMR;
+// A band of at most this many columns reads a row-major A in place, unpacked: packing a row group
+// costs about what its few column groups then save. Measured (2 threads, the 2-core Xeon): x W^T
+// 1024 x 512 x 128 343 -> 317 us, 1024 x 384 x 128 251 -> 235 us, 2048 x 512 x 128 693 -> 653 us,
+// 192 columns 1-2% faster, 256 columns 1-5% slower (512 x 784 x 512's column bands).
+constexpr int64_t kInPlaceCols = 6 * kNR;
 // Products with fewer multiply-adds than this run on the calling thread alone.
 constexpr int64_t kSerialWork = int64_t{1} << 18;
 
@@ -201,11 +206,46 @@ void pack_b(bool tb, const float* B, int64_t ldb, int64_t j0, int cols, int64_t 
   }
 }
 
-// C[0 .. Rows, 0 .. cols] (+)= the kc products of a packed row group and a packed column group;
-// Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
+// The row group's A as the tile reads it, value (I, k) at k = 0, 1, ... as next() steps along K:
+// packed (kMR floats per k), or up to kMR rows of a row-major A read in place, ld floats apart,
+// through five row pointers so that every row is one pointer plus ld times 1, 2, 4 or 8 (an x86
+// address with a scaled index: no register per row).
+struct PackedRows {
+  const float* a;
+  template <int I> float at() const { return a[I]; }
+  void next() { a += kMR; }
+};
 template <int Rows>
-void tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, int cols,
-          bool accumulate, const float* bias) {
+struct InPlaceRows {
+  const float *r0, *r3, *r6, *r9, *r12;  // rows 0, 3, 6, 9, 12 (row 0 where the group is shorter)
+  int64_t ld;
+  InPlaceRows(const float* a, int64_t lda)
+      : r0(a), r3(Rows > 3 ? a + 3 * lda : a), r6(Rows > 6 ? a + 6 * lda : a), r9(Rows > 9 ? a + 9 * lda : a),
+        r12(Rows > 12 ? a + 12 * lda : a), ld(lda) {}
+  template <int I> float at() const {
+    static_assert(I < Rows && kMR == 14, "rows 0-13 from the five pointers");
+    if constexpr (I == 0 || I == 1 || I == 2 || I == 4 || I == 8) return r0[(I == 0 ? 0 : I) * ld];
+    else if constexpr (I == 3 || I == 5 || I == 7 || I == 11) return r3[(I - 3) * ld];
+    else if constexpr (I == 6 || I == 10) return r6[(I - 6) * ld];
+    else if constexpr (I == 9 || I == 13) return r9[(I - 9) * ld];
+    else return r12[0];
+  }
+  void next() { ++r0, ++r3, ++r6, ++r9, ++r12; }
+};
+
+template <class A, std::size_t... I>
+inline __attribute__((always_inline)) void fma_rows(const A& a, __m512 b0, __m512 b1, __m512* lo, __m512* hi,
+                                                    std::index_sequence<I...>) {
+  ((lo[I] = _mm512_fmadd_ps(_mm512_set1_ps(a.template at<I>()), b0, lo[I]),
+    hi[I] = _mm512_fmadd_ps(_mm512_set1_ps(a.template at<I>()), b1, hi[I])),
+   ...);
+}
+
+// C[0 .. Rows, 0 .. cols] (+)= the kc products of a row group of A and a packed column group;
+// Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
+template <int Rows, class A>
+void tile(int64_t kc, A a, const float* __restrict b, float* c, int64_t ldc, int cols, bool accumulate,
+          const float* bias) {
   __m512 lo[Rows], hi[Rows];
 #pragma GCC unroll 14
   for (int i = 0; i < Rows; ++i) {
@@ -214,15 +254,8 @@ void tile(int64_t kc, const float* __restrict a, const float* __restrict b, floa
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
   }
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, a += kMR, b += kNR) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 14
-    for (int i = 0; i < Rows; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
-      lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
-      hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
-    }
-  }
+  for (int64_t k = 0; k < kc; ++k, a.next(), b += kNR)
+    fma_rows(a, _mm512_load_ps(b), _mm512_load_ps(b + 16), lo, hi, std::make_index_sequence<Rows>{});
   const __mmask16 low = lanes(cols), high = lanes(cols - 16);
   const __m512 bias_lo = bias ? _mm512_maskz_loadu_ps(low, bias) : _mm512_setzero_ps();
   const __m512 bias_hi = bias ? _mm512_maskz_loadu_ps(high, bias + 16) : _mm512_setzero_ps();
@@ -292,15 +325,31 @@ void activate(UnaryFn act, bool derivative, float* c, int64_t ldc, float* out, i
   }
 }
 
-using Tile = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const float*);
-template <size_t... Rows>
-constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
-  return {&tile<static_cast<int>(Rows) + 1>...};
+// A row group of `rows` (1 .. kMR) against a packed column group: of packed A, or of A read in
+// place (row-major, lda). kTiles[r - 1]: r rows.
+using Tile = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int cols,
+                      bool accumulate, const float* bias);
+template <int Rows>
+void packed_tile(int64_t kc, const float* a, int64_t, const float* b, float* c, int64_t ldc, int cols, bool accumulate,
+                 const float* bias) {
+  tile<Rows>(kc, PackedRows{a}, b, c, ldc, cols, accumulate, bias);
 }
-constexpr auto kTiles = tiles_for(std::make_index_sequence<kMR>());  // kTiles[r - 1]: r rows
+template <int Rows>
+void in_place_tile(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int cols,
+                   bool accumulate, const float* bias) {
+  tile<Rows>(kc, InPlaceRows<Rows>(a, lda), b, c, ldc, cols, accumulate, bias);
+}
+template <size_t... Rows>
+constexpr std::array<Tile, sizeof...(Rows)> tiles_for(bool in_place, std::index_sequence<Rows...>) {
+  return in_place ? std::array<Tile, sizeof...(Rows)>{&in_place_tile<static_cast<int>(Rows) + 1>...}
+                  : std::array<Tile, sizeof...(Rows)>{&packed_tile<static_cast<int>(Rows) + 1>...};
+}
+constexpr auto kTiles = tiles_for(false, std::make_index_sequence<kMR>());
+constexpr auto kInPlaceTiles = tiles_for(true, std::make_index_sequence<kMR>());
 
 // One thread's product: the blocks of B packed one at a time, each row group of A packed once
-// per block and run against all of its column groups.
+// per block (or, row-major in a band of at most kInPlaceCols columns, read in place) and run
+// against all of its column groups.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   const int64_t k_parts = (K + kKC - 1) / kKC, k_step = (K + k_parts - 1) / k_parts;
@@ -314,17 +363,18 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
       const bool first = k0 == 0, last = k0 + kc == K;
       for (int64_t j = 0; j < nc; j += kNR)
         pack_b(trans_b, B, ldb, j0 + j, static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0, kc, packed_b + j * kc);
+      const bool in_place = !trans_a && nc <= kInPlaceCols;
       for (int64_t m0 = 0; m0 < M; m0 += kMC) {
         const int64_t mc = std::min(kMC, M - m0);
-        pack_a(trans_a, A, lda, m0, mc, k0, kc, packed_a);
+        if (!in_place) pack_a(trans_a, A, lda, m0, mc, k0, kc, packed_a);
         for (int64_t i = 0; i < mc; i += kMR) {
           const int64_t rows = std::min<int64_t>(kMR, mc - i);
-          const Tile run = kTiles[rows - 1];
-          const float* group = packed_a + i * kc;
+          const Tile run = (in_place ? kInPlaceTiles : kTiles)[rows - 1];
+          const float* group = in_place ? A + (m0 + i) * lda + k0 : packed_a + i * kc;
           for (int64_t j = 0; j < nc; j += kNR) {
             const int cols = static_cast<int>(std::min<int64_t>(kNR, nc - j));
             float* c = C + (m0 + i) * ldc + j0 + j;
-            run(kc, group, packed_b + j * kc, c, ldc, cols, !first || beta != 0.f,
+            run(kc, group, lda, packed_b + j * kc, c, ldc, cols, !first || beta != 0.f,
                 first && epilogue.bias ? epilogue.bias + j0 + j : nullptr);
             if (last && epilogue.act) {
               if (epilogue.out)
