@@ -5,7 +5,9 @@
 // VM waking a sleeping worker (its core idle) can take longer than a region's task; an OpenBLAS job
 // then waits for it. With 50 us, back-to-back 1024x512x128 GEMMs took 401-590 us (single-threaded:
 // 780), with 1 ms 394-401 (one process each, alternating, 2026-11-24).
-// OpenBLAS's threaded calls run their jobs on the same workers (run_blas_jobs below).
+// OpenBLAS's threaded calls run their jobs on the same workers (run_blas_jobs below). A region's
+// index and task counters live in the caller's frame, and the caller returns only once no worker
+// is inside it: a worker still leaving one region can never take an index of the next.
 #include "flowgrad/base/parallel.h"
 
 #include <pthread.h>
@@ -55,34 +57,46 @@ class Pool {
   void run(int tasks, void (*task)(void*, int), void* ctx, int min_threads = 1) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);  // one region at a time
     const int extra = std::max(0, min_threads - threads());
+    Region region{task, ctx, tasks};
+    region.pending.store(tasks);
     bool sleepers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      task_ = task;
-      ctx_ = ctx;
-      tasks_ = tasks;
-      next_.store(0);
-      pending_.store(tasks);
+      current_.store(&region);
       generation_.fetch_add(1, std::memory_order_release);
       sleepers = sleeping_ > 0;
     }
     if (sleepers) wake_.notify_all();  // spinning workers see the new generation themselves
     std::vector<std::thread> helpers;
-    for (int i = 0; i < extra; ++i) helpers.emplace_back([this] { t_in_region = true; drain(); });
+    for (int i = 0; i < extra; ++i) helpers.emplace_back([this, &region] { t_in_region = true; drain(region); });
     t_in_region = true;
-    drain();
+    drain(region);
     t_in_region = false;
     for (auto& h : helpers) h.join();
-    if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_.load() == 0; });
+    if (!spin_until([&] { return region.pending.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return region.pending.load() == 0; });
+    }
+    // The region lives in this frame: no worker may still be in it (about to take an index, or to
+    // signal done_) when the next region starts. A worker counts itself busy before it looks for
+    // the current region, so once it is cleared and no one is busy, none can reach this one.
+    current_.store(nullptr);
+    while (busy_.load() != 0) std::this_thread::yield();
   }
 
  private:
-  void drain() {
-    for (int i = next_.fetch_add(1); i < tasks_; i = next_.fetch_add(1)) {
-      task_(ctx_, i);
-      if (pending_.fetch_sub(1) == 1) {
+  // One parallel region: its tasks and the counters of the indices taken and the tasks finished.
+  struct Region {
+    void (*task)(void*, int);
+    void* ctx;
+    int tasks;
+    std::atomic<int> next{0}, pending{0};
+  };
+
+  void drain(Region& r) {
+    for (int i = r.next.fetch_add(1); i < r.tasks; i = r.next.fetch_add(1)) {
+      r.task(r.ctx, i);
+      if (r.pending.fetch_sub(1) == 1) {
         std::lock_guard<std::mutex> lock(mutex_);
         done_.notify_all();
       }
@@ -117,7 +131,9 @@ class Pool {
       }
       if (stop_) return;
       seen = generation_.load(std::memory_order_acquire);
-      drain();
+      busy_.fetch_add(1);
+      if (Region* r = current_.load()) drain(*r);
+      busy_.fetch_sub(1);
     }
   }
 
@@ -127,10 +143,8 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> generation_{0};
   int sleeping_ = 0;  // workers waiting on wake_ (guarded by mutex_)
-  void (*task_)(void*, int) = nullptr;
-  void* ctx_ = nullptr;
-  int tasks_ = 0;
-  std::atomic<int> next_{0}, pending_{0};
+  std::atomic<Region*> current_{nullptr};  // the region running now, null between regions
+  std::atomic<int> busy_{0};               // workers between looking for a region and leaving it
 };
 
 // Never destroyed: worker threads must not outlive static teardown. A forked child has none of its
