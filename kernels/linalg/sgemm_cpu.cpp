@@ -224,7 +224,7 @@ struct InPlaceRows {
         r12(Rows > 12 ? a + 12 * lda : a), ld(lda) {}
   template <int I> float at() const {
     static_assert(I < Rows && kMR == 14, "rows 0-13 from the five pointers");
-    if constexpr (I == 0 || I == 1 || I == 2 || I == 4 || I == 8) return r0[(I == 0 ? 0 : I) * ld];
+    if constexpr (I == 0 || I == 1 || I == 2 || I == 4 || I == 8) return r0[I * ld];
     else if constexpr (I == 3 || I == 5 || I == 7 || I == 11) return r3[(I - 3) * ld];
     else if constexpr (I == 6 || I == 10) return r6[(I - 6) * ld];
     else if constexpr (I == 9 || I == 13) return r9[(I - 9) * ld];

@@ -81,6 +81,13 @@ bool is_column_sum(const Instr& ins) {
   return true;
 }
 
+// A multiply of two operands of its result's shape and dtype (nothing broadcast or promoted).
+bool plain_multiply(const Instr& ins) {
+  const Value& out = ins.out[0];
+  return ins.in.size() == 2 && ins.in[0].shape == out.shape && ins.in[1].shape == out.shape &&
+         ins.in[0].dtype == out.dtype && ins.in[1].dtype == out.dtype;
+}
+
 // The calls after `from` that read y, when every reader of y but one (the activation) is among
 // them (none nested in a branch or loop) and each is `backward` (g, y) with g elsewhere; else empty.
 std::vector<size_t> backward_readers(const Block& code, size_t from, const Value& y, OpId backward, const DefUse& du) {
@@ -103,12 +110,8 @@ std::vector<size_t> backward_readers(const Block& code, size_t from, const Value
 // index, or -1.
 int absorb_epilogue(const Program& p, Block& code, size_t i, const DefUse& du) {
   Instr& ins = code[i];
-  const bool elementwise_pair = ins.op->id != OpId::mul || (ins.in.size() == 2 && ins.in[0].shape == ins.out[0].shape &&
-                                                            ins.in[1].shape == ins.out[0].shape &&
-                                                            ins.in[0].dtype == ins.out[0].dtype &&
-                                                            ins.in[1].dtype == ins.out[0].dtype);
-  if (colsum_of(ins.op->id) && elementwise_pair && p.device.is_cpu() && is_floating(ins.out[0].dtype) &&
-      !is_half(ins.out[0].dtype) && dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
+  if (colsum_of(ins.op->id) && (ins.op->id != OpId::mul || plain_multiply(ins)) && p.device.is_cpu() &&
+      is_floating(ins.out[0].dtype) && !is_half(ins.out[0].dtype) && dense(ins.out[0]) && ins.out[0].shape.size() >= 2) {
     int j = reader_of(code, i, du, is_column_sum);
     if (j >= 0) {
       ins.op = colsum_of(ins.op->id);
