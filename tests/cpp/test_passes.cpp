@@ -2,6 +2,9 @@
 // the memory plan with its checker, on hand-built programs: no trace, no kernels, no memory.
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <utility>
+
 #include "flowgrad/plan/memory.h"
 #include "flowgrad/plan/passes/passes.h"
 
@@ -297,31 +300,34 @@ Value emit_on(Builder& b, OpId op, std::vector<Value> in) {
   return out;
 }
 
+// linear -> act -> exp, and act's backward reading the product y (with exp's result as the
+// gradient); `also` adds a second reader of y as an output. Returns y and act's result.
+std::pair<Value, Value> emit_activation_step(Builder& b, OpId act, OpId backward, bool also = false) {
+  Value y = emit_linear(b);
+  Value h = emit_on(b, act, {y});
+  Value g = emit_on(b, OpId::exp, {h});
+  b.p.outputs = {g, emit_on(b, backward, {g, y})};
+  if (also) b.p.outputs.push_back(emit_on(b, OpId::neg, {y}));
+  return {y, h};
+}
+
 TEST(FuseEpilogues, ALinearAndItsActivationBecomeOneCallThatKeepsTheProductForTheBackward) {
-  for (bool gpu : {false, true}) {  // a GPU plan keeps no derivative: the product itself
-    Builder b(Dims{4, 6});
-    if (gpu) b.p.device = Device{DeviceType::CUDA, 0};
-    Value y = emit_linear(b);
-    Value h = emit_on(b, OpId::gelu, {y});
-    Value g = emit_on(b, OpId::exp, {h});
-    b.p.outputs = {g, emit_on(b, OpId::gelu_backward, {g, y})};
-    Program p = fuse_epilogues(b.p);
-    ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_gelu, OpId::exp, gpu ? OpId::gelu_backward : OpId::mul}));
-    ASSERT_EQ(p.body[0].out.size(), 2u);
-    EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
-    EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
-    EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
-    EXPECT_EQ(p.body[0].attrs.b("keep_derivative"), !gpu);
-    EXPECT_EQ(p.body[0].in.size(), 3u);
-  }
+  Builder b(Dims{4, 6});
+  b.p.device = Device{DeviceType::CUDA, 0};  // a GPU plan keeps the product itself, no derivative
+  auto [y, h] = emit_activation_step(b, OpId::gelu, OpId::gelu_backward);
+  Program p = fuse_epilogues(b.p);
+  ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_gelu, OpId::exp, OpId::gelu_backward}));
+  ASSERT_EQ(p.body[0].out.size(), 2u);
+  EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
+  EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);
+  EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
+  EXPECT_FALSE(p.body[0].attrs.b("keep_derivative"));
+  EXPECT_EQ(p.body[0].in.size(), 3u);
 }
 
 TEST(FuseEpilogues, AReluBackwardReadsTheReluOutputAndTheProductIsNotKept) {
   Builder b(Dims{4, 6});
-  Value y = emit_linear(b);
-  Value h = emit_on(b, OpId::relu, {y});
-  Value g = emit_on(b, OpId::exp, {h});
-  b.p.outputs = {g, emit_on(b, OpId::relu_backward, {g, y})};
+  auto [y, h] = emit_activation_step(b, OpId::relu, OpId::relu_backward);
   Program p = fuse_epilogues(b.p);
   ASSERT_EQ(ops(p.body), (std::vector<OpId>{OpId::linear_relu, OpId::exp, OpId::relu_backward}));
   ASSERT_EQ(p.body[0].out.size(), 1u);
@@ -331,15 +337,15 @@ TEST(FuseEpilogues, AReluBackwardReadsTheReluOutputAndTheProductIsNotKept) {
 }
 
 TEST(FuseEpilogues, AGeluReadOnlyByItsBackwardKeepsTheDerivativeAndTheBackwardMultiplies) {
-  for (auto [act, backward] : {std::pair{OpId::gelu, OpId::gelu_backward}, std::pair{OpId::silu, OpId::silu_backward}}) {
+  for (auto [act, backward, fused] : {std::tuple{OpId::gelu, OpId::gelu_backward, OpId::linear_gelu},
+                                      std::tuple{OpId::gelu_tanh, OpId::gelu_tanh_backward, OpId::linear_gelu_tanh},
+                                      std::tuple{OpId::silu, OpId::silu_backward, OpId::linear_silu}}) {
     Builder b(Dims{4, 6});
-    Value y = emit_linear(b);
-    Value h = emit_on(b, act, {y});
-    Value g = emit_on(b, OpId::exp, {h});
-    b.p.outputs = {g, emit_on(b, backward, {g, y})};
+    auto [y, h] = emit_activation_step(b, act, backward);
     Program p = fuse_epilogues(b.p);
-    ASSERT_EQ(ops(p.body), (std::vector<OpId>{p.body[0].op->id, OpId::exp, OpId::mul}));
+    ASSERT_EQ(ops(p.body), (std::vector<OpId>{fused, OpId::exp, OpId::mul}));
     EXPECT_TRUE(p.body[0].attrs.b("keep_input") && p.body[0].attrs.b("keep_derivative"));
+    EXPECT_EQ(p.body[0].out[0].buffer, h.buffer);
     EXPECT_EQ(p.body[0].out[1].buffer, y.buffer);  // now holding act'(y)
     EXPECT_EQ(p.body[2].in[1].buffer, y.buffer);
   }
@@ -348,11 +354,7 @@ TEST(FuseEpilogues, AGeluReadOnlyByItsBackwardKeepsTheDerivativeAndTheBackwardMu
 TEST(FuseEpilogues, AProductAnotherOpAlsoReadsKeepsNoDerivative) {
   for (auto [act, backward] : {std::pair{OpId::gelu, OpId::gelu_backward}, std::pair{OpId::relu, OpId::relu_backward}}) {
     Builder b(Dims{4, 6});
-    Value y = emit_linear(b);
-    Value h = emit_on(b, act, {y});
-    Value g = emit_on(b, OpId::exp, {h});
-    Value dx = emit_on(b, backward, {g, y});
-    b.p.outputs = {dx, emit_on(b, OpId::neg, {y})};  // a second reader of the product
+    Value y = emit_activation_step(b, act, backward, /*also=*/true).first;
     Program p = fuse_epilogues(b.p);
     EXPECT_TRUE(p.body[0].attrs.b("keep_input"));
     EXPECT_FALSE(p.body[0].attrs.b("keep_derivative"));

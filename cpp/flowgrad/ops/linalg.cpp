@@ -261,7 +261,7 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
   const Tensor bias_values = bias ? raw::converted(env, in[2], dt) : Tensor();
-  bool activated = false;  // the activation ran in the GEMM's store
+  bool fused = false;  // the bias and the activation ran in the GEMM's store
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
     if (bias) raw::copy_into(env, y, bias_values);
     else if (y.numel() > 0) raw::fill(env, y, 0.0);
@@ -271,7 +271,6 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
     int64_t lda, ldb;
     Tensor a = blas_operand(env, as_rows(env, x, M), &ta, &lda);
     Tensor b = blas_operand(env, w.alias(Dims{K, N}, Dims{w.strides()[1], w.strides()[0]}, w.offset()), &tb, &ldb);  // W^T
-    bool fused = false;
     if constexpr (Gemm == &gemm_cpu) {
       // One pass: the bias and the activation (into the result; y keeps the product, or its
       // derivative, for keep_input) as the GEMM stores each tile.
@@ -281,7 +280,6 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
       fused = gemm_epilogue_cpu(env, dt, ta, tb, M, N, K, a.data_ptr(), lda, b.data_ptr(), ldb,
                                 bias ? contiguous_bias.data_ptr() : nullptr, act,
                                 out.size() > 1 ? result.data_ptr() : nullptr, N, y.data_ptr(), N, derivative);
-      activated = fused;
     }
     if (!fused) {
       if (bias) raw::copy_into(env, y, bias_values);
@@ -290,7 +288,7 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   }
   if constexpr (Act >= 0) {
     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    if (!activated) {
+    if (!fused) {
       Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
       if (derivative) {  // y = Grad(1, y) in place
         Tensor one = raw::temporary(env, Dims{}, dt, y.device());
