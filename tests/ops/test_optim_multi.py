@@ -59,7 +59,7 @@ def test_multi_tensor_updates_are_bitwise_per_parameter_updates(device, dtype, n
 
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
 def test_threads_split_the_concatenated_elements_anywhere(name):
-    """Items past the pool's grain (1 << 17 elements): the threads' ranges cut items in the middle,
+    """Items past the updates' grain (1 << 14 elements): the threads' ranges cut items in the middle,
     size-0 items between them; bitwise per-parameter updates with 1 and 2 threads."""
     shapes = [(300, 500), (7,), (0, 3), (130, 1001), (1,), (65, 45)]
     threads = fg.get_num_threads()
