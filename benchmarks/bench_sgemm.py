@@ -32,6 +32,8 @@ SHAPES = [
     ("MLP b64 fc1 forward", 64, 784, 512, False, True),
     ("MLP b64 fc1 weight grad", 512, 64, 784, True, False),
     ("MLP head forward (N=10)", 512, 512, 10, False, True),
+    ("MLP head input grad (K=10)", 512, 10, 512, False, False),
+    ("MLP head weight grad (M=10)", 10, 512, 512, True, False),
     ("transformer qkv forward", 1024, 128, 384, False, True),
     ("transformer mlp up forward", 1024, 128, 512, False, True),
     ("transformer mlp down input grad", 1024, 128, 512, False, False),

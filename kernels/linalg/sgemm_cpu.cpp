@@ -233,6 +233,30 @@ struct InPlaceRows {
   void next() { ++r0, ++r3, ++r6, ++r9, ++r12; }
 };
 
+// The column group's B as the tile reads it, the two vectors of row k at a time as next() steps
+// along K: packed (kNR floats per k, aligned), or read in place from a row-major B, rows ld apart,
+// lanes past the group's `cols` columns masked off (never read), each row fetched kAhead rows early
+// (rows a page apart or more, a stride the hardware prefetcher did not follow).
+struct PackedCols {
+  const float* b;
+  __m512 lo() const { return _mm512_load_ps(b); }
+  __m512 hi() const { return _mm512_load_ps(b + 16); }
+  void next() { b += kNR; }
+};
+struct InPlaceCols {
+  static constexpr int64_t kAhead = 8;
+  const float* b;
+  int64_t ld;
+  __mmask16 low, high;
+  __m512 lo() const { return _mm512_maskz_loadu_ps(low, b); }
+  __m512 hi() const { return _mm512_maskz_loadu_ps(high, b + 16); }
+  void next() {
+    b += ld;
+    _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * ld), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * ld + 16), _MM_HINT_T0);
+  }
+};
+
 template <class A, std::size_t... I>
 inline __attribute__((always_inline)) void fma_rows(const A& a, __m512 b0, __m512 b1, __m512* lo, __m512* hi,
                                                     std::index_sequence<I...>) {
@@ -243,9 +267,8 @@ inline __attribute__((always_inline)) void fma_rows(const A& a, __m512 b0, __m51
 
 // C[0 .. Rows, 0 .. cols] (+)= the kc products of a row group of A and a packed column group;
 // Rows < kMR for the last row group, so 128 rows cost 128 rows' work, not 140.
-template <int Rows, class A>
-void tile(int64_t kc, A a, const float* __restrict b, float* c, int64_t ldc, int cols, bool accumulate,
-          const float* bias) {
+template <int Rows, class A, class B>
+void tile(int64_t kc, A a, B b, float* c, int64_t ldc, int cols, bool accumulate, const float* bias) {
   __m512 lo[Rows], hi[Rows];
   // C's lines, fetched while the products run; with a short K the prefetches only held up the
   // tile (512 x 10 x 512: 37-44 -> 29-32 us).
@@ -259,8 +282,8 @@ void tile(int64_t kc, A a, const float* __restrict b, float* c, int64_t ldc, int
     }
   }
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, a.next(), b += kNR)
-    fma_rows(a, _mm512_load_ps(b), _mm512_load_ps(b + 16), lo, hi, std::make_index_sequence<Rows>{});
+  for (int64_t k = 0; k < kc; ++k, a.next(), b.next())
+    fma_rows(a, b.lo(), b.hi(), lo, hi, std::make_index_sequence<Rows>{});
   const __mmask16 low = lanes(cols), high = lanes(cols - 16);
   const __m512 bias_lo = bias ? _mm512_maskz_loadu_ps(low, bias) : _mm512_setzero_ps();
   const __m512 bias_hi = bias ? _mm512_maskz_loadu_ps(high, bias + 16) : _mm512_setzero_ps();
@@ -330,31 +353,41 @@ void activate(UnaryFn act, bool derivative, float* c, int64_t ldc, float* out, i
   }
 }
 
-// A row group of `rows` (1 .. kMR) against a packed column group: of packed A, or of A read in
-// place (row-major, lda). kTiles[r - 1]: r rows.
-using Tile = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int cols,
-                      bool accumulate, const float* bias);
+// A row group of `rows` (1 .. kMR) against a column group: packed A and B, A read in place
+// (row-major, lda), or B read in place (row-major, ldb). kTiles[r - 1]: r rows.
+using Tile = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                      int cols, bool accumulate, const float* bias);
 template <int Rows>
-void packed_tile(int64_t kc, const float* a, int64_t, const float* b, float* c, int64_t ldc, int cols, bool accumulate,
-                 const float* bias) {
-  tile<Rows>(kc, PackedRows{a}, b, c, ldc, cols, accumulate, bias);
+void packed_tile(int64_t kc, const float* a, int64_t, const float* b, int64_t, float* c, int64_t ldc, int cols,
+                 bool accumulate, const float* bias) {
+  tile<Rows>(kc, PackedRows{a}, PackedCols{b}, c, ldc, cols, accumulate, bias);
 }
 template <int Rows>
-void in_place_tile(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int cols,
+void in_place_tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t, float* c, int64_t ldc, int cols,
                    bool accumulate, const float* bias) {
-  tile<Rows>(kc, InPlaceRows<Rows>(a, lda), b, c, ldc, cols, accumulate, bias);
+  tile<Rows>(kc, InPlaceRows<Rows>(a, lda), PackedCols{b}, c, ldc, cols, accumulate, bias);
 }
-template <size_t... Rows>
-constexpr std::array<Tile, sizeof...(Rows)> tiles_for(bool in_place, std::index_sequence<Rows...>) {
-  return in_place ? std::array<Tile, sizeof...(Rows)>{&in_place_tile<static_cast<int>(Rows) + 1>...}
-                  : std::array<Tile, sizeof...(Rows)>{&packed_tile<static_cast<int>(Rows) + 1>...};
+template <int Rows>
+void b_in_place_tile(int64_t kc, const float* a, int64_t, const float* b, int64_t ldb, float* c, int64_t ldc,
+                     int cols, bool accumulate, const float* bias) {
+  tile<Rows>(kc, PackedRows{a}, InPlaceCols{b, ldb, lanes(cols), lanes(cols - 16)}, c, ldc, cols, accumulate, bias);
 }
-constexpr auto kTiles = tiles_for(false, std::make_index_sequence<kMR>());
-constexpr auto kInPlaceTiles = tiles_for(true, std::make_index_sequence<kMR>());
+enum class Operands { Packed, AInPlace, BInPlace };
+template <Operands Kind, size_t... Rows>
+constexpr std::array<Tile, sizeof...(Rows)> tiles_for(std::index_sequence<Rows...>) {
+  if constexpr (Kind == Operands::AInPlace) return {&in_place_tile<static_cast<int>(Rows) + 1>...};
+  else if constexpr (Kind == Operands::BInPlace) return {&b_in_place_tile<static_cast<int>(Rows) + 1>...};
+  else return {&packed_tile<static_cast<int>(Rows) + 1>...};
+}
+constexpr auto kTiles = tiles_for<Operands::Packed>(std::make_index_sequence<kMR>());
+constexpr auto kInPlaceTiles = tiles_for<Operands::AInPlace>(std::make_index_sequence<kMR>());
+constexpr auto kBInPlaceTiles = tiles_for<Operands::BInPlace>(std::make_index_sequence<kMR>());
 
 // One thread's product: the blocks of B packed one at a time, each row group of A packed once
 // per block (or, row-major in a band of at most kInPlaceCols columns, read in place) and run
-// against all of its column groups.
+// against all of its column groups. A row-major B multiplied by one row group (M <= kMR: a weight
+// gradient of a few classes, a small batch) is read in place: packing it would copy every value
+// for its one use.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   const int64_t k_parts = (K + kKC - 1) / kKC, k_step = (K + k_parts - 1) / k_parts;
@@ -366,20 +399,22 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     for (int64_t k0 = 0; k0 < K; k0 += k_step) {
       const int64_t kc = std::min(k_step, K - k0);
       const bool first = k0 == 0, last = k0 + kc == K;
-      for (int64_t j = 0; j < nc; j += kNR)
+      const bool b_in_place = !trans_b && M <= kMR;
+      for (int64_t j = 0; j < nc && !b_in_place; j += kNR)
         pack_b(trans_b, B, ldb, j0 + j, static_cast<int>(std::min<int64_t>(kNR, nc - j)), k0, kc, packed_b + j * kc);
-      const bool in_place = !trans_a && nc <= kInPlaceCols;
+      const bool in_place = !trans_a && nc <= kInPlaceCols && !b_in_place;
       for (int64_t m0 = 0; m0 < M; m0 += kMC) {
         const int64_t mc = std::min(kMC, M - m0);
         if (!in_place) pack_a(trans_a, A, lda, m0, mc, k0, kc, packed_a);
         for (int64_t i = 0; i < mc; i += kMR) {
           const int64_t rows = std::min<int64_t>(kMR, mc - i);
-          const Tile run = (in_place ? kInPlaceTiles : kTiles)[rows - 1];
+          const Tile run = (b_in_place ? kBInPlaceTiles : in_place ? kInPlaceTiles : kTiles)[rows - 1];
           const float* group = in_place ? A + (m0 + i) * lda + k0 : packed_a + i * kc;
           for (int64_t j = 0; j < nc; j += kNR) {
             const int cols = static_cast<int>(std::min<int64_t>(kNR, nc - j));
             float* c = C + (m0 + i) * ldc + j0 + j;
-            run(kc, group, lda, packed_b + j * kc, c, ldc, cols, !first || beta != 0.f,
+            const float* panel = b_in_place ? B + k0 * ldb + j0 + j : packed_b + j * kc;
+            run(kc, group, lda, panel, ldb, c, ldc, cols, !first || beta != 0.f,
                 first && epilogue.bias ? epilogue.bias + j0 + j : nullptr);
             if (last && epilogue.act) {
               if (epilogue.out)

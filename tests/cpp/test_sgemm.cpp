@@ -1,7 +1,7 @@
 // flowgrad's AVX-512 float32 GEMM (kernels/linalg/sgemm_cpu.cpp) called directly, on the shapes
 // fg.matmul never sends it (gemm_cpu keeps small and skinny products on the BLAS): every edge of
 // its 14 x 32 tile, of its K blocks (384), row blocks (336) and column blocks (1024), both
-// transposes, leading dimensions past the matrix, accumulation, the epilogue, K split over the
+// transposes (a row-major B under at most 14 rows read in place), leading dimensions past the matrix, accumulation, the epilogue, K split over the
 // threads, NaN and infinity, and thread counts.
 #include <gtest/gtest.h>
 
@@ -104,8 +104,10 @@ TEST_F(OwnSgemm, EveryTileEdgeBothTransposesAndPaddedRows) {
 TEST_F(OwnSgemm, SeveralKBlocksAndColumnBlocks) {
   set_num_threads(2);
   // K 785: three blocks of 262 (one short); N 1100: two column blocks; M 70: five whole row groups;
-  // M 1000: row bands of 500, each two blocks of rows (336 + 164).
+  // M 1000: row bands of 500, each two blocks of rows (336 + 164); M 10 and 14, B row-major: one
+  // row group, B read in place (not packed) over every block.
   for (const Case& k : {Case{70, 1100, 785, false, false}, Case{70, 1100, 785, true, true, 5},
+                        Case{10, 1100, 785, true, false, 3}, Case{14, 1100, 785, false, false},
                         Case{131, 96, 800, false, true}, Case{131, 96, 800, true, false, 3},
                         Case{1000, 40, 60, true, false, 1}, Case{1000, 40, 60, false, true}}) {
     check(k, 0.f);
