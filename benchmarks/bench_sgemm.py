@@ -45,6 +45,8 @@ SHAPES = [
     ("square 1024", 1024, 1024, 1024, False, False),
     ("square 128", 128, 128, 128, False, False),
     ("tiny 32", 32, 32, 32, False, False),
+    ("batch 8 through a layer", 8, 784, 512, False, True),
+    ("batch 1 through a layer", 1, 784, 512, False, True),
     ("matrix-vector 1x512x512", 1, 512, 512, False, False),
 ]
 

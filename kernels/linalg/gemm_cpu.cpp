@@ -108,19 +108,22 @@ constexpr bool have_blas() {
 // Where the AVX-512 kernel beats OpenBLAS (benchmarks/results/sgemm-2026-11-24.md): not on
 // matrix-vector shapes (fewer than 4 rows or columns) nor on tiny products, whose packing costs
 // more than the multiply-adds; under 32 columns it multiplies the transposed product, which pays
-// from a million multiply-adds (a 512-row batch through a 10-class head: 56 us against 102).
-bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K) {
+// from a million multiply-adds (a 512-row batch through a 10-class head: 56 us against 102). Up to
+// 8 rows of a row-major A through W^T (a small batch through a linear layer: dot products, no
+// packing) it wins from 2^17 multiply-adds, one row included (1x784x512: 7.8 us against 14.5).
+bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
+  if (!trans_a && trans_b && M <= 8) return M * N * K >= (1 << 17);
   if (std::min(M, N) < 4) return false;
   if (N >= 32) return M * N * K >= (1 << 18);
   return M >= 32 && M * N * K >= (1 << 20);
 }
 
 // Whether a float32 product of this shape runs on flowgrad's AVX-512 kernel.
-bool own_sgemm(int64_t M, int64_t N, int64_t K) {
-  return sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K));
+bool own_sgemm(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
+  return sgemm_in_use() == Sgemm::Avx512 && (!have_blas() || sgemm_avx512_beats_blas(M, N, K, trans_a, trans_b));
 }
-bool own_sgemm(DType dtype, int64_t M, int64_t N, int64_t K) {
-  return dtype == DType::Float32 && M > 0 && N > 0 && K > 0 && own_sgemm(M, N, K);
+bool own_sgemm(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
+  return dtype == DType::Float32 && M > 0 && N > 0 && K > 0 && own_sgemm(M, N, K, trans_a, trans_b);
 }
 
 // C = A B + beta C, beta 0 (overwrite) or 1 (accumulate).
@@ -134,7 +137,7 @@ void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (own_sgemm(M, N, K))
+    if (own_sgemm(M, N, K, trans_a, trans_b))
       return sgemm_avx512(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   }
 #if defined(FLOWGRAD_HAVE_BLAS)
@@ -181,13 +184,13 @@ void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int
 }
 
 bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K) {
-  return own_sgemm(dtype, M, N, K) && sgemm_avx512_splits_k(M, N, K);
+  return own_sgemm(dtype, M, N, K, false, false) && sgemm_avx512_splits_k(M, N, K);
 }
 
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc, bool derivative) {
-  if (!own_sgemm(dtype, M, N, K) || (act && !sgemm_activation_supported(*act))) return false;
+  if (!own_sgemm(dtype, M, N, K, trans_a, trans_b) || (act && !sgemm_activation_supported(*act))) return false;
   FG_ASSERT((!derivative || (act && out && sgemm_derivative_supported(*act))) && "gemm: a derivative it cannot keep");
   sgemm_avx512(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, 0.f,
                static_cast<float*>(C), ldc,

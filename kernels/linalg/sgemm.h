@@ -31,7 +31,8 @@ bool sgemm_activation_supported(UnaryFn act);
 bool sgemm_derivative_supported(UnaryFn act);
 
 // Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1, then the
-// epilogue. trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,
+// epilogue. Up to 8 rows of a row-major A against a B stored transposed run as dot products of
+// rows (nothing packed; each element's K products summed in 16 lanes, then the lanes). trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,
 // K >= 1, and sgemm_avx512_supported(). Deterministic: every element sums its K products in the
 // same order whatever the thread count or the split.
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

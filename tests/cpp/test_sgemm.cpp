@@ -1,7 +1,8 @@
 // flowgrad's AVX-512 float32 GEMM (kernels/linalg/sgemm_cpu.cpp) called directly, on the shapes
 // fg.matmul never sends it (gemm_cpu keeps small and skinny products on the BLAS): every edge of
 // its 14 x 32 tile, of its K blocks (384), row blocks (336) and column blocks (1024), both
-// transposes (a row-major B under at most 14 rows read in place), leading dimensions past the matrix, accumulation, the epilogue, K split over the
+// transposes (a row-major B under at most 14 rows read in place; up to 8 rows against a transposed B
+// as dot products), leading dimensions past the matrix, accumulation, the epilogue, K split over the
 // threads, NaN and infinity, and thread counts.
 #include <gtest/gtest.h>
 
@@ -90,7 +91,7 @@ class OwnSgemm : public ::testing::Test {
 
 TEST_F(OwnSgemm, EveryTileEdgeBothTransposesAndPaddedRows) {
   for (int threads : {1, 2})
-    for (int64_t M : {1, 2, 13, 14, 15, 29, 64})
+    for (int64_t M : {1, 2, 8, 9, 13, 14, 15, 29, 64})  // up to 8 rows through a transposed B: dot products
       for (int64_t N : {1, 15, 16, 17, 32, 33, 70, 230})  // 230: a row-major A packed on one thread, else read in place
         for (int64_t K : {1, 7, 17, 40})
           for (int t = 0; t < 4; ++t) {
@@ -115,8 +116,7 @@ TEST_F(OwnSgemm, SeveralKBlocksAndColumnBlocks) {
   }
 }
 
-TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
-  const Case k{200, 300, 500, false, true};
+void same_bits_at_any_thread_count(const Case& k) {
   const Operands o = make(k, 3);
   auto run = [&] {
     std::vector<float> c(k.M * o.ldc);
@@ -133,6 +133,11 @@ TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
   });
   EXPECT_EQ(nested[0], one);
   EXPECT_EQ(nested[1], one);
+}
+
+TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
+  for (const Case& k : {Case{200, 300, 500, false, true}, Case{5, 301, 500, false, true}})  // tiles, dot products
+    same_bits_at_any_thread_count(k);
 }
 
 TEST_F(OwnSgemm, SplitKGivesTheSameBitsForTheSameThreadCount) {
@@ -184,8 +189,9 @@ TEST_F(OwnSgemm, EpilogueAddsTheBiasOnceThenTheActivationInPlaceOrIntoItsOwnOutp
     // Column bands (N >= M) offset the bias and the output per thread; row bands share the bias;
     // K 800 has three blocks, only the last one activates.
     // N 12 < 32 columns: the transposed product, the bias and activation added as it is transposed.
+    // 6 rows through a transposed B: dot products, the bias added as each is stored.
     for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{5, 33, 9, false, false},
-                          Case{70, 12, 40, false, true, 1}}) {
+                          Case{70, 12, 40, false, true, 1}, Case{6, 71, 300, false, true, 1}}) {
       set_num_threads(threads);
       Operands o = make(k, 9);
       o.a[1 * (k.ta ? 1 : o.lda)] = nan;  // element (1, 0) of A: row 1 of C NaN, through every activation
@@ -229,7 +235,8 @@ TEST_F(OwnSgemm, EpilogueKeepsTheDerivativeInCAndTheActivationInItsOutput) {
   // without FMA contraction; tests/plan/test_fuse_epilogues.py checks the bits against the plan's
   // ops).
   for (int threads : {1, 2})
-    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{70, 12, 40, false, true, 1}}) {
+    for (const Case& k : {Case{20, 300, 800, false, true}, Case{300, 45, 50, true, false, 2}, Case{70, 12, 40, false, true, 1},
+                          Case{6, 71, 300, false, true, 1}}) {
       set_num_threads(threads);
       Operands o = make(k, 11);
       std::vector<float> plain(k.M * o.ldc), relu(k.M * k.N);  // an epilogue keeping the product: no split K

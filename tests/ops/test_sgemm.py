@@ -1,6 +1,7 @@
 """Float32 products on flowgrad's own AVX-512 GEMM (kernels/linalg/sgemm_cpu.cpp; FLOWGRAD_SGEMM):
 fg.matmul, linear and their gradients against float64 NumPy on shapes the kernel takes (M >= 4,
-N >= 32, M*N*K >= 2^18: smaller and skinnier ones stay on the BLAS), through transposed and
+N >= 32, M*N*K >= 2^18: smaller and skinnier ones stay on the BLAS; up to 8 rows through a
+transposed B, x W^T, from 2^17 multiply-adds: dot products of rows), through transposed and
 row-sliced views (leading dimensions past the row), on one and two threads; the same results as
 the BLAS; the flag. tests/cpp/test_sgemm.cpp calls the kernel itself on every edge of its tile."""
 import math
@@ -35,9 +36,10 @@ def close(got, want, k):
 
 # (M, K, N): tile edges (M not a multiple of 14, N not of 32), several K blocks (K > 384), a wide
 # N (two column blocks past 1024), few rows (the threads split columns) and few columns (rows),
-# fewer columns than a tile (N 10, 20: the transposed product).
+# fewer columns than a tile (N 10, 20: the transposed product), up to 8 rows ("nt": dot products;
+# one row and three: on the BLAS in the other layouts).
 SHAPES = [(29, 300, 33), (64, 784, 512), (130, 97, 257), (15, 800, 40), (17, 40, 1100), (1000, 70, 35),
-          (512, 300, 10), (300, 400, 20)]
+          (512, 300, 10), (300, 400, 20), (1, 784, 512), (3, 300, 257), (8, 500, 70)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -68,10 +70,10 @@ def test_row_sliced_operands_keep_their_leading_dimension():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows, out", [(77, 130), (512, 10)])
+@pytest.mark.parametrize("rows, out", [(77, 130), (512, 10), (6, 450)])
 def test_linear_and_its_gradients_match_numpy(threads, rows, out, restore_threads):
     """Forward: the bias added as the GEMM stores (out 10: as its transposed product is transposed
-    back); backward: G @ W and G^T @ X."""
+    back; 6 rows: as each dot product is stored); backward: G @ W and G^T @ X."""
     fg.set_num_threads(threads)
     rng = np.random.default_rng(4)
     x_np = rng.standard_normal((rows, 300), dtype=np.float32)
@@ -99,12 +101,14 @@ def gelu_and_slope(pre):
 # (module, fused op, its value and slope in float64, layer sizes): linear_relu applies the ReLU in
 # the GEMM's store, in place; linear_gelu (keep_input) stores y = x W^T + b and gelu(y) from the
 # same tile, and its backward reads y.
+# 5 rows: the dot products of a small batch, GELU and its kept derivative applied after them.
 ACTIVATIONS = [(fg.nn.ReLU, "linear_relu", relu_and_slope, (77, 300, 130, 64)),
-               (fg.nn.GELU, "linear_gelu", gelu_and_slope, (90, 200, 160, 48))]
+               (fg.nn.GELU, "linear_gelu", gelu_and_slope, (90, 200, 160, 48)),
+               (fg.nn.GELU, "linear_gelu", gelu_and_slope, (5, 400, 160, 48))]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("module, op, value_and_slope, sizes", ACTIVATIONS, ids=["relu", "gelu"])
+@pytest.mark.parametrize("module, op, value_and_slope, sizes", ACTIVATIONS, ids=["relu", "gelu", "gelu-5-rows"])
 def test_compiled_linear_activation_in_the_gemm_matches_numpy(module, op, value_and_slope, sizes, threads,
                                                               restore_threads):
     """Loss and gradients of sum(model(x) * r) through the fused op against float64 NumPy."""
