@@ -102,3 +102,25 @@ def run_isolated(code, timeout=120, env=None):
         pytest.fail(f"hung for more than {timeout} s:\n{script}")
     assert done.returncode == 0, f"exit status {done.returncode}\n{done.stderr[-3000:]}\n{script}"
     return done.stdout
+
+
+PLANNER_MODES = ({}, {"FLOWGRAD_NO_PLANNER": "1"}, {"FLOWGRAD_DEBUG_PLAN": "1"})
+
+
+def planner_modes(monkeypatch):
+    """Yields each of PLANNER_MODES once it is set (the other flag unset): the memory planner as it
+    is, every buffer in bytes of its own, and released bytes poisoned with NaN."""
+    for env in PLANNER_MODES:
+        for name in ("FLOWGRAD_NO_PLANNER", "FLOWGRAD_DEBUG_PLAN"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        yield env
+
+
+def assert_trained_alike(results):
+    """results: per run, (losses, parameter arrays): every run's equal to the first's, bit for bit."""
+    for losses, params in results[1:]:
+        assert losses == results[0][0]
+        for got, want in zip(params, results[0][1]):
+            np.testing.assert_array_equal(got, want)

@@ -201,10 +201,14 @@ void bind_plan(py::module_& m) {
                d["offset"] = b.offset;
                d["first"] = b.first;
                d["last"] = b.last;
+               d["takes"] = b.takes >= 0 ? py::object(py::str(p.buffers()[b.takes].name)) : py::object(py::none());
                out.append(d);
              }
              return out;
-           }, "Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.");
+           }, "Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, whether it "
+              "is local to a fused run, and `takes`: the name of the buffer whose bytes it is written over (an "
+              "operand that dies at the instruction making it, which then reads each value before writing its "
+              "place), or None.");
 
   pm.def("nvrtc_available", [] {
     std::string why;

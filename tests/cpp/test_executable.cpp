@@ -1,6 +1,7 @@
 // The Executable (plan/executable.h) lowered straight from a hand-built Program and its memory
 // plan: no trace and no Plan. A switch whose block holds a fused elementwise run executes the
-// block the selector picks, tile by tile, and counts the blocks it took.
+// block the selector picks, tile by tile, and counts the blocks it took; a result written over
+// its dying operand computes what it would in bytes of its own.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,6 +60,53 @@ TEST(Executable, RunsTheSwitchBlockTheSelectorPicksWithItsFusedRun) {
   }
   EXPECT_EQ(exe.instructions()[0].branch->runs, (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(exe.run_stats().allocations, 0u);  // a warm executable allocates nothing
+}
+
+// g = x * 3 dies at mul_colsum(g, x), which writes g * x over it (in_place_pairs); read again
+// later (second program), g keeps its bytes. Either way the step computes g * x and its column sums.
+TEST(Executable, AnActivationBackwardWritesOverTheGradientThatDiesThere) {
+  const Dims shape{37, 70};
+  for (bool read_later : {false, true}) {
+    Program p;
+    p.device = cpu_device();
+    Value x = whole_value(p, BufferKind::Input, "x0", shape), three = whole_value(p, BufferKind::Input, "three", Dims{});
+    p.inputs = {x, three};
+    Value g = whole_value(p, BufferKind::Arena, "%g", shape), dx = whole_value(p, BufferKind::Arena, "%dx", shape);
+    Value db = whole_value(p, BufferKind::Arena, "%db", Dims{70}), out = whole_value(p, BufferKind::Arena, "out", shape);
+    Value late = whole_value(p, BufferKind::Arena, "late", shape);
+    p.body.push_back(call(OpId::mul, {x, three}, g));
+    p.body.push_back({&op_def(OpId::mul_colsum), {}, {g, x}, {dx, db}});
+    p.body.push_back(call(OpId::neg, {dx}, out));
+    p.outputs = {out, db};
+    if (read_later) {
+      p.body.push_back(call(OpId::neg, {g}, late));
+      p.outputs.push_back(late);
+    }
+    const MemoryPlan memory = plan_memory(p, def_use(p));
+    check_memory(p, memory);
+    EXPECT_EQ(memory.takes[dx.buffer], read_later ? -1 : g.buffer);
+    if (!read_later) {
+      EXPECT_EQ(memory.offset[dx.buffer], memory.offset[g.buffer]);
+    }
+    for (bool poison : {false, true}) {  // a taken buffer is never poisoned under its taker
+      Binding binding;
+      binding.poison = poison;
+      Executable exe(p, memory, binding);
+      Tensor xs = Tensor::empty(shape, DType::Float32, cpu_device()), k = Tensor::empty(Dims{}, DType::Float32, cpu_device());
+      for (int64_t i = 0; i < shape.numel(); ++i) xs.data<float>()[i] = static_cast<float>(i % 13) - 6.0f;
+      k.data<float>()[0] = 3.0f;
+      Tensors got = exe.run({xs, k});
+      for (int64_t j = 0; j < 70; ++j) {
+        double sum = 0;
+        for (int64_t i = 0; i < 37; ++i) {
+          const float v = xs.data<float>()[i * 70 + j];
+          ASSERT_EQ(got[0].data<float>()[i * 70 + j], -((v * 3.0f) * v));
+          sum += (v * 3.0f) * v;
+        }
+        ASSERT_NEAR(got[1].data<float>()[j], sum, 1e-3);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ import pytest
 import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
+from conftest import assert_trained_alike, planner_modes
 
 STEPS = 30
 
@@ -179,14 +180,19 @@ def test_plan_text_dot_and_ir_name_the_parts():
 
 
 def overlapping_buffers(buffers):
-    """Pairs of arena buffers alive at the same time whose bytes overlap (an independent check)."""
+    """Pairs of arena buffers alive at the same time whose bytes overlap (an independent check). A
+    result written over its operand (`takes`) meets it at one instruction only: the operand's last
+    and the result's first, at the same offset and size."""
     bad = []
     live = [b for b in buffers if b["kind"] != "external" and not b["local"] and b["last"] >= max(b["first"], 0)]
     for i, a in enumerate(live):
         for b in live[i + 1:]:
             in_time = a["first"] <= b["last"] and b["first"] <= a["last"]
             in_bytes = a["offset"] < b["offset"] + b["bytes"] and b["offset"] < a["offset"] + a["bytes"]
-            if in_time and in_bytes and a["bytes"] and b["bytes"]:
+            over = [(x, y) for x, y in ((a, b), (b, a)) if y["takes"] == x["name"]]
+            in_place = any(x["last"] == y["first"] and x["offset"] == y["offset"] and x["bytes"] == y["bytes"]
+                           for x, y in over)
+            if in_time and in_bytes and a["bytes"] and b["bytes"] and not in_place:
                 bad.append((a["name"], b["name"]))
     return bad
 
@@ -501,3 +507,25 @@ def test_functions_and_modules_without_parameters_compile(device):
     assert step.forward_only and step(c, d).item() == pytest.approx(float(((c.cpu().numpy() - d.cpu().numpy()) ** 2).mean()), rel=1e-6)
     summed = fg.compile(_Sum(), example_inputs=(a,))
     assert summed(c).item() == pytest.approx(float(c.cpu().numpy().sum()), rel=1e-5)
+
+
+def test_norm_backward_writes_over_the_normalized_input_it_takes(monkeypatch):
+    """norm_backward writes dx over x where x dies there (the planner's in-place case, CPU): a
+    residual block with a layer norm trains to the same bits as with every buffer in bytes of its
+    own (FLOWGRAD_NO_PLANNER=1) and with released bytes poisoned (FLOWGRAD_DEBUG_PLAN=1)."""
+    rng = np.random.default_rng(7)
+    x = fg.tensor(rng.normal(size=(48, 33)).astype(np.float32))
+    y = fg.tensor(rng.normal(size=(48, 5)).astype(np.float32))
+    results = []
+    for env in planner_modes(monkeypatch):
+        fg.manual_seed(3)
+        model = fg.nn.Sequential(fg.nn.Linear(33, 64), fg.nn.LayerNorm(64), fg.nn.GELU(), fg.nn.Linear(64, 5))
+        step = fg.compile(model, F.mse_loss, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x, y))
+        buffers = step.plan.buffers()
+        norm_dx = [r["outputs"][0] for r in step.ir() if r["op"] == "norm_backward"]
+        taking = {b["name"]: b["takes"] for b in buffers if b["takes"] is not None}
+        assert bool(norm_dx) and all((dx in taking) != bool(env.get("FLOWGRAD_NO_PLANNER")) for dx in norm_dx), taking
+        assert overlapping_buffers(buffers) == []
+        losses = [step(x, y).item() for _ in range(3)]
+        results.append((losses, [p.numpy().copy() for p in model.parameters()]))
+    assert_trained_alike(results)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
+from conftest import assert_trained_alike, planner_modes
 
 F = fg.nn.functional
 
@@ -155,3 +156,24 @@ def test_an_activation_of_part_of_the_product_is_left_alone(device):
     step = fg.compile(lambda v: F.relu(layer(v[:, :6])[:, :4]).sum(), example_inputs=(x,))
     assert "linear_relu" not in forward_ops(step) and "relu" in forward_ops(step)
     assert step(x).item() == F.relu(layer(x[:, :6])[:, :4]).sum().item()
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_the_fused_backward_writes_over_the_gradient_it_takes(act, monkeypatch):
+    """relu_backward_colsum / mul_colsum write their result over their dying gradient operand (the
+    planner's one in-place case): the plan names the pair, and training gives the same bits as a
+    plan where every buffer has bytes of its own (FLOWGRAD_NO_PLANNER) and under poisoning of
+    released bytes (FLOWGRAD_DEBUG_PLAN)."""
+    results = []
+    for env in planner_modes(monkeypatch):
+        model, step = training_step(act, "cpu")
+        buffers = step.plan.buffers()
+        taking = [b for b in buffers if b["takes"] is not None]
+        assert len(taking) == (0 if env.get("FLOWGRAD_NO_PLANNER") else 1), taking
+        for b in taking:
+            taken = next(o for o in buffers if o["name"] == b["takes"])
+            assert (taken["offset"], taken["bytes"], taken["last"]) == (b["offset"], b["bytes"], b["first"])
+        x, y = data("cpu")
+        losses = [step(x, y).item() for _ in range(3)]
+        results.append((losses, [p.numpy().copy() for p in model.parameters()]))
+    assert_trained_alike(results)

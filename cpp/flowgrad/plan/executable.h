@@ -40,6 +40,7 @@ struct Buffer : BufferDecl {
   int64_t offset = 0;            // Arena / Input: bytes from the arena's start
   bool written = false;          // some instruction writes it
   bool local = false;            // lives only inside a fused run: per-tile scratch, no arena bytes
+  int takes = -1;                // the buffer whose bytes it is written over (memory.h: in_place_pairs)
 };
 
 struct Branch;

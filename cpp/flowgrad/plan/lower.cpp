@@ -142,6 +142,7 @@ Executable::Executable(const Program& program, const MemoryPlan& memory, Binding
     b.first = memory.first[id], b.last = memory.last[id], b.offset = memory.offset[id];
     b.written = du.written(static_cast<int>(id));
     b.local = memory.local[id];
+    b.takes = memory.takes[id];
     buffers_.push_back(std::move(b));
   }
   for (const GradDecl& g : program.grads) buffers_[g.target].written = true;

@@ -31,7 +31,7 @@ class Plan:
         """
     def buffers(self) -> list:
         """
-        Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, and whether it is local to a fused run.
+        Every buffer with its kind, bytes, arena offset, lifetime [first, last] in instructions, whether it is local to a fused run, and `takes`: the name of the buffer whose bytes it is written over (an operand that dies at the instruction making it, which then reads each value before writing its place), or None.
         """
     def capture_blocker(self, device: typing.Any = None) -> str:
         """
