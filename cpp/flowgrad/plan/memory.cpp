@@ -15,18 +15,19 @@ int64_t aligned(size_t bytes) { return (static_cast<int64_t>(bytes) + kAlign - 1
 
 bool overlap_in_time(const MemoryPlan& m, int a, int b) { return m.first[a] <= m.last[b] && m.first[b] <= m.last[a]; }
 
-// The input whose bytes a CPU op's first output may be written over, or -1: its kernel reads each
-// value of that input before writing the same place, and nothing of it after. The activation
-// backwards with the bias gradient (kernels/nn/fused_cpu.cpp: the gradient, input 0);
-// norm_backward (kernels/nn/nn_cpu.cpp: a row's x is summed, then each dx is written after its x
-// is read; input 1).
-int written_over(OpId id) {
+// Whether a CPU op's first output may be written over input k: its kernel reads each value of that
+// input before writing the same place, and nothing of it after. The activation backwards with the
+// bias gradient over their gradient (kernels/nn/fused_cpu.cpp: input 0); norm_backward over x
+// (kernels/nn/nn_cpu.cpp: a row's x is summed, then each dx is written after its x is read; input
+// 1); add_layer_norm's sum over either addend (add_row, then the row normalised from the sum).
+bool written_over(OpId id, int k) {
   switch (id) {
     case OpId::mul_colsum: case OpId::relu_backward_colsum: case OpId::gelu_backward_colsum:
     case OpId::gelu_tanh_backward_colsum: case OpId::silu_backward_colsum: case OpId::tanh_backward_colsum:
-    case OpId::sigmoid_backward_colsum: return 0;
-    case OpId::norm_backward: return 1;
-    default: return -1;
+    case OpId::sigmoid_backward_colsum: return k == 0;
+    case OpId::norm_backward: return k == 1;
+    case OpId::add_layer_norm: return k == 0 || k == 1;
+    default: return false;
   }
 }
 
@@ -41,16 +42,18 @@ std::vector<int> in_place_pairs(const Program& p, const DefUse& du) {
   if (!p.device.is_cpu()) return takes;  // the CUDA kernels make no such promise
   auto arena = [&](int id) { return p.buffers[id].kind == BufferKind::Arena && !is_result(p, id); };
   walk(p.body, [&](const Instr& ins, int) {
-    const int k = ins.kind == InstrKind::Call ? written_over(ins.op->id) : -1;
-    if (k < 0 || k >= static_cast<int>(ins.in.size())) return;
-    const Value &g = ins.in[k], &y = ins.out[0];
-    const int from = g.buffer, to = y.buffer;
-    if (from == to || !arena(from) || !arena(to) || !whole_buffer(p, g) || !whole_buffer(p, y) || g.dtype != y.dtype ||
-        du.writers[to] != 1 || du.last[from] != du.first[to])  // the operand dies where the result is made
-      return;
-    for (const Value& o : ins.out)
-      if (o.buffer == from) return;
-    takes[to] = from;
+    if (ins.kind != InstrKind::Call || ins.out.empty()) return;
+    const Value& y = ins.out[0];
+    for (int k = 0; k < static_cast<int>(ins.in.size()) && takes[y.buffer] < 0; ++k) {
+      const Value& g = ins.in[k];
+      const int from = g.buffer, to = y.buffer;
+      bool fits = written_over(ins.op->id, k) && from != to && arena(from) && arena(to) && whole_buffer(p, g) &&
+                  whole_buffer(p, y) && g.dtype == y.dtype && du.writers[to] == 1 &&
+                  du.last[from] == du.first[to];  // the operand dies where the result is made
+      for (const Value& v : ins.in) fits = fits && (&v == &g || v.buffer != from);  // read as input k only
+      for (const Value& o : ins.out) fits = fits && o.buffer != from;
+      if (fits) takes[to] = from;
+    }
   });
   return takes;
 }

@@ -25,8 +25,8 @@ std::vector<bool> fused_locals(const Program& p, const DefUse& du);
 // whose bytes it may take, or -1. On the CPU, an op's first output may take an operand's bytes
 // where its kernel reads each value before writing the same place (the activation backwards with
 // the bias gradient, <act>_backward_colsum and mul_colsum, over their gradient; norm_backward over
-// x); both whole, dense arena buffers of one size, the operand read by nothing later, neither a
-// result of the step.
+// x; add_layer_norm's sum over an addend); both whole, dense arena buffers of one size, the operand
+// read by nothing later and as no other input, neither a result of the step.
 std::vector<int> in_place_pairs(const Program& p, const DefUse& du);
 // `reuse` false (FLOWGRAD_NO_PLANNER): every buffer gets its own bytes.
 MemoryPlan plan_memory(const Program& p, const DefUse& du, bool reuse = true);
