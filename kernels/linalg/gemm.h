@@ -41,9 +41,9 @@ bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool tra
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc,
                        bool derivative = false);
-// Whether a float32 product of this shape runs on flowgrad's AVX-512 kernel with its threads
-// splitting K (sgemm.h): it then wants every thread of the pool, not one.
-bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K);
+// Whether a float32 product of this shape and layout runs on flowgrad's AVX-512 kernel with its
+// threads splitting K (sgemm.h): it then wants every thread of the pool, not one.
+bool gemm_cpu_splits_k(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 void gemm_accumulate_cuda(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N,
                           int64_t K, const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc);
 

@@ -112,7 +112,7 @@ constexpr bool have_blas() {
 // 8 rows of a row-major A through W^T (a small batch through a linear layer: dot products, no
 // packing) it wins from 2^17 multiply-adds, one row included (1x784x512: 7.8 us against 14.5).
 bool sgemm_avx512_beats_blas(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b) {
-  if (!trans_a && trans_b && M <= 8) return M * N * K >= (1 << 17);
+  if (sgemm_avx512_dots(trans_a, trans_b, M)) return M * N * K >= (1 << 17);
   if (std::min(M, N) < 4) return false;
   if (N >= 32) return M * N * K >= (1 << 18);
   return M >= 32 && M * N * K >= (1 << 20);
@@ -183,8 +183,8 @@ void gemm_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int
   gemm_dispatch(dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
-bool gemm_cpu_splits_k(DType dtype, int64_t M, int64_t N, int64_t K) {
-  return own_sgemm(dtype, M, N, K, false, false) && sgemm_avx512_splits_k(M, N, K);
+bool gemm_cpu_splits_k(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  return own_sgemm(dtype, M, N, K, trans_a, trans_b) && sgemm_avx512_splits_k(trans_a, trans_b, M, N, K);
 }
 
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

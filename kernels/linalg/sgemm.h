@@ -31,17 +31,22 @@ bool sgemm_activation_supported(UnaryFn act);
 bool sgemm_derivative_supported(UnaryFn act);
 
 // Row-major C (M, N) = A (M, K) @ B (K, N) + beta C, beta 0 (C is only written) or 1, then the
-// epilogue. Up to 8 rows of a row-major A against a B stored transposed run as dot products of
-// rows (nothing packed; each element's K products summed in 16 lanes, then the lanes). trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,
+// epilogue. trans_a: A is stored (K, M) with leading dimension lda (likewise trans_b). Needs M, N,
 // K >= 1, and sgemm_avx512_supported(). Deterministic: every element sums its K products in the
 // same order whatever the thread count or the split.
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue = {});
 
+// Whether sgemm_avx512 multiplies as dot products of rows: up to 8 rows of a row-major A against a
+// B stored transposed (x W^T: a small batch through a linear layer; nothing packed, each element's
+// K products summed in 16 lanes, then the lanes).
+bool sgemm_avx512_dots(bool trans_a, bool trans_b, int64_t M);
+
 // Whether sgemm_avx512, on more than one thread and without an epilogue, cuts K instead of C: a
-// K at least twice M and N (a weight gradient summed over a batch) gives each thread a stretch of
-// K, the partial products summed at the end, so the bits then depend on the thread count.
-bool sgemm_avx512_splits_k(int64_t M, int64_t N, int64_t K);
+// K at least twice M and N (a weight gradient summed over a batch; never dot products) gives each
+// thread a stretch of K, the partial products summed at the end, so the bits then depend on the
+// thread count.
+bool sgemm_avx512_splits_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 // Whether this CPU runs sgemm_avx512 (AVX-512 F; false off x86-64 and for compilers without it).
 bool sgemm_avx512_supported();

@@ -30,7 +30,16 @@ bool sgemm_avx512_supported() {
 #endif
 }
 
-bool sgemm_avx512_splits_k(int64_t M, int64_t N, int64_t K) { return K >= 2 * std::max(M, N); }
+// Up to 8 rows: measured (2 threads) x W^T 8x784x512 25 us against 38 in tiles, 4x512x512 10.5
+// against 22, 1x784x512 7.8 against OpenBLAS's 14.5; at 14 rows (two passes over W) 43 against 48
+// but 10 against 7.7 at K = 128, and at 32 rows 1.1-1.6x slower.
+constexpr int kDotRows = 8;
+
+bool sgemm_avx512_dots(bool trans_a, bool trans_b, int64_t M) { return !trans_a && trans_b && M <= kDotRows; }
+
+bool sgemm_avx512_splits_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  return !sgemm_avx512_dots(trans_a, trans_b, M) && K >= 2 * std::max(M, N);
+}
 
 bool sgemm_derivative_supported(UnaryFn act) {
   return act == UnaryFn::Gelu || act == UnaryFn::GeluTanh || act == UnaryFn::Silu;
@@ -355,6 +364,14 @@ void activate(UnaryFn act, bool derivative, float* c, int64_t ldc, float* out, i
   }
 }
 
+// The epilogue's activation over rows x cols of C at (row, col): into `out` at the same place
+// (C keeping the product, or its derivative), or in place.
+void activate(const SgemmEpilogue& e, float* c, int64_t ldc, int64_t row, int64_t col, int64_t rows, int cols) {
+  if (!e.act) return;
+  if (e.out) activate(*e.act, e.derivative, c, ldc, e.out + row * e.ldo + col, e.ldo, rows, cols);
+  else activate(*e.act, false, c, ldc, c, ldc, rows, cols);
+}
+
 // A row group of `rows` (1 .. kMR) against a column group: packed A and B, A read in place
 // (row-major, lda), or B read in place (row-major, ldb). kTiles[r - 1]: r rows.
 using Tile = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
@@ -418,13 +435,7 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
             const float* panel = b_in_place ? B + k0 * ldb + j0 + j : packed_b + j * kc;
             run(kc, group, lda, panel, ldb, c, ldc, cols, !first || beta != 0.f,
                 first && epilogue.bias ? epilogue.bias + j0 + j : nullptr);
-            if (last && epilogue.act) {
-              if (epilogue.out)
-                activate(*epilogue.act, epilogue.derivative, c, ldc, epilogue.out + (m0 + i) * epilogue.ldo + j0 + j,
-                         epilogue.ldo, rows, cols);
-              else
-                activate(*epilogue.act, false, c, ldc, c, ldc, rows, cols);
-            }
+            if (last) activate(epilogue, c, ldc, m0 + i, j0 + j, rows, cols);
           }
         }
       }
@@ -487,10 +498,6 @@ void dot_rows(int64_t K, const float* A, int64_t lda, const float* W, int64_t ld
   for (; j + 2 <= j1; j += 2) dot_block<R, 2>(K, A, lda, W, ldw, j, beta, C, ldc, bias);
   if (j < j1) dot_block<R, 1>(K, A, lda, W, ldw, j, beta, C, ldc, bias);
 }
-// Up to 8 rows: measured (2 threads) x W^T 8x784x512 25 us against 38 in tiles, 4x512x512 10.5
-// against 22, 1x784x512 7.8 against OpenBLAS's 14.5; at 14 rows (two passes over W) 43 against 48
-// but 10 against 7.7 at K = 128, and at 32 rows 1.1-1.6x slower.
-constexpr int kDotRows = 8;
 using DotRows = void (*)(int64_t, const float*, int64_t, const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
                          const float*);
 template <size_t... R>
@@ -504,17 +511,14 @@ constexpr auto kDots = dots_for(std::make_index_sequence<kDotRows>());
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const SgemmEpilogue& epilogue) {
   FG_ASSERT((!epilogue.bias || beta == 0.f) && "sgemm: a bias only with beta 0");
-  if (!trans_a && trans_b && M <= kDotRows) {
+  if (sgemm_avx512_dots(trans_a, trans_b, M)) {
     // A few rows through W^T: dot products (dot_block), the rows of W split over the threads.
     const int64_t parts = in_parallel_region() || M * N * K < kSerialWork ? 1 : std::min<int64_t>(pool_threads(), N);
     parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = N * p / parts, hi = N * (p + 1) / parts;
         kDots[M - 1](K, A, lda, B, ldb, lo, hi, beta, C, ldc, epilogue.bias);
-        if (epilogue.act)
-          activate(*epilogue.act, epilogue.out && epilogue.derivative, C + lo, ldc,
-                   epilogue.out ? epilogue.out + lo : C + lo, epilogue.out ? epilogue.ldo : ldc, M,
-                   static_cast<int>(hi - lo));
+        activate(epilogue, C + lo, ldc, 0, lo, M, static_cast<int>(hi - lo));
       }
     });
     return;
@@ -540,14 +544,12 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
         }
       }
     }
-    if (epilogue.act)
-      activate(*epilogue.act, epilogue.out && epilogue.derivative, C, ldc, epilogue.out ? epilogue.out : C,
-               epilogue.out ? epilogue.ldo : ldc, M, static_cast<int>(N));
+    activate(epilogue, C, ldc, 0, 0, M, static_cast<int>(N));
     return;
   }
   const int threads = in_parallel_region() || M * N * K < kSerialWork ? 1 : pool_threads();
   if (threads == 1) return sgemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, epilogue);
-  if (sgemm_avx512_splits_k(M, N, K) && !epilogue.bias && !epilogue.act) {
+  if (sgemm_avx512_splits_k(trans_a, trans_b, M, N, K) && !epilogue.bias && !epilogue.act) {
     // A long K (a weight gradient summed over a batch): each thread multiplies its own stretch of
     // K (the rows of the batch it likely produced), the first into C, the others into partial
     // sums added at the end. The sum's order then depends on the thread count.

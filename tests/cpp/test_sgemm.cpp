@@ -142,7 +142,7 @@ TEST_F(OwnSgemm, SameBitsOnOneOrTwoThreadsAndFromInsideAParallelRegion) {
 
 TEST_F(OwnSgemm, SplitKGivesTheSameBitsForTheSameThreadCount) {
   const Case k{40, 64, 900, true, false};  // a weight gradient: K long against M and N
-  ASSERT_TRUE(sgemm_avx512_splits_k(k.M, k.N, k.K));
+  ASSERT_TRUE(sgemm_avx512_splits_k(k.ta, k.tb, k.M, k.N, k.K));
   const Operands o = make(k, 4);
   auto run = [&](float beta) {
     std::vector<float> c(o.c);
@@ -160,7 +160,8 @@ TEST_F(OwnSgemm, SplitKGivesTheSameBitsForTheSameThreadCount) {
       EXPECT_NEAR(two[i * o.ldc + j], expected[i * k.N + j], 1e-4 * std::sqrt(double(k.K)));
       EXPECT_NEAR(two[i * o.ldc + j], one[i * o.ldc + j], 1e-4 * std::sqrt(double(k.K)));
     }
-  EXPECT_FALSE(sgemm_avx512_splits_k(512, 512, 784));  // the MLP's products keep bands of C
+  EXPECT_FALSE(sgemm_avx512_splits_k(false, false, 512, 512, 784));  // the MLP's products keep bands of C
+  EXPECT_FALSE(sgemm_avx512_splits_k(false, true, 8, 64, 1024));   // a few rows through W^T: dot products
 }
 
 TEST_F(OwnSgemm, NanAndInfinityReachOnlyTheirRowsAndColumns) {

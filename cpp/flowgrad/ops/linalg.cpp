@@ -152,18 +152,20 @@ Specs matmul_pair_shape(TensorList in, const Attrs& attrs) {
   return specs;
 }
 
-bool blas_reads_in_place(const Tensor& t, DType dt) {
-  bool trans;
+// Whether BLAS reads t as it is (setting whether it reads it transposed).
+bool blas_reads_in_place(const Tensor& t, DType dt, bool* trans) {
   int64_t ld;
-  return t.ndim() == 2 && t.dtype() == dt && !is_half(dt) && blas_layout(t, &trans, &ld);
+  return t.ndim() == 2 && t.dtype() == dt && !is_half(dt) && blas_layout(t, trans, &ld);
 }
 
 void matmul_pair_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   auto product = [&](int64_t k) { matmul_kernel<gemm_cpu>(env, {in[2 * k], in[2 * k + 1]}, Tensors{out[k]}, attrs); };
   bool apart = pool_threads() > 1 && !in_parallel_region();
-  for (int k = 0; k < 4; ++k) apart = apart && blas_reads_in_place(in[k], out[k / 2].dtype());
+  bool trans[4];
+  for (int k = 0; k < 4; ++k) apart = apart && blas_reads_in_place(in[k], out[k / 2].dtype(), &trans[k]);
   for (int k = 0; k < 2 && apart; ++k)  // a product whose threads split K runs faster on all of them
-    apart = !gemm_cpu_splits_k(out[k].dtype(), out[k].shape()[0], out[k].shape()[1], in[2 * k].shape()[1]);
+    apart = !gemm_cpu_splits_k(out[k].dtype(), trans[2 * k], trans[2 * k + 1], out[k].shape()[0], out[k].shape()[1],
+                               in[2 * k].shape()[1]);
   if (!apart) {
     product(0);
     product(1);

@@ -103,9 +103,10 @@ MemoryPlan plan_memory(const Program& p, const DefUse& du, bool reuse) {
     while (m.takes[id] >= 0) id = m.takes[id];
     return id;
   };
-  MemoryPlan group = m;  // per group root: the group's lifetime
+  std::vector<int> group_last = m.last;  // per group root: the end of its last member's life
   for (int id = 0; id < n; ++id)
-    if (m.takes[id] >= 0) group.last[root(id)] = std::max(group.last[root(id)], m.last[id]);
+    if (m.takes[id] >= 0) group_last[root(id)] = std::max(group_last[root(id)], m.last[id]);
+  auto alive_together = [&](int a, int b) { return m.first[a] <= group_last[b] && m.first[b] <= group_last[a]; };
   std::vector<int> order;
   for (int id = 0; id < n; ++id) {
     if (!m.in_arena(p, id)) continue;
@@ -119,7 +120,7 @@ MemoryPlan plan_memory(const Program& p, const DefUse& du, bool reuse) {
     const int64_t size = aligned(p.buffers[id].bytes);
     std::vector<std::pair<int64_t, int64_t>> busy;  // byte ranges of buffers alive at the same time
     for (int other : placed)
-      if (!reuse || overlap_in_time(group, id, other)) busy.emplace_back(m.offset[other], m.offset[other] + aligned(p.buffers[other].bytes));
+      if (!reuse || alive_together(id, other)) busy.emplace_back(m.offset[other], m.offset[other] + aligned(p.buffers[other].bytes));
     std::sort(busy.begin(), busy.end());
     int64_t at = 0;
     for (const auto& [lo, hi] : busy) {
