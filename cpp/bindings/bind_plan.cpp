@@ -170,7 +170,7 @@ void bind_plan(py::module_& m) {
       .def_property_readonly("device", [](const plan::Plan& p) { return p.device().str(); }, "The plan's device.")
       .def("stats", [](const plan::Plan& p) { return p.stats().to_map(); },
            "Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, host_syncs, "
-           "philox_writes (runs before which the host wrote the random counters' {seed, base} pair), ...")
+           "philox_writes (runs before which the host wrote the random counters' {seed, base} pair), inputs_copied (inputs the last run copied into the arena; a CPU plan reads the others where the caller keeps them), ...")
       .def("ir", [](const plan::Plan& p) { return records(p, p.instructions()); },
            "The instructions as a list of records (op, inputs, outputs, shape, dtype, attrs, random, run, "
            "input_shapes, branch); a branch instruction's 'branch' holds its kind, the CUDA conditional node it "

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -64,13 +65,14 @@ void Executable::bind_arena(std::shared_ptr<Storage> arena) {
   bind();
 }
 
+std::shared_ptr<Storage> Executable::slot(const Buffer& b) const {
+  return Storage::wrap(static_cast<char*>(arena_->data()) + b.offset, b.bytes, device_, [arena = arena_] {});
+}
+
 void Executable::bind() {
   scratch_.device = device_;
-  char* base = static_cast<char*>(arena_->data());
-  for (Buffer& b : buffers_) {
-    if (b.kind == BufferKind::External) continue;
-    b.storage = Storage::wrap(base + b.offset, b.bytes, device_, [arena = arena_] {});
-  }
+  for (Buffer& b : buffers_)
+    if (b.kind != BufferKind::External) b.storage = slot(b);
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (Instruction& ins : code_) bind_instruction(ins);
   for (const auto& branch : branches_) bind_branch(*branch);
@@ -79,7 +81,66 @@ void Executable::bind() {
   output_t_.clear();
   for (const Value& v : outputs_) output_t_.push_back(tensor(v));
   bind_runs();
+  find_in_place_inputs();
   capture_ = std::make_shared<Capture>(*this);
+}
+
+// An input a CUDA plan copies, since a captured graph holds its slot's address; so does one that
+// a fused run or a region reads (their launches are many), that an instruction writes, or that
+// shares its buffer.
+void Executable::find_in_place_inputs() {
+  in_place_.assign(inputs_.size(), {});
+  if (!device_.is_cpu()) return;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const Value& v = inputs_[i];
+    const Buffer& b = buffers_[v.buffer];
+    InPlaceInput& in = in_place_[i];
+    in.can = b.kind == BufferKind::Input && !b.written && v.offset == 0 && v.strides == contiguous_strides(v.shape) &&
+             static_cast<size_t>(v.shape.numel()) * itemsize(v.dtype) == b.bytes;
+    for (size_t j = 0; j < inputs_.size(); ++j) in.can = in.can && (j == i || inputs_[j].buffer != v.buffer);
+    for (int k = 0; k < static_cast<int>(code_.size()) && in.can; ++k) {
+      const Instruction& ins = code_[k];
+      auto here = [&](const std::vector<Value>& values) {
+        return std::any_of(values.begin(), values.end(), [&](const Value& u) { return u.buffer == v.buffer; });
+      };
+      if (!here(ins.in) && !here(ins.out)) continue;
+      in.can = !ins.branch && ins.run < 0;
+      in.readers.push_back(k);
+    }
+  }
+}
+
+// A contiguous tensor, aligned as the arena's buffers are, whose bytes the step neither writes
+// (parameters, gradients, state, the arena) nor reads as another input's copy.
+bool Executable::reads_in_place(size_t i, const Tensor& x) const {
+  const InPlaceInput& in = in_place_[i];
+  if (!in.can || !x.is_contiguous()) return false;
+  if (in.owner == x.storage() && in.at == x.data_ptr()) return true;  // checked when it was pointed at
+  const char* lo = static_cast<const char*>(x.data_ptr());
+  const char* hi = lo + buffers_[inputs_[i].buffer].bytes;
+  if (reinterpret_cast<uintptr_t>(lo) % 64 != 0) return false;
+  auto apart = [&](const void* data, size_t bytes) {
+    const char* at = static_cast<const char*>(data);
+    return hi <= at || at + bytes <= lo;
+  };
+  if (!apart(arena_->data(), arena_->bytes())) return false;
+  for (const Buffer& b : buffers_)
+    if (b.kind == BufferKind::External && b.written && !apart(b.storage->data(), b.bytes)) return false;
+  return true;
+}
+
+void Executable::point_input(size_t i, const Tensor& x) {
+  InPlaceInput& in = in_place_[i];
+  const bool caller = x.defined();
+  if (caller ? in.owner == x.storage() && in.at == x.data_ptr() : !in.owner) return;
+  const int id = inputs_[i].buffer;
+  Buffer& b = buffers_[id];
+  in.owner = caller ? x.storage() : nullptr;
+  in.at = caller ? x.data_ptr() : nullptr;
+  b.storage = caller ? Storage::wrap(x.data_ptr(), b.bytes, device_, [keep = x.storage()] {}) : slot(b);
+  for (int k : in.readers) bind_instruction(code_[k]);
+  for (size_t j = 0; j < outputs_.size(); ++j)
+    if (outputs_[j].buffer == id) output_t_[j] = layout(b.storage, outputs_[j]);
 }
 
 void Executable::bind_instruction(Instruction& ins) {
@@ -94,6 +155,7 @@ void Executable::bind_instruction(Instruction& ins) {
 void Executable::load_inputs(const Tensors& inputs) {
   FG_CHECK(inputs.size() == input_t_.size(), Value, "compiled step: expected ", input_t_.size(), " input(s), got ",
            inputs.size());
+  run_stats_.inputs_copied = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     const Tensor& slot = input_t_[i];
@@ -104,7 +166,13 @@ void Executable::load_inputs(const Tensors& inputs) {
              ", the plan was compiled for ", dtype_name(slot.dtype()));
     FG_CHECK(x.device() == slot.device(), Device, "compiled step: input ", i, " is on ", x.device().str(),
              ", the plan runs on ", slot.device().str());
+    if (reads_in_place(i, x)) {
+      point_input(i, x);
+      continue;
+    }
+    if (in_place_[i].owner) point_input(i, Tensor());
     raw::copy_into(slot, x);
+    ++run_stats_.inputs_copied;
   }
 }
 

@@ -157,6 +157,7 @@ struct RunStats {
   std::vector<int> allocating;   // top-level instructions of the last run that allocated
   int64_t host_syncs = 0;        // host waits on the GPU during the last run (0 on the CPU)
   int64_t philox_writes = 0;     // runs so far before which the host wrote the {seed, base} pair
+  int64_t inputs_copied = 0;     // inputs the last run copied into the arena (the rest it read in place)
   std::string cuda_fusion;       // Binding::cuda_fusion, plus runs that fell back at launch
 };
 
@@ -195,7 +196,15 @@ class Executable {
  private:
   void lower_block(const Block& block, std::vector<Instruction>& out, int& time, const MemoryPlan& memory,
                    const Binding& binding);
+  // Checks the inputs against the traced signature and puts each where the step reads it: the
+  // caller's own bytes when the input can be read in place (point_input), else a copy into its slot.
   void load_inputs(const Tensors& inputs);
+  // Makes the plan read input `i` from `x`'s bytes (undefined `x`: from its arena slot again),
+  // re-preparing the launches that read it when that changes.
+  void point_input(size_t i, const Tensor& x);
+  bool reads_in_place(size_t i, const Tensor& x) const;
+  void find_in_place_inputs();
+  std::shared_ptr<Storage> slot(const Buffer& b) const;  // a buffer's bytes in the arena
   // Before every run (plain, replay, profile, check): reserves the step's counters on the host
   // generator and writes them into the {seed, base} pair unless it holds them already (the
   // plan's philox_advance_ moved it there in the last run); step_done() notes that move.
@@ -219,6 +228,16 @@ class Executable {
   std::vector<std::shared_ptr<Branch>> branches_;  // by region id
   std::vector<Value> inputs_, outputs_;
   Tensors input_t_, output_t_;
+  // CPU plans read an input in the caller's memory, without copying it into the arena, when only
+  // plain top-level instructions read it and none writes it: each run, their launches are
+  // re-prepared if the caller's bytes moved. Per input; found by bind().
+  struct InPlaceInput {
+    bool can = false;
+    std::vector<int> readers;           // top-level instructions that read it
+    std::shared_ptr<Storage> owner{};   // the caller's storage it is read from now (null: its arena slot)
+    const void* at = nullptr;           // and where in it
+  };
+  std::vector<InPlaceInput> in_place_;
   std::shared_ptr<Storage> arena_;
   size_t arena_bytes_ = 0;  // what the memory plan needs (a shared arena may be larger)
   // Temporaries of kernel wrappers: the first run measures the most one kernel needs, later runs

@@ -38,6 +38,7 @@ PlanStats Plan::stats() const {
   s.allocating = r.allocating;
   s.host_syncs = r.host_syncs;
   s.philox_writes = r.philox_writes;
+  s.inputs_copied = r.inputs_copied;
   s.cuda_fusion = r.cuda_fusion;
   s.cuda_graph = e.capture().status();
   s.cuda_graph_replays = static_cast<int64_t>(e.capture().replays());
@@ -56,7 +57,8 @@ std::map<std::string, StatValue> PlanStats::to_map() const {
       {"arena_bytes", count(arena_bytes)}, {"naive_bytes", count(naive_bytes)}, {"cuda_graph", cuda_graph},
       {"cuda_graph_replays", count(cuda_graph_replays)}, {"cuda_fusion", cuda_fusion},
       {"branches", count(branches)}, {"allocations", count(allocations)}, {"allocating", allocating_ops},
-      {"host_syncs", count(host_syncs)}, {"philox_writes", count(philox_writes)}};
+      {"host_syncs", count(host_syncs)}, {"philox_writes", count(philox_writes)},
+      {"inputs_copied", count(inputs_copied)}};
   if (poisons) out.emplace("poisoned_bytes", count(poisoned_bytes));
   return out;
 }

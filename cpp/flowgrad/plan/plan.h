@@ -155,6 +155,7 @@ struct PlanStats {
   std::vector<int> allocating;          // instructions of the last run that allocated
   int64_t host_syncs = 0;               // host waits on the GPU during the last run (0 on the CPU)
   int64_t philox_writes = 0;            // runs so far before which the host wrote the {seed, base} pair
+  int64_t inputs_copied = 0;            // inputs the last run copied into the arena (Executable::load_inputs)
   // Filled by Plan::stats() from the executable and its capture (with the run counts above):
   int64_t instructions = 0, kernels = 0, fused_runs = 0;  // a fused run is one kernel per tile pass
   int64_t cuda_graph_replays = 0;
@@ -167,7 +168,7 @@ struct PlanStats {
 
 // What the caller declares about a traced step.
 struct PlanSpec {
-  Tensors inputs;   // copied into input slots on every run
+  Tensors inputs;   // their slots: each run reads the caller's tensor there, or in place (Executable)
   Tensors outputs;  // returned (as fresh tensors) by every run
   std::vector<std::pair<Tensor, Tensor>> grads;  // (parameter, traced gradient): bound to .grad
   std::vector<std::pair<std::string, Tensor>> names;  // labels for external tensors (parameters)

@@ -83,7 +83,7 @@ class Plan:
         """
     def stats(self) -> dict[str, int | str | list[tuple[int, str]]]:
         """
-        Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, host_syncs, philox_writes (runs before which the host wrote the random counters' {seed, base} pair), ...
+        Counts and sizes: instructions, kernels, fused, arena_bytes, naive_bytes, cuda_graph, host_syncs, philox_writes (runs before which the host wrote the random counters' {seed, base} pair), inputs_copied (inputs the last run copied into the arena; a CPU plan reads the others where the caller keeps them), ...
         """
     def up_to_date(self) -> bool:
         """

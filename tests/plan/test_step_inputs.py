@@ -1,0 +1,126 @@
+"""How a compiled step takes its inputs: a CPU plan reads a contiguous, aligned input where the
+caller keeps it (no copy into the arena) unless the step writes those bytes; every other input,
+and every input of a CUDA plan (a captured graph holds its slot's address), is copied. Either
+way the step computes the same bits and never writes the caller's tensor."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from flowgrad import nn
+
+
+def mlp(device):
+    fg.manual_seed(0)
+    return nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5)).to(device)
+
+
+def batches(device, n=6):
+    rng = np.random.default_rng(4)
+    return [(rng.standard_normal((16, 24)).astype(np.float32), rng.integers(0, 5, 16)) for _ in range(n)]
+
+
+def strided(x, device):
+    """x's values in a non-contiguous view (every other column of a wider tensor)."""
+    wide = np.zeros((x.shape[0], 2 * x.shape[1]), np.float32)
+    wide[:, ::2] = x
+    return fg.tensor(wide, device=device)[:, ::2]
+
+
+def unaligned(x, device):
+    """x's values, contiguous, 4 bytes past an aligned start."""
+    flat = np.concatenate([np.zeros(1, np.float32), x.ravel()])
+    return fg.tensor(flat, device=device)[1:].reshape(*x.shape)
+
+
+LAYOUTS = {"contiguous": lambda x, device: fg.tensor(x, device=device), "strided": strided, "unaligned": unaligned}
+
+
+def train(device, layout):
+    """Trains mlp() on batches() with x in `layout`; (losses, parameters, inputs copied per call)."""
+    model = mlp(device)
+    data = batches(device)
+    x0, y0 = fg.tensor(data[0][0], device=device), fg.tensor(data[0][1], device=device)
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                      example_inputs=(x0, y0))
+    losses, copied = [], []
+    for x, y in data:
+        xt = LAYOUTS[layout](x, device)
+        losses.append(step(xt, fg.tensor(y, device=device)).item())
+        copied.append(step.stats["inputs_copied"])
+        np.testing.assert_array_equal(xt.cpu().numpy(), x)  # the caller's tensor is only read
+    return losses, [p.cpu().numpy() for p in model.parameters()], copied
+
+
+def test_inputs_read_in_place_or_copied_train_to_the_same_bits(device):
+    runs = {layout: train(device, layout) for layout in LAYOUTS}
+    losses, params, _ = runs["contiguous"]
+    for layout, (other_losses, other_params, _) in runs.items():
+        assert other_losses == losses, layout
+        for got, want in zip(other_params, params):
+            np.testing.assert_array_equal(got, want, err_msg=layout)
+    # The labels (int64) and a contiguous batch are read in place on the CPU; a strided or
+    # unaligned batch is copied; a CUDA plan copies both.
+    on_cpu = device == "cpu"
+    assert runs["contiguous"][2] == [0 if on_cpu else 2] * 6
+    assert runs["strided"][2] == runs["unaligned"][2] == [1 if on_cpu else 2] * 6
+
+
+def test_a_step_switches_between_reading_in_place_and_copying(device):
+    model = mlp(device)
+    data = batches(device)
+    reference = mlp(device)
+    x0, y0 = fg.tensor(data[0][0], device=device), fg.tensor(data[0][1], device=device)
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x0, y0))
+    ref = fg.compile(reference, F.cross_entropy, fg.optim.SGD(reference.parameters(), lr=0.1), example_inputs=(x0, y0))
+    kept = fg.tensor(data[0][0], device=device)
+    for k, ((x, y), layout) in enumerate(zip(data * 2, ["contiguous", "strided", "contiguous", "unaligned"] * 3)):
+        xt = kept if k % 3 == 0 else LAYOUTS[layout](x, device)  # `kept` refilled in place: read again
+        if k % 3 == 0:
+            kept.copy_(fg.tensor(x, device=device))
+        yt = fg.tensor(y, device=device)
+        assert step(xt, yt).item() == ref(fg.tensor(x, device=device), yt).item(), k
+    for got, want in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_array_equal(got.cpu().numpy(), want.cpu().numpy())
+
+
+def test_an_input_in_bytes_the_step_writes_is_copied_first(device):
+    """A batch that is a layer's .grad: the backward writes that gradient before it reads the batch
+    for the first layer's weight gradient, so reading it in place would see the new gradient."""
+    def setup():
+        fg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)).to(device)
+        x = fg.tensor(np.random.default_rng(5).standard_normal((8, 8)).astype(np.float32), device=device)
+        step = fg.compile(model, F.mse_loss, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x, x * 0.5))
+        step(x, x * 0.5)  # makes the gradients
+        return model, step
+
+    model, step = setup()
+    target = fg.ones(8, 8, device=device)
+    for _ in range(3):
+        step(model[2].weight.grad, target)
+        assert step.stats["inputs_copied"] == (1 if device == "cpu" else 2)
+    twin, twin_step = setup()
+    for _ in range(3):
+        twin_step(twin[2].weight.grad.clone(), target)
+    for got, want in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_array_equal(got.cpu().numpy(), want.cpu().numpy())
+
+
+def test_an_output_that_is_an_input_follows_the_caller_s_tensor(device):
+    x = fg.zeros(3, 4, device=device)
+    identity = fg.compile(nn.Identity(), F.mse_loss, example_inputs=(x, x + 1.0)).forward_plan(x)
+    for k in range(3):
+        x = fg.full((3, 4), float(k), device=device)
+        out = identity(x)
+        assert identity.plan.stats()["inputs_copied"] == (0 if device == "cpu" else 1)
+        np.testing.assert_array_equal(out.cpu().numpy(), np.full((3, 4), k, np.float32))
+        x.fill_(-1.0)  # the step's result is a tensor of its own
+        np.testing.assert_array_equal(out.cpu().numpy(), np.full((3, 4), k, np.float32))
+
+
+def test_an_input_a_fused_run_reads_is_copied():
+    step = fg.compile(lambda x: ((x * 2.0 + 1.0).tanh() * x).mean(), example_inputs=(fg.zeros(1000, 64),))
+    x = np.random.default_rng(6).standard_normal((1000, 64)).astype(np.float32)
+    assert step(fg.tensor(x)).item() == pytest.approx(float((np.tanh(x * 2 + 1) * x).mean()), rel=1e-4)
+    assert step.stats["fused_runs"] == 1 and step.stats["inputs_copied"] == 1
