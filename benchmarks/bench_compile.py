@@ -19,6 +19,7 @@ eager MLP steps >= 1.0x PyTorch eager; arena/naive <= 0.5.
 import argparse
 import re
 import sys
+import time
 
 import numpy as np
 
@@ -26,7 +27,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import interleaved, load_average, machine, save, transformer_lm
+from common import SWITCH_GAP, interleaved, load_average, machine, save, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -232,6 +233,8 @@ def profiled_split(step, case, batch, device, steps=10):
     step - GEMMs alone, which also counts what the GEMMs lose in the step (operands arriving cold
     from memory, a pair sharing the cores), this counts only time outside the GEMM instructions."""
     x, y = (fg.tensor(v).to(device) for v in batch_data(case, batch))
+    time.sleep(SWITCH_GAP)  # the last round's last peer may be PyTorch, whose threads still spin
+    step.profile(x, y)  # untimed: wakes the threads the pause put to sleep
     gemm = other = 0.0
     for _ in range(steps):
         for record in step.profile(x, y):

@@ -124,3 +124,16 @@ def test_an_input_a_fused_run_reads_is_copied():
     x = np.random.default_rng(6).standard_normal((1000, 64)).astype(np.float32)
     assert step(fg.tensor(x)).item() == pytest.approx(float((np.tanh(x * 2 + 1) * x).mean()), rel=1e-4)
     assert step.stats["fused_runs"] == 1 and step.stats["inputs_copied"] == 1
+
+
+def test_an_input_the_step_writes_in_place_is_copied_and_the_caller_s_tensor_kept(device):
+    def doubled_sum(x):
+        x.mul_(2.0)
+        return x.sum()
+
+    step = fg.compile(doubled_sum, example_inputs=(fg.ones(4, 4, device=device),))
+    x = fg.ones(4, 4, device=device)
+    for _ in range(2):
+        assert step(x).item() == 32.0
+        assert step.stats["inputs_copied"] == 1
+        np.testing.assert_array_equal(x.cpu().numpy(), np.ones((4, 4), np.float32))
