@@ -378,7 +378,8 @@ class CompiledStep(_PlanViews):
 
     @property
     def stats(self):
-        """The last call's plan's counts (instructions, kernels, arena_bytes, ...), and ``plans``: one record per
+        """The last call's plan's counts (instructions, kernels, arena_bytes, inputs_copied: the
+        inputs it copied into its arena, where a CPU plan reads the others in place, ...), and ``plans``: one record per
         cached plan (signature, bucket, arena_bytes, hits), least recently used first, and
         ``arena_total_bytes``: the bytes of the arenas they use (shared: plans on one device
         share the largest one's), and ``traces``: how many times the step was traced (a dropped
