@@ -242,6 +242,10 @@ void bind_plan(py::module_& m) {
   "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or "
   "'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy "
   "default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.");
+  pm.def("inputs_for_trace", &plan::inputs_for_trace, py::arg("inputs"), py::arg("held"),
+         "The example inputs as fg.compile traces them: each that does not start its storage contiguously, or "
+         "shares storage with `held` (parameters, buffers, optimizer state) or an earlier input, replaced by a "
+         "copy of its own (requires_grad kept); the others as they are.");
   pm.def("kernel_calls", &kernel_calls,
          "How many kernels eager dispatch has called in this process (testing aid: compiling calls none for "
          "values computed from the step's inputs, it traces shapes only).");

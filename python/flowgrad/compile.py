@@ -315,11 +315,14 @@ class CompiledStep(_PlanViews):
         # Nothing to train (a frozen model, a function without parameters): a forward-only plan
         # that computes the loss and nothing else (no backward, no update, .grad left alone).
         self.forward_only = not any(p.requires_grad for p in self._params)
-        model_inputs, targets = (inputs[:-1], inputs[-1:]) if self.loss_fn is not None else (inputs, [])
         opt = self.optimizer if not self.forward_only else None
         # Creates missing state and the hyper-parameter tensors (read in place) before the trace.
         state, state_names = opt.plan_state() if opt is not None else ([], [])
         buffers = [b for _, b in _named(self.model, "named_buffers")]
+        # Views and memory shared with the model are traced as copies of their own (plan.h).
+        held = self._params + [p for _, p in _named(self.model, "named_parameters")] + state + buffers
+        inputs = _core.plan.inputs_for_trace(inputs, held)
+        model_inputs, targets = (inputs[:-1], inputs[-1:]) if self.loss_fn is not None else (inputs, [])
 
         def step(tracer):
             if self.forward_only:
@@ -453,9 +456,9 @@ class ForwardPlan(_PlanViews):
 
     def __init__(self, model, example_inputs):
         self.model = model
-        inputs = _as_tensors(example_inputs, "forward_plan")
         params = list(model.parameters())
         buffers = [b for _, b in model.named_buffers()] if hasattr(model, "named_buffers") else []
+        inputs = _core.plan.inputs_for_trace(_as_tensors(example_inputs, "forward_plan"), params + buffers)
 
         def forward(tracer):
             with _no_grad():

@@ -49,13 +49,13 @@ def train(device, layout):
         losses.append(step(xt, fg.tensor(y, device=device)).item())
         copied.append(step.stats["inputs_copied"])
         np.testing.assert_array_equal(xt.cpu().numpy(), x)  # the caller's tensor is only read
-    return losses, [p.cpu().numpy() for p in model.parameters()], copied
+    return losses, [p.cpu().numpy() for p in model.parameters()], copied, str(step.plan)
 
 
 def test_inputs_read_in_place_or_copied_train_to_the_same_bits(device):
     runs = {layout: train(device, layout) for layout in LAYOUTS}
-    losses, params, _ = runs["contiguous"]
-    for layout, (other_losses, other_params, _) in runs.items():
+    losses, params, _, _ = runs["contiguous"]
+    for layout, (other_losses, other_params, _, _) in runs.items():
         assert other_losses == losses, layout
         for got, want in zip(other_params, params):
             np.testing.assert_array_equal(got, want, err_msg=layout)
@@ -63,6 +63,8 @@ def test_inputs_read_in_place_or_copied_train_to_the_same_bits(device):
     # unaligned batch is copied; a CUDA plan copies both.
     on_cpu = device == "cpu"
     assert runs["contiguous"][2] == [0 if on_cpu else 2] * 6
+    how = "read in place" if on_cpu else "copied: a captured CUDA graph holds its slot's address"
+    assert f"input x0: float32 (16, 24), {how}" in runs["contiguous"][3]
     assert runs["strided"][2] == runs["unaligned"][2] == [1 if on_cpu else 2] * 6
 
 
@@ -124,6 +126,7 @@ def test_an_input_a_fused_run_reads_is_copied():
     x = np.random.default_rng(6).standard_normal((1000, 64)).astype(np.float32)
     assert step(fg.tensor(x)).item() == pytest.approx(float((np.tanh(x * 2 + 1) * x).mean()), rel=1e-4)
     assert step.stats["fused_runs"] == 1 and step.stats["inputs_copied"] == 1
+    assert "input x0: float32 (1000, 64), copied: a fused run reads it" in str(step.plan)
 
 
 def test_an_input_the_step_writes_in_place_is_copied_and_the_caller_s_tensor_kept(device):
@@ -137,3 +140,51 @@ def test_an_input_the_step_writes_in_place_is_copied_and_the_caller_s_tensor_kep
         assert step(x).item() == 32.0
         assert step.stats["inputs_copied"] == 1
         np.testing.assert_array_equal(x.cpu().numpy(), np.ones((4, 4), np.float32))
+    assert "input x0: float32 (4, 4), copied: the step writes it" in str(step.plan)
+
+
+def test_example_inputs_that_are_views_or_parameters_trace_as_tensors_of_their_own(device):
+    """A plan gives each input a contiguous slot of its size: example inputs that are a strided
+    view, a slice at an offset, or a parameter's own tensor must not be traced at their place in
+    their storage (that read past the slot, and made the parameter an input)."""
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal((8, 6)).astype(np.float32)
+    flat = rng.standard_normal(40).astype(np.float32)
+    x_view = fg.tensor(wide, device=device)[:, ::2]  # strides (6, 1)
+    y_slice = fg.tensor(flat, device=device)[5:29].reshape(8, 3)  # 5 elements into its storage
+    step = fg.compile(lambda x, y: (x * y).sum() + x.sum(), example_inputs=(x_view, y_slice))
+    for x, y in [(wide[:, ::2], flat[5:29].reshape(8, 3)), (wide[:, 1::2], flat[:24].reshape(8, 3))]:
+        got = step(fg.tensor(np.ascontiguousarray(x), device=device), fg.tensor(y, device=device)).item()
+        assert got == pytest.approx(float((x * y).sum() + x.sum()), rel=1e-5)
+    got = step(x_view, y_slice).item()
+    assert got == pytest.approx(float((wide[:, ::2] * flat[5:29].reshape(8, 3)).sum() + wide[:, ::2].sum()), rel=1e-5)
+
+    def trained(example_is_weight):
+        fg.manual_seed(0)
+        model = nn.Linear(4, 4).to(device)
+        target = fg.zeros(4, 4, device=device)
+        example = model.weight if example_is_weight else model.weight.detach().clone()
+        step = fg.compile(model, F.mse_loss, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(example, target))
+        batch = fg.tensor(rng.standard_normal((4, 4)).astype(np.float32), device=device)
+        losses = [step(batch, target).item() for _ in range(3)]
+        return losses, model.weight.cpu().numpy()
+
+    state = rng.bit_generator.state
+    as_weight = trained(True)
+    rng.bit_generator.state = state
+    as_copy = trained(False)
+    assert as_weight[0] == as_copy[0]
+    np.testing.assert_array_equal(as_weight[1], as_copy[1])
+    assert as_copy[0][2] < as_copy[0][0]  # it trains
+
+
+def test_one_tensor_twice_and_a_strided_forward_plan_example(device):
+    x = fg.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    square = fg.compile(lambda a, b: (a * b).sum(), example_inputs=(x, x))  # the second traced as a copy
+    assert square(x, x).item() == float((np.arange(12) ** 2).sum())
+    fg.manual_seed(0)
+    layer = nn.Linear(3, 2).to(device)
+    step = fg.compile(layer, F.mse_loss, example_inputs=(fg.zeros(4, 3, device=device), fg.zeros(4, 2, device=device)))
+    example = x.t()  # (4, 3), strides (1, 4)
+    infer = step.forward_plan(example)
+    np.testing.assert_allclose(infer(example).cpu().numpy(), layer(example).detach().cpu().numpy(), rtol=1e-6)

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <iostream>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "flowgrad/autograd/autograd.h"
 #include "flowgrad/core/env.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/plan/passes/passes.h"
@@ -297,6 +299,23 @@ const char* phase_name(Phase phase) {
     case Phase::Update: return "optimizer";
   }
   return "?";
+}
+
+Tensors inputs_for_trace(const Tensors& inputs, const Tensors& held) {
+  std::unordered_set<const Storage*> taken;
+  for (const Tensor& t : held) taken.insert(t.storage().get());
+  Tensors out;
+  for (const Tensor& x : inputs) {
+    Tensor t = x;
+    if (x.offset() != 0 || !x.is_contiguous() || taken.count(x.storage().get())) {
+      t = Tensor::empty(x.shape(), x.dtype(), x.device());
+      raw::copy_into(t, x);
+      if (requires_grad(x)) set_requires_grad(t, true);
+    }
+    taken.insert(t.storage().get());
+    out.push_back(t);
+  }
+  return out;
 }
 
 Plan::Plan(Tracer& trace, const PlanSpec& spec) {

@@ -85,28 +85,27 @@ void Executable::bind() {
   capture_ = std::make_shared<Capture>(*this);
 }
 
-// An input a CUDA plan copies, since a captured graph holds its slot's address; so does one that
-// a fused run or a region reads (their launches are many), that an instruction writes, or that
-// shares its buffer.
+// Which inputs can be read in place, and why the others are copied (Plan::str prints it).
 void Executable::find_in_place_inputs() {
   in_place_.assign(inputs_.size(), {});
-  if (!device_.is_cpu()) return;
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    const Value& v = inputs_[i];
-    const Buffer& b = buffers_[v.buffer];
+    const Value& v = inputs_[i];  // the whole slot, contiguous (Plan's constructor)
     InPlaceInput& in = in_place_[i];
-    in.can = b.kind == BufferKind::Input && !b.written && v.offset == 0 && v.strides == contiguous_strides(v.shape) &&
-             static_cast<size_t>(v.shape.numel()) * itemsize(v.dtype) == b.bytes;
-    for (size_t j = 0; j < inputs_.size(); ++j) in.can = in.can && (j == i || inputs_[j].buffer != v.buffer);
-    for (int k = 0; k < static_cast<int>(code_.size()) && in.can; ++k) {
+    auto refuse = [&](const char* why) {
+      if (in.copied_because.empty()) in.copied_because = why;
+    };
+    if (buffers_[v.buffer].written) refuse("the step writes it");
+    for (int k = 0; k < static_cast<int>(code_.size()); ++k) {
       const Instruction& ins = code_[k];
       auto here = [&](const std::vector<Value>& values) {
         return std::any_of(values.begin(), values.end(), [&](const Value& u) { return u.buffer == v.buffer; });
       };
       if (!here(ins.in) && !here(ins.out)) continue;
-      in.can = !ins.branch && ins.run < 0;
+      if (ins.branch) refuse("a region reads it");
+      if (ins.run >= 0) refuse("a fused run reads it (its launches are one per tile)");
       in.readers.push_back(k);
     }
+    if (!device_.is_cpu()) refuse("a captured CUDA graph holds its slot's address");
   }
 }
 
@@ -114,7 +113,7 @@ void Executable::find_in_place_inputs() {
 // (parameters, gradients, state, the arena) nor reads as another input's copy.
 bool Executable::reads_in_place(size_t i, const Tensor& x) const {
   const InPlaceInput& in = in_place_[i];
-  if (!in.can || !x.is_contiguous()) return false;
+  if (!in.copied_because.empty() || !x.is_contiguous()) return false;
   if (in.owner == x.storage() && in.at == x.data_ptr()) return true;  // checked when it was pointed at
   const char* lo = static_cast<const char*>(x.data_ptr());
   const char* hi = lo + buffers_[inputs_[i].buffer].bytes;

@@ -187,6 +187,9 @@ class Executable {
   const std::vector<Buffer>& buffers() const { return buffers_; }
   const std::vector<FusedRun>& runs() const { return runs_; }
   const std::vector<Value>& inputs() const { return inputs_; }
+  // Why every call copies input i into the arena; "" when a call reads it in place if the caller's
+  // tensor is contiguous, 64-byte aligned and overlaps nothing the step writes.
+  const std::string& input_copied_because(size_t i) const { return in_place_[i].copied_because; }
   const std::vector<Value>& outputs() const { return outputs_; }
   const Tensors& output_tensors() const { return output_t_; }  // the outputs' slots in the arena
   const Capture& capture() const { return *capture_; }
@@ -232,7 +235,7 @@ class Executable {
   // plain top-level instructions read it and none writes it: each run, their launches are
   // re-prepared if the caller's bytes moved. Per input; found by bind().
   struct InPlaceInput {
-    bool can = false;
+    std::string copied_because;         // why it cannot be (empty when it can)
     std::vector<int> readers;           // top-level instructions that read it
     std::shared_ptr<Storage> owner{};   // the caller's storage it is read from now (null: its arena slot)
     const void* at = nullptr;           // and where in it

@@ -71,8 +71,12 @@ std::string Plan::str() const {
      << ", " << stats_.views << " views folded, " << stats_.common << " common subexpressions, " << stats_.folded
      << " constants folded, " << stats_.eliminated << " dead), arena " << stats_.arena_bytes << " bytes (naive "
      << stats_.naive_bytes << ")\n";
-  for (const Value& v : inputs)
-    os << "  input " << buffers[v.buffer].name << ": " << dtype_name(v.dtype) << " " << to_string(v.shape) << "\n";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = inputs[i];
+    const std::string& copied = exec_->input_copied_because(i);
+    os << "  input " << buffers[v.buffer].name << ": " << dtype_name(v.dtype) << " " << to_string(v.shape)
+       << (copied.empty() ? ", read in place" : ", copied: " + copied) << "\n";
+  }
   str_block(os, instructions(), "  ");
   for (const Value& v : exec_->outputs()) os << "  output " << describe(v) << "\n";
   return os.str();

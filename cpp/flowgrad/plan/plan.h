@@ -166,6 +166,13 @@ struct PlanStats {
   std::map<std::string, StatValue> to_map() const;
 };
 
+// The step's example inputs as the trace must see them. A plan gives each input a contiguous slot
+// of its size, and the trace records a read at its place in the tensor's storage: an input that
+// does not start its storage contiguously (a slice, a transposed batch) or that shares storage with
+// `held` (parameters, buffers, optimizer state) or an earlier input is replaced by a copy of its
+// own (requires_grad kept); the others are traced as they are (no kernel runs).
+Tensors inputs_for_trace(const Tensors& inputs, const Tensors& held);
+
 // What the caller declares about a traced step.
 struct PlanSpec {
   Tensors inputs;   // their slots: each run reads the caller's tensor there, or in place (Executable)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
+__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
 class Plan:
     """
     A traced step as instructions over planned memory.
@@ -141,6 +141,10 @@ def compile_fused(source: str, name: str, arch: typing.SupportsInt | typing.Supp
 def compile_ptx(source: str, name: str, arch: typing.SupportsInt | typing.SupportsIndex) -> str:
     """
     PTX of CUDA source compiled by NVRTC for compute_<arch>.
+    """
+def inputs_for_trace(inputs: collections.abc.Sequence[flowgrad._core.Tensor], held: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
+    """
+    The example inputs as fg.compile traces them: each that does not start its storage contiguously, or shares storage with `held` (parameters, buffers, optimizer state) or an earlier input, replaced by a copy of its own (requires_grad kept); the others as they are.
     """
 def kernel_calls() -> int:
     """
