@@ -121,12 +121,14 @@ def test_an_output_that_is_an_input_follows_the_caller_s_tensor(device):
         np.testing.assert_array_equal(out.cpu().numpy(), np.full((3, 4), k, np.float32))
 
 
-def test_an_input_a_fused_run_reads_is_copied():
-    step = fg.compile(lambda x: ((x * 2.0 + 1.0).tanh() * x).mean(), example_inputs=(fg.zeros(1000, 64),))
+def test_an_input_a_fused_run_reads_is_copied(device):
+    step = fg.compile(lambda x: ((x * 2.0 + 1.0).tanh() * x).mean(), example_inputs=(fg.zeros(1000, 64, device=device),))
     x = np.random.default_rng(6).standard_normal((1000, 64)).astype(np.float32)
-    assert step(fg.tensor(x)).item() == pytest.approx(float((np.tanh(x * 2 + 1) * x).mean()), rel=1e-4)
-    assert step.stats["fused_runs"] == 1 and step.stats["inputs_copied"] == 1
-    assert "input x0: float32 (1000, 64), copied: a fused run reads it" in str(step.plan)
+    assert step(fg.tensor(x, device=device)).item() == pytest.approx(float((np.tanh(x * 2 + 1) * x).mean()), rel=1e-4)
+    assert step.stats["inputs_copied"] == 1
+    if device == "cpu":  # CUDA fuses only where NVRTC and a driver are found, and copies every input anyway
+        assert step.stats["fused_runs"] == 1
+        assert "input x0: float32 (1000, 64), copied: a fused run reads it" in str(step.plan)
 
 
 def test_an_input_the_step_writes_in_place_is_copied_and_the_caller_s_tensor_kept(device):
