@@ -50,7 +50,8 @@ def test_registry_names_are_unique_and_flags_consistent():
         assert not (op["in_place"] and (op["view"] or op["fusable"])), op["name"]
         # ops that write an input are exactly the in-place ops and the optimizer updates; an in-place op
         # writes input 0
-        assert bool(op["written_inputs"]) == (op["in_place"] or op["family"] == "optim"), op["name"]
+        writes = bool(op["written_inputs"]) or op["written_groups"] is not None
+        assert writes == (op["in_place"] or op["family"] == "optim"), op["name"]
         assert not op["in_place"] or op["written_inputs"] & 1, op["name"]
         # an op whose output size depends on values reads them on the host
         assert not op["data_dependent"] or op["host_sync"], op["name"]

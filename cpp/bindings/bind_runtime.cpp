@@ -99,7 +99,11 @@ void bind_runtime(py::module_& m) {
       d["in_place"] = op->in(Group::InPlace);
       d["saves_original"] = (op->flags & kSavesOriginal) != 0;
       d["host_sync"] = op->in(Group::HostSync);
-      d["written_inputs"] = written_inputs(*op);
+      // Bit i: the op writes input i < 32; written_groups: (first, period, bits) for groups of inputs
+      // from `first` on (multi-tensor updates), or None.
+      d["written_inputs"] = op->mutated_inputs.head | (op->in(Group::InPlace) ? 1u : 0u);
+      const WrittenInputs& w = op->mutated_inputs;
+      d["written_groups"] = w.period > 0 ? py::object(py::make_tuple(w.first, w.period, w.each)) : py::object(py::none());
       ops.append(d);
     }
     return ops;

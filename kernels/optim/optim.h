@@ -82,8 +82,9 @@ void adam_update_cuda(const KernelEnv& env, DType dtype, void* param, const void
 
 // Many parameters of one dtype in one call (multi-tensor apply): the same per-element updates
 // as sgd_update_* / adam_update_* on each item, so the numbers are bitwise those of one call per
-// item. CUDA takes at most kMaxMultiTensors items per call (its table is a kernel argument).
-constexpr int kMaxMultiTensors = 16;
+// item, for any number of items. CUDA launches once per kMaxMultiTensors items (its table is a
+// kernel argument).
+constexpr int kMaxMultiTensors = 64;
 struct SgdItem {
   void* param;
   const void* grad;

@@ -1,4 +1,4 @@
-// Multi-tensor optimizer updates on CUDA: one launch for up to kMaxMultiTensors parameters. The
+// Multi-tensor optimizer updates on CUDA: one launch per kMaxMultiTensors parameters. The
 // item table (pointers, sizes, block ranges) is the kernel argument, so nothing is copied to
 // the device and a captured CUDA graph replays it as is. Item k owns blocks
 // [first_block[k], first_block[k + 1]) and walks its elements with a grid-stride loop over those
@@ -19,13 +19,19 @@ struct Table {
   int first_block[kMaxMultiTensors + 1];
   int count;
 };
+// Kernel arguments (the table and the hyper pointer) stay within CUDA's classic 4 KiB.
+static_assert(sizeof(Table<AdamItem>) + sizeof(double*) <= 4096 && sizeof(Table<SgdItem>) + sizeof(double*) <= 4096);
 
-// The item block b belongs to (count is small: a linear scan).
+// The item block b belongs to: the last k with first_block[k] <= b (a binary search).
 template <class Item>
 __device__ int item_of_block(const Table<Item>& t, int b) {
-  int k = 0;
-  while (k + 1 < t.count && b >= t.first_block[k + 1]) ++k;
-  return k;
+  int lo = 0, hi = t.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.first_block[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 #define FG_ITEM_LOOP(i, t, k)                                                                          \
@@ -61,12 +67,10 @@ __global__ void increment_steps(const Table<AdamItem> t) {
   if (threadIdx.x < t.count) *t.items[threadIdx.x].step += 1;
 }
 
-// Fills the block ranges (each item gets grid_for(n) blocks, at least one so every item's
-// block exists); returns the total block count.
+// Fills the block ranges of items [0, count), count <= kMaxMultiTensors (each item gets grid_for(n)
+// blocks, at least one so every item's block exists); returns the total block count.
 template <class Item>
 int plan_blocks(Table<Item>& t, const Item* items, int count) {
-  FG_CHECK(count >= 1 && count <= kMaxMultiTensors, Value, "multi-tensor optimizer update: ", count,
-           " parameters in one launch (1 to ", kMaxMultiTensors, ")");
   t.count = count;
   t.first_block[0] = 0;
   for (int k = 0; k < count; ++k) {
@@ -76,27 +80,38 @@ int plan_blocks(Table<Item>& t, const Item* items, int count) {
   return t.first_block[count];
 }
 
+// Calls launch(table, blocks) for each run of at most kMaxMultiTensors items, in order.
+template <class Item, class Launch>
+void for_tables(const Item* items, int count, const char* name, Launch&& launch) {
+  FG_CHECK(count >= 1, Value, name, ": no parameters");
+  for (int begin = 0; begin < count; begin += kMaxMultiTensors) {
+    Table<Item> t;
+    const int blocks = plan_blocks(t, items + begin, std::min(kMaxMultiTensors, count - begin));
+    launch(t, blocks);
+    check_launch(name);
+  }
+}
+
 }  // namespace
 
 void sgd_update_multi_cuda(const KernelEnv& env, DType dtype, const SgdItem* items, int count, const double* hyper) {
-  Table<SgdItem> t;
-  int blocks = plan_blocks(t, items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    sgd_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
+    for_tables(items, count, "sgd_update_multi", [&](const Table<SgdItem>& t, int blocks) {
+      sgd_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
+    });
   });
-  check_launch("sgd_update_multi");
 }
 
 void adam_update_multi_cuda(const KernelEnv& env, DType dtype, const AdamItem* items, int count, const double* hyper) {
-  Table<AdamItem> t;
-  int blocks = plan_blocks(t, items, count);
   visit_float_dtype(dtype, "optimizer", [&](auto tag) {
     using T = decltype(tag);
-    adam_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
+    for_tables(items, count, "adam_update_multi", [&](const Table<AdamItem>& t, int blocks) {
+      adam_multi_kernel<T><<<blocks, kThreads, 0, kernel_stream(env)>>>(t, hyper);
+      // Same stream: after every block of this table has read its step.
+      increment_steps<<<1, kMaxMultiTensors, 0, kernel_stream(env)>>>(t);
+    });
   });
-  increment_steps<<<1, kMaxMultiTensors, 0, kernel_stream(env)>>>(t);  // same stream: after every block has read its step
-  check_launch("adam_update_multi");
 }
 
 }  // namespace fg

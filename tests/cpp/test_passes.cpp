@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "flowgrad/plan/analysis.h"
 #include "flowgrad/plan/memory.h"
 #include "flowgrad/plan/passes/passes.h"
 
@@ -96,6 +97,24 @@ TEST(Cse, MergesInsideABlockAndKeepsBlockValuesInside) {
   EXPECT_EQ(block[1].in[0].buffer, outer.buffer);
   EXPECT_EQ(block[1].in[1].buffer, i2.buffer);
   EXPECT_EQ(p.body[2].op->id, OpId::relu);
+}
+
+TEST(WrittenInputs, AMultiTensorUpdateWritesEveryGroupsParameterPastInput32) {
+  Builder b(Dims{4});
+  std::vector<Value> in{b.value(b.buffer(BufferKind::External, "hyper"))};
+  std::vector<int> params;
+  for (int g = 0; g < 40; ++g) {  // 81 inputs: hyper, then (param, grad) per group
+    params.push_back(b.buffer(BufferKind::External, "w" + std::to_string(g)));
+    in.push_back(b.value(params.back()));
+    in.push_back(b.fresh());
+  }
+  std::vector<int> written;
+  writes_deep(Instr{&op_def(OpId::sgd_update_multi), {}, in, {}}, [&](const Value& v) { written.push_back(v.buffer); });
+  EXPECT_EQ(written, params);
+  EXPECT_TRUE(mutates_inputs(op_def(OpId::sgd_update_multi)));
+  EXPECT_FALSE(writes_input(op_def(OpId::sgd_update_multi), 80));  // the last group's gradient
+  EXPECT_TRUE(writes_input(op_def(OpId::copy_), 0));                // in-place ops write input 0
+  EXPECT_FALSE(writes_input(op_def(OpId::copy_), 1));
 }
 
 TEST(Dce, DropsADeadChainAndKeepsWritesOutsideThePlan) {

@@ -5,7 +5,8 @@ import pytest
 
 import flowgrad as fg
 
-SHAPES = [(45, 65), (7,), (1, 5), (3, 1, 4), (0, 3), (), (130, 3), (2, 2)] * 3  # 24: several launches
+SHAPES = [(45, 65), (7,), (1, 5), (3, 1, 4), (0, 3), (), (130, 3), (2, 2)] * 3  # 24 parameters
+MANY = SHAPES * 7  # 168 parameters (GPT-2 small has 148): one op, three CUDA tables of at most 64
 
 
 def make_params(device, dtype, seed, shapes=SHAPES):
@@ -42,12 +43,13 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.parametrize("shapes", [SHAPES, MANY], ids=["24", "168"])
 @pytest.mark.parametrize("dtype", [fg.float32, fg.float64])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_multi_tensor_updates_are_bitwise_per_parameter_updates(device, dtype, name):
-    multi, opt_multi = run(OPTIMIZERS[name], device, dtype, foreach=True)
-    single, opt_single = run(OPTIMIZERS[name], device, dtype, foreach=False)
-    start = [p.detach().cpu().numpy() for p in make_params(device, dtype, seed=5)]
+def test_multi_tensor_updates_are_bitwise_per_parameter_updates(device, dtype, name, shapes):
+    multi, opt_multi = run(OPTIMIZERS[name], device, dtype, foreach=True, shapes=shapes)
+    single, opt_single = run(OPTIMIZERS[name], device, dtype, foreach=False, shapes=shapes)
+    start = [p.detach().cpu().numpy() for p in make_params(device, dtype, seed=5, shapes=shapes)]
     for m, s, p0 in zip(multi, single, start):
         np.testing.assert_array_equal(m, s)
     assert any(not np.array_equal(m, p0) for m, p0 in zip(multi, start))  # the steps did update
@@ -79,15 +81,17 @@ def test_threads_split_the_concatenated_elements_anywhere(name):
 
 @pytest.mark.parametrize("foreach, expected", [(True, "adam_update_multi("), (False, "adam_update(")])
 def test_the_step_runs_the_op_its_mode_names(foreach, expected):
-    params = make_params("cpu", fg.float32, seed=1, shapes=[(3, 2), (2,)])
-    set_grads(params, 0)
+    shapes = [(3, 2), (2,)] * 20  # one multi-tensor op for all 40 parameters
+    params = make_params("cpu", fg.float32, seed=1, shapes=shapes)
+    for p in params:
+        p.grad = fg.ones(*p.shape)
     opt = fg.optim.Adam(params, foreach=foreach)
     state, _ = opt.plan_state()
     tracer = fg._core.plan.Tracer()
     with tracer:
         opt._update(0, opt.foreach)
     text = str(fg._core.plan.Plan(tracer, [], [], [], [], params + state))
-    assert expected in text and text.count("adam_update") == (1 if foreach else 2)
+    assert expected in text and text.count("adam_update") == (1 if foreach else len(shapes))
 
 
 def test_mixed_dtypes_fall_back_to_per_parameter_updates(device):

@@ -258,3 +258,56 @@ def test_state_dict_keeps_its_keys_and_hyper_parameters(kind):
     for name, value in expected.items():
         assert tuple(group[name]) == value if isinstance(value, tuple) else group[name] == value, name
     assert set(sd["state"][0]) == keys
+
+
+class _Affine(fg.nn.Module):
+    def __init__(self, w, b):
+        super().__init__()
+        self.w = fg.nn.Parameter(w)
+        self.b = fg.nn.Parameter(b)
+
+    def forward(self, x):
+        return x @ self.w + self.b
+
+
+STRIDED_OPTIMIZERS = {
+    "sgd": lambda ps, f: fg.optim.SGD(ps, lr=0.1, foreach=f),
+    "sgd_momentum": lambda ps, f: fg.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=f),
+    "adamw": lambda ps, f: fg.optim.AdamW(ps, lr=0.05, weight_decay=0.1, foreach=f),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("foreach", [True, False])
+@pytest.mark.parametrize("name", list(STRIDED_OPTIMIZERS))
+def test_strided_parameters_train_like_contiguous_ones(device, name, foreach, compiled):
+    """A transposed weight and a strided bias are updated in place (PyTorch accepts them too):
+    the same bits as contiguous parameters holding the same values, the parameters keep their
+    storage and layout, and their versions move."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 6)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    strided = _Affine(fg.tensor(w, device=device).t(), fg.tensor(b, device=device)[::2])
+    plain = _Affine(fg.tensor(w.T.copy(), device=device), fg.tensor(b[::2].copy(), device=device))
+    assert not strided.w.is_contiguous() and not strided.b.is_contiguous()
+    pointer, version = strided.w.data_ptr(), strided.w._version
+    xs = [fg.tensor(rng.standard_normal((3, 6)).astype(np.float32), device=device) for _ in range(3)]
+    ys = [fg.tensor(rng.standard_normal((3, 5)).astype(np.float32), device=device) for _ in range(3)]
+    results = []
+    for model in (strided, plain):
+        opt = STRIDED_OPTIMIZERS[name](list(model.parameters()), foreach)
+        if compiled:
+            step = fg.compile(model, fg.nn.functional.mse_loss, opt, example_inputs=(xs[0], ys[0]))
+        for x, y in zip(xs, ys):
+            if compiled:
+                step(x, y)
+            else:
+                opt.zero_grad()
+                fg.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        results.append([p.detach().cpu().numpy() for p in model.parameters()])
+    for s, p in zip(*results):
+        np.testing.assert_array_equal(s, p)
+    assert not np.array_equal(results[0][0], w.T)  # the steps did update
+    assert strided.w.data_ptr() == pointer and not strided.w.is_contiguous()
+    assert strided.w._version > version

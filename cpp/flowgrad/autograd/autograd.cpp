@@ -70,7 +70,7 @@ void attach_outputs(const std::shared_ptr<Node>& node, const Tensors& outputs) {
   }
 }
 
-bool differentiable_input(const OpDef& op, size_t i) { return !((op.nondiff_inputs >> i) & 1u); }
+bool differentiable_input(const OpDef& op, size_t i) { return i >= 32 || !((op.nondiff_inputs >> i) & 1u); }
 
 // Whether record() will make a node for this call (the op's inputs as they are before it runs).
 bool records(const OpDef& op, TensorList in) {

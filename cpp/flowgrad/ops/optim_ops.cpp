@@ -66,32 +66,26 @@ void adam_kernel(const KernelEnv& env, TensorList in, const Tensors&, const Attr
 const OpDef k_sgd_update{.id = OpId::sgd_update, .name = "sgd_update", .family = Family::Optim, .flags = kHalfNative,
                          .shape_rule = sgd_update_shape, .cpu = sgd_kernel<sgd_update_cpu>,
                          .cuda = FG_CUDA(sgd_kernel<sgd_update_cuda>), .not_differentiable = "optimizer update",
-                         .mutated_inputs = 0b1001};  // param, momentum buffer
+                         .mutated_inputs = {.head = 0b1001}};  // param, momentum buffer
 const OpDef k_adam_update{.id = OpId::adam_update, .name = "adam_update", .family = Family::Optim, .flags = kHalfNative,
                           .shape_rule = adam_update_shape, .cpu = adam_kernel<adam_update_cpu>,
                           .cuda = FG_CUDA(adam_kernel<adam_update_cuda>), .not_differentiable = "optimizer update",
-                          .mutated_inputs = 0b111001};  // param, step, exp_avg, exp_avg_sq
+                          .mutated_inputs = {.head = 0b111001}};  // param, step, exp_avg, exp_avg_sq
 
 // Multi-tensor forms: in = hyper, then one group per parameter holding the per-parameter op's
 // inputs without hyper: sgd (param, grad), sgd with momentum (param, grad, buf), adam (param,
-// grad, step, exp_avg, exp_avg_sq). Groups per call are capped so mutated_inputs (32 bits)
-// names every written tensor; the optimizer steps split longer lists.
+// grad, step, exp_avg, exp_avg_sq). Any number of groups: one call updates a whole param group.
 struct MultiLayout {
   const char* name;
   int per_group;
-  int max_groups;
   uint32_t written;  // bits within a group
   Specs (*single_shape)(TensorList, const Attrs&);
 };
-constexpr MultiLayout kSgdMulti{"sgd_update_multi", 2, 15, 0b1, sgd_update_shape};
-constexpr MultiLayout kSgdMomentumMulti{"sgd_momentum_update_multi", 3, 10, 0b101, sgd_update_shape};
-constexpr MultiLayout kAdamMulti{"adam_update_multi", 5, 6, 0b11101, adam_update_shape};
+constexpr MultiLayout kSgdMulti{"sgd_update_multi", 2, 0b1, sgd_update_shape};
+constexpr MultiLayout kSgdMomentumMulti{"sgd_momentum_update_multi", 3, 0b101, sgd_update_shape};
+constexpr MultiLayout kAdamMulti{"adam_update_multi", 5, 0b11101, adam_update_shape};
 
-constexpr uint32_t written_inputs(const MultiLayout& l) {
-  uint32_t mask = 0;
-  for (int g = 0; g < l.max_groups; ++g) mask |= l.written << (1 + l.per_group * g);
-  return mask;
-}
+constexpr WrittenInputs written_inputs(const MultiLayout& l) { return {.first = 1, .period = l.per_group, .each = l.written}; }
 
 // The per-parameter op's inputs for group g.
 Tensors single_inputs(TensorList in, int per_group, int g) {
@@ -104,9 +98,8 @@ Tensors single_inputs(TensorList in, int per_group, int g) {
 template <const MultiLayout& L>
 Specs multi_shape(TensorList in, const Attrs& attrs) {
   int groups = in.empty() ? 0 : static_cast<int>(in.size() - 1) / L.per_group;
-  FG_CHECK(!in.empty() && groups >= 1 && groups <= L.max_groups && in.size() == size_t(1 + L.per_group * groups), Value,
-           L.name, ": expected hyper and 1 to ", L.max_groups, " groups of ", L.per_group, " tensors, got ",
-           in.size(), " inputs");
+  FG_CHECK(!in.empty() && groups >= 1 && in.size() == size_t(1 + L.per_group * groups), Value, L.name,
+           ": expected hyper and one or more groups of ", L.per_group, " tensors, got ", in.size(), " inputs");
   for (int g = 0; g < groups; ++g) {
     Tensors single = single_inputs(in, L.per_group, g);
     L.single_shape(single, attrs);
@@ -151,14 +144,11 @@ const OpDef k_adam_update_multi{.id = OpId::adam_update_multi, .name = kAdamMult
                                 .cuda = FG_CUDA(adam_multi_kernel<adam_update_multi_cuda>),
                                 .not_differentiable = "optimizer update", .mutated_inputs = written_inputs(kAdamMulti)};
 
-// Runs op over groups, at most max_groups per call. groups: the inputs after hyper.
-void run_multi(const OpDef& op, const MultiLayout& l, const Tensor& hyper, const Tensors& groups) {
-  size_t per_call = static_cast<size_t>(l.per_group * l.max_groups);
-  for (size_t begin = 0; begin < groups.size(); begin += per_call) {
-    Tensors in{hyper};
-    in.insert(in.end(), groups.begin() + begin, groups.begin() + std::min(groups.size(), begin + per_call));
-    run_op(op, in);
-  }
+// One call of a multi-tensor op over every group.
+void run_groups(const OpDef& op, const Tensor& hyper, const Tensors& groups) {
+  Tensors in{hyper};
+  in.insert(in.end(), groups.begin(), groups.end());
+  run_op(op, in);
 }
 
 }  // namespace
@@ -171,11 +161,10 @@ FG_REGISTER(sgd_momentum_update_multi);
 FG_REGISTER(adam_update_multi);
 
 void sgd_update_multi(const Tensor& hyper, const Tensors& groups, bool momentum) {
-  if (momentum) run_multi(k_sgd_momentum_update_multi, kSgdMomentumMulti, hyper, groups);
-  else run_multi(k_sgd_update_multi, kSgdMulti, hyper, groups);
+  run_groups(momentum ? k_sgd_momentum_update_multi : k_sgd_update_multi, hyper, groups);
 }
 
-void adam_update_multi(const Tensor& hyper, const Tensors& groups) { run_multi(k_adam_update_multi, kAdamMulti, hyper, groups); }
+void adam_update_multi(const Tensor& hyper, const Tensors& groups) { run_groups(k_adam_update_multi, hyper, groups); }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& hyper, const Tensor& momentum_buf) {
   if (momentum_buf.defined())

@@ -10,7 +10,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& hyper, co
 // ++step, then param, exp_avg, exp_avg_sq in place.
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& hyper, const Tensor& step,
                  const Tensor& exp_avg, const Tensor& exp_avg_sq);
-// The same updates for many parameters of one dtype and device, few launches (multi-tensor
+// The same updates for many parameters of one dtype and device in one call (multi-tensor
 // apply) and the numbers of the calls above. groups: per parameter, sgd_update's inputs without
 // hyper (param, grad [, momentum_buf]) or adam_update's (param, grad, step, exp_avg, exp_avg_sq).
 void sgd_update_multi(const Tensor& hyper, const Tensors& groups, bool momentum);

@@ -283,7 +283,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (op.in(Group::InPlace))
     return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
   for (size_t i = 0; i < in.size(); ++i)
-    if (op.mutated_inputs >> i & 1) check_writable(in[i], op.name);
+    if (op.mutated_inputs(i)) check_writable(in[i], op.name);
   Tensors out;
   if (op.in(Group::View)) {
     out.push_back(op.view(in[0], specs[0], attrs));
@@ -297,7 +297,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
     fail(ErrorKind::Device, op.name, ": no kernel for ", device.str(), " (", cuda_missing_reason(op), ")");
   }
   for (size_t i = 0; i < in.size(); ++i)
-    if (op.mutated_inputs >> i & 1) bump_version(in[i]);
+    if (op.mutated_inputs(i)) bump_version(in[i]);
   after_op(op, in, in, out, attrs);
   return out;
 }

@@ -150,6 +150,22 @@ struct Launch {
 };
 using PrepareFn = Launch (*)(TensorList in, const Tensors& out, const Attrs& attrs);
 
+// Which inputs an op's kernel writes: bit i of `head` for input i < 32, and from input `first` on,
+// bit k of `each` for input first + j * period + k (multi-tensor updates: one group per parameter,
+// any number of groups).
+struct WrittenInputs {
+  uint32_t head = 0;
+  int first = 0, period = 0;
+  uint32_t each = 0;
+
+  constexpr bool operator()(size_t i) const {
+    if (i < 32 && (head >> i & 1u)) return true;
+    if (period <= 0 || i < static_cast<size_t>(first)) return false;
+    return each >> ((i - static_cast<size_t>(first)) % static_cast<size_t>(period)) & 1u;
+  }
+  constexpr bool any() const { return head != 0 || (period > 0 && each != 0); }
+};
+
 struct OpDef {
   OpId id = OpId::None;  // its row in the op table
   const char* name;      // the row's name
@@ -173,9 +189,9 @@ struct OpDef {
   const char* not_differentiable = nullptr;  // reason, when backward is null
   Saved saved = Saved::Nothing;
   uint32_t nondiff_inputs = 0;  // bit i: input i never receives a gradient (indices, masks)
-  // bit i: the kernel writes input i (optimizer updates): run_op checks it is writable and bumps
-  // its version; compiled plans never drop or reorder such an op.
-  uint32_t mutated_inputs = 0;
+  // The inputs the kernel writes (optimizer updates): run_op checks they are writable and bumps
+  // their versions; compiled plans never drop or reorder such an op.
+  WrittenInputs mutated_inputs = {};
   // Optional prepared launches for compiled plans (see Launch); an empty Launch, or none, means
   // the plan calls cpu/cuda. Valid as long as the operands' memory stays where it was.
   PrepareFn prepare_cpu = nullptr;
@@ -187,9 +203,9 @@ struct OpDef {
   bool in(Group g) const { return in_group(id, g); }
 };
 
-// Bit i: the op writes input i (InPlace ops write input 0, optimizer updates declare theirs).
-inline uint32_t written_inputs(const OpDef& op) { return op.mutated_inputs | (op.in(Group::InPlace) ? 1u : 0u); }
-inline bool mutates_inputs(const OpDef& op) { return written_inputs(op) != 0; }
+// Whether the op writes its input i (InPlace ops write input 0, optimizer updates declare theirs).
+inline bool writes_input(const OpDef& op, size_t i) { return op.mutated_inputs(i) || (i == 0 && op.in(Group::InPlace)); }
+inline bool mutates_inputs(const OpDef& op) { return op.mutated_inputs.any() || op.in(Group::InPlace); }
 
 // A CUDA kernel in CUDA builds, nothing otherwise: `.cuda = FG_CUDA(kernel)`.
 #if defined(FLOWGRAD_HAVE_CUDA)

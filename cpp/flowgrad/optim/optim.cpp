@@ -46,28 +46,50 @@ bool uniform(const Tensors& params) {
   return !params.empty();
 }
 
+// The update kernels write contiguous memory: a strided parameter (a transposed weight) is updated
+// through a contiguous copy of it (its state is contiguous too), which write_back copies into it.
+struct Strided {
+  Tensors params, copies;
+
+  Tensor operator()(const Tensor& p) {
+    if (p.is_contiguous()) return p;
+    params.push_back(p);
+    copies.push_back(contiguous(p));
+    return copies.back();
+  }
+  void write_back() const {
+    for (size_t i = 0; i < params.size(); ++i) copy_(params[i], copies[i]);
+  }
+};
+
 }  // namespace
 
 void sgd_step(const Tensors& params, const Tensors& bufs, const Tensor& hyper, UpdateMode mode) {
   FG_CHECK(bufs.empty() || bufs.size() == params.size(), Value, "SGD: ", bufs.size(),
            " momentum buffers for ", params.size(), " parameters");
   GradModeGuard no_grad(false);
+  Strided strided;
   Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
     if (!g.defined()) continue;
+    Tensor p = strided(params[i]);
     if (mode == UpdateMode::PerParameter) {
-      sgd_update(params[i], g, hyper, bufs.empty() ? Tensor() : bufs[i]);
+      sgd_update(p, g, hyper, bufs.empty() ? Tensor() : bufs[i]);
       continue;
     }
-    with_grad.push_back(params[i]);
-    groups.insert(groups.end(), {params[i], g});
+    with_grad.push_back(p);
+    groups.insert(groups.end(), {p, g});
     if (!bufs.empty()) groups.push_back(bufs[i]);
   }
-  if (with_grad.empty()) return;
-  if (uniform(with_grad)) return sgd_update_multi(hyper, groups, !bufs.empty());
-  size_t per = bufs.empty() ? 2 : 3;  // mixed devices or dtypes: one op per parameter
-  for (size_t i = 0; i < groups.size(); i += per) sgd_update(groups[i], groups[i + 1], hyper, per == 3 ? groups[i + 2] : Tensor());
+  const size_t per = bufs.empty() ? 2 : 3;
+  if (uniform(with_grad)) {
+    sgd_update_multi(hyper, groups, !bufs.empty());
+  } else {  // mixed devices or dtypes (or none): one op per parameter
+    for (size_t i = 0; i < groups.size(); i += per)
+      sgd_update(groups[i], groups[i + 1], hyper, per == 3 ? groups[i + 2] : Tensor());
+  }
+  strided.write_back();
 }
 
 void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& exp_avg_sqs,
@@ -75,21 +97,26 @@ void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& ex
   FG_CHECK(exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() && steps.size() == params.size(),
            Value, "Adam: state lists must match the parameter list");
   GradModeGuard no_grad(false);
+  Strided strided;
   Tensors with_grad, groups;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor g = grad_for(params[i]);
     if (!g.defined()) continue;
+    Tensor p = strided(params[i]);
     if (mode == UpdateMode::PerParameter) {
-      adam_update(params[i], g, hyper, steps[i], exp_avgs[i], exp_avg_sqs[i]);
+      adam_update(p, g, hyper, steps[i], exp_avgs[i], exp_avg_sqs[i]);
       continue;
     }
-    with_grad.push_back(params[i]);
-    groups.insert(groups.end(), {params[i], g, steps[i], exp_avgs[i], exp_avg_sqs[i]});
+    with_grad.push_back(p);
+    groups.insert(groups.end(), {p, g, steps[i], exp_avgs[i], exp_avg_sqs[i]});
   }
-  if (with_grad.empty()) return;
-  if (uniform(with_grad)) return adam_update_multi(hyper, groups);
-  for (size_t i = 0; i < groups.size(); i += 5)  // mixed devices or dtypes: one op per parameter
-    adam_update(groups[i], groups[i + 1], hyper, groups[i + 2], groups[i + 3], groups[i + 4]);
+  if (uniform(with_grad)) {
+    adam_update_multi(hyper, groups);
+  } else {  // mixed devices or dtypes (or none): one op per parameter
+    for (size_t i = 0; i < groups.size(); i += 5)
+      adam_update(groups[i], groups[i + 1], hyper, groups[i + 2], groups[i + 3], groups[i + 4]);
+  }
+  strided.write_back();
 }
 
 void write_hyper(const Tensor& hyper, const std::vector<double>& values) {

@@ -13,9 +13,8 @@ void call_reads(const Instr& ins, const Visit& fn) {
 }
 void call_writes(const Instr& ins, const Visit& fn) {
   for (const Value& v : ins.out) fn(v);
-  const uint32_t written = written_inputs(*ins.op);  // in place, optimizer updates
-  for (size_t k = 0; k < ins.in.size() && k < 32; ++k)
-    if (written >> k & 1u) fn(ins.in[k]);
+  for (size_t k = 0; k < ins.in.size(); ++k)  // in place, optimizer updates
+    if (writes_input(*ins.op, k)) fn(ins.in[k]);
 }
 void each(const Visit& fn, std::initializer_list<const Value*> values) {
   for (const Value* v : values)

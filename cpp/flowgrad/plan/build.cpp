@@ -111,7 +111,9 @@ struct Builder {
   }
 
   // A plan calls an in-place op's kernel on its target directly: that is what eager code does
-  // only when the target is contiguous and of the result dtype and no other input aliases it.
+  // only when the target is contiguous (or the op is copy_, whose kernel writes any layout: an
+  // optimizer writing back a transposed weight) and of the result dtype and no other input
+  // aliases it.
   void check_in_place(const TracedCall& c) {
     const Tensor& target = c.in[0];
     Specs specs = c.op->shape_rule(c.in, c.attrs);
@@ -119,7 +121,8 @@ struct Builder {
     for (size_t i = 1; i < c.in.size(); ++i)
       aliased |= c.in[i].storage() == target.storage() &&
                  (c.in[i].offset() != target.offset() || c.in[i].strides() != target.strides());
-    FG_CHECK(target.is_contiguous() && specs[0].dtype == target.dtype() && !aliased, Value, "compile: '", c.op->name,
+    const bool layout = target.is_contiguous() || c.op->id == OpId::copy_;
+    FG_CHECK(layout && specs[0].dtype == target.dtype() && !aliased, Value, "compile: '", c.op->name,
              "' writes ", fg::describe(target), " through a cast, a strided target or an overlapping input; "
              "compiled plans support in-place ops on contiguous targets of the result dtype only");
   }

@@ -76,9 +76,8 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
     const Instruction& ins = code[i];
     for (const Value& v : ins.out) writer[v.buffer] = i;
     // Optimizer updates write their inputs; a region record lists every outer buffer its blocks use.
-    const uint32_t written = ins.branch ? ~0u : written_inputs(*ins.op);
-    for (size_t k = 0; k < ins.in.size() && k < 32; ++k)
-      if (written >> k & 1u) writer[ins.in[k].buffer] = i;
+    for (size_t k = 0; k < ins.in.size(); ++k)
+      if (ins.branch || writes_input(*ins.op, k)) writer[ins.in[k].buffer] = i;
     exact = exact && !order_dependent(ins);
   }
   Left left;

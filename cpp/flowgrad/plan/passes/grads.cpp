@@ -58,9 +58,8 @@ struct Presence {
   // A sum or a copy of gradients exists when any part does; an update needs its gradient.
   bool depends(const Instr& ins, Pairs& pairs, bool all) const {
     bool cond = all;
-    const uint32_t written = written_inputs(*ins.op);
     for (size_t i = 0; i < ins.in.size(); ++i) {
-      if (!all && (written >> i & 1u)) continue;
+      if (!all && writes_input(*ins.op, i)) continue;
       const int id = ins.in[i].buffer;
       cond = all ? cond && conditional[id] : cond || conditional[id];
       if (all || conditional[id]) pairs.insert(pairs.end(), when[id].begin(), when[id].end());
