@@ -99,14 +99,15 @@ struct SinCos {
   double sin, cos;
 };
 
-// x = n pi/2 + (hi + lo), the remainder as a double-double.
-FG_HD SinCos exact_sincos(double x) {
+// x = n pi/2 + (y0 + y1), the remainder as a double-double, and n mod 4.
+struct Reduced {
+  double y0, y1;
+  int quadrant;
+};
+FG_HD Reduced reduce_pio2(double x) {
   constexpr double kTwoOverPi = 6.36619772367581382433e-01;
   constexpr double kPio2Hi = 1.5707963267948966, kPio2Mid = 6.123233995736766e-17,
                    kPio2Lo = -1.4973849048591698e-33;
-  double nan = bits_double(0x7ff8000000000000ull);
-  if (x != x || x - x != 0) return {nan, nan};  // NaN, +-inf
-  if (x > -7.450580596923828e-09 && x < 7.450580596923828e-09) return {x, 1.0};  // |x| < 2^-27
   double n = ::rint(x * kTwoOverPi);
   double a = ::fma(-n, kPio2Hi, x);
   double b = exact_mul(n, kPio2Mid);
@@ -116,14 +117,35 @@ FG_HD SinCos exact_sincos(double x) {
   double err = (a - (hi - b_part)) + (-b - b_part);
   double lo = ::fma(-n, kPio2Lo, err - b_err);
   double y0 = hi + lo;
-  double y1 = (hi - y0) + lo;
-  double s = sin_kernel(y0, y1), c = cos_kernel(y0, y1);
-  int quadrant = static_cast<int>(n - 4.0 * ::floor(n * 0.25));
-  switch (quadrant) {
+  return {y0, (hi - y0) + lo, static_cast<int>(n - 4.0 * ::floor(n * 0.25))};
+}
+
+constexpr double kTiny = 7.450580596923828e-09;  // 2^-27: sin x == x and cos x == 1 below it
+
+FG_HD SinCos exact_sincos(double x) {
+  double nan = bits_double(0x7ff8000000000000ull);
+  if (x != x || x - x != 0) return {nan, nan};  // NaN, +-inf
+  if (x > -kTiny && x < kTiny) return {x, 1.0};
+  Reduced r = reduce_pio2(x);
+  double s = sin_kernel(r.y0, r.y1), c = cos_kernel(r.y0, r.y1);
+  switch (r.quadrant) {
     case 0: return {s, c};
     case 1: return {c, -s};
     case 2: return {-s, -c};
     default: return {-c, s};
+  }
+}
+
+// exact_sincos(x).cos, bit for bit, evaluating only the kernel that quadrant needs.
+FG_HD double exact_cos(double x) {
+  if (x != x || x - x != 0) return bits_double(0x7ff8000000000000ull);
+  if (x > -kTiny && x < kTiny) return 1.0;
+  Reduced r = reduce_pio2(x);
+  switch (r.quadrant) {
+    case 0: return cos_kernel(r.y0, r.y1);
+    case 1: return -sin_kernel(r.y0, r.y1);
+    case 2: return -cos_kernel(r.y0, r.y1);
+    default: return sin_kernel(r.y0, r.y1);
   }
 }
 

@@ -48,7 +48,7 @@ FG_HD T random_element(RandomKind kind, uint64_t seed, uint64_t offset, int64_t 
     return static_cast<T>(low + static_cast<int64_t>(bits % static_cast<uint64_t>(high - low)));
   }
   constexpr bool kFloat64 = sizeof(T) == 8 && !std::is_integral_v<T>;
-  double v = kind == RandomKind::Normal ? (kFloat64 ? normal64_from(r) : normal_from(r))
+  double v = kind == RandomKind::Normal ? normal_from(r)
              : sizeof(T) == 8       ? uniform_double(r.v[0], r.v[1])
                                     : uniform_float(r.v[0]);
   if constexpr (kFloat64) return static_cast<T>(v);

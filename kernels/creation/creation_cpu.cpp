@@ -1,6 +1,7 @@
 #include "kernels/creation/creation.h"
 
 #include "flowgrad/base/parallel.h"
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/philox.h"
 
 namespace fg {
@@ -32,6 +33,17 @@ void eye_cpu(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void
   });
 }
 
+namespace {
+// Elements [b, e) of a random tensor, compiled per instruction set (cpu_dispatch.h): the normals'
+// exact_log/exact_cos are chains of fma, a library call each in the baseline build. Every rounding
+// in them is pinned, so each clone gives the same bits.
+template <class T>
+FG_CPU_CLONES void random_run(T* p, RandomKind kind, uint64_t seed, uint64_t offset, int64_t b, int64_t e, int64_t low,
+                              int64_t high) {
+  for (int64_t i = b; i < e; ++i) p[i] = random_element<T>(kind, seed, offset, i, low, high);
+}
+}  // namespace
+
 void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
                 int64_t high, void* out) {
   const uint64_t seed = start.pair ? start.pair[0] : start.seed;
@@ -39,9 +51,7 @@ void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart 
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = random_element<T>(kind, seed, offset, i, low, high);
-    });
+    parallel_for(n, 4096, [&](int64_t b, int64_t e) { random_run<T>(p, kind, seed, offset, b, e, low, high); });
   });
 }
 

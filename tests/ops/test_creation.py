@@ -118,7 +118,9 @@ def test_full_on_device(dtype, device):
 
 @pytest.mark.parametrize("make_random", [
     lambda d: fg.rand(1001, 3, device=d), lambda d: fg.randn(7, 129, dtype=fg.float64, device=d),
-    lambda d: fg.randint(-5, 9, (513,), device=d), lambda d: fg.rand(64, dtype=fg.float16, device=d)])
+    lambda d: fg.randint(-5, 9, (513,), device=d), lambda d: fg.rand(64, dtype=fg.float16, device=d),
+    lambda d: fg.randn(1000, 1001, device=d), lambda d: fg.randn(333, dtype=fg.bfloat16, device=d).float(),
+    lambda d: fg.rand(257, dtype=fg.float64, device=d)])
 def test_same_seed_same_values_on_every_device(make_random, device):
     fg.manual_seed(11)
     here = make_random(device)
