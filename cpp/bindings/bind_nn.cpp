@@ -235,6 +235,17 @@ void bind_nn(py::module_& m) {
           out.append(py::make_tuple(name, py::cast(c, py::return_value_policy::reference)));
         return out;
       }, "(dotted name, module) pairs, this module first under ''.")
+      .def("apply", [](py::object self, const py::object& fn) {
+        for (const auto& [name, c] : self.cast<Module&>().named_children()) py::cast(c).attr("apply")(fn);
+        fn(self);
+        return self;
+      }, py::arg("fn"), "Calls fn(module) on every submodule, children before their parent, then on this "
+         "module (weight initialisation: model.apply(init)); returns self.")
+      .def("requires_grad_", [](py::object self, bool requires_grad) {
+        for (const auto& [name, p] : self.cast<Module&>().named_parameters(true)) set_requires_grad(p, requires_grad);
+        return self;
+      }, py::arg("requires_grad") = true, "Sets requires_grad on every parameter (False freezes the module); "
+         "returns self.")
       .def("train", [](py::object self, bool mode) { self.cast<Module&>().train(mode); return self; },
            py::arg("mode") = true, "Sets training mode on the whole tree; returns self.")
       .def("eval", [](py::object self) { self.cast<Module&>().train(false); return self; },

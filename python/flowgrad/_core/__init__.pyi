@@ -557,6 +557,10 @@ class Module:
         ...
     def __setstate__(self, state):
         ...
+    def apply(self, fn: typing.Any) -> typing.Any:
+        """
+        Calls fn(module) on every submodule, children before their parent, then on this module (weight initialisation: model.apply(init)); returns self.
+        """
     def bfloat16(self) -> typing.Any:
         """
         Converts the floating parameters and buffers to bfloat16 in place; returns self.
@@ -644,6 +648,10 @@ class Module:
     def register_parameter(self, name: str, tensor: Tensor | None) -> None:
         """
         Registers a parameter under name (None reserves the name).
+        """
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> typing.Any:
+        """
+        Sets requires_grad on every parameter (False freezes the module); returns self.
         """
     def state_dict(self) -> dict:
         """

@@ -2,12 +2,14 @@
 
 state_dict() is plain JSON-able data (counters, base rates, options); load_state_dict() checks it
 against the scheduler's own fields before taking it, so a checkpoint resumes the schedule."""
+import bisect
 import copy
 import math
 
 from .. import _core
 
-__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LambdaLR", "ReduceLROnPlateau"]
+__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LambdaLR", "LinearLR", "OneCycleLR", "SequentialLR",
+           "ReduceLROnPlateau"]
 
 
 def _same_kind(saved, own):
@@ -41,6 +43,7 @@ class LRScheduler:
     """Base class: base_lrs from the groups at construction, last_epoch counts step() calls."""
 
     _checked_state = _checked_state  # a method: load_checkpoint checks every part before assigning any
+    _own_base = False  # base_lrs come from the scheduler's options, not the optimizer (OneCycleLR)
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
@@ -122,6 +125,144 @@ class LambdaLR(LRScheduler):
 
     def lr_at(self, base_lr, epoch):
         return base_lr * self.fn(epoch)
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * factor, the factor going linearly from start_factor to end_factor over
+    total_iters epochs and staying there (a warm-up: LinearLR(opt, 0.01, 1.0, 100))."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5):
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def _check(self):
+        if not (0 < self.start_factor <= 1 and 0 <= self.end_factor <= 1 and self.total_iters > 0):
+            raise _core.InvalidArgumentError(
+                f"LinearLR: need 0 < start_factor <= 1, 0 <= end_factor <= 1 and total_iters > 0, got start_factor="
+                f"{self.start_factor}, end_factor={self.end_factor}, total_iters={self.total_iters}")
+
+    def lr_at(self, base_lr, epoch):
+        t = min(epoch, self.total_iters) / self.total_iters
+        return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * t)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith and Topin), stepped once per batch: from max_lr / div_factor up to
+    max_lr over the first pct_start of total_steps, then down to that start / final_div_factor;
+    with three_phase, back to the start first and only then down. anneal_strategy 'cos' or
+    'linear'. max_lr: one value, or one per param group. PyTorch's formulas, except that a step
+    past the last one keeps the final rate instead of extrapolating."""
+
+    _own_base = True
+
+    def __init__(self, optimizer, max_lr, total_steps, pct_start=0.3, anneal_strategy="cos", div_factor=25.0,
+                 final_div_factor=1e4, three_phase=False):
+        groups = optimizer.param_groups
+        max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
+        if len(max_lrs) != len(groups):
+            raise _core.InvalidArgumentError(f"OneCycleLR: {len(max_lrs)} max_lr values for {len(groups)} param groups")
+        self.total_steps, self.pct_start, self.anneal_strategy = total_steps, pct_start, anneal_strategy
+        self.div_factor, self.final_div_factor, self.three_phase = div_factor, final_div_factor, three_phase
+        self._check()
+        for group, top in zip(groups, max_lrs):
+            group["lr"] = float(top)  # the base rates are the peaks
+        super().__init__(optimizer)
+
+    def _check(self):
+        if not (isinstance(self.total_steps, int) and self.total_steps > 1 and 0 < self.pct_start < 1
+                and self.div_factor > 0 and self.final_div_factor > 0):
+            raise _core.InvalidArgumentError(
+                f"OneCycleLR: need an integer total_steps > 1, 0 < pct_start < 1 and positive div factors, got "
+                f"total_steps={self.total_steps!r}, pct_start={self.pct_start}, div_factor={self.div_factor}, "
+                f"final_div_factor={self.final_div_factor}")
+        if self.anneal_strategy not in ("cos", "linear"):
+            raise _core.InvalidArgumentError(
+                f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {self.anneal_strategy!r}")
+
+    def step(self):
+        if self.last_epoch >= self.total_steps:
+            raise _core.InvalidArgumentError(
+                f"OneCycleLR: stepped {self.last_epoch + 1} times, past total_steps={self.total_steps}")
+        super().step()
+
+    def lr_at(self, base_lr, epoch):
+        start = base_lr / self.div_factor
+        low = start / self.final_div_factor
+        up = float(self.pct_start * self.total_steps) - 1
+        if self.three_phase:
+            phases = [(up, start, base_lr), (2 * up, base_lr, start), (self.total_steps - 1, start, low)]
+        else:
+            phases = [(up, start, base_lr), (self.total_steps - 1, base_lr, low)]
+        begin = 0.0
+        for i, (end, a, b) in enumerate(phases):
+            if epoch <= end or i == len(phases) - 1:
+                pct = min(1.0, (epoch - begin) / (end - begin)) if end > begin else 1.0
+                if self.anneal_strategy == "cos":
+                    return b + (a - b) / 2 * (math.cos(math.pi * pct) + 1)
+                return (b - a) * pct + a
+            begin = end
+
+
+class SequentialLR(LRScheduler):
+    """Runs `schedulers` one after another: scheduler i from epoch milestones[i - 1] on, counting
+    its epochs from 0 there (a warm-up then a decay: SequentialLR(opt, [LinearLR(...),
+    CosineAnnealingLR(...)], milestones=[100])). Every scheduler starts from the first one's base
+    rates (the optimizer's before it was made), except OneCycleLR, whose come from max_lr."""
+
+    def __init__(self, optimizer, schedulers, milestones):
+        self.schedulers, self.milestones = list(schedulers), list(milestones)
+        for sch in self.schedulers:
+            if not isinstance(sch, LRScheduler) or isinstance(sch, SequentialLR):
+                raise _core.InvalidArgumentError(f"SequentialLR: expected epoch schedulers (StepLR, LinearLR, ...), "
+                                                 f"got {type(sch).__name__}")
+            if sch.optimizer is not optimizer:
+                raise _core.InvalidArgumentError(f"SequentialLR: {type(sch).__name__} schedules another optimizer")
+        if not self.schedulers:
+            raise _core.InvalidArgumentError("SequentialLR: no schedulers")
+        for sch in self.schedulers[1:]:
+            if not sch._own_base:
+                sch.base_lrs = list(self.schedulers[0].base_lrs)
+        self.optimizer = optimizer
+        self.base_lrs = list(self.schedulers[0].base_lrs)
+        self.last_epoch = 0
+        self._check()
+        self._apply()
+
+    def _check(self):
+        m = self.milestones
+        if len(m) != len(self.schedulers) - 1 or any(not isinstance(v, int) or v <= 0 for v in m) or m != sorted(set(m)):
+            raise _core.InvalidArgumentError(
+                f"SequentialLR: need {len(self.schedulers) - 1} increasing positive integer milestones for "
+                f"{len(self.schedulers)} schedulers, got {m!r}")
+
+    def _apply(self):
+        i = bisect.bisect_right(self.milestones, self.last_epoch)
+        sch = self.schedulers[i]
+        sch.last_epoch = self.last_epoch - (self.milestones[i - 1] if i else 0)
+        sch._apply()
+
+    def state_dict(self):
+        """The epoch counter, the milestones and every scheduler's own state_dict()."""
+        return {"last_epoch": self.last_epoch, "milestones": list(self.milestones),
+                "schedulers": [s.state_dict() for s in self.schedulers]}
+
+    def load_state_dict(self, state):
+        """Restores state_dict() (checked whole before anything is taken) and sets the rates it implies."""
+        if not isinstance(state, dict) or set(state) != {"last_epoch", "milestones", "schedulers"} \
+                or not isinstance(state["schedulers"], list) or len(state["schedulers"]) != len(self.schedulers):
+            raise _core.InvalidArgumentError(f"SequentialLR.load_state_dict: expected last_epoch, milestones and "
+                                             f"{len(self.schedulers)} scheduler states, got {state!r:.200}")
+        parts = [s._checked_state(saved) for s, saved in zip(self.schedulers, state["schedulers"])]
+        probe = copy.copy(self)
+        probe.last_epoch, probe.milestones = state["last_epoch"], list(state["milestones"])
+        if not isinstance(probe.last_epoch, int) or probe.last_epoch < 0:
+            raise _core.InvalidArgumentError(f"SequentialLR.load_state_dict: last_epoch must be a count, "
+                                             f"got {probe.last_epoch!r}")
+        probe._check()
+        for s, part in zip(self.schedulers, parts):
+            s.__dict__.update(part)
+        self.last_epoch, self.milestones = probe.last_epoch, probe.milestones
+        self._apply()
 
 
 class ReduceLROnPlateau:
