@@ -55,6 +55,7 @@ from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
 from .compile import compile
+from ._einsum import einsum
 
 __version__ = "0.1.0"
 
