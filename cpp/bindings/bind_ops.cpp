@@ -118,6 +118,9 @@ void bind_reductions(py::module_& m, Cls& cls) {
       return py::cast(reduce(x, dims_arg(dim), keepdim));
     }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
   }
+  both(m, cls, "cumsum", [](const Tensor& x, int64_t dim) { return released([&] { return cumsum(x, dim); }); },
+       py::arg("dim"), "Running sums along dim, added in order in double (int64 for integer and bool "
+       "input); differentiable.");
   both(m, cls, "var", [](const Tensor& x, const py::object& dim, bool keepdim, double correction) {
     return var(x, dims_arg(dim), keepdim, correction);
   }, py::arg("dim") = py::none(), py::arg("keepdim") = false,

@@ -18,7 +18,11 @@ void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dty
 // Vectorised per instruction set (cpu_dispatch.h). For kernels that end in a column sum.
 void add_rows_cpu(double* acc, const float* x, int64_t rows, int64_t stride, int64_t width);
 void add_rows_cpu(double* acc, const double* x, int64_t rows, int64_t stride, int64_t width);
+// Running sums along the middle axis: y[o, k, i] = x[o, 0, i] + ... + x[o, k, i], added in order
+// in double (float x, y of x's dtype) or int64 (integer and bool x, y int64). x, y: (outer, r, inner).
+void cumsum_cpu(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t r, int64_t inner, void* y);
 // The same on CUDA device memory (CUDA builds only).
+void cumsum_cuda(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t r, int64_t inner, void* y);
 void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
                  int64_t r, int64_t inner, void* out, double correction);
 

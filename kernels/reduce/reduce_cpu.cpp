@@ -139,4 +139,18 @@ void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dty
   });
 }
 
+void cumsum_cpu(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t r, int64_t inner, void* y) {
+  visit_compute_dtype(dtype, "cumsum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    auto* ys = static_cast<reduce::CumOut<T>*>(y);
+    parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t at = line / inner * r * inner + line % inner;
+        reduce::cumsum_line<T>(xs + at, ys + at, r, inner);
+      }
+    });
+  });
+}
+
 }  // namespace fg

@@ -30,6 +30,19 @@ FG_HD double var_divisor(int64_t r, double correction) {
   return n > 0 ? n : 0.0;
 }
 
+// The running sums of the line x[0], x[stride], ..., x[(r-1)*stride] into y's same places, added
+// in order in Acc<T>, so the CPU and CUDA give the same bits. Out: T for floats, int64 otherwise.
+template <class T>
+using CumOut = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+template <class T>
+FG_HD void cumsum_line(const T* x, CumOut<T>* y, int64_t r, int64_t stride) {
+  Acc<T> acc = 0;
+  for (int64_t k = 0; k < r; ++k) {
+    acc += static_cast<Acc<T>>(x[k * stride]);
+    y[k * stride] = static_cast<CumOut<T>>(acc);
+  }
+}
+
 // One output element: the line x[0], x[stride], ..., x[(r-1)*stride].
 template <class T, class Out>
 FG_HD Out reduce_line(ReduceFn fn, const T* x, int64_t r, int64_t stride, double correction) {

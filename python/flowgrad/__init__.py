@@ -39,7 +39,7 @@ from ._core import (
     get_num_threads, set_num_threads, blas_name, build_config, cpu_memory_stats, cpu_empty_cache,
     Trend, TrendGroup, format_duration,
     gelu, clamp, where, logical_and, logical_or, logical_xor, logical_not,
-    sum, mean, max, min, amax, amin, var, std, logsumexp, argmax, argmin, matmul,
+    sum, mean, max, min, amax, amin, var, std, logsumexp, cumsum, argmax, argmin, matmul,
     reshape, permute, transpose, t, contiguous, squeeze, unsqueeze, expand, broadcast_to,
     flatten, narrow, cat, stack, split, chunk, pad, repeat, flip, gather, index_select, index_add,
     scatter_add, masked_fill, one_hot, nonzero, topk, sort, argsort, kthvalue, return_types, clone,

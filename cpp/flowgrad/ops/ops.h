@@ -71,6 +71,8 @@ Tensor amin(const Tensor& x, const Dims& dims, bool keepdim);
 Tensor var(const Tensor& x, const Dims& dims, bool keepdim, double correction);
 Tensor std_dev(const Tensor& x, const Dims& dims, bool keepdim, double correction);
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim);
+// Running sums along dim (int64 for integer and bool x); the gradient is the reversed running sum.
+Tensor cumsum(const Tensor& x, int64_t dim);
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim);
 // (values, indices) along one dim, the index of the first extreme (PyTorch's max(x, dim));

@@ -185,6 +185,27 @@ const OpDef k_logsumexp{.id = OpId::logsumexp, .name = "logsumexp", .family = Fa
                   .cuda = FG_CUDA((reduce_kernel<ReduceFn::LogSumExp, reduce_cuda>)), .backward = logsumexp_backward,
                         .saved = Saved::InputsAndOutputs};
 
+// ---- cumsum: running sums along one dim, in order (kernels/reduce/reduce_line.h) ----
+Specs cumsum_shape(TensorList in, const Attrs& attrs) {
+  wrap_dim(attrs.i("dim"), in[0].ndim(), "cumsum", ScalarDim::AsSingleElement);
+  return {{in[0].shape(), is_floating(in[0].dtype()) ? in[0].dtype() : DType::Int64}};
+}
+template <decltype(&cumsum_cpu) Run>
+void cumsum_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]);
+  int dim = wrap_dim(attrs.i("dim"), x.ndim(), "cumsum", ScalarDim::AsSingleElement);
+  int64_t r = x.ndim() ? x.shape()[dim] : 1;
+  Run(env, x.dtype(), x.data_ptr(), raw::span(x.shape(), 0, dim), r, raw::span(x.shape(), dim + 1, x.ndim()),
+      out[0].data_ptr());
+}
+Tensors cumsum_backward(const BackwardCtx& c) {
+  const std::vector<int64_t> dim{c.attrs.i("dim")};
+  return {flip(cumsum(flip(c.grads[0], dim), dim[0]), dim)};
+}
+const OpDef k_cumsum{.id = OpId::cumsum, .name = "cumsum", .family = Family::Reduce, .shape_rule = cumsum_shape,
+                     .cpu = cumsum_kernel<cumsum_cpu>, .cuda = FG_CUDA(cumsum_kernel<cumsum_cuda>),
+                     .backward = cumsum_backward};
+
 Attrs reduce_attrs(const Dims& dims, bool keepdim) { return {{"dims", dims}, {"keepdim", keepdim}}; }
 
 Tensor arg_reduce(const OpDef& op, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
@@ -205,6 +226,7 @@ FG_REGISTER(argmax);
 FG_REGISTER(argmin);
 FG_REGISTER(var);
 FG_REGISTER(logsumexp);
+FG_REGISTER(cumsum);
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   return run_op1(k_sum, {x}, reduce_attrs(dims, keepdim));
@@ -230,6 +252,7 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_reduce(k_argmax, x, dim, keepdim);
 }
+Tensor cumsum(const Tensor& x, int64_t dim) { return run_op1(k_cumsum, {x}, {{"dim", dim}}); }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_reduce(k_argmin, x, dim, keepdim);
 }

@@ -1,0 +1,97 @@
+"""cumsum against NumPy (float64 running sums, rounded once), on odd shapes, every dim, strided
+views, size-0, size-1 and 0-d tensors, integer/bool/half dtypes, inf and NaN; its gradient by
+float64 finite differences; a compiled step; the documented errors."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+from conftest import gradcheck
+
+SHAPES_DIMS = [((7,), 0), ((3, 5), 0), ((3, 5), 1), ((3, 5), -1), ((2, 3, 4), 1), ((2, 3, 4), -3),
+               ((1, 9), 1), ((9, 1), 0), ((0, 3), 0), ((3, 0), 1), ((4, 0), 0), ((2, 1, 3), 1), ((), 0), ((), -1),
+               ((1025,), 0), ((17, 300), 1)]
+
+
+def reference(a, dim):
+    """NumPy's running sum in float64, rounded once to a's dtype (flowgrad adds in double)."""
+    if a.ndim == 0:
+        return a.copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf; a double sum past float32's range rounds to inf, as flowgrad's
+        return np.cumsum(a.astype(np.float64), axis=dim).astype(a.dtype)
+
+
+@pytest.mark.parametrize("shape, dim", SHAPES_DIMS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matches_numpy(shape, dim, dtype, device, rng):
+    a = np.asarray(rng.standard_normal(shape) * 10, dtype=dtype)
+    got = fg.cumsum(fg.tensor(a, device=device), dim)
+    assert got.device == device and got.dtype == fg.tensor(a).dtype and got.shape == a.shape
+    np.testing.assert_array_equal(got.cpu().numpy(), reference(a, dim))
+    np.testing.assert_array_equal(fg.tensor(a, device=device).cumsum(dim).cpu().numpy(), reference(a, dim))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int8, np.bool_])
+def test_integers_and_bools_sum_into_int64(dtype, device, rng):
+    a = rng.integers(0, 2 if dtype is np.bool_ else 100, (4, 37)).astype(dtype)
+    got = fg.cumsum(fg.tensor(a, device=device), 1)
+    assert got.dtype == fg.int64
+    np.testing.assert_array_equal(got.cpu().numpy(), np.cumsum(a.astype(np.int64), axis=1))
+
+
+def test_half_computes_in_float32_and_rounds_once(device, rng):
+    a = rng.standard_normal((5, 64)).astype(np.float16)
+    got = fg.cumsum(fg.tensor(a, device=device), 1)
+    assert got.dtype == fg.float16
+    expected = np.cumsum(a.astype(np.float64), axis=1).astype(np.float32).astype(np.float16)
+    np.testing.assert_array_equal(got.cpu().numpy(), expected)
+
+
+def test_strided_views(device, rng):
+    a = rng.standard_normal((6, 8)).astype(np.float32)
+    t = fg.tensor(a, device=device)
+    for view, array in [(t.t(), a.T), (t[:, ::3], a[:, ::3]), (t[1:5, 2:7], a[1:5, 2:7])]:
+        for dim in (0, 1):
+            np.testing.assert_array_equal(fg.cumsum(view, dim).cpu().numpy(), reference(array, dim))
+
+
+def test_inf_nan_and_large_values(device):
+    a = np.array([[1.0, np.inf, -np.inf, 2.0], [-1e30, 1e30, np.nan, 5.0], [3e38, 3e38, -3e38, 1.0]], np.float32)
+    got = fg.cumsum(fg.tensor(a, device=device), 1).cpu().numpy()
+    expected = reference(a, 1)  # accumulated in double: 3e38 + 3e38 - 3e38 comes back to 3e38
+    np.testing.assert_array_equal(got, expected)
+    assert np.isnan(got[0, 2:]).all() and got[2, 1] == np.inf and got[2, 2] == np.float32(3e38)
+
+
+@pytest.mark.parametrize("shape, dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 2), 1), ((), 0)])
+def test_gradient_by_finite_differences(shape, dim, rng):
+    gradcheck(lambda x: fg.cumsum(x, dim), rng.standard_normal(shape))
+    gradcheck(lambda x: fg.cumsum(x.t() if x.dim() == 2 else x, 0) * 2, rng.standard_normal(shape))
+
+
+def test_second_order_gradient():
+    x = fg.tensor([1.0, 2.0, 3.0], dtype=fg.float64, requires_grad=True)
+    (g,) = fg.autograd.grad(fg.cumsum(x * x, 0).sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(g.detach().numpy(), [6.0, 8.0, 6.0])  # 2 x (3, 2, 1)
+    (h,) = fg.autograd.grad(g.sum(), [x])
+    np.testing.assert_array_equal(h.numpy(), [6.0, 4.0, 2.0])
+
+
+def test_compiled_step_matches_eager(rng):
+    w = fg.nn.Parameter(fg.tensor(rng.standard_normal(6).astype(np.float32)))
+    x = fg.tensor(rng.standard_normal((4, 6)).astype(np.float32))
+
+    def loss(x):
+        return fg.cumsum(x * w, 1).square().mean()
+
+    step = fg.compile(loss, example_inputs=(x,))
+    assert step(x).item() == loss(x).item()
+
+
+def test_errors_name_cumsum_and_the_dim():
+    with pytest.raises(fg.IndexOutOfRangeError, match=r"cumsum: dim 2 is out of range for a tensor of 2 "
+                                                      r"dimension\(s\) \(expected -2 <= dim < 2\)"):
+        fg.cumsum(fg.ones(2, 3), 2)
+    with pytest.raises(fg.IndexOutOfRangeError, match=r"cumsum: dim -2 is out of range"):
+        fg.cumsum(fg.tensor(1.0), -2)
+    with pytest.raises(TypeError):
+        fg.cumsum(fg.ones(2, 3), "a")
