@@ -299,8 +299,13 @@ void bind_nn(py::module_& m) {
       .def(py::init<int64_t, int64_t, bool>(), py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true)
       .def_readonly("in_features", &nn::Linear::in_features, "Size of each input's last dim.")
       .def_readonly("out_features", &nn::Linear::out_features, "Size of each output's last dim.");
-  py::class_<nn::Embedding, Module, py::smart_holder>(nn, "Embedding", "Rows of a (num_embeddings, dim) table.")
-      .def(py::init<int64_t, int64_t>(), py::arg("num_embeddings"), py::arg("embedding_dim"));
+  py::class_<nn::Embedding, Module, py::smart_holder>(nn, "Embedding", "Rows of a (num_embeddings, dim) table; "
+      "padding_idx: that row starts at zero and receives no gradient (PyTorch's).")
+      .def(py::init<int64_t, int64_t, std::optional<int64_t>>(), py::arg("num_embeddings"), py::arg("embedding_dim"),
+           py::arg("padding_idx") = py::none())
+      .def_readonly("num_embeddings", &nn::Embedding::num_embeddings, "Rows of the table.")
+      .def_readonly("embedding_dim", &nn::Embedding::dim, "Size of each row.")
+      .def_readonly("padding_idx", &nn::Embedding::padding_idx, "The padding row (>= 0), or None.");
   py::class_<nn::LayerNorm, Module, py::smart_holder>(nn, "LayerNorm", "Layer normalisation with weight and bias.")
       .def(py::init([](const py::object& shape, double eps) {
         return std::make_shared<nn::LayerNorm>(dims_arg(shape), eps, false);

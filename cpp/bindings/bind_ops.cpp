@@ -338,7 +338,8 @@ void bind_functional(py::module_& m) {
      "RMS normalisation over the trailing normalized_shape dims.");
   def_op(nn, "dropout", &dropout, py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
          "Zeroes entries with probability p and scales the rest by 1/(1-p) (Philox mask).");
-  def_op(nn, "embedding", &embedding, py::arg("input"), py::arg("weight"), "Rows of weight at integer indices.");
+  def_op(nn, "embedding", &embedding, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(),
+         "Rows of weight at integer indices; positions holding padding_idx send their row no gradient.");
   def_op(nn, "linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
     return linear(x, w, b.value_or(Tensor()));
   }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(),

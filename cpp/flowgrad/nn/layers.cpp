@@ -35,16 +35,29 @@ std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features, ", bias=", parameter("bias") && parameter("bias")->defined() ? "True" : "False");
 }
 
-Embedding::Embedding(int64_t n, int64_t d) : Module("Embedding"), num_embeddings(n), dim(d) {
+Embedding::Embedding(int64_t n, int64_t d, std::optional<int64_t> p)
+    : Module("Embedding"), num_embeddings(n), dim(d), padding_idx(p) {
   Tensor w = Tensor::empty({n, d}, DType::Float32, cpu_device());
   init::normal_(w, 0.0, 1.0);
+  if (p) {
+    FG_CHECK(-n <= *p && *p < n, Index, "Embedding: padding_idx ", *p, " is out of range for ", n,
+             " embeddings (expected ", -n, " <= padding_idx < ", n, ")");
+    padding_idx = *p < 0 ? *p + n : *p;
+    float* row = w.data<float>() + *padding_idx * d;
+    std::fill(row, row + d, 0.0f);
+  }
   register_parameter("weight", w);
 }
-Tensors Embedding::forward(const Tensors& in) { return {embedding(input(in, 0, type_name_), param(*this, "weight"))}; }
-std::optional<Config> Embedding::config() const {
-  return Config{{"num_embeddings", num_embeddings}, {"embedding_dim", dim}};
+Tensors Embedding::forward(const Tensors& in) {
+  return {embedding(input(in, 0, type_name_), param(*this, "weight"), padding_idx)};
 }
-std::string Embedding::extra_repr() const { return str(num_embeddings, ", ", dim); }
+std::optional<Config> Embedding::config() const {
+  return Config{{"num_embeddings", num_embeddings}, {"embedding_dim", dim},
+                {"padding_idx", padding_idx ? ConfigValue(*padding_idx) : ConfigValue()}};
+}
+std::string Embedding::extra_repr() const {
+  return str(num_embeddings, ", ", dim, padding_idx ? str(", padding_idx=", *padding_idx) : std::string());
+}
 
 LayerNorm::LayerNorm(Dims s, double e, bool r) : Module(r ? "RMSNorm" : "LayerNorm"), shape(s), eps(e), rms(r) {
   register_parameter("weight", ones(shape, DType::Float32, cpu_device()));

@@ -18,11 +18,14 @@ class Linear : public Module {
 
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t dim);
+  // padding_idx (-num_embeddings <= p < num_embeddings, kept as p >= 0): that row starts at zero
+  // and receives no gradient.
+  Embedding(int64_t num_embeddings, int64_t dim, std::optional<int64_t> padding_idx = std::nullopt);
   Tensors forward(const Tensors& in) override;
   std::optional<Config> config() const override;
   std::string extra_repr() const override;
   int64_t num_embeddings, dim;
+  std::optional<int64_t> padding_idx;
 };
 
 class LayerNorm : public Module {

@@ -88,12 +88,21 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return x * cast(keep, x.dtype()) * (1.0 / (1.0 - p));
 }
 
-Tensor embedding(const Tensor& index, const Tensor& weight) {
+Tensor embedding(const Tensor& index, const Tensor& weight, std::optional<int64_t> padding_idx) {
   FG_CHECK(weight.ndim() == 2, Shape, "embedding: weight must be (num_embeddings, dim), got ",
            to_string(weight.shape()));
   std::vector<int64_t> shape = index.shape().vec();
   shape.push_back(weight.shape()[1]);
-  return reshape(index_select(weight, 0, reshape(index, {-1})), shape);
+  Tensor flat = reshape(index, {-1});
+  Tensor rows = index_select(weight, 0, flat);
+  if (padding_idx) {  // the same values from a detached copy at padding positions: no gradient there
+    const int64_t n = weight.shape()[0], p = *padding_idx;
+    FG_CHECK(-n <= p && p < n, Index, "embedding: padding_idx ", p, " is out of range for ", n,
+             " embeddings (expected ", -n, " <= padding_idx < ", n, ")");
+    Tensor keep = unsqueeze(ne(flat, scalar_tensor(static_cast<double>(p < 0 ? p + n : p), DType::Int64, flat.device())), 1);
+    rows = where(keep, rows, rows.alias());  // alias(): the same bytes, no autograd history
+  }
+  return reshape(rows, shape);
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding) {

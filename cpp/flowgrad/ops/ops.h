@@ -152,7 +152,9 @@ Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t k
 // composites (built from the ops above; no registry entry of their own)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor dropout(const Tensor& x, double p, bool training);
-Tensor embedding(const Tensor& index, const Tensor& weight);
+// Rows of weight at index; padding_idx (-rows <= p < rows): those positions give their row's
+// values but send it no gradient (PyTorch's padding_idx).
+Tensor embedding(const Tensor& index, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding);
 Tensor max_pool2d(const Tensor& x, int64_t k, int64_t stride);
 Tensor avg_pool2d(const Tensor& x, int64_t k, int64_t stride);

@@ -100,10 +100,25 @@ class Dropout(Module):
         ...
 class Embedding(Module):
     """
-    Rows of a (num_embeddings, dim) table.
+    Rows of a (num_embeddings, dim) table; padding_idx: that row starts at zero and receives no gradient (PyTorch's).
     """
-    def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         ...
+    @property
+    def embedding_dim(self) -> builtins.int:
+        """
+        Size of each row.
+        """
+    @property
+    def num_embeddings(self) -> builtins.int:
+        """
+        Rows of the table.
+        """
+    @property
+    def padding_idx(self) -> builtins.int | None:
+        """
+        The padding row (>= 0), or None.
+        """
 class Flatten(_Function):
     """
     Flattens dims start_dim..end_dim.

@@ -34,9 +34,9 @@ def dropout(input: flowgrad._core.Tensor, p: typing.SupportsFloat | typing.Suppo
     """
     Zeroes entries with probability p and scales the rest by 1/(1-p) (Philox mask).
     """
-def embedding(input: flowgrad._core.Tensor, weight: flowgrad._core.Tensor) -> flowgrad._core.Tensor:
+def embedding(input: flowgrad._core.Tensor, weight: flowgrad._core.Tensor, padding_idx: typing.SupportsInt | typing.SupportsIndex | None = None) -> flowgrad._core.Tensor:
     """
-    Rows of weight at integer indices.
+    Rows of weight at integer indices; positions holding padding_idx send their row no gradient.
     """
 def fold(input: flowgrad._core.Tensor, output_size: typing.Any, kernel_size: typing.Any, padding: typing.SupportsInt | typing.SupportsIndex = 0, stride: typing.SupportsInt | typing.SupportsIndex = 1) -> flowgrad._core.Tensor:
     """
