@@ -77,6 +77,30 @@ auto reflected_op(const char* op, Binary fn) {
   });
 }
 
+// What Tensor.register_hook returns: remove() (or leaving a `with` block) takes the hook off.
+struct HookHandle {
+  Tensor tensor;
+  int64_t id;
+};
+
+// A Python hook as a GradHook: the function is called, and finally freed, holding the GIL (backward
+// runs without it); its result must be a Tensor or None.
+GradHook python_hook(const py::function& fn) {
+  std::shared_ptr<py::function> held(new py::function(fn), [](py::function* f) {
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+  return [held](const Tensor& grad) -> std::optional<Tensor> {
+    py::gil_scoped_acquire gil;
+    py::object out = (*held)(grad);
+    if (out.is_none()) return std::nullopt;
+    if (!py::isinstance<Tensor>(out))
+      throw py::type_error(std::string("register_hook: the hook returned ") + Py_TYPE(out.ptr())->tp_name +
+                           "; expected a Tensor (the new gradient) or None");
+    return out.cast<Tensor>();
+  };
+}
+
 }  // namespace
 
 std::vector<IndexItem> index_items(const py::handle& key) {
@@ -90,6 +114,12 @@ std::vector<IndexItem> index_items(const py::handle& key) {
 }
 
 void bind_tensor(py::module_& m) {
+  py::class_<HookHandle>(m, "HookHandle", "Returned by Tensor.register_hook; remove() takes the hook off.")
+      .def("remove", [](const HookHandle& h) { remove_grad_hook(h.tensor, h.id); },
+           "Takes the hook off (again: nothing happens).")
+      .def("__enter__", [](const py::object& self) { return self; })
+      .def("__exit__", [](const HookHandle& h, const py::args&) { remove_grad_hook(h.tensor, h.id); },
+           "Takes the hook off at the end of a with block.");
   py::class_<Tensor> cls(m, "Tensor", py::buffer_protocol(),
                          "An n-dimensional array on a device, with autograd.");
   cls.def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape().vec())); },
@@ -134,6 +164,12 @@ void bind_tensor(py::module_& m) {
           throw py::type_error("assigned gradient must be a Tensor or None, got " + std::string(Py_TYPE(g.ptr())->tp_name));
         set_grad(t, g.is_none() ? Tensor() : g.cast<Tensor>());
       }), "The accumulated gradient (None until backward reaches this leaf).")
+      .def("register_hook", [](const Tensor& t, const py::function& hook) {
+        return HookHandle{t, add_grad_hook(t, python_hook(hook))};
+      }, py::arg("hook"), "hook(grad) runs when backward has computed this tensor's gradient (a leaf's: "
+         "the pass's sum, before it is added to .grad); a Tensor it returns replaces the gradient, None keeps "
+         "it. fg.autograd.grad returns a leaf's gradient after its hooks, a non-leaf's before them (as "
+         "PyTorch does). Returns a handle whose remove() takes the hook off.")
       .def_property_readonly("is_leaf", [](const Tensor& t) { return is_leaf(t); },
                              "True unless the tensor was produced by a recorded op.")
       .def_property_readonly("grad_fn", [](const Tensor& t) -> py::object {

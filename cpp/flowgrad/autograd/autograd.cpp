@@ -219,6 +219,12 @@ class Engine {
 
   void deliver(const Edge& e, const Tensor& grad) {
     if (!grad.defined() || !e.defined()) return;
+    if (e.leaf && e.leaf->autograd && !e.leaf->autograd->grad_hooks.empty()) {  // hooks see the pass's sum
+      auto& [leaf, sum] = hooked_[e.leaf.get()];
+      leaf = e.leaf;
+      sum = add_grads(sum, grad);
+      return;
+    }
     if (e.leaf) {
       accumulate_leaf(e.leaf, grad);
       return;
@@ -263,11 +269,13 @@ class Engine {
     grads.resize(node->output_specs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
       const TensorSpec& s = node->output_specs[i];
-      if (!grads[i].defined() && is_floating(s.dtype)) grads[i] = zeros(s.shape, s.dtype, node->device);
-      if (targets_)
+      const bool delivered = grads[i].defined();
+      if (!delivered && is_floating(s.dtype)) grads[i] = zeros(s.shape, s.dtype, node->device);
+      if (targets_)  // autograd.grad returns a non-leaf's gradient before its hooks, as PyTorch does
         for (size_t t = 0; t < targets_->size(); ++t)
           if ((*targets_)[t].fn.get() == node && (*targets_)[t].output_nr == static_cast<int>(i))
             captured_[t] = add_grads(captured_[t], grads[i]);
+      if (delivered && i < node->output_hooks.size()) grads[i] = hooked(node->output_hooks[i], std::move(grads[i]), s);
     }
     std::vector<bool> needs;
     for (const Edge& e : node->next) needs.push_back(e.defined());
@@ -326,7 +334,26 @@ class Engine {
     }
   }
 
+  // The tensor's hooks in order, each given the last one's result; a replacement must keep the
+  // gradient's shape (its dtype becomes the tensor's).
+  static Tensor hooked(const GradHooks& hooks, Tensor grad, const TensorSpec& s) {
+    const GradHooks copy = hooks;  // a hook may remove itself
+    for (const auto& [id, hook] : copy) {
+      std::optional<Tensor> out = hook(grad);
+      if (!out || !out->defined()) continue;
+      FG_CHECK(out->shape() == s.shape, Shape, "register_hook: a hook returned a gradient of shape ",
+               to_string(out->shape()), " for a tensor of shape ", to_string(s.shape));
+      grad = out->dtype() == s.dtype ? *out : cast(*out, s.dtype);
+    }
+    return grad;
+  }
+
   void leaf_reached(TensorImpl* leaf) {
+    if (auto it = hooked_.find(leaf); it != hooked_.end()) {  // every contribution of the pass is in
+      auto [impl, sum] = std::move(it->second);
+      hooked_.erase(it);
+      accumulate_leaf(impl, hooked(impl->autograd->grad_hooks, std::move(sum), {impl->shape, impl->dtype}));
+    }
     if (targets_ || !leaf->autograd) return;  // autograd.grad leaves .grad alone
     auto hooks = leaf->autograd->grad_ready_hooks;  // a hook may remove itself
     for (auto& [id, hook] : hooks) hook();
@@ -335,6 +362,7 @@ class Engine {
   bool retain_, create_;
   const std::vector<Target>* targets_;
   std::unordered_map<TensorImpl*, int> leaf_deps_;
+  std::unordered_map<TensorImpl*, std::pair<std::shared_ptr<TensorImpl>, Tensor>> hooked_;  // leaves with hooks
   Tensors captured_;
   std::map<Node*, Tensors> buffers_;
   std::unordered_map<Node*, int> deps_;
@@ -504,6 +532,30 @@ int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
 void remove_grad_ready_hook(const Tensor& leaf, int64_t id) {
   auto& hooks = meta(leaf).grad_ready_hooks;
   std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
+
+int64_t add_grad_hook(const Tensor& t, GradHook hook) {
+  FG_CHECK(requires_grad(t), Value, "register_hook: cannot register a hook on a tensor that does not require "
+           "grad (", describe(t), ")");
+  static std::atomic<int64_t> next_id{0};
+  const int64_t id = next_id++;
+  AutogradMeta& m = meta(t);
+  if (!m.grad_fn) {
+    m.grad_hooks.emplace_back(id, std::move(hook));
+  } else {
+    auto& hooks = m.grad_fn->output_hooks;
+    if (hooks.size() <= static_cast<size_t>(m.output_nr)) hooks.resize(m.output_nr + 1);
+    hooks[m.output_nr].emplace_back(id, std::move(hook));
+  }
+  return id;
+}
+
+void remove_grad_hook(const Tensor& t, int64_t id) {
+  AutogradMeta& m = meta(t);
+  auto drop = [id](GradHooks& hooks) { std::erase_if(hooks, [id](const auto& h) { return h.first == id; }); };
+  drop(m.grad_hooks);
+  if (m.grad_fn && static_cast<size_t>(m.output_nr) < m.grad_fn->output_hooks.size())
+    drop(m.grad_fn->output_hooks[m.output_nr]);
 }
 
 Tensor detach(const Tensor& t) { return t.alias(); }

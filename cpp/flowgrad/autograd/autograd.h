@@ -14,6 +14,12 @@ namespace fg {
 
 class Node;
 
+// A tensor's gradient hook (Tensor.register_hook): called with the gradient backward computed for
+// the tensor in one pass (a leaf's before it is accumulated into .grad, every contribution of
+// the pass summed first); a result replaces that gradient, nullopt keeps it.
+using GradHook = std::function<std::optional<Tensor>(const Tensor& grad)>;
+using GradHooks = std::vector<std::pair<int64_t, GradHook>>;  // by the id add_grad_hook returned
+
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
@@ -25,6 +31,7 @@ struct AutogradMeta {
   // leaf was accumulated (or when the pass reached it without a gradient), e.g. to launch a
   // data-parallel all-reduce while the rest of backward runs. Keyed by the id add returned.
   std::vector<std::pair<int64_t, std::function<void()>>> grad_ready_hooks;
+  GradHooks grad_hooks;  // leaves only; a non-leaf's live on its node (Node::output_hooks)
 };
 
 // Where a gradient flows: into output `output_nr` of a node, or into a leaf's .grad.
@@ -66,6 +73,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<SavedVersion> versions;
   SpecList input_specs, output_specs;
   std::vector<Edge> next;  // one per input
+  std::vector<GradHooks> output_hooks;  // per output (empty until a hook is added)
   Device device;
   uint64_t sequence = 0;
   bool released = false;
@@ -111,6 +119,9 @@ void move_to(const Tensor& t, Device device, std::optional<DType> dtype = std::n
 // Registers a grad-ready hook on a leaf (see AutogradMeta::grad_ready_hooks); returns its id.
 int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
 void remove_grad_ready_hook(const Tensor& leaf, int64_t id);
+// Registers a gradient hook on a tensor that requires grad (leaf or not); returns its id.
+int64_t add_grad_hook(const Tensor& t, GradHook hook);
+void remove_grad_hook(const Tensor& t, int64_t id);
 // A leaf sharing t's data, marked as a parameter (fg.nn.Parameter).
 Tensor make_parameter(const Tensor& t, bool requires_grad);
 bool is_parameter(const Tensor& t);

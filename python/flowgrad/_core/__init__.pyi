@@ -53,7 +53,7 @@ class IndexOutOfRangeError(FlowgradError, IndexError):
     """
     An index outside a dimension.
     """
-__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'bitwise_and', 'bitwise_not', 'bitwise_or', 'bitwise_xor', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'cumsum', 'device', 'distributed', 'div', 'dtype', 'empty', 'eq', 'erf', 'erfinv', 'exp', 'expand', 'expm1', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_default_dtype', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_add', 'index_select', 'init', 'int16', 'int32', 'int64', 'int8', 'is_anomaly_enabled', 'is_grad_enabled', 'kthvalue', 'le', 'linspace', 'log', 'log1p', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'return_types', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_default_dtype', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'uint8', 'unsqueeze', 'var', 'where', 'zeros']
+__all__: list[str] = ['AvgPool2d', 'BatchNorm1d', 'BatchNorm2d', 'Checkpoint', 'CheckpointError', 'Conv2d', 'DTypeError', 'DeviceError', 'Dropout', 'Embedding', 'Flatten', 'FlowBuilder', 'FlowgradError', 'GELU', 'GRU', 'GRUCell', 'Graph', 'GraphError', 'GroupNorm', 'HookHandle', 'Identity', 'IndexOutOfRangeError', 'InvalidArgumentError', 'LSTM', 'LSTMCell', 'LayerNorm', 'Linear', 'MaxPool2d', 'Module', 'ModuleList', 'MultiheadAttention', 'OutOfMemoryError', 'RMSNorm', 'ReLU', 'Sequential', 'ShapeError', 'SiLU', 'Sigmoid', 'Softmax', 'Tanh', 'Tensor', 'TransformerBlock', 'Trend', 'TrendGroup', 'abs', 'add', 'amax', 'amin', 'arange', 'argmax', 'argmin', 'argsort', 'bfloat16', 'bitwise_and', 'bitwise_not', 'bitwise_or', 'bitwise_xor', 'blas_name', 'bool', 'broadcast_to', 'build_config', 'cat', 'chunk', 'clamp', 'clone', 'contiguous', 'cos', 'cpu_empty_cache', 'cpu_memory_stats', 'cuda_runtime', 'cumsum', 'device', 'distributed', 'div', 'dtype', 'empty', 'eq', 'erf', 'erfinv', 'exp', 'expand', 'expm1', 'eye', 'flatten', 'flip', 'float16', 'float32', 'float64', 'flow', 'format_duration', 'from_dlpack', 'from_numpy', 'full', 'functional', 'gather', 'ge', 'gelu', 'get_default_dtype', 'get_num_threads', 'get_rng_state', 'grad', 'gt', 'index_add', 'index_select', 'init', 'int16', 'int32', 'int64', 'int8', 'is_anomaly_enabled', 'is_grad_enabled', 'kthvalue', 'le', 'linspace', 'log', 'log1p', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logsumexp', 'lt', 'manual_seed', 'masked_fill', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mul', 'narrow', 'ne', 'neg', 'nonzero', 'one_hot', 'ones', 'optim', 'pad', 'permute', 'plan', 'pow', 'promote_types', 'rand', 'randint', 'randn', 'randperm', 'relu', 'repeat', 'reshape', 'return_types', 'rsqrt', 'scatter_add', 'set_anomaly_enabled', 'set_default_dtype', 'set_grad_enabled', 'set_num_threads', 'set_rng_state', 'sigmoid', 'sign', 'silu', 'sin', 'softplus', 'sort', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'sub', 'sum', 't', 'tanh', 'tensor', 'topk', 'transpose', 'uint8', 'unsqueeze', 'var', 'where', 'zeros']
 class AvgPool2d(_Function):
     """
     2-D average pooling.
@@ -499,6 +499,20 @@ class GroupNorm(Module):
     def num_groups(self) -> builtins.int:
         """
         Groups the channels are split into.
+        """
+class HookHandle:
+    """
+    Returned by Tensor.register_hook; remove() takes the hook off.
+    """
+    def __enter__(self) -> typing.Any:
+        ...
+    def __exit__(self, *args) -> None:
+        """
+        Takes the hook off at the end of a with block.
+        """
+    def remove(self) -> None:
+        """
+        Takes the hook off (again: nothing happens).
         """
 class Identity(_Function):
     """
@@ -1231,6 +1245,10 @@ class Tensor:
     def record_stream(self, stream: cuda_runtime.Stream) -> None:
         """
         Marks the tensor's memory as used by work queued on `stream` (PyTorch's semantics): when the tensor is freed, its block is not reused until the work queued on `stream` by then has finished. Needed when a tensor allocated on one stream is read or written on another.
+        """
+    def register_hook(self, hook: collections.abc.Callable) -> HookHandle:
+        """
+        hook(grad) runs when backward has computed this tensor's gradient (a leaf's: the pass's sum, before it is added to .grad); a Tensor it returns replaces the gradient, None keeps it. fg.autograd.grad returns a leaf's gradient after its hooks, a non-leaf's before them (as PyTorch does). Returns a handle whose remove() takes the hook off.
         """
     def relu(self) -> Tensor:
         """
