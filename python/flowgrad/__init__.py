@@ -56,6 +56,10 @@ from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
 from .compile import compile
 from ._einsum import einsum
+from ._composite import (  # noqa: A004  (fg.any / fg.all shadow the builtins here, as torch.any does)
+    isnan, isinf, isfinite, any, all, isclose, allclose, tril, triu, diag, outer, roll, lerp, bmm, meshgrid,
+    unbind, masked_select, inference_mode, linalg,
+)
 
 __version__ = "0.1.0"
 

@@ -794,6 +794,88 @@ class Tensor:
     @staticmethod
     def __str__(t):
         ...
+    @staticmethod
+    def all(input, dim = None, keepdim = False):
+        """
+        Whether every element is nonzero (over dim, or all of them): a bool tensor.
+        """
+    @staticmethod
+    def allclose(input, other, rtol = 1e-05, atol = 1e-08, equal_nan = False):
+        """
+        isclose everywhere, as a Python bool (one host read).
+        """
+    @staticmethod
+    def any(input, dim = None, keepdim = False):
+        """
+        Whether any element is nonzero (over dim, or all of them): a bool tensor.
+        """
+    @staticmethod
+    def bmm(input, mat2):
+        """
+        Batched matrix product of (b, n, m) and (b, m, p) tensors.
+        """
+    @staticmethod
+    def diag(input, diagonal = 0):
+        """
+        1-D input: a square matrix with it on the given diagonal; 2-D input: that diagonal as 1-D.
+        """
+    @staticmethod
+    def isclose(input, other, rtol = 1e-05, atol = 1e-08, equal_nan = False):
+        """
+        |input - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only
+            with equal_nan).
+        """
+    @staticmethod
+    def isfinite(input):
+        """
+        Where input is neither NaN nor +-inf (x - x is 0 exactly there).
+        """
+    @staticmethod
+    def isinf(input):
+        """
+        Where input is +inf or -inf.
+        """
+    @staticmethod
+    def isnan(input):
+        """
+        Where input is NaN (False everywhere for integer and bool tensors).
+        """
+    @staticmethod
+    def lerp(input, end, weight):
+        """
+        input + weight * (end - input), PyTorch's two-sided form (exact at weight 0 and 1).
+        """
+    @staticmethod
+    def masked_select(input, mask):
+        """
+        The elements where the (broadcast) bool mask is True, as a 1-D tensor.
+        """
+    @staticmethod
+    def outer(input, vec2):
+        """
+        input[i] * vec2[j] for two 1-D tensors.
+        """
+    @staticmethod
+    def roll(input, shifts, dims = None):
+        """
+        Rotates elements along dims by shifts (ints or matching tuples); without dims, the flattened
+            tensor, reshaped back.
+        """
+    @staticmethod
+    def tril(input, diagonal = 0):
+        """
+        The lower triangle of the last two dims (col - row <= diagonal), zeros above.
+        """
+    @staticmethod
+    def triu(input, diagonal = 0):
+        """
+        The upper triangle of the last two dims (col - row >= diagonal), zeros below.
+        """
+    @staticmethod
+    def unbind(input, dim = 0):
+        """
+        The slices along dim, as a tuple of views without that dim.
+        """
     def __abs__(self) -> Tensor:
         ...
     def __add__(self, arg0: typing.Any) -> Tensor:
@@ -1210,9 +1292,33 @@ class Tensor:
         """
         Negates in place; returns self.
         """
+    def new_empty(self, *size, dtype = None, device = None, requires_grad = False):
+        """
+        Zeros of the given size with self's dtype and device unless given.
+        """
+    def new_full(self, size, fill_value, dtype = None, device = None, requires_grad = False):
+        """
+        A tensor of size filled with fill_value, with self's dtype and device unless given.
+        """
+    def new_ones(self, *size, dtype = None, device = None, requires_grad = False):
+        """
+        Ones of the given size with self's dtype and device unless given.
+        """
+    def new_tensor(self, data, dtype = None, device = None, requires_grad = False):
+        """
+        A tensor of data (copied) with self's dtype and device unless given.
+        """
+    def new_zeros(self, *size, dtype = None, device = None, requires_grad = False):
+        """
+        Zeros of the given size with self's dtype and device unless given.
+        """
     def nonzero(self) -> Tensor:
         """
         Coordinates of the True elements, (count, ndim).
+        """
+    def norm(self, p = 'fro', dim = None, keepdim = False):
+        """
+        The p-norm over dim (all dims when None): 'fro' or 2, 1, any p >= 1, inf, -inf, 0.
         """
     def normal_(self, mean: typing.SupportsFloat | typing.SupportsIndex = 0.0, std: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> typing.Any:
         """
@@ -1369,6 +1475,10 @@ class Tensor:
     def transpose(self, dim0: typing.SupportsInt | typing.SupportsIndex, dim1: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
         A view with two dims swapped.
+        """
+    def type_as(self, other):
+        """
+        self converted to other's dtype.
         """
     def uniform_(self, from_: typing.SupportsFloat | typing.SupportsIndex = 0.0, to: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> typing.Any:
         """

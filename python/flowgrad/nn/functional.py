@@ -1,5 +1,7 @@
-"""fg.nn.functional: activations, normalisation, attention, convolution and losses (all C++)."""
+"""fg.nn.functional: activations, normalisation, attention, convolution and losses (C++ ops;
+the few at the end are composed from them in Python)."""
 from .. import _core
+from .._composite import linalg as _linalg
 
 _f = _core.functional
 
@@ -33,5 +35,58 @@ huber_loss = _f.huber_loss
 binary_cross_entropy_with_logits = _f.binary_cross_entropy_with_logits
 pad = _core.pad
 one_hot = _core.one_hot
+
+
+
+def leaky_relu(input, negative_slope=0.01):
+    """input where positive, negative_slope * input elsewhere."""
+    return _core.where(input > 0, input, input * negative_slope)
+
+
+def elu(input, alpha=1.0):
+    """input where positive, alpha * (exp(input) - 1) elsewhere (the exp of min(input, 0): no
+    overflow, and no NaN gradient, for large inputs)."""
+    return _core.where(input > 0, input, _core.expm1(input.clamp(max=0.0)) * alpha)
+
+
+def mish(input):
+    """input * tanh(softplus(input))."""
+    return input * _core.tanh(_core.softplus(input))
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """input divided by its p-norm over dim, the norm clamped to at least eps."""
+    return input / _linalg.vector_norm(input, p, dim, True).clamp(min=eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 * x2) / (max(|x1|, eps) * max(|x2|, eps)) over dim (PyTorch's formula), broadcasting."""
+    n1 = _linalg.vector_norm(x1, 2, dim).clamp(min=eps)
+    n2 = _linalg.vector_norm(x2, 2, dim).clamp(min=eps)
+    return (x1 * x2).sum(dim) / (n1 * n2)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """PyTorch's KL divergence with input as log-probabilities: target * (log(target) - input) per
+    element (0 where target is 0; exp(target) * (target - input) with log_target), reduced by
+    'mean', 'sum', 'batchmean' (sum / batch size) or 'none'."""
+    if reduction not in ("mean", "sum", "batchmean", "none"):
+        raise _core.InvalidArgumentError(f"kl_div: reduction must be 'mean', 'sum', 'batchmean' or 'none', "
+                                         f"got {reduction!r}")
+    if log_target:
+        loss = _core.exp(target) * (target - input)
+    else:  # xlogy: 0 where target is 0 (its log taken of 1 there: no -inf, no NaN gradient)
+        zero = target == 0
+        safe = _core.where(zero, _core.ones(1, dtype=target.dtype, device=target.device), target)
+        loss = _core.where(zero, _core.zeros(1, dtype=target.dtype, device=target.device),
+                           target * (_core.log(safe) - input))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.dim() else 1)
+    return loss.mean()
+
 
 __all__ = [n for n in dir() if not n.startswith("_")]

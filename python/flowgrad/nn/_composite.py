@@ -1,0 +1,162 @@
+"""Modules written in Python over flowgrad's ops: activations with options, and the ModuleDict /
+ParameterList containers (they register their entries as a Module's attributes, so parameters,
+state_dict, .to() and compiled steps see them)."""
+from .. import _core
+from . import functional as F
+
+__all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList"]
+
+
+class LeakyReLU(_core.Module):
+    """F.leaky_relu with negative_slope."""
+
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class ELU(_core.Module):
+    """F.elu with alpha."""
+
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return F.elu(x, self.alpha)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}"
+
+
+class Softplus(_core.Module):
+    """softplus(beta * x) / beta, and x itself where beta * x > threshold (PyTorch's)."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        if not beta > 0:
+            raise _core.InvalidArgumentError(f"Softplus: beta must be > 0, got {beta}")
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        scaled = x * self.beta if self.beta != 1 else x
+        soft = _core.softplus(scaled) / self.beta if self.beta != 1 else _core.softplus(scaled)
+        return _core.where(scaled > self.threshold, x, soft)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Mish(_core.Module):
+    """x * tanh(softplus(x))."""
+
+    def forward(self, x):
+        return F.mish(x)
+
+
+def _key(owner, key):
+    if not isinstance(key, str) or not key or "." in key:
+        raise _core.InvalidArgumentError(f"{owner}: keys must be non-empty strings without '.', got {key!r}")
+    return key
+
+
+class ModuleDict(_core.Module):
+    """Modules by name, in insertion order: d['name'], d['name'] = module, keys/values/items, len,
+    in, update. Each is registered as a submodule under its name."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, module):
+        if not isinstance(module, _core.Module):
+            raise TypeError(f"ModuleDict: values must be fg.nn.Module instances, got {type(module).__name__}")
+        setattr(self, _key("ModuleDict", key), module)
+
+    def __delitem__(self, key):
+        self[key]  # noqa: B018  (KeyError for a missing key)
+        delattr(self, key)
+
+    def __len__(self):
+        return len(self.named_children())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, key):
+        return any(name == key for name, _ in self.named_children())
+
+    def keys(self):
+        return [name for name, _ in self.named_children()]
+
+    def values(self):
+        return [m for _, m in self.named_children()]
+
+    def items(self):
+        return self.named_children()
+
+    def update(self, modules):
+        """Adds (or replaces) entries from a dict or (name, module) pairs."""
+        for key, module in (modules.items() if hasattr(modules, "items") else modules):
+            self[key] = module
+
+    def forward(self, *args):
+        raise _core.InvalidArgumentError("ModuleDict has no forward: call its modules")
+
+
+class ParameterList(_core.Module):
+    """Parameters by position: p[i], p[i] = tensor, len, iteration, append, extend. Each is
+    registered as a parameter named by its index."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        self._count = 0
+        if values is not None:
+            self.extend(values)
+
+    def _index(self, i):
+        if not isinstance(i, int):
+            raise TypeError(f"ParameterList: indices must be ints, got {type(i).__name__}")
+        if not -self._count <= i < self._count:
+            raise IndexError(f"ParameterList: index {i} is out of range for {self._count} parameters")
+        return str(i % self._count)
+
+    def __getitem__(self, i):
+        return getattr(self, self._index(i))
+
+    def __setitem__(self, i, value):
+        self.register_parameter(self._index(i), value)
+
+    def __len__(self):
+        return self._count
+
+    def __iter__(self):
+        return iter([self[i] for i in range(self._count)])
+
+    def append(self, value):
+        """Adds a parameter (a tensor becomes one) at the end; returns self."""
+        if not isinstance(value, _core.Tensor):
+            raise TypeError(f"ParameterList: values must be tensors, got {type(value).__name__}")
+        self.register_parameter(str(self._count), value)
+        self._count += 1
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+    def forward(self, *args):
+        raise _core.InvalidArgumentError("ParameterList has no forward: use its parameters")
