@@ -58,7 +58,7 @@ from .compile import compile
 from ._einsum import einsum
 from ._composite import (  # noqa: A004  (fg.any / fg.all shadow the builtins here, as torch.any does)
     isnan, isinf, isfinite, any, all, isclose, allclose, tril, triu, diag, outer, roll, lerp, bmm, meshgrid,
-    unbind, masked_select, inference_mode, linalg,
+    unbind, masked_select, inference_mode, linalg, bernoulli, multinomial,
 )
 
 __version__ = "0.1.0"

@@ -9,7 +9,8 @@ from . import _core
 from ._grad_mode import enable_grad, no_grad
 
 __all__ = ["isnan", "isinf", "isfinite", "any", "all", "isclose", "allclose", "tril", "triu", "diag", "outer",
-           "roll", "lerp", "bmm", "meshgrid", "unbind", "masked_select", "inference_mode", "linalg"]
+           "roll", "lerp", "bmm", "meshgrid", "unbind", "masked_select", "inference_mode", "linalg", "bernoulli",
+           "multinomial"]
 
 Tensor = _core.Tensor
 
@@ -207,6 +208,51 @@ def masked_select(input, mask):
     return x.reshape(*sx).expand(*shape)[m.reshape(*sm).expand(*shape)]
 
 
+def bernoulli(input):
+    """1 where a uniform draw falls below the probability input holds, else 0 (input's dtype):
+    Philox draws, so fg.manual_seed reproduces them on every device. Probabilities outside [0, 1]
+    act as 0 or 1, NaN as 0."""
+    p = _tensor(input, "bernoulli")
+    if not _floating(p):
+        raise _core.DTypeError(f"bernoulli: expected floating probabilities, got {p.dtype!r}")
+    return (_core.rand(*p.shape, dtype=p.dtype, device=p.device) < p).to(dtype=p.dtype)
+
+
+def multinomial(input, num_samples, replacement=False):
+    """Indices drawn from the categories of the last dim with probabilities proportional to input's
+    non-negative weights (1-D: (num_samples,); 2-D: one row of draws per row), int64. Without
+    replacement: Gumbel top-k (distinct indices, no zero-weight one); with: the inverse of the
+    running sum. The weights are checked first (one host read)."""
+    w = _tensor(input, "multinomial")
+    if not _floating(w):
+        raise _core.DTypeError(f"multinomial: expected floating weights, got {w.dtype!r}")
+    if w.dim() not in (1, 2) or w.shape[-1] == 0:
+        raise _core.ShapeError(f"multinomial: expected weights of shape (n,) or (rows, n) with n > 0, got {tuple(w.shape)}")
+    k = int(num_samples)
+    rows = w.reshape(-1, w.shape[-1])
+    with no_grad():
+        bad = (~isfinite(rows)).sum().item() + (rows < 0).sum().item()
+        nonzero = (rows > 0).sum(1).amin(None).item() if rows.shape[0] else 1
+    if bad or nonzero == 0:
+        raise _core.InvalidArgumentError("multinomial: weights must be finite and non-negative, with a positive sum "
+                                         "in every row")
+    if k <= 0 or (not replacement and k > nonzero):
+        raise _core.InvalidArgumentError(
+            f"multinomial: cannot draw {num_samples} samples " + ("" if k <= 0 else
+            f"without replacement from a row with {nonzero} categories of positive weight"))
+    n = rows.shape[1]
+    u = _core.rand(rows.shape[0], k if replacement else n, dtype=_core.float64, device=w.device)
+    with no_grad():
+        if not replacement:  # keys log(w) + Gumbel noise; the k largest are a draw without replacement
+            keys = _core.log(rows.to(dtype=_core.float64)) - _core.log(-_core.log(u))
+            drawn = _core.topk(keys, k, 1).indices
+        else:
+            cdf = _core.cumsum(rows.to(dtype=_core.float64), 1)
+            target = u * cdf.narrow(1, n - 1, 1)
+            drawn = (cdf.reshape(rows.shape[0], 1, n) <= target.reshape(rows.shape[0], k, 1)).sum(2).clamp(max=n - 1)
+    return drawn.reshape(k) if w.dim() == 1 else drawn
+
+
 def inference_mode(mode=True):
     """PyTorch's inference_mode as flowgrad has it: no_grad (mode=False: enable_grad); a context
     manager and a decorator."""
@@ -288,7 +334,7 @@ for _name, _fn in [("any", any), ("all", all), ("isnan", isnan), ("isinf", isinf
                    ("outer", outer), ("roll", roll), ("lerp", lerp), ("bmm", bmm), ("unbind", unbind),
                    ("masked_select", masked_select), ("norm", _tensor_norm), ("new_zeros", _new_zeros),
                    ("new_ones", _new_ones), ("new_empty", _new_zeros), ("new_full", _new_full),
-                   ("new_tensor", _new_tensor)]:
+                   ("new_tensor", _new_tensor), ("bernoulli", bernoulli), ("multinomial", multinomial)]:
     setattr(Tensor, _name, _fn)
 Tensor.type_as = lambda self, other: self.to(dtype=_tensor(other, "type_as", "other").dtype)
 Tensor.type_as.__doc__ = "self converted to other's dtype."

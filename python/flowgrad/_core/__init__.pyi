@@ -810,6 +810,13 @@ class Tensor:
         Whether any element is nonzero (over dim, or all of them): a bool tensor.
         """
     @staticmethod
+    def bernoulli(input):
+        """
+        1 where a uniform draw falls below the probability input holds, else 0 (input's dtype):
+            Philox draws, so fg.manual_seed reproduces them on every device. Probabilities outside [0, 1]
+            act as 0 or 1, NaN as 0.
+        """
+    @staticmethod
     def bmm(input, mat2):
         """
         Batched matrix product of (b, n, m) and (b, m, p) tensors.
@@ -849,6 +856,14 @@ class Tensor:
     def masked_select(input, mask):
         """
         The elements where the (broadcast) bool mask is True, as a 1-D tensor.
+        """
+    @staticmethod
+    def multinomial(input, num_samples, replacement = False):
+        """
+        Indices drawn from the categories of the last dim with probabilities proportional to input's
+            non-negative weights (1-D: (num_samples,); 2-D: one row of draws per row), int64. Without
+            replacement: Gumbel top-k (distinct indices, no zero-weight one); with: the inverse of the
+            running sum. The weights are checked first (one host read).
         """
     @staticmethod
     def outer(input, vec2):
