@@ -11,7 +11,9 @@ from .._core import (
 )
 from . import functional, init, parallel, utils
 from .losses import CrossEntropyLoss
-from ._composite import LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList
+from ._composite import (
+    LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, AdaptiveAvgPool2d, Upsample,
+)
 
 
 class _ParameterMeta(type):

@@ -4,7 +4,10 @@ state_dict, .to() and compiled steps see them)."""
 from .. import _core
 from . import functional as F
 
-__all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList"]
+import math
+
+__all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "AdaptiveAvgPool2d",
+           "Upsample"]
 
 
 class LeakyReLU(_core.Module):
@@ -160,3 +163,60 @@ class ParameterList(_core.Module):
 
     def forward(self, *args):
         raise _core.InvalidArgumentError("ParameterList has no forward: use its parameters")
+
+
+class Conv1d(_core.Module):
+    """F.conv1d with a weight (out_channels, in_channels, kernel_size) and a bias, initialised as
+    PyTorch does (uniform in +-1/sqrt(in_channels * kernel_size))."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
+        super().__init__()
+        if min(in_channels, out_channels, kernel_size, stride) <= 0 or padding < 0:
+            raise _core.InvalidArgumentError(
+                f"Conv1d: need positive channels, kernel_size and stride and padding >= 0, got in_channels="
+                f"{in_channels}, out_channels={out_channels}, kernel_size={kernel_size}, stride={stride}, "
+                f"padding={padding}")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        self.stride, self.padding = stride, padding
+        bound = 1.0 / math.sqrt(in_channels * kernel_size)
+        self.weight = _core._parameter(_core.init.uniform_(_core.empty(out_channels, in_channels, kernel_size),
+                                                           -bound, bound), True)
+        if bias:
+            self.bias = _core._parameter(_core.init.uniform_(_core.empty(out_channels), -bound, bound), True)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}")
+
+
+class AdaptiveAvgPool2d(_core.Module):
+    """F.adaptive_avg_pool2d to output_size (an int or (h, w))."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class Upsample(_core.Module):
+    """F.interpolate with size or an integer scale_factor, mode 'nearest'."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest"):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+
+    def forward(self, x):
+        return F.interpolate(x, self.size, self.scale_factor, self.mode)
+
+    def extra_repr(self):
+        return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"

@@ -89,4 +89,61 @@ def kl_div(input, target, reduction="mean", log_target=False):
     return loss.mean()
 
 
+def conv1d(input, weight, bias=None, stride=1, padding=0):
+    """1-D convolution (cross-correlation) of (N, C, L) by (O, C, k): conv2d over a height of 1,
+    the zero padding added to L first."""
+    if input.dim() != 3 or weight.dim() != 3:
+        raise _core.ShapeError(f"conv1d: expected input (N, C, L) and weight (O, C, k), got {tuple(input.shape)} "
+                               f"and {tuple(weight.shape)}")
+    if padding:
+        input = _core.pad(input, [padding, padding])
+    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, stride, 0).squeeze(2)
+
+
+def _pair(value, what):
+    pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+        raise _core.InvalidArgumentError(f"{what} must be a positive int or a pair of them, got {value!r}")
+    return pair
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Means over PyTorch's adaptive bins of (N, C, H, W): output row i averages rows
+    floor(i H / oh) to ceil((i + 1) H / oh) - 1, columns alike. One reshape when the sizes divide."""
+    if input.dim() != 4:
+        raise _core.ShapeError(f"adaptive_avg_pool2d: expected (N, C, H, W), got {tuple(input.shape)}")
+    oh, ow = _pair(output_size, "adaptive_avg_pool2d: output_size")
+    n, c, h, w = input.shape
+    if h % oh == 0 and w % ow == 0:
+        return input.reshape(n, c, oh, h // oh, ow, w // ow).mean((3, 5))
+
+    def bins(size, out):
+        return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+    rows = [_core.stack([input.narrow(2, r0, r1 - r0).narrow(3, c0, c1 - c0).mean((2, 3)) for c0, c1 in bins(w, ow)], 2)
+            for r0, r1 in bins(h, oh)]
+    return _core.stack(rows, 2)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest"):
+    """Nearest-neighbour upsampling of (N, C, H, W) by integer factors (scale_factor, or a size that
+    is a multiple of H and W): each pixel repeated into a block."""
+    if mode != "nearest":
+        raise _core.InvalidArgumentError(f"interpolate: mode {mode!r} is not supported; flowgrad has 'nearest'")
+    if input.dim() != 4:
+        raise _core.ShapeError(f"interpolate: expected (N, C, H, W), got {tuple(input.shape)}")
+    n, c, h, w = input.shape
+    if (size is None) == (scale_factor is None):
+        raise _core.InvalidArgumentError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        th, tw = _pair(size, "interpolate: size")
+        if th % h or tw % w:
+            raise _core.InvalidArgumentError(f"interpolate: size {(th, tw)} is not a multiple of the input's {(h, w)}; "
+                                             "flowgrad upsamples by integer factors")
+        sh, sw = th // h, tw // w
+    else:
+        sh, sw = _pair(scale_factor, "interpolate: scale_factor")
+    return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, h * sh, w * sw)
+
+
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,120 @@
+"""conv1d / nn.Conv1d, adaptive_avg_pool2d / nn.AdaptiveAvgPool2d and interpolate / nn.Upsample
+(nearest, integer factors), composed from conv2d, reshapes and means: against NumPy loops, by
+float64 finite differences, in a compiled step, with the documented errors."""
+import math
+
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from conftest import gradcheck
+
+
+def np_conv1d(x, w, b, stride, padding):
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    n, c, length = x.shape
+    o, _, k = w.shape
+    out_len = (length - k) // stride + 1
+    y = np.zeros((n, o, out_len))
+    for i in range(out_len):
+        y[:, :, i] = np.einsum("nck,ock->no", x[:, :, i * stride:i * stride + k], w)
+    return y + (0 if b is None else b[None, :, None])
+
+
+def np_adaptive(x, oh, ow):
+    h, w = x.shape[-2:]
+    out = np.zeros(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            r0, r1 = i * h // oh, -(-(i + 1) * h // oh)
+            c0, c1 = j * w // ow, -(-(j + 1) * w // ow)
+            out[:, :, i, j] = x[:, :, r0:r1, c0:c1].mean((2, 3))
+    return out
+
+
+@pytest.mark.parametrize("stride, padding, bias", [(1, 0, True), (2, 1, True), (3, 2, False), (1, 0, False)])
+def test_conv1d_matches_numpy(stride, padding, bias, device, rng):
+    x, w = rng.standard_normal((2, 3, 11)), rng.standard_normal((4, 3, 3))
+    b = rng.standard_normal(4) if bias else None
+    got = F.conv1d(fg.tensor(x, device=device), fg.tensor(w, device=device),
+                   None if b is None else fg.tensor(b, device=device), stride, padding)
+    np.testing.assert_allclose(got.cpu().numpy(), np_conv1d(x, w, b, stride, padding), rtol=1e-10, atol=1e-12)
+
+
+def test_conv1d_module_init_gradients_and_errors(rng):
+    m = fg.nn.Conv1d(3, 5, 4, stride=2, padding=1)
+    bound = 1 / math.sqrt(12)
+    assert m.weight.shape == (5, 3, 4) and np.abs(m.weight.detach().numpy()).max() <= bound
+    assert m.bias.shape == (5,) and repr(m).startswith("Conv1d(3, 5, kernel_size=4, stride=2, padding=1)")
+    assert fg.nn.Conv1d(2, 2, 1, bias=False).bias is None
+    gradcheck(lambda x, w, b: F.conv1d(x, w, b, 2, 1), rng.standard_normal((2, 2, 7)), rng.standard_normal((3, 2, 3)),
+              rng.standard_normal(3))
+    with pytest.raises(fg.ShapeError, match=r"conv1d: expected input \(N, C, L\) and weight \(O, C, k\), got "
+                                            r"\(2, 3\) and \(5, 3, 4\)"):
+        m(fg.ones(2, 3))
+    with pytest.raises(fg.InvalidArgumentError, match=r"Conv1d: need positive channels, .*kernel_size=0"):
+        fg.nn.Conv1d(2, 2, 0)
+
+
+@pytest.mark.parametrize("size", [1, (2, 3), (3, 5), 4, (7, 10)])
+def test_adaptive_avg_pool2d_matches_the_bins(size, device, rng):
+    x = rng.standard_normal((2, 3, 7, 10))
+    oh, ow = (size, size) if isinstance(size, int) else size
+    got = fg.nn.AdaptiveAvgPool2d(size)(fg.tensor(x, device=device))
+    assert got.shape == (2, 3, oh, ow)
+    np.testing.assert_allclose(got.cpu().numpy(), np_adaptive(x, oh, ow), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, factors", [({"scale_factor": 2}, (2, 2)), ({"scale_factor": (1, 3)}, (1, 3)),
+                                             ({"size": (6, 4)}, (2, 2))])
+def test_nearest_upsampling_repeats_pixels(kwargs, factors, device, rng):
+    x = rng.standard_normal((1, 2, 3, 2))
+    got = fg.nn.Upsample(**kwargs)(fg.tensor(x, device=device)).cpu().numpy()
+    np.testing.assert_array_equal(got, np.repeat(np.repeat(x, factors[0], 2), factors[1], 3))
+
+
+def test_pool_and_upsample_gradients(rng):
+    x = rng.standard_normal((1, 2, 5, 6))
+    gradcheck(lambda t: F.adaptive_avg_pool2d(t, (2, 4)), x)  # uneven bins
+    gradcheck(lambda t: F.adaptive_avg_pool2d(t, (5, 3)), x)  # the reshape path
+    gradcheck(lambda t: F.interpolate(t, scale_factor=2), x[:, :, :2, :3])
+
+
+def test_a_compiled_step_with_conv1d_and_pooling(rng):
+    def build():
+        fg.manual_seed(0)
+        model = fg.nn.Sequential(fg.nn.Conv1d(2, 4, 3, padding=1), fg.nn.ReLU(), fg.nn.Flatten(), fg.nn.Linear(32, 3))
+        return model, fg.optim.SGD(model.parameters(), lr=0.1)
+
+    x = fg.tensor(rng.standard_normal((5, 2, 8)).astype(np.float32))
+    y = fg.tensor(rng.integers(0, 3, 5))
+    eager, eager_opt = build()
+    model, opt = build()
+    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(x, y))
+    for _ in range(3):
+        eager_opt.zero_grad()
+        F.cross_entropy(eager(x), y).backward()
+        eager_opt.step()
+        step(x, y)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_pool_and_upsample_errors():
+    x = fg.ones(1, 1, 4, 4)
+    with pytest.raises(fg.ShapeError, match=r"adaptive_avg_pool2d: expected \(N, C, H, W\), got \(4, 4\)"):
+        F.adaptive_avg_pool2d(fg.ones(4, 4), 2)
+    with pytest.raises(fg.InvalidArgumentError, match=r"adaptive_avg_pool2d: output_size must be a positive int or a "
+                                                      r"pair of them, got 0"):
+        F.adaptive_avg_pool2d(x, 0)
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: mode 'bilinear' is not supported"):
+        F.interpolate(x, scale_factor=2, mode="bilinear")
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: give exactly one of size and scale_factor"):
+        F.interpolate(x)
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: size \(6, 8\) is not a multiple of the input's "
+                                                      r"\(4, 4\)"):
+        F.interpolate(x, size=(6, 8))
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: scale_factor must be a positive int or a pair "
+                                                      r"of them, got 1.5"):
+        F.interpolate(x, scale_factor=1.5)
