@@ -129,3 +129,24 @@ def test_threads_iterating_one_loader_share_its_epoch(shuffle):
     np.testing.assert_array_equal(np.sort(np.concatenate([a.numpy() for a, _ in batches])), x)
     assert (loader.epoch, loader.position) == (1, 144)
     assert len(list(loader)) == 144 and loader.epoch == 2  # a later loop begins a new epoch
+
+
+def test_a_tensor_dataset_feeds_the_loader_as_its_tensors_would():
+    x, y = np.arange(20.0).reshape(10, 2), np.arange(10)
+    ds = fg.data.TensorDataset(fg.tensor(x), y)
+    assert len(ds) == 10
+    xi, yi = ds[3]
+    np.testing.assert_array_equal(xi.numpy(), x[3])
+    assert yi.item() == 3
+    via_dataset = [tuple(t.numpy() for t in b) for b in fg.data.DataLoader(ds, batch_size=4, shuffle=True, seed=5)]
+    direct = [tuple(t.numpy() for t in b) for b in fg.data.DataLoader(fg.tensor(x), y, batch_size=4, shuffle=True,
+                                                                      seed=5)]
+    assert len(via_dataset) == 3
+    for a, b in zip(via_dataset, direct):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+    with pytest.raises(fg.ShapeError, match=r"TensorDataset: tensors must share their first dimension, "
+                                            r"got lengths \[10, 9\]"):
+        fg.data.TensorDataset(x, y[:9])
+    with pytest.raises(fg.InvalidArgumentError, match=r"TensorDataset: expected at least one tensor"):
+        fg.data.TensorDataset()

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["DataLoader", "DistributedSampler"]
+__all__ = ["DataLoader", "DistributedSampler", "TensorDataset"]
 
 
 def _native(array):
@@ -14,6 +14,26 @@ def _native(array):
     byte-swap; this copies only arrays that need it)."""
     array = np.asarray(array)
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+
+
+class TensorDataset:
+    """Tensors (or arrays) of equal length along dim 0, sample i being the tuple of their i-th
+    rows: ``DataLoader(TensorDataset(x, y), batch_size=32)`` as in PyTorch (the loader then
+    gathers whole batches in C++, never sample by sample)."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise _core.InvalidArgumentError("TensorDataset: expected at least one tensor")
+        self.tensors = tuple(t if isinstance(t, _core.Tensor) else _core.from_numpy(_native(t)) for t in tensors)
+        lengths = [t.shape[0] if t.ndim else None for t in self.tensors]
+        if None in lengths or len(set(lengths)) != 1:
+            raise _core.ShapeError(f"TensorDataset: tensors must share their first dimension, got lengths {lengths}")
+
+    def __len__(self):
+        return self.tensors[0].shape[0]
+
+    def __getitem__(self, i):
+        return tuple(t[i] for t in self.tensors)
 
 
 class DataLoader:
@@ -30,6 +50,8 @@ class DataLoader:
     """
 
     def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None, sampler=None):
+        if len(arrays) == 1 and isinstance(arrays[0], TensorDataset):
+            arrays = arrays[0].tensors
         if not arrays:
             raise _core.InvalidArgumentError("DataLoader: expected at least one array")
         if batch_size <= 0:

@@ -1,4 +1,4 @@
-"""LinearLR, OneCycleLR and SequentialLR: PyTorch's rates step by step (when PyTorch is installed)
+"""MultiStepLR, ExponentialLR, LinearLR, OneCycleLR and SequentialLR: PyTorch's rates step by step (when PyTorch is installed)
 and closed forms written here, state_dict resume, and the documented errors."""
 import json
 import math
@@ -36,6 +36,8 @@ def torch_rates(make, steps, lrs=(1.0, 0.5)):
 
 
 CASES = {
+    "multistep": (lambda m, o: m.MultiStepLR(o, milestones=[6, 2, 9], gamma=0.5), 12),
+    "exponential": (lambda m, o: m.ExponentialLR(o, gamma=0.9), 10),
     "linear": (lambda m, o: m.LinearLR(o, start_factor=0.1, end_factor=0.9, total_iters=7), 12),
     "linear_default": (lambda m, o: m.LinearLR(o), 8),
     "one_cycle_cos": (lambda m, o: m.OneCycleLR(o, max_lr=0.3, total_steps=20), 20),
@@ -59,6 +61,8 @@ def test_rates_are_pytorch_s(name):
 
 def test_closed_forms():
     np.testing.assert_allclose(rates(S.LinearLR(optimizer((2.0,)), 0.25, 1.0, 3), 5)[:, 0], [0.5, 1.0, 1.5, 2, 2])
+    np.testing.assert_allclose(rates(S.MultiStepLR(optimizer((1.0,)), [3, 1], 0.1), 5)[:, 0], [1, 0.1, 0.1, 0.01, 0.01])
+    np.testing.assert_allclose(rates(S.ExponentialLR(optimizer((2.0,)), 0.5), 4)[:, 0], [2, 1, 0.5, 0.25])
     one = rates(S.OneCycleLR(optimizer((9.0,)), max_lr=1.0, total_steps=11, pct_start=0.5,
                              anneal_strategy="linear", div_factor=4, final_div_factor=5), 11)[:, 0]
     up = [0.25 + 0.75 * k / 4.5 for k in range(5)]  # 0.25 -> 1 over steps 0..4.5
@@ -81,7 +85,7 @@ def test_one_cycle_keeps_its_last_rate_one_step_past_the_end_then_raises():
         sched.step()
 
 
-@pytest.mark.parametrize("name", ["linear", "one_cycle_three_phase", "sequential", "sequential_three"])
+@pytest.mark.parametrize("name", ["multistep", "linear", "one_cycle_three_phase", "sequential", "sequential_three"])
 def test_state_dict_resumes_the_schedule(name):
     make, steps = CASES[name]
     whole = rates(make(S, optimizer()), steps)
@@ -99,6 +103,11 @@ def test_errors_name_the_scheduler_and_the_bad_option():
         S.LinearLR(o, start_factor=0)
     with pytest.raises(fg.InvalidArgumentError, match=r"LinearLR: .*total_iters=0"):
         S.LinearLR(o, total_iters=0)
+    with pytest.raises(fg.InvalidArgumentError, match=r"MultiStepLR: milestones must be non-negative ints, "
+                                                      r"got \[-1, 2\]"):
+        S.MultiStepLR(o, [2, -1])
+    with pytest.raises(fg.InvalidArgumentError, match=r"ExponentialLR: gamma must be > 0, got 0"):
+        S.ExponentialLR(o, 0)
     with pytest.raises(fg.InvalidArgumentError, match=r"OneCycleLR: 3 max_lr values for 2 param groups"):
         S.OneCycleLR(o, max_lr=[1, 2, 3], total_steps=10)
     with pytest.raises(fg.InvalidArgumentError, match=r"OneCycleLR: need an integer total_steps > 1, .*"

@@ -8,8 +8,8 @@ import math
 
 from .. import _core
 
-__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LambdaLR", "LinearLR", "OneCycleLR", "SequentialLR",
-           "ReduceLROnPlateau"]
+__all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR", "LinearLR",
+           "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
 
 
 def _same_kind(saved, own):
@@ -94,6 +94,36 @@ class StepLR(LRScheduler):
 
     def lr_at(self, base_lr, epoch):
         return base_lr * self.gamma ** (epoch // self.step_size)
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma ** (the number of milestones <= epoch)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def _check(self):
+        if any(not isinstance(m, int) or m < 0 for m in self.milestones):
+            raise _core.InvalidArgumentError(f"MultiStepLR: milestones must be non-negative ints, got {self.milestones}")
+
+    def lr_at(self, base_lr, epoch):
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma ** epoch."""
+
+    def __init__(self, optimizer, gamma):
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def _check(self):
+        if not self.gamma > 0:
+            raise _core.InvalidArgumentError(f"ExponentialLR: gamma must be > 0, got {self.gamma}")
+
+    def lr_at(self, base_lr, epoch):
+        return base_lr * self.gamma ** epoch
 
 
 class CosineAnnealingLR(LRScheduler):
