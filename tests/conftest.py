@@ -124,3 +124,22 @@ def assert_trained_alike(results):
         assert losses == results[0][0]
         for got, want in zip(params, results[0][1]):
             np.testing.assert_array_equal(got, want)
+
+
+def assert_compiled_trains_like_eager(build, loss_fn, batches, before_step=None, rtol=1e-6, atol=1e-7):
+    """Trains two copies from build() (-> model, optimizer) on batches of (x, y): one with eager
+    steps, one with fg.compile's step; before_step(i, optimizers), when given, runs before step i
+    (a schedule). Their parameters must end close. Returns the compiled copy's model."""
+    eager, eager_opt = build()
+    model, opt = build()
+    step = fg.compile(model, loss_fn, opt, example_inputs=batches[0])
+    for i, (x, y) in enumerate(batches):
+        if before_step is not None:
+            before_step(i, (eager_opt, opt))
+        eager_opt.zero_grad()
+        loss_fn(eager(x), y).backward()
+        eager_opt.step()
+        step(x, y)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=rtol, atol=atol)
+    return model

@@ -8,7 +8,7 @@ import pytest
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from conftest import gradcheck
+from conftest import assert_compiled_trains_like_eager, gradcheck
 
 
 def np_conv1d(x, w, b, stride, padding):
@@ -89,16 +89,7 @@ def test_a_compiled_step_with_conv1d_and_pooling(rng):
 
     x = fg.tensor(rng.standard_normal((5, 2, 8)).astype(np.float32))
     y = fg.tensor(rng.integers(0, 3, 5))
-    eager, eager_opt = build()
-    model, opt = build()
-    step = fg.compile(model, F.cross_entropy, opt, example_inputs=(x, y))
-    for _ in range(3):
-        eager_opt.zero_grad()
-        F.cross_entropy(eager(x), y).backward()
-        eager_opt.step()
-        step(x, y)
-    for p, q in zip(model.parameters(), eager.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert_compiled_trains_like_eager(build, F.cross_entropy, [(x, y)] * 3, rtol=1e-5, atol=1e-6)
 
 
 def test_pool_and_upsample_errors():

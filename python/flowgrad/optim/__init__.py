@@ -1,17 +1,19 @@
-"""fg.optim: SGD, Adam and AdamW with param groups; updates run as fused C++ update ops.
+"""fg.optim: SGD, Adam and AdamW with param groups, their updates fused C++ update ops; RMSprop
+and Adagrad, their updates composed from in-place ops per parameter.
 
-Each step makes one C++ call per param group. State (momentum buffers, Adam moments, step
-counters) and hyper-parameters live in tensors on the parameters' device: a step first writes
-each group's options into its hyper-parameter tensor, then runs the group's multi-tensor update
-ops (or one update op per parameter with foreach=False), so compiled steps (fg.compile) replay
-the same ops and see scheduler changes.
+Each step makes one C++ call per param group (SGD, Adam, AdamW). State (momentum buffers, Adam
+moments, step counters) and hyper-parameters live in tensors on the parameters' device: a step
+first writes each group's options into its hyper-parameter tensor, then runs the group's
+multi-tensor update ops (or one update op per parameter with foreach=False), so compiled steps
+(fg.compile) replay the same ops and see scheduler changes.
 """
 import copy
 
 from .. import _core
+from .._grad_mode import no_grad
 from . import lr_scheduler
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
 
 def _invalid(message):
@@ -176,7 +178,7 @@ class Optimizer:
     def traced_step(self, grads, foreach=None):
         """For compiling a step: runs the update ops for `grads`, one gradient (or None) per
         parameter of param_groups in order, as a tracer records them: multi-tensor ops (one per
-        group, split past a few parameters) when `foreach` (default: the optimizer's) is true,
+        group) when `foreach` (default: the optimizer's) is true,
         else one update op per parameter (fg.compile asks for that when the step has switch or
         while_ branches: an update guarded by a branch must cover only the parameters it trains).
         Each parameter's .grad is left as it was."""
@@ -286,3 +288,114 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)
+
+
+class _Composed(Optimizer):
+    """Optimizers whose update is composed from in-place ops, per parameter. The options are read
+    from the group's hyper-parameter tensor (cast to the parameter's dtype), so compiled steps see
+    a scheduler's changes; which terms exist (momentum, centering, weight decay) is decided by
+    whether those options are 0 when the step runs, so a compiled step keeps the terms it was
+    traced with. A strided parameter is updated through a contiguous copy written back."""
+
+    _hyper_slots = ()
+
+    def _update(self, index, foreach):
+        params, *states = self._group_state(index)
+        group = self.param_groups[index]
+        hyper = self._hyper_tensor(index)
+        with no_grad():
+            for i, p in enumerate(params):
+                if p.grad is None:
+                    continue
+                g = p.grad if p.grad.dtype == p.dtype else p.grad.to(dtype=p.dtype)
+                work = p if p.is_contiguous() else p.contiguous()
+                self._apply(work, g, [s[i] for s in states], hyper, hyper.to(dtype=p.dtype), group)
+                if work is not p:
+                    p.copy_(work)
+
+
+class RMSprop(_Composed):
+    """RMSprop (Hinton), PyTorch's form: square_avg = alpha * square_avg + (1 - alpha) * g^2, the
+    step g / (sqrt(square_avg) + eps) (centered: of square_avg - grad_avg^2), through a momentum
+    buffer when momentum > 0; L2 weight decay added to g."""
+
+    _state_keys = ("square_avg", "momentum_buffer", "grad_avg")
+    _hyper_slots = ("lr", "alpha", "eps", "weight_decay", "momentum")
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
+                 foreach=None):
+        self.foreach = foreach is not False
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered))
+
+    def _validate(self, group):
+        super()._validate(group)
+        if not (0 <= group["alpha"] <= 1 and group["eps"] >= 0 and group["momentum"] >= 0
+                and group["weight_decay"] >= 0):
+            raise _invalid(f"RMSprop: need 0 <= alpha <= 1 and eps, momentum, weight_decay >= 0, got alpha="
+                           f"{group['alpha']}, eps={group['eps']}, momentum={group['momentum']}, "
+                           f"weight_decay={group['weight_decay']}")
+
+    def _init_state(self, p, group):
+        def zeros():
+            return _core.zeros(*p.shape, dtype=p.dtype, device=p.device)
+        return {"square_avg": zeros(), "momentum_buffer": zeros() if group["momentum"] > 0 else None,
+                "grad_avg": zeros() if group["centered"] else None}
+
+    def _hyper_values(self, index, group):
+        return [group["lr"], group["alpha"], group["eps"], group["weight_decay"], group["momentum"]]
+
+    def _apply(self, p, g, state, h64, h, group):
+        square_avg, buf, grad_avg = state
+        lr, alpha, eps, wd, momentum = h[0], h[1], h[2], h[3], h[4]
+        if group["weight_decay"] != 0:
+            g = g + p * wd
+        square_avg.mul_(alpha).add_(g * g * (1 - alpha))
+        if grad_avg is not None:
+            grad_avg.mul_(alpha).add_(g * (1 - alpha))
+            avg = (square_avg - grad_avg * grad_avg).sqrt() + eps
+        else:
+            avg = square_avg.sqrt() + eps
+        if buf is not None:
+            buf.mul_(momentum).add_(g / avg)
+            p.sub_(buf * lr)
+        else:
+            p.sub_(g / avg * lr)
+
+
+class Adagrad(_Composed):
+    """Adagrad (Duchi et al.), PyTorch's form: sum += g^2, p -= clr * g / (sqrt(sum) + eps) with
+    clr = lr / (1 + (step - 1) * lr_decay); L2 weight decay added to g; the sum starts at
+    initial_accumulator_value."""
+
+    _state_keys = ("sum", "step")
+    _hyper_slots = ("lr", "lr_decay", "weight_decay", "eps")
+
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
+                 foreach=None):
+        self.foreach = foreach is not False
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def _validate(self, group):
+        super()._validate(group)
+        if min(group["lr_decay"], group["weight_decay"], group["initial_accumulator_value"], group["eps"]) < 0:
+            raise _invalid(f"Adagrad: lr_decay, weight_decay, initial_accumulator_value and eps must be >= 0, got "
+                           f"{group['lr_decay']}, {group['weight_decay']}, {group['initial_accumulator_value']}, "
+                           f"{group['eps']}")
+
+    def _init_state(self, p, group):
+        return {"sum": _core.full(tuple(p.shape), group["initial_accumulator_value"], dtype=p.dtype, device=p.device),
+                "step": _core.zeros((), dtype=_core.float64, device=p.device)}
+
+    def _hyper_values(self, index, group):
+        return [group["lr"], group["lr_decay"], group["weight_decay"], group["eps"]]
+
+    def _apply(self, p, g, state, h64, h, group):
+        total, step = state
+        step.add_(1)
+        clr = (h64[0] / ((step - 1) * h64[1] + 1)).to(dtype=p.dtype)  # the step count in float64
+        if group["weight_decay"] != 0:
+            g = g + p * h[2]
+        total.add_(g * g)
+        p.sub_(g / (total.sqrt() + h[3]) * clr)

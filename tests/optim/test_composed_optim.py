@@ -1,0 +1,141 @@
+"""RMSprop and Adagrad (updates composed from in-place ops): float64 against NumPy references
+written here, float32 against PyTorch (when installed), compiled steps equal to eager ones and
+seeing scheduler changes, exact resume from state_dict, strided parameters, and errors."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from conftest import assert_compiled_trains_like_eager
+
+
+def np_rmsprop(steps, p, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+    sq, buf, gavg = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
+    for g in steps:
+        g = g + weight_decay * p if weight_decay else g
+        sq = alpha * sq + (1 - alpha) * g * g
+        if centered:
+            gavg = alpha * gavg + (1 - alpha) * g
+            avg = np.sqrt(sq - gavg * gavg) + eps
+        else:
+            avg = np.sqrt(sq) + eps
+        if momentum:
+            buf = momentum * buf + g / avg
+            p = p - lr * buf
+        else:
+            p = p - lr * g / avg
+    return p
+
+
+def np_adagrad(steps, p, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10):
+    total = np.full_like(p, initial_accumulator_value)
+    for k, g in enumerate(steps, 1):
+        g = g + weight_decay * p if weight_decay else g
+        total = total + g * g
+        p = p - lr / (1 + (k - 1) * lr_decay) * g / (np.sqrt(total) + eps)
+    return p
+
+
+CASES = {
+    "rmsprop": (fg.optim.RMSprop, np_rmsprop, {}),
+    "rmsprop_all": (fg.optim.RMSprop, np_rmsprop, dict(lr=0.02, alpha=0.9, momentum=0.8, centered=True,
+                                                        weight_decay=0.1)),
+    "rmsprop_momentum": (fg.optim.RMSprop, np_rmsprop, dict(momentum=0.5, eps=1e-3)),
+    "adagrad": (fg.optim.Adagrad, np_adagrad, {}),
+    "adagrad_all": (fg.optim.Adagrad, np_adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.01,
+                                                        initial_accumulator_value=0.2, eps=1e-6)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_the_numpy_reference_in_float64(name, device, rng):
+    cls, reference, options = CASES[name]
+    p0 = rng.standard_normal((4, 3))
+    grads = [rng.standard_normal((4, 3)) for _ in range(6)]
+    p = fg.nn.Parameter(fg.tensor(p0, device=device))
+    opt = cls([p], **options)
+    for g in grads:
+        p.grad = fg.tensor(g, device=device)
+        opt.step()
+    np.testing.assert_allclose(p.detach().cpu().numpy(), reference(grads, p0, **options), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_pytorch_in_float32(name, rng):
+    torch = pytest.importorskip("torch")
+    cls, _, options = CASES[name]
+    p0 = rng.standard_normal((5, 2)).astype(np.float32)
+    p, tp = fg.nn.Parameter(fg.tensor(p0)), torch.nn.Parameter(torch.tensor(p0))
+    opt, topt = cls([p], **options), getattr(torch.optim, cls.__name__)([tp], **options)
+    for _ in range(5):
+        g = rng.standard_normal((5, 2)).astype(np.float32)
+        p.grad, tp.grad = fg.tensor(g), torch.tensor(g)
+        opt.step()
+        topt.step()
+    np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all"])
+def test_compiled_steps_equal_eager_ones_and_see_a_changed_lr(name, rng):
+    cls, _, options = CASES[name]
+    x = fg.tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    y = fg.tensor(rng.standard_normal((8, 2)).astype(np.float32))
+
+    def build():
+        fg.manual_seed(0)
+        model = fg.nn.Sequential(fg.nn.Linear(4, 6), fg.nn.Tanh(), fg.nn.Linear(6, 2))
+        return model, cls(model.parameters(), **options)
+
+    def lower_lr(i, optimizers):  # a scheduler's change reaches the compiled step through the hyper tensor
+        if i == 2:
+            for o in optimizers:
+                o.param_groups[0]["lr"] *= 0.1
+
+    assert_compiled_trains_like_eager(build, F.mse_loss, [(x, y)] * 4, lower_lr)
+
+
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all"])
+def test_state_dict_resumes_exactly(name, rng):
+    cls, _, options = CASES[name]
+    grads = [rng.standard_normal(3) for _ in range(6)]
+
+    def run(steps, opt_state=None, start=None):
+        p = fg.nn.Parameter(fg.tensor(start if start is not None else np.ones(3)))
+        opt = cls([p], **options)
+        if opt_state is not None:
+            opt.load_state_dict(opt_state)
+        for g in steps:
+            p.grad = fg.tensor(g)
+            opt.step()
+        return p, opt
+
+    whole, _ = run(grads)
+    half, opt = run(grads[:3])
+    resumed, _ = run(grads[3:], opt.state_dict(), half.detach().numpy())
+    np.testing.assert_array_equal(resumed.detach().numpy(), whole.detach().numpy())
+
+
+def test_strided_parameters_are_updated_in_place(rng):
+    base = rng.standard_normal((3, 4))
+    strided = fg.nn.Parameter(fg.tensor(base).t())
+    plain = fg.nn.Parameter(fg.tensor(base.T.copy()))
+    pointer = strided.data_ptr()
+    for p in (strided, plain):
+        opt = fg.optim.RMSprop([p], lr=0.1, momentum=0.5)
+        for _ in range(2):
+            p.grad = fg.ones(4, 3, dtype=fg.float64)
+            opt.step()
+    assert not strided.is_contiguous() and strided.data_ptr() == pointer
+    np.testing.assert_array_equal(strided.detach().numpy(), plain.detach().numpy())
+
+
+def test_errors_name_the_optimizer_and_the_options():
+    p = fg.nn.Parameter(fg.ones(2))
+    with pytest.raises(fg.InvalidArgumentError, match=r"RMSprop: need 0 <= alpha <= 1 and eps, momentum, "
+                                                      r"weight_decay >= 0, got alpha=1.5"):
+        fg.optim.RMSprop([p], alpha=1.5)
+    with pytest.raises(fg.InvalidArgumentError, match=r"RMSprop: lr must be >= 0, got -1"):
+        fg.optim.RMSprop([p], lr=-1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"Adagrad: lr_decay, weight_decay, initial_accumulator_value "
+                                                      r"and eps must be >= 0, got -0.1"):
+        fg.optim.Adagrad([p], lr_decay=-0.1)
