@@ -38,9 +38,8 @@ def sample(model, prompt_ids, length, temperature=0.8):
     ids = list(prompt_ids)
     for _ in range(length):
         window = fg.tensor([ids[-model.context:]])
-        logits = model(window)[0, -1] / temperature
-        gumbel = -fg.log(-fg.log(fg.rand(*logits.shape) + 1e-9) + 1e-9)  # Gumbel-max sampling
-        ids.append(fg.argmax(logits + gumbel).item())
+        probs = F.softmax(model(window)[0, -1] / temperature, -1)
+        ids.append(fg.multinomial(probs, 1).item())
     model.train()
     return ids
 
@@ -64,6 +63,12 @@ def main():
     fg.manual_seed(args.seed)
     model = CharTransformer(len(vocab), args.dim, args.heads, args.layers, args.context)
     optimizer = fg.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    warmup = max(1, args.steps // 10)  # a linear warm-up, then a cosine decay (per step)
+    schedule = fg.optim.lr_scheduler
+    scheduler = schedule.SequentialLR(optimizer, [schedule.LinearLR(optimizer, 0.1, 1.0, warmup),
+                                                  schedule.CosineAnnealingLR(optimizer, max(1, args.steps - warmup),
+                                                                             eta_min=3e-4)],
+                                      milestones=[warmup])
     print(f"{len(text)} characters, vocabulary {len(vocab)}, model with {model.num_parameters()} parameters")
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
@@ -76,6 +81,7 @@ def main():
         loss.backward()
         fg.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        scheduler.step()
         if step == 1 or step % 50 == 0:
             tokens = step * args.batch_size * args.context
             print(f"step {step:4d}  loss {loss.item():.3f}  ({tokens / (time.perf_counter() - start):.0f} tokens/s)")
