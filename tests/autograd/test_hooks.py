@@ -74,6 +74,11 @@ def test_autograd_grad_returns_hooked_gradients_and_leaves_grad_alone():
     y = x * 3
     x.register_hook(lambda g: g + 100)
     y.register_hook(lambda g: g * 2)
+    other = fg.ones(2, dtype=fg.float64, requires_grad=True)
+    calls = []
+    other.register_hook(lambda g: calls.append(1))
+    fg.autograd.grad([(y * y * other).sum()], [y], retain_graph=True)
+    assert calls == []  # a leaf autograd.grad does not return runs no hooks (PyTorch's rule)
     gx, gy = fg.autograd.grad([(y * y).sum()], [x, y])
     # PyTorch's rule: a non-leaf's gradient is returned before its hooks, a leaf's after them
     np.testing.assert_array_equal(gy.numpy(), 2 * y.detach().numpy())

@@ -1,5 +1,6 @@
 #include "flowgrad/autograd/autograd.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -219,6 +220,9 @@ class Engine {
 
   void deliver(const Edge& e, const Tensor& grad) {
     if (!grad.defined() || !e.defined()) return;
+    if (e.leaf && targets_ && std::none_of(targets_->begin(), targets_->end(),
+                                           [&](const Target& t) { return t.leaf == e.leaf.get(); }))
+      return;  // autograd.grad: a leaf it does not return neither accumulates nor runs its hooks
     if (e.leaf && e.leaf->autograd && !e.leaf->autograd->grad_hooks.empty()) {  // hooks see the pass's sum
       auto& [leaf, sum] = hooked_[e.leaf.get()];
       leaf = e.leaf;
