@@ -11,8 +11,8 @@ namespace fg {
 namespace {
 // Elements per thread from which an update splits: each element streams 5 (SGD with momentum) to 7
 // (Adam) values, so a slice of kParallelGrain / 8 is already tens of microseconds of memory traffic.
-// The multi-tensor ops take at most 6 to 15 parameters per call: at kParallelGrain a compiled
-// transformer's AdamW updates (9 calls of ~87k elements) all ran on one thread.
+// (When the multi-tensor ops took at most 6 to 15 parameters per call, a compiled transformer's
+// AdamW updates at kParallelGrain, 9 calls of ~87k elements, all ran on one thread.)
 constexpr int64_t kUpdateGrain = kParallelGrain / 8;
 
 // The update loops, compiled per instruction set (cpu_dispatch.h). buf may be null (no momentum).
