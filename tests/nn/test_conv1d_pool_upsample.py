@@ -1,6 +1,7 @@
-"""conv1d / nn.Conv1d, adaptive_avg_pool2d / nn.AdaptiveAvgPool2d and interpolate / nn.Upsample
-(nearest, integer factors), composed from conv2d, reshapes and means: against NumPy loops, by
-float64 finite differences, in a compiled step, with the documented errors."""
+"""conv1d / nn.Conv1d, conv_transpose2d / nn.ConvTranspose2d, adaptive_avg_pool2d /
+nn.AdaptiveAvgPool2d and interpolate / nn.Upsample (nearest, integer factors), composed from
+conv2d, matmul, fold, reshapes and means: against NumPy loops, by float64 finite differences, in a
+compiled step, with the documented errors."""
 import math
 
 import numpy as np
@@ -109,3 +110,43 @@ def test_pool_and_upsample_errors():
     with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: scale_factor must be a positive int or a pair "
                                                       r"of them, got 1.5"):
         F.interpolate(x, scale_factor=1.5)
+
+
+def np_conv_transpose2d(x, w, b, stride, padding, output_padding):
+    n, c_in, h, wd = x.shape
+    _, c_out, kh, kw = w.shape
+    full = np.zeros((n, c_out, (h - 1) * stride + kh + output_padding, (wd - 1) * stride + kw + output_padding))
+    for i in range(h):
+        for j in range(wd):
+            full[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw] += np.einsum("nc,cokl->nokl", x[:, :, i, j], w)
+    out = full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
+    return out + (0 if b is None else b[None, :, None, None])
+
+
+@pytest.mark.parametrize("stride, padding, output_padding, k", [(1, 0, 0, 3), (2, 1, 1, 3), (3, 2, 0, 4), (2, 0, 1, 2)])
+def test_conv_transpose2d_matches_numpy(stride, padding, output_padding, k, device, rng):
+    x, w, b = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((3, 2, k, k)), rng.standard_normal(2)
+    got = F.conv_transpose2d(fg.tensor(x, device=device), fg.tensor(w, device=device), fg.tensor(b, device=device),
+                             stride, padding, output_padding)
+    np.testing.assert_allclose(got.cpu().numpy(), np_conv_transpose2d(x, w, b, stride, padding, output_padding),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_conv_transpose2d_module_gradients_and_errors(rng):
+    m = fg.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)
+    assert m.weight.shape == (3, 2, 3, 3) and np.abs(m.weight.detach().numpy()).max() <= 1 / math.sqrt(18)
+    assert m(fg.ones(1, 3, 4, 4)).shape == (1, 2, 8, 8)  # stride 2 doubles the size
+    assert fg.nn.ConvTranspose2d(2, 2, 1, bias=False).bias is None
+    gradcheck(lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1), rng.standard_normal((1, 2, 3, 3)),
+              rng.standard_normal((2, 2, 3, 3)), rng.standard_normal(2))
+    with pytest.raises(fg.ShapeError, match=r"conv_transpose2d: expected input \(N, C_in, H, W\) and weight "
+                                            r"\(C_in, C_out, kH, kW\), got \(1, 2, 4, 4\) and \(3, 2, 3, 3\)"):
+        m(fg.ones(1, 2, 4, 4))
+    with pytest.raises(fg.InvalidArgumentError, match=r"conv_transpose2d: need stride > 0, padding >= 0 and "
+                                                      r"0 <= output_padding < stride, got stride=1, padding=0, "
+                                                      r"output_padding=1"):
+        F.conv_transpose2d(fg.ones(1, 3, 2, 2), fg.ones(3, 2, 3, 3), output_padding=1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"ConvTranspose2d: need positive channels, .*stride=0"):
+        fg.nn.ConvTranspose2d(2, 2, 3, stride=0)
+    with pytest.raises(fg.ShapeError, match=r"conv_transpose2d: the output would be -1x-1"):
+        F.conv_transpose2d(fg.ones(1, 3, 1, 1), fg.ones(3, 2, 1, 1), padding=1)

@@ -12,7 +12,7 @@ from .._core import (
 from . import functional, init, parallel, utils
 from .losses import CrossEntropyLoss
 from ._composite import (
-    LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, AdaptiveAvgPool2d, Upsample,
+    LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
 )
 
 

@@ -6,8 +6,8 @@ from . import functional as F
 
 import math
 
-__all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "AdaptiveAvgPool2d",
-           "Upsample"]
+__all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "ConvTranspose2d",
+           "AdaptiveAvgPool2d", "Upsample"]
 
 
 class LeakyReLU(_core.Module):
@@ -165,26 +165,32 @@ class ParameterList(_core.Module):
         raise _core.InvalidArgumentError("ParameterList has no forward: use its parameters")
 
 
+def _conv_parameters(module, in_channels, out_channels, kernel_size, stride, padding, weight_shape, fan_in, bias):
+    """Checks a convolution module's sizes, keeps them as attributes and registers its weight and
+    bias, uniform in +-1/sqrt(fan_in) (PyTorch's initialisation)."""
+    if min(in_channels, out_channels, kernel_size, stride) <= 0 or padding < 0:
+        raise _core.InvalidArgumentError(
+            f"{type(module).__name__}: need positive channels, kernel_size and stride and padding >= 0, got "
+            f"in_channels={in_channels}, out_channels={out_channels}, kernel_size={kernel_size}, stride={stride}, "
+            f"padding={padding}")
+    module.in_channels, module.out_channels, module.kernel_size = in_channels, out_channels, kernel_size
+    module.stride, module.padding = stride, padding
+    bound = 1.0 / math.sqrt(fan_in)
+    module.weight = _core._parameter(_core.init.uniform_(_core.empty(*weight_shape), -bound, bound), True)
+    if bias:
+        module.bias = _core._parameter(_core.init.uniform_(_core.empty(out_channels), -bound, bound), True)
+    else:
+        module.register_parameter("bias", None)
+
+
 class Conv1d(_core.Module):
     """F.conv1d with a weight (out_channels, in_channels, kernel_size) and a bias, initialised as
     PyTorch does (uniform in +-1/sqrt(in_channels * kernel_size))."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
         super().__init__()
-        if min(in_channels, out_channels, kernel_size, stride) <= 0 or padding < 0:
-            raise _core.InvalidArgumentError(
-                f"Conv1d: need positive channels, kernel_size and stride and padding >= 0, got in_channels="
-                f"{in_channels}, out_channels={out_channels}, kernel_size={kernel_size}, stride={stride}, "
-                f"padding={padding}")
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-        self.stride, self.padding = stride, padding
-        bound = 1.0 / math.sqrt(in_channels * kernel_size)
-        self.weight = _core._parameter(_core.init.uniform_(_core.empty(out_channels, in_channels, kernel_size),
-                                                           -bound, bound), True)
-        if bias:
-            self.bias = _core._parameter(_core.init.uniform_(_core.empty(out_channels), -bound, bound), True)
-        else:
-            self.register_parameter("bias", None)
+        _conv_parameters(self, in_channels, out_channels, kernel_size, stride, padding,
+                         (out_channels, in_channels, kernel_size), in_channels * kernel_size, bias)
 
     def forward(self, x):
         return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
@@ -192,6 +198,24 @@ class Conv1d(_core.Module):
     def extra_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"padding={self.padding}")
+
+
+class ConvTranspose2d(_core.Module):
+    """F.conv_transpose2d with a weight (in_channels, out_channels, k, k) and a bias, initialised as
+    PyTorch does (uniform in +-1/sqrt(out_channels * k * k))."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, bias=True):
+        super().__init__()
+        _conv_parameters(self, in_channels, out_channels, kernel_size, stride, padding,
+                         (in_channels, out_channels, kernel_size, kernel_size), out_channels * kernel_size ** 2, bias)
+        self.output_padding = output_padding
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, output_padding={self.output_padding}")
 
 
 class AdaptiveAvgPool2d(_core.Module):

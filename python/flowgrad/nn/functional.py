@@ -100,6 +100,30 @@ def conv1d(input, weight, bias=None, stride=1, padding=0):
     return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, stride, 0).squeeze(2)
 
 
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0):
+    """Transposed 2-D convolution of (N, C_in, H, W) by (C_in, C_out, kH, kW), PyTorch's: each input
+    pixel scatters its weighted kernel into a (H - 1) * stride - 2 * padding + kH + output_padding
+    high output (width alike). Composed as one matmul (the kernel's columns for every pixel) and
+    fold, which adds the overlapping columns into the image."""
+    if input.dim() != 4 or weight.dim() != 4 or input.shape[1] != weight.shape[0]:
+        raise _core.ShapeError(f"conv_transpose2d: expected input (N, C_in, H, W) and weight (C_in, C_out, kH, kW), "
+                               f"got {tuple(input.shape)} and {tuple(weight.shape)}")
+    if stride <= 0 or padding < 0 or not 0 <= output_padding < stride:
+        raise _core.InvalidArgumentError(f"conv_transpose2d: need stride > 0, padding >= 0 and 0 <= output_padding < "
+                                         f"stride, got stride={stride}, padding={padding}, "
+                                         f"output_padding={output_padding}")
+    n, c_in, h, w = input.shape
+    _, c_out, kh, kw = weight.shape
+    out_h = (h - 1) * stride - 2 * padding + kh + output_padding
+    out_w = (w - 1) * stride - 2 * padding + kw + output_padding
+    if out_h <= 0 or out_w <= 0:
+        raise _core.ShapeError(f"conv_transpose2d: the output would be {out_h}x{out_w} for input {tuple(input.shape)} "
+                               f"with padding {padding}")
+    cols = _core.matmul(weight.reshape(c_in, c_out * kh * kw).t(), input.reshape(n, c_in, h * w))
+    out = fold(cols, (out_h, out_w), (kh, kw), padding, stride)
+    return out if bias is None else out + bias.reshape(1, c_out, 1, 1)
+
+
 def _pair(value, what):
     pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
     if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
