@@ -1,7 +1,7 @@
 """conv1d / nn.Conv1d, conv_transpose2d / nn.ConvTranspose2d, adaptive_avg_pool2d /
-nn.AdaptiveAvgPool2d and interpolate / nn.Upsample (nearest, integer factors), composed from
-conv2d, matmul, fold, reshapes and means: against NumPy loops, by float64 finite differences, in a
-compiled step, with the documented errors."""
+nn.AdaptiveAvgPool2d and interpolate / nn.Upsample (nearest, bilinear), composed from conv2d,
+matmul, fold, index_select, reshapes and means: against NumPy loops, by float64 finite differences,
+in a compiled step, with the documented errors."""
 import math
 
 import numpy as np
@@ -75,11 +75,55 @@ def test_nearest_upsampling_repeats_pixels(kwargs, factors, device, rng):
     np.testing.assert_array_equal(got, np.repeat(np.repeat(x, factors[0], 2), factors[1], 3))
 
 
+def np_resize(x, out_h, out_w, factors, mode, align_corners):
+    """PyTorch's nearest / bilinear resize written as loops, in float64."""
+    def coords(out, size, factor):
+        ratio = 1 / factor if factor else size / out
+        dst = np.arange(out, dtype=np.float32)
+        if mode == "nearest":
+            return np.minimum(np.floor(dst * np.float32(ratio)), size - 1).astype(int), None
+        if align_corners:
+            src = dst * np.float32((size - 1) / (out - 1) if out > 1 else 0)
+        else:
+            src = np.maximum(np.float32(ratio) * (dst + np.float32(0.5)) - np.float32(0.5), 0)
+        return src.astype(int), src - src.astype(int)
+
+    rows, wr = coords(out_h, x.shape[2], factors[0])
+    cols, wc = coords(out_w, x.shape[3], factors[1])
+    out = np.zeros(x.shape[:2] + (out_h, out_w))
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            if mode == "nearest":
+                out[:, :, i, j] = x[:, :, r, c]
+                continue
+            r1, c1 = min(r + 1, x.shape[2] - 1), min(c + 1, x.shape[3] - 1)
+            top = x[:, :, r, c] * (1 - wc[j]) + x[:, :, r, c1] * wc[j]
+            bottom = x[:, :, r1, c] * (1 - wc[j]) + x[:, :, r1, c1] * wc[j]
+            out[:, :, i, j] = top * (1 - wr[i]) + bottom * wr[i]
+    return out
+
+
+@pytest.mark.parametrize("kwargs, out, factors", [
+    ({"scale_factor": 1.5}, (7, 10), (1.5, 1.5)), ({"size": (9, 4)}, (9, 4), (None, None)),
+    ({"scale_factor": (0.5, 2.5)}, (2, 17), (0.5, 2.5)), ({"scale_factor": 2}, (10, 14), (2, 2)),
+])
+@pytest.mark.parametrize("mode, align_corners", [("nearest", None), ("bilinear", False), ("bilinear", True)])
+def test_resizing_matches_pytorch_s_formulas(kwargs, out, factors, mode, align_corners, device, rng):
+    x = rng.standard_normal((2, 3, 5, 7))
+    got = F.interpolate(fg.tensor(x, device=device), mode=mode, align_corners=align_corners, **kwargs)
+    assert got.shape == (2, 3) + out
+    np.testing.assert_allclose(got.cpu().numpy(), np_resize(x, *out, factors, mode, align_corners), rtol=1e-6,
+                               atol=1e-6)
+
+
 def test_pool_and_upsample_gradients(rng):
     x = rng.standard_normal((1, 2, 5, 6))
     gradcheck(lambda t: F.adaptive_avg_pool2d(t, (2, 4)), x)  # uneven bins
     gradcheck(lambda t: F.adaptive_avg_pool2d(t, (5, 3)), x)  # the reshape path
     gradcheck(lambda t: F.interpolate(t, scale_factor=2), x[:, :, :2, :3])
+    gradcheck(lambda t: F.interpolate(t, size=(4, 5), mode="bilinear"), x[:, :, :3, :3])
+    gradcheck(lambda t: F.interpolate(t, scale_factor=1.5, mode="bilinear", align_corners=True), x[:, :, :3, :2])
+    gradcheck(lambda t: F.interpolate(t, size=(3, 7)), x[:, :, :2, :3])  # nearest, not a multiple
 
 
 def test_a_compiled_step_with_conv1d_and_pooling(rng):
@@ -100,16 +144,21 @@ def test_pool_and_upsample_errors():
     with pytest.raises(fg.InvalidArgumentError, match=r"adaptive_avg_pool2d: output_size must be a positive int or a "
                                                       r"pair of them, got 0"):
         F.adaptive_avg_pool2d(x, 0)
-    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: mode 'bilinear' is not supported"):
-        F.interpolate(x, scale_factor=2, mode="bilinear")
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: mode 'bicubic' is not supported; flowgrad has "
+                                                      r"'nearest' and 'bilinear'"):
+        F.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: align_corners applies to 'bilinear' only"):
+        F.interpolate(x, scale_factor=2, align_corners=True)
     with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: give exactly one of size and scale_factor"):
         F.interpolate(x)
-    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: size \(6, 8\) is not a multiple of the input's "
-                                                      r"\(4, 4\)"):
-        F.interpolate(x, size=(6, 8))
-    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: scale_factor must be a positive int or a pair "
-                                                      r"of them, got 1.5"):
-        F.interpolate(x, scale_factor=1.5)
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: scale_factor must be a positive number or a "
+                                                      r"pair of them, got -1"):
+        F.interpolate(x, scale_factor=-1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: scale_factor 0.1 leaves no pixels of \(4, 4\)"):
+        F.interpolate(x, scale_factor=0.1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"interpolate: size must be a positive int or a pair of them, "
+                                                      r"got \(0, 2\)"):
+        F.interpolate(x, size=(0, 2))
 
 
 def np_conv_transpose2d(x, w, b, stride, padding, output_padding):

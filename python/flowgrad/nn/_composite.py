@@ -233,14 +233,14 @@ class AdaptiveAvgPool2d(_core.Module):
 
 
 class Upsample(_core.Module):
-    """F.interpolate with size or an integer scale_factor, mode 'nearest'."""
+    """F.interpolate with size or scale_factor, mode 'nearest' or 'bilinear' (align_corners)."""
 
-    def __init__(self, size=None, scale_factor=None, mode="nearest"):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
         super().__init__()
-        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
 
     def forward(self, x):
-        return F.interpolate(x, self.size, self.scale_factor, self.mode)
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
 
     def extra_repr(self):
         return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"

@@ -1,5 +1,7 @@
 """fg.nn.functional: activations, normalisation, attention, convolution and losses (C++ ops;
 the few at the end are composed from them in Python)."""
+import numpy as np
+
 from .. import _core
 from .._composite import linalg as _linalg
 
@@ -149,11 +151,46 @@ def adaptive_avg_pool2d(input, output_size):
     return _core.stack(rows, 2)
 
 
-def interpolate(input, size=None, scale_factor=None, mode="nearest"):
-    """Nearest-neighbour upsampling of (N, C, H, W) by integer factors (scale_factor, or a size that
-    is a multiple of H and W): each pixel repeated into a block."""
-    if mode != "nearest":
-        raise _core.InvalidArgumentError(f"interpolate: mode {mode!r} is not supported; flowgrad has 'nearest'")
+def _source_rows(out_size, in_size, scale_factor, mode, align_corners):
+    """PyTorch's source coordinates for each output row (or column): nearest, the row index;
+    bilinear, the two rows and the second one's weight (float32 arithmetic, as PyTorch's CPU).
+    Host constants derived from the sizes alone, like a shape."""
+    dst = np.arange(out_size, dtype=np.float32)
+    ratio = np.float32(1.0 / scale_factor if scale_factor else in_size / out_size)
+    if mode == "nearest":
+        return np.minimum(np.floor(dst * ratio), in_size - 1).astype(np.int64)
+    if align_corners:
+        src = dst * np.float32((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
+    else:
+        src = np.maximum(ratio * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+    first = np.minimum(src.astype(np.int64), in_size - 1)
+    return first, np.minimum(first + 1, in_size - 1), src - first.astype(np.float32)
+
+
+def _resample(x, dim, out_size, scale_factor, mode, align_corners):
+    rows = _source_rows(out_size, x.shape[dim], scale_factor, mode, align_corners)
+    if mode == "nearest":
+        return _core.index_select(x, dim, _core.tensor(rows, device=x.device))
+    first, second, weight = rows
+    shape = [1] * x.dim()
+    shape[dim] = out_size
+    w = _core.tensor(weight, dtype=x.dtype, device=x.device).reshape(*shape)
+    a = _core.index_select(x, dim, _core.tensor(first, device=x.device))
+    b = _core.index_select(x, dim, _core.tensor(second, device=x.device))
+    return a * (1 - w) + b * w
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Resizes (N, C, H, W) to `size` or by `scale_factor` (output floor(H * factor)), PyTorch's
+    'nearest' (source row floor(dst / factor)) and 'bilinear' (align_corners False: pixel centres;
+    True: corner pixels aligned). Integer nearest factors repeat pixels into blocks; the rest
+    selects source rows and columns and blends them with constant weights, so the gradient flows
+    to the pixels read."""
+    if mode not in ("nearest", "bilinear"):
+        raise _core.InvalidArgumentError(f"interpolate: mode {mode!r} is not supported; flowgrad has 'nearest' and "
+                                         "'bilinear'")
+    if align_corners is not None and mode == "nearest":
+        raise _core.InvalidArgumentError("interpolate: align_corners applies to 'bilinear' only")
     if input.dim() != 4:
         raise _core.ShapeError(f"interpolate: expected (N, C, H, W), got {tuple(input.shape)}")
     n, c, h, w = input.shape
@@ -161,13 +198,21 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest"):
         raise _core.InvalidArgumentError("interpolate: give exactly one of size and scale_factor")
     if size is not None:
         th, tw = _pair(size, "interpolate: size")
-        if th % h or tw % w:
-            raise _core.InvalidArgumentError(f"interpolate: size {(th, tw)} is not a multiple of the input's {(h, w)}; "
-                                             "flowgrad upsamples by integer factors")
-        sh, sw = th // h, tw // w
+        factors = (None, None)
     else:
-        sh, sw = _pair(scale_factor, "interpolate: scale_factor")
-    return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, h * sh, w * sw)
+        factors = tuple(scale_factor) if isinstance(scale_factor, (list, tuple)) else (scale_factor, scale_factor)
+        if len(factors) != 2 or not all(isinstance(f, (int, float)) and f > 0 for f in factors):
+            raise _core.InvalidArgumentError(f"interpolate: scale_factor must be a positive number or a pair of them, "
+                                             f"got {scale_factor!r}")
+        th, tw = int(h * factors[0]), int(w * factors[1])
+        if th <= 0 or tw <= 0:
+            raise _core.InvalidArgumentError(f"interpolate: scale_factor {scale_factor!r} leaves no pixels of "
+                                             f"{(h, w)}")
+    if mode == "nearest" and th % h == 0 and tw % w == 0 and all(f is None or f == int(f) for f in factors):
+        sh, sw = th // h, tw // w
+        return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, th, tw)
+    out = _resample(input, 2, th, factors[0], mode, bool(align_corners))
+    return _resample(out, 3, tw, factors[1], mode, bool(align_corners))
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]
