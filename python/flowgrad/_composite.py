@@ -87,7 +87,7 @@ def _triangle(x, diagonal, fn, keep):
     rows, cols = x.shape[-2], x.shape[-1]
     offset = (_core.arange(cols, device=x.device).reshape(1, cols) -
               _core.arange(rows, device=x.device).reshape(rows, 1))  # col - row
-    return _core.where(keep(offset, diagonal), x, _core.zeros(1, dtype=x.dtype, device=x.device))
+    return _core.where(keep(offset, diagonal), x, _core.zeros((), dtype=x.dtype, device=x.device))
 
 
 def tril(input, diagonal=0):
@@ -110,7 +110,7 @@ def diag(input, diagonal=0):
         padded = _core.cat([x, _core.zeros(abs(k), dtype=x.dtype, device=x.device)], 0)
         values = padded.reshape(m, 1).expand(m, m) if k >= 0 else padded.reshape(1, m).expand(m, m)
         offset = _core.arange(m, device=x.device).reshape(1, m) - _core.arange(m, device=x.device).reshape(m, 1)
-        return _core.where(offset == k, values, _core.zeros(1, dtype=x.dtype, device=x.device))
+        return _core.where(offset == k, values, _core.zeros((), dtype=x.dtype, device=x.device))
     if x.dim() == 2:
         rows, cols = x.shape
         length = builtins.max(0, builtins.min(rows, cols - k) if k >= 0 else builtins.min(rows + k, cols))
@@ -281,7 +281,7 @@ class _Linalg:
             return x.abs().sum(dims, keepdim)
         total = (x * x).sum(dims, keepdim) if ord == 2 else (x.abs() ** ord).sum(dims, keepdim)
         positive = total > 0  # the root's derivative is infinite at 0: take it of 1 there, times 0
-        root = _core.where(positive, total, _core.ones(1, dtype=x.dtype, device=x.device))
+        root = _core.where(positive, total, _core.ones((), dtype=x.dtype, device=x.device))
         return (root.sqrt() if ord == 2 else root ** (1.0 / ord)) * positive.to(dtype=x.dtype)
 
     @staticmethod

@@ -124,6 +124,15 @@ def test_norm_gradients_are_finite_at_the_origin_and_checked_elsewhere(rng):
     gradcheck(lambda t: fg.nn.functional.normalize(t, dim=1), rng.standard_normal((3, 4)))
 
 
+def test_norms_of_empty_and_0d_tensors_keep_their_shape():
+    for ord in (2, 1, 3):
+        empty = fg.linalg.vector_norm(fg.ones(0), ord)
+        assert empty.shape == () and empty.item() == 0
+        assert fg.linalg.vector_norm(fg.tensor(-3.0), ord).shape == ()
+    assert fg.linalg.vector_norm(fg.tensor(-3.0)).item() == 3.0
+    assert fg.nn.functional.kl_div(fg.tensor(0.5), fg.tensor(0.0), reduction="none").shape == ()
+
+
 def test_matrix_norm_and_tensor_norm(rng):
     a = rng.standard_normal((3, 4))
     t = fg.tensor(a)

@@ -79,8 +79,8 @@ def kl_div(input, target, reduction="mean", log_target=False):
         loss = _core.exp(target) * (target - input)
     else:  # xlogy: 0 where target is 0 (its log taken of 1 there: no -inf, no NaN gradient)
         zero = target == 0
-        safe = _core.where(zero, _core.ones(1, dtype=target.dtype, device=target.device), target)
-        loss = _core.where(zero, _core.zeros(1, dtype=target.dtype, device=target.device),
+        safe = _core.where(zero, _core.ones((), dtype=target.dtype, device=target.device), target)
+        loss = _core.where(zero, _core.zeros((), dtype=target.dtype, device=target.device),
                            target * (_core.log(safe) - input))
     if reduction == "none":
         return loss
