@@ -112,12 +112,19 @@ def diag(input, diagonal=0):
         offset = _core.arange(m, device=x.device).reshape(1, m) - _core.arange(m, device=x.device).reshape(m, 1)
         return _core.where(offset == k, values, _core.zeros((), dtype=x.dtype, device=x.device))
     if x.dim() == 2:
-        rows, cols = x.shape
-        length = builtins.max(0, builtins.min(rows, cols - k) if k >= 0 else builtins.min(rows + k, cols))
-        start = k if k >= 0 else -k * cols
-        at = _core.arange(start, start + length * (cols + 1), cols + 1, dtype=_core.int64, device=x.device)
-        return _core.index_select(x.reshape(-1), 0, at[:length])
+        return diagonal_of_last_two(x, k)
     raise _core.ShapeError(f"diag: expected a 1-D or 2-D tensor, got shape {tuple(x.shape)}")
+
+
+def diagonal_of_last_two(x, k=0):
+    """The k-th diagonal of the last two dims, (..., rows, cols) -> (..., length): every
+    (cols + 1)-th entry of the flattened matrices, selected (no product with an identity, so an
+    infinite entry off the diagonal stays out of it)."""
+    rows, cols = x.shape[-2], x.shape[-1]
+    length = builtins.max(0, builtins.min(rows, cols - k) if k >= 0 else builtins.min(rows + k, cols))
+    start = k if k >= 0 else -k * cols
+    at = _core.arange(start, start + length * (cols + 1), cols + 1, dtype=_core.int64, device=x.device)
+    return _core.index_select(x.reshape(*x.shape[:-2], rows * cols), x.dim() - 2, at)
 
 
 def outer(input, vec2):
@@ -230,9 +237,10 @@ def multinomial(input, num_samples, replacement=False):
         raise _core.ShapeError(f"multinomial: expected weights of shape (n,) or (rows, n) with n > 0, got {tuple(w.shape)}")
     k = int(num_samples)
     rows = w.reshape(-1, w.shape[-1])
-    with no_grad():
-        bad = (~isfinite(rows)).sum().item() + (rows < 0).sum().item()
-        nonzero = (rows > 0).sum(1).amin(None).item() if rows.shape[0] else 1
+    with no_grad():  # one host read: the bad weights and the fewest positive ones in a row
+        positive = (rows > 0).sum(1)
+        fewest = positive.amin(None) if rows.shape[0] else _core.ones((), dtype=_core.int64, device=w.device)
+        bad, nonzero = _core.stack([(~isfinite(rows) | (rows < 0)).sum(), fewest]).tolist()
     if bad or nonzero == 0:
         raise _core.InvalidArgumentError("multinomial: weights must be finite and non-negative, with a positive sum "
                                          "in every row")
@@ -304,19 +312,17 @@ def _tensor_norm(self, p="fro", dim=None, keepdim=False):
     return _Linalg.vector_norm(self, 2 if p == "fro" else p, dim, keepdim)
 
 
-def _new(fill):
-    def make(self, *size, dtype=None, device=None, requires_grad=False):
-        if len(size) == 1 and isinstance(size[0], (list, tuple)):
-            size = tuple(size[0])
-        t = _core.full(size, fill, dtype=dtype or self.dtype, device=device or self.device)
-        return t.requires_grad_(True) if requires_grad else t
-    return make
-
-
 def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
     """A tensor of size filled with fill_value, with self's dtype and device unless given."""
     t = _core.full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device)
     return t.requires_grad_(True) if requires_grad else t
+
+
+def _new(fill):
+    def make(self, *size, dtype=None, device=None, requires_grad=False):
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple)) else size
+        return _new_full(self, size, fill, dtype, device, requires_grad)
+    return make
 
 
 def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):

@@ -4,6 +4,7 @@ runs on every device those ops run on."""
 import string
 
 from . import _core
+from ._composite import diagonal_of_last_two
 
 __all__ = ["einsum"]
 
@@ -94,16 +95,14 @@ def _output(equation, out, labelled, ellipsis):
 
 def _diagonals(x, labels):
     """Takes the diagonal over each label an operand repeats ('ii->i'): the two dims moved last,
-    merged, and every (n + 1)-th entry selected (no product with an identity: inf stays inf)."""
+    then their diagonal (diagonal_of_last_two)."""
     labels = list(labels)
     for label in dict.fromkeys(labels):
         while labels.count(label) > 1:
             p = labels.index(label)
             q = labels.index(label, p + 1)
-            n = x.shape[p]
             rest = [d for d in range(x.dim()) if d not in (p, q)]
-            x = x.permute(rest + [p, q]).reshape([x.shape[d] for d in rest] + [n * n])
-            x = _core.index_select(x, x.dim() - 1, _core.arange(0, n * n, n + 1, dtype=_core.int64, device=x.device))
+            x = diagonal_of_last_two(x.permute(rest + [p, q]))
             labels = [labels[d] for d in rest] + [label]
     return x, labels
 

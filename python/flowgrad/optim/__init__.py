@@ -303,13 +303,16 @@ class _Composed(Optimizer):
         params, *states = self._group_state(index)
         group = self.param_groups[index]
         hyper = self._hyper_tensor(index)
+        cast = {}  # the options in each parameter dtype of the group, converted once per step
         with no_grad():
             for i, p in enumerate(params):
                 if p.grad is None:
                     continue
+                if p.dtype not in cast:
+                    cast[p.dtype] = hyper.to(dtype=p.dtype)
                 g = p.grad if p.grad.dtype == p.dtype else p.grad.to(dtype=p.dtype)
                 work = p if p.is_contiguous() else p.contiguous()
-                self._apply(work, g, [s[i] for s in states], hyper, hyper.to(dtype=p.dtype), group)
+                self._apply(work, g, [s[i] for s in states], hyper, cast[p.dtype], group)
                 if work is not p:
                     p.copy_(work)
 
