@@ -8,11 +8,15 @@
 #                          compiles each C++ file with clang, lists the GPU check's plan, and makes a
 #                          manylinux wheel that a scratch venv installs. ARGS go to pytest. This is
 #                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
+#   ./dev.sh build [cpu|cuda]   the set-up, then one configuration built into .venv (no tests)
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
 #   ./dev.sh stubs         the set-up and CPU-only build, then regenerates python/flowgrad/_core/*.pyi
-#   ./dev.sh gpu-check [OUTDIR] [--dry-run]   on a GPU machine: the CUDA build with all cores, the
-#                          cuda tests file by file, compute-sanitizer, bench_cuda.py; logs and one
-#                          summary.json in OUTDIR (scripts/gpu_check.py). --dry-run lists the plan.
+#   ./dev.sh gpu-wheel     on this (CPU) machine: the GPU machine's CUDA wheel (cp312, sm_90) in
+#                          gpu-wheel/, installed and imported in a fresh Python 3.12 venv here.
+#   ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]   on a GPU machine, in at most
+#                          8 minutes: installs the wheel (or builds one), the review's probes, the
+#                          cuda tests file by file beside compute-sanitizer, bench_cuda.py; summary.json
+#                          and logs.tar.gz in OUTDIR (scripts/gpu_check.py). --dry-run lists the plan.
 # FLOWGRAD_CUDA=pypi builds the CUDA configuration with PyPI's CUDA 13 wheels installed into .venv
 # (nvidia-cuda-nvcc and friends, the list in pyproject.toml) and the system nvcc ignored.
 # Repeat runs are incremental: build requirements live in .venv, pip builds without isolation, and
@@ -21,6 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
+# ccache keys on paths relative to the checkout, so a fresh clone or another worktree hits the cache
+# that an earlier build filled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libgtest-dev graphviz
           openmpi-bin libopenmpi-dev)
 TEST_PACKAGES=(clang)
@@ -197,6 +204,43 @@ make_wheel() {
   (cd build && wheel-venv/bin/python ../scripts/check_wheel.py)
 }
 
+# The GPU machine's interpreter is Python 3.12 (../shared/GPU.md): python3.12 from PATH, $PYTHON312 or
+# pyenv's newest 3.12.
+find_python312() {
+  local p
+  for p in "${PYTHON312:-}" "$(command -v python3.12 2>/dev/null || true)" \
+           $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V -r); do
+    if [ -n "$p" ] && "$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then echo "$p"; return; fi
+  done
+  say "gpu-wheel needs a Python 3.12 (the GPU machine's): none found on PATH or in pyenv; set PYTHON312"
+  exit 1
+}
+
+# The GPU machine's wheel, built here without a GPU: cp312, sm_90 only (H100/H200), the system nvcc,
+# into gpu-wheel/ (git-ignored; the device call carries it); checked by installing it into a fresh
+# Python 3.12 venv and importing it (no GPU here: CUDA must report itself built but not usable).
+make_gpu_wheel() {
+  local py312 venv=build/gpu-venv312
+  py312=$(find_python312)
+  command -v nvcc >/dev/null || { say "gpu-wheel needs the CUDA toolkit's nvcc on PATH"; exit 1; }
+  [ -x "$venv/bin/python" ] || "$py312" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "scikit-build-core>=0.11" "pybind11>=3.0" "scipy-openblas32>=0.3.27" numpy ninja
+  rm -rf gpu-wheel
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} "$venv/bin/python" -m pip wheel -q \
+    --no-build-isolation --no-deps -w gpu-wheel . -C cmake.define.FLOWGRAD_CUDA=ON \
+    -C cmake.define.FLOWGRAD_NATIVE=OFF -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir="${GPU_WHEEL_BUILD_DIR:-build/gpu-wheel}"
+  say "checking $(ls gpu-wheel/*.whl) in a fresh Python 3.12 venv"
+  rm -rf build/gpu-wheel-venv
+  "$py312" -m venv build/gpu-wheel-venv
+  build/gpu-wheel-venv/bin/python -m pip install -q gpu-wheel/flowgrad-*.whl
+  (cd build && gpu-wheel-venv/bin/python -c '
+import flowgrad as fg, sys
+assert sys.version_info[:2] == (3, 12)
+assert fg.cuda.built_with_cuda(), "the GPU wheel was built without CUDA"
+print("gpu-wheel: imports; CUDA built in; usable here:", fg.cuda.is_available(), "-", fg.cuda.unavailable_reason())
+print("gpu-wheel: (fg.ones(3) * 2).sum() =", (fg.ones(3) * 2).sum().item())')
+}
+
 command=${1:-}
 shift || true
 case "$command" in
@@ -227,6 +271,10 @@ case "$command" in
     say "done in $((SECONDS - total_start)) s"
     if [ ${#FAILED[@]} -ne 0 ]; then say "FAILED: ${FAILED[*]}"; exit 1; fi
     ;;
+  build)  # the set-up and one configuration (cpu by default, or cuda) installed into .venv, no tests
+    setup test
+    build install "${1:-cpu}"
+    ;;
   wheel)
     setup test
     make_wheel
@@ -236,11 +284,14 @@ case "$command" in
     build install cpu
     "$PY" scripts/gen_stubs.py
     ;;
+  gpu-wheel)  # the GPU machine's wheel, built here: gpu-wheel/flowgrad-*-cp312-*.whl
+    make_gpu_wheel
+    ;;
   gpu-check)  # the build, tests, sanitizers and benchmark: scripts/gpu_check.py (no set-up: no network)
     exec "${PYTHON_GPU:-$PYTHON}" scripts/gpu_check.py "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh wheel | ./dev.sh gpu-check [OUTDIR] [--dry-run]" >&2
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh build [cpu|cuda] | ./dev.sh wheel | ./dev.sh stubs | ./dev.sh gpu-wheel | ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]" >&2
     exit 2
     ;;
 esac
