@@ -233,15 +233,17 @@ void bind_plan(py::module_& m) {
   pm.def("set_fused_fault", [](const std::string& stage) {
     static const std::map<std::string, plan::FusedFault> stages = {
         {"none", plan::FusedFault::None}, {"load", plan::FusedFault::Load}, {"launch", plan::FusedFault::Launch},
-        {"legacy_stream", plan::FusedFault::LegacyStream}};
+        {"legacy_stream", plan::FusedFault::LegacyStream}, {"drop_in_capture", plan::FusedFault::DropInCapture}};
     auto it = stages.find(stage);
-    FG_CHECK(it != stages.end(), Value,
-             "set_fused_fault: stage must be 'none', 'load', 'launch' or 'legacy_stream', got '", stage, "'");
+    FG_CHECK(it != stages.end(), Value, "set_fused_fault: stage must be 'none', 'load', 'launch', 'legacy_stream' or "
+             "'drop_in_capture', got '", stage, "'");
     plan::set_fused_fault(it->second);
   }, py::arg("stage"),
   "Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or "
   "'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy "
-  "default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.");
+  "default stream ('legacy_stream', the bug the capture self-check catches), or drop them silently while a graph is "
+  "captured ('drop_in_capture': neither run nor counted, caught only because the self-check poisons the arena); "
+  "'none' restores.");
   pm.def("inputs_for_trace", &plan::inputs_for_trace, py::arg("inputs"), py::arg("held"),
          "The example inputs as fg.compile traces them: each that does not start its storage contiguously, or "
          "shares storage with `held` (parameters, buffers, optimizer state) or an earlier input, replaced by a "

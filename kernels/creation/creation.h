@@ -6,6 +6,7 @@
 #include "flowgrad/base/dtype.h"
 #include "flowgrad/base/kernel_env.h"
 #include "flowgrad/base/half.h"
+#include "kernels/common/exact_math.h"
 #include "kernels/common/philox.h"
 
 namespace fg {
@@ -14,14 +15,16 @@ void arange_cpu(const KernelEnv& env, DType dtype, double start, double step, in
 void linspace_cpu(const KernelEnv& env, DType dtype, double start, double end, int64_t n, void* out);
 void eye_cpu(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, void* out);
 
-// Element i of arange / linspace, the same on every device.
+// Element i of arange / linspace, the same on every device: the product is rounded before the
+// sum (exact_mul), as NumPy's is, so no compiler contracts it into an FMA (nvcc did: review G7).
 FG_HD double arange_element(double start, double step, int64_t i) {
-  return start + static_cast<double>(i) * step;
+  return start + exact_mul(static_cast<double>(i), step);
 }
 FG_HD double linspace_element(double start, double end, int64_t n, int64_t i) {
   double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
   // the second half counts back from `end`, like NumPy
-  return i < (n + 1) / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
+  return i < (n + 1) / 2 ? start + exact_mul(step, static_cast<double>(i))
+                         : end - exact_mul(step, static_cast<double>(n - 1 - i));
 }
 
 enum class RandomKind : uint8_t { Uniform, Normal, Integer };

@@ -135,8 +135,12 @@ __global__ void norm_backward_rows(bool rms, const T* g, const T* x, const T* w,
   }
 }
 
-// The weight and bias gradients: per column j, the sums over rows of g * xhat and of g. One
-// thread per column walks the rows (reads coalesce across the warp); accumulates in double.
+// The weight and bias gradients: per column j, the sums over rows of g * xhat and of g. A block
+// covers a strip of kStrip adjacent columns (a warp row reads them coalesced) with kRowThreads
+// rows of threads striding down the rows, then adds the row threads' partials per column in
+// order; accumulates in double (review G5: one thread per column walked every row on a few SMs).
+constexpr int kStrip = 32, kRowThreads = 32;
+
 template <class T>
 __global__ void norm_param_grads(const T* g,     // (rows, cols)
                                  const T* x,     // (rows, cols)
@@ -144,17 +148,29 @@ __global__ void norm_param_grads(const T* g,     // (rows, cols)
                                  const T* rstd,  // (rows)
                                  int64_t rows, int64_t cols,
                                  T* dw, T* db) {  // (cols) each, overwritten
-  int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= cols) return;
+  __shared__ double part_w[kRowThreads][kStrip + 1], part_b[kRowThreads][kStrip + 1];
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kStrip) + threadIdx.x;
   double sum_w = 0, sum_b = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    T h = (x[r * cols + j] - (mean ? mean[r] : T(0))) * rstd[r];
-    T gv = g[r * cols + j];
-    sum_w += static_cast<double>(gv * h);
-    sum_b += static_cast<double>(gv);
+  if (j < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kRowThreads) {
+      T h = (x[r * cols + j] - (mean ? mean[r] : T(0))) * rstd[r];
+      T gv = g[r * cols + j];
+      sum_w += static_cast<double>(gv * h);
+      sum_b += static_cast<double>(gv);
+    }
   }
-  dw[j] = static_cast<T>(sum_w);
-  db[j] = static_cast<T>(sum_b);
+  part_w[threadIdx.y][threadIdx.x] = sum_w;
+  part_b[threadIdx.y][threadIdx.x] = sum_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    double w = 0, b = 0;
+    for (int y = 0; y < kRowThreads; ++y) {
+      w += part_w[y][threadIdx.x];
+      b += part_b[y][threadIdx.x];
+    }
+    dw[j] = static_cast<T>(w);
+    db[j] = static_cast<T>(b);
+  }
 }
 
 }  // namespace
@@ -199,8 +215,8 @@ void norm_backward_cuda(const KernelEnv& env, DType dtype, bool rms, const void*
       norm_backward_rows<T><<<grid_rows(rows, "norm backward"), kBlock, 0, kernel_stream(env)>>>(
           rms, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), means,
           static_cast<const T*>(rstd), static_cast<const T*>(acc), cols, static_cast<T*>(dx));
-    unsigned blocks = static_cast<unsigned>((cols + kBlock - 1) / kBlock);
-    norm_param_grads<T><<<blocks, kBlock, 0, kernel_stream(env)>>>(
+    unsigned strips = static_cast<unsigned>((cols + kStrip - 1) / kStrip);
+    norm_param_grads<T><<<strips, dim3(kStrip, kRowThreads), 0, kernel_stream(env)>>>(
         static_cast<const T*>(g), static_cast<const T*>(x), means, static_cast<const T*>(rstd), rows, cols,
         static_cast<T*>(dw), static_cast<T*>(db));
   });

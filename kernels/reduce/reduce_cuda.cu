@@ -1,9 +1,12 @@
 // CUDA reductions over the middle axis of a contiguous (outer, r, inner) block, with the CPU
 // kernel's semantics. Many output lines: one thread per line runs the shared reduce_line
 // (reads coalesce across `inner`). Float sums over a leading axis: column strips (reduce_columns).
-// Few long lines: one block per line, threads striding the
-// line and combining partials in shared memory (sums in double; for Max/Min/Arg* the first
-// NaN, else the extreme with the lowest index, wins, exactly as the sequential loop).
+// Long lines: one block per line, threads striding the line and combining partials in shared
+// memory (sums in double; for Max/Min/Arg* the first NaN, else the extreme with the lowest index,
+// wins, exactly as the sequential loop). Few very long lines (a full reduction is one line of
+// every element): each line is cut into slices, one block each, and a second kernel combines the
+// slices' partials in slice order, so the whole GPU reads it (review G4).
+#include "flowgrad/core/tensor.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/reduce/reduce_line.h"
@@ -38,6 +41,70 @@ __device__ bool first_is_better(T a, int64_t ia, T b, int64_t ib, bool want_max)
   return want_max ? a > b : a < b;
 }
 
+template <class T>
+struct BestAt {
+  T value;
+  int64_t at;  // INT64_MAX: none (an empty slice)
+};
+
+// Combines one (value, index) per thread by the sequential rule; every thread gets the winner.
+template <class T>
+__device__ BestAt<T> combine_extremes(BestAt<T> mine, bool want_max, T* best, int64_t* where) {
+  best[threadIdx.x] = mine.value;
+  where[threadIdx.x] = mine.at;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half && where[threadIdx.x + half] != INT64_MAX &&
+        (where[threadIdx.x] == INT64_MAX ||
+         first_is_better(best[threadIdx.x + half], where[threadIdx.x + half], best[threadIdx.x], where[threadIdx.x], want_max))) {
+      best[threadIdx.x] = best[threadIdx.x + half];
+      where[threadIdx.x] = where[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  BestAt<T> winner{best[0], where[0]};
+  __syncthreads();  // the buffers may be reused at once
+  return winner;
+}
+
+// The sequential rule's extreme of line[k * stride] for k in [begin, end) and its index, combined
+// over the block in shared memory (`best`, `where`: blockDim.x each); every thread gets it.
+template <class T>
+__device__ BestAt<T> block_extreme(const T* line, int64_t begin, int64_t end, int64_t stride, bool want_max, T* best,
+                                   int64_t* where) {
+  T b{};
+  int64_t at = INT64_MAX;
+  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+    T v = line[k * stride];
+    if (at == INT64_MAX || first_is_better(v, k, b, at, want_max)) {
+      b = v;
+      at = k;
+    }
+  }
+  return combine_extremes(BestAt<T>{b, at}, want_max, best, where);
+}
+
+// Integer sums in int64: exact in any order (two's complement wraps the same way), so the block
+// adds them as a tree.
+__device__ int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
+template <class T>
+__device__ int64_t block_int_sum(const T* line, int64_t r, int64_t stride, int64_t* shared) {
+  int64_t acc = 0;
+  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc = wrapping_add(acc, static_cast<int64_t>(line[k * stride]));
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] = wrapping_add(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  int64_t total = shared[0];
+  __syncthreads();
+  return total;
+}
+
 template <class T, class Out>
 __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner, Out* out, double correction) {
   __shared__ double sums[kBlock];
@@ -51,8 +118,10 @@ __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner,
       if constexpr (std::is_floating_point_v<T>) {
         double s = block_sum(base, r, inner, sums, [](double v) { return v; });
         if (threadIdx.x == 0) out[line] = static_cast<Out>(fn == ReduceFn::Mean ? s / static_cast<double>(r) : s);
-      } else if (threadIdx.x == 0) {  // integer sums stay exact on one thread
-        out[line] = reduce::reduce_line<T, Out>(fn, base, r, inner, correction);
+      } else {
+        int64_t s = block_int_sum(base, r, inner, where);
+        if (threadIdx.x == 0)
+          out[line] = fn == ReduceFn::Mean ? static_cast<Out>(static_cast<double>(s) / static_cast<double>(r)) : static_cast<Out>(s);
       }
       return;
     }
@@ -62,11 +131,8 @@ __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner,
       if (threadIdx.x == 0) out[line] = static_cast<Out>(ss / reduce::var_divisor(r, correction));
       return;
     }
-    case ReduceFn::LogSumExp: {  // the maximum by the sequential rule on one thread, then a block sum
-      __shared__ double m;
-      if (threadIdx.x == 0) m = static_cast<double>(reduce::reduce_line<T, Out>(ReduceFn::Max, base, r, inner, 0.0));
-      __syncthreads();
-      double mx = m;
+    case ReduceFn::LogSumExp: {  // the maximum by the sequential rule over the block, then a block sum
+      double mx = static_cast<double>(block_extreme(base, 0, r, inner, true, best, where).value);
       if (!(mx == INFINITY || mx == -INFINITY || mx != mx)) {
         double s = block_sum(base, r, inner, sums, [mx](double v) { return exp(v - mx); });
         if (threadIdx.x == 0) out[line] = static_cast<Out>(mx + log(s));
@@ -77,32 +143,65 @@ __global__ void reduce_blocks(ReduceFn fn, const T* x, int64_t r, int64_t inner,
     }
     default: break;
   }
-  bool want_max = fn == ReduceFn::Max || fn == ReduceFn::ArgMax;
-  T b = base[0];
-  int64_t at = 0;
-  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) {
-    T v = base[k * inner];
-    if (k == threadIdx.x || first_is_better(v, k, b, at, want_max)) {
-      b = v;
-      at = k;
-    }
-  }
-  bool has = threadIdx.x < r;
-  best[threadIdx.x] = b;
-  where[threadIdx.x] = has ? at : INT64_MAX;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half && where[threadIdx.x + half] != INT64_MAX &&
-        (where[threadIdx.x] == INT64_MAX ||
-         first_is_better(best[threadIdx.x + half], where[threadIdx.x + half], best[threadIdx.x], where[threadIdx.x], want_max))) {
-      best[threadIdx.x] = best[threadIdx.x + half];
-      where[threadIdx.x] = where[threadIdx.x + half];
-    }
-    __syncthreads();
-  }
+  BestAt<T> b = block_extreme(base, 0, r, inner, fn == ReduceFn::Max || fn == ReduceFn::ArgMax, best, where);
   if (threadIdx.x == 0)
-    out[line] = fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin ? static_cast<Out>(where[0]) : static_cast<Out>(best[0]);
+    out[line] = fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin ? static_cast<Out>(b.at) : static_cast<Out>(b.value);
 }
+
+// Split lines (few and long; review G4): block (c, line) reduces slice c of the line, elements
+// [c * slice, (c + 1) * slice), into partial c; combine_slices then reduces each line's partials
+// in slice order. Sums: one double per slice; extremes: the slice's (value, index).
+template <class T>
+__global__ void reduce_slices(ReduceFn fn, const T* x, int64_t r, int64_t slice, int64_t slices, double* sums,
+                              T* values, int64_t* indices) {
+  __shared__ double shared[kBlock];
+  __shared__ T best[kBlock];
+  __shared__ int64_t where[kBlock];
+  const int64_t line = blockIdx.y, c = blockIdx.x;
+  const T* base = x + line * r;
+  const int64_t begin = c * slice, end = begin + slice < r ? begin + slice : r;
+  if (fn == ReduceFn::Sum || fn == ReduceFn::Mean) {
+    double acc = 0;
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) acc += static_cast<double>(base[k]);
+    double s = block_combine(acc, shared, SumOp{});
+    if (threadIdx.x == 0) sums[line * slices + c] = s;
+    return;
+  }
+  BestAt<T> b = block_extreme(base, begin, end, 1, fn == ReduceFn::Max || fn == ReduceFn::ArgMax, best, where);
+  if (threadIdx.x == 0) {
+    values[line * slices + c] = b.value;
+    indices[line * slices + c] = b.at;
+  }
+}
+
+template <class T, class Out>
+__global__ void combine_slices(ReduceFn fn, int64_t r, int64_t slices, const double* sums, const T* values,
+                               const int64_t* indices, Out* out) {
+  __shared__ double shared[kBlock];
+  __shared__ T best[kBlock];
+  __shared__ int64_t where[kBlock];
+  const int64_t line = blockIdx.x;
+  if (fn == ReduceFn::Sum || fn == ReduceFn::Mean) {
+    double acc = 0;
+    for (int64_t c = threadIdx.x; c < slices; c += blockDim.x) acc += sums[line * slices + c];
+    double s = block_combine(acc, shared, SumOp{});
+    if (threadIdx.x == 0) out[line] = static_cast<Out>(fn == ReduceFn::Mean ? s / static_cast<double>(r) : s);
+    return;
+  }
+  const bool want_max = fn == ReduceFn::Max || fn == ReduceFn::ArgMax;
+  BestAt<T> mine{T{}, INT64_MAX};
+  for (int64_t c = threadIdx.x; c < slices; c += blockDim.x) {
+    BestAt<T> other{values[line * slices + c], indices[line * slices + c]};
+    if (mine.at == INT64_MAX || first_is_better(other.value, other.at, mine.value, mine.at, want_max)) mine = other;
+  }
+  BestAt<T> b = combine_extremes(mine, want_max, best, where);
+  if (threadIdx.x == 0)
+    out[line] = fn == ReduceFn::ArgMax || fn == ReduceFn::ArgMin ? static_cast<Out>(b.at) : static_cast<Out>(b.value);
+}
+
+// Lines at least this long, when there are at most kSplitLines of them, are split into slices of
+// at least kSliceMin elements, at most kMaxSlices per line.
+constexpr int64_t kSplitMin = int64_t{1} << 16, kSplitLines = 64, kSliceMin = 8192, kMaxSlices = 1024;
 
 // Sum/Mean over a leading axis (the bias-gradient shape, (rows, cols) summed over rows): a
 // block covers a strip of kStrip adjacent columns (one warp row reads them coalesced), its
@@ -143,7 +242,26 @@ void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dt
       Out* ys = static_cast<Out*>(out);
       bool columns = (fn == ReduceFn::Sum || fn == ReduceFn::Mean) && std::is_floating_point_v<T> &&
                      inner >= kStrip && r >= kRowThreads && outer <= 65535;
-      if (columns) {
+      const bool split = inner == 1 && r >= kSplitMin && lines <= kSplitLines &&
+                         ((fn == ReduceFn::Sum || fn == ReduceFn::Mean) ? std::is_floating_point_v<T>
+                                                                        : fn != ReduceFn::Var && fn != ReduceFn::LogSumExp);
+      if (split) {
+        const int64_t slices = std::min(kMaxSlices, (r + kSliceMin - 1) / kSliceMin), slice = (r + slices - 1) / slices;
+        const bool sums = fn == ReduceFn::Sum || fn == ReduceFn::Mean;
+        const size_t each = sums ? sizeof(double) : sizeof(T) + sizeof(int64_t);
+        int device = 0;
+        cudaGetDevice(&device);  // the op's (run_op and plans select it)
+        Tensor partials = Tensor::temporary(env, Dims{static_cast<int64_t>(lines * slices * each)}, DType::UInt8,
+                                            Device{DeviceType::CUDA, device});
+        char* p = static_cast<char*>(partials.data_ptr());
+        double* sum_p = sums ? reinterpret_cast<double*>(p) : nullptr;
+        int64_t* index_p = sums ? nullptr : reinterpret_cast<int64_t*>(p);
+        T* value_p = sums ? nullptr : reinterpret_cast<T*>(p + lines * slices * sizeof(int64_t));
+        reduce_slices<T><<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(lines)), kBlock, 0,
+                           kernel_stream(env)>>>(fn, xs, r, slice, slices, sum_p, value_p, index_p);
+        combine_slices<T, Out><<<static_cast<unsigned>(lines), kBlock, 0, kernel_stream(env)>>>(
+            fn, r, slices, sum_p, value_p, index_p, ys);
+      } else if (columns) {
         dim3 grid(static_cast<unsigned>((inner + kStrip - 1) / kStrip), static_cast<unsigned>(outer));
         reduce_columns<T, Out><<<grid, dim3(kStrip, kRowThreads), 0, kernel_stream(env)>>>(fn == ReduceFn::Mean, xs, r, inner, ys);
       } else if (lines >= 4096 || r < 256) {

@@ -8,6 +8,7 @@
 
 #include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/caching_allocator.h"
+#include "flowgrad/cuda/host_sync.h"
 
 namespace fg::cuda {
 namespace {
@@ -166,6 +167,44 @@ TEST(CachingAllocator, DeferredBlockWaitsForEveryRecordedStream) {
   a.release(z);
 }
 
+TEST(CachingAllocator, ForgottenStreamRecordsNoEventAtRelease) {
+  // A stream destroyed before a tensor recorded on it (review G2): its handle must never reach
+  // cudaEventRecord; Stream's destructor synchronises it and has the allocator forget it.
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* x = a.allocate(4096, 0, 1);
+  a.record_stream(x, 2);
+  a.record_stream(x, 3);
+  a.forget_stream(2);
+  a.release(x);
+  ASSERT_EQ(FakeEvents::stream_of.size(), 1u);  // stream 3's only
+  EXPECT_EQ(FakeEvents::stream_of.begin()->second, 3u);
+  FakeEvents::finish(3);
+  void* y = a.allocate(4096, 0, 1);
+  EXPECT_EQ(y, x);
+  a.forget_stream(3);  // nothing recorded on it any more: harmless
+  a.release(y);
+  EXPECT_EQ(a.stats(0).deferred_frees, 0);
+}
+
+TEST(CachingAllocator, ForgottenStreamGivesBackItsFreeSegments) {
+  // Review G11: a capture stream's workspace freed into a pool no later stream would use.
+  Fake::reset(64 * MiB);
+  CachingAllocator a(fake(), true);
+  void* w = a.allocate(32 * MiB, 0, /*stream=*/7);
+  void* kept = a.allocate(4096, 0, 7);
+  void* other = a.allocate(32 * MiB, 0, 1);
+  a.release(w);
+  a.release(other);
+  const int64_t reserved = a.stats(0).reserved;
+  a.forget_stream(7);
+  EXPECT_EQ(a.stats(0).reserved, reserved - static_cast<int64_t>(32 * MiB));  // w's segment only
+  EXPECT_EQ(Fake::frees, 1);
+  a.release(kept);  // its segment is still in use until now; empty_cache reclaims it like any other
+  a.empty_cache();
+  EXPECT_EQ(a.stats(0).reserved, 0);
+}
+
 TEST(CachingAllocator, ReleasesCacheAndRetriesBeforeOutOfMemory) {
   Fake::reset(6 * MiB);
   CachingAllocator a(fake(), true);
@@ -217,4 +256,23 @@ TEST(CachingAllocator, WithoutCachingEveryRequestGoesToTheBackend) {
 }
 
 }  // namespace
+TEST(DeferredErrors, DestructorFailuresAreRaisedAtTheNextCall) {
+  // never_throwing keeps what a release throws; raise_deferred_errors raises the first, counts the
+  // rest, then clears (review G2: no exception leaves a destructor).
+  raise_deferred_errors();  // nothing kept: no exception
+  never_throwing("freeing a block", [] { fail(ErrorKind::Device, "cudaFree: an illegal memory access"); });
+  never_throwing("destroying a stream", [] { throw std::runtime_error("second"); });
+  never_throwing("nothing wrong", [] {});
+  try {
+    raise_deferred_errors();
+    FAIL() << "expected a DeviceError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Device);
+    std::string what = e.what();
+    EXPECT_NE(what.find("freeing a block: cudaFree: an illegal memory access"), std::string::npos) << what;
+    EXPECT_NE(what.find("and 1 more failure(s)"), std::string::npos) << what;
+  }
+  raise_deferred_errors();  // cleared
+}
+
 }  // namespace fg::cuda

@@ -68,6 +68,23 @@ def test_a_compiled_step_on_the_second_gpu_trains_like_the_cpu(device):
     np.testing.assert_allclose(losses["cuda:1"], losses["cpu"], rtol=1e-4)
 
 
+def test_host_side_copies_and_profiling_select_the_tensors_gpu(device):
+    # Review G3: raw:: helpers outside run_op (a transposed tensor's .cpu(), a step's input copies,
+    # profile()'s events) launched on the current device with cuda:1's pointers.
+    two_gpus(device)
+    a = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
+    np.testing.assert_array_equal(fg.tensor(a, device="cuda:1").T.cpu().numpy(), a.T)
+    np.testing.assert_array_equal(fg.tensor(a, device="cuda:1").T.contiguous().numpy(), a.T)
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(48, 16), nn.ReLU(), nn.Linear(16, 3)).to("cuda:1")
+    x, y = fg.tensor(a, device="cuda:1"), fg.tensor(np.arange(64) % 3, device="cuda:1")
+    step = fg.compile(model, F.cross_entropy, fg.optim.SGD(model.parameters(), lr=0.01), example_inputs=(x, y))
+    records = step.profile(x, y)  # the warm-up call, timed
+    step(x, y)
+    records += step.profile(x, y)  # inside a captured graph
+    assert all(r["ms"] >= 0 for r in records)
+
+
 def test_a_copy_between_gpus_waits_for_the_work_that_made_the_source(device):
     two_gpus(device)
     side = fg.cuda.Stream("cuda:0")

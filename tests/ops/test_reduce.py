@@ -63,6 +63,44 @@ def test_long_argmax_ties_and_nan(device):
     assert fg.sum(on(device, fg.tensor(np.arange(100_000, dtype=np.int64)))).item() == 4999950000
 
 
+@pytest.mark.parametrize("name", sorted(REDUCE))
+def test_very_long_lines_split_across_blocks(rng, name, device):
+    """Review G4: a full reduction, and few lines of at least 2**16 elements, are cut into slices
+    whose partials a second kernel combines on CUDA; odd lengths leave a short last slice."""
+    fn, ref = REDUCE[name]
+    a = make(rng, (2, 150_001))
+    fg.testing.assert_close(fn(on(device, fg.tensor(a)), dim=1), ref(a, axis=1), rtol=1e-9, atol=1e-9)
+    b = make(rng, (300_007,), np.float32)
+    fg.testing.assert_close(fn(on(device, fg.tensor(b))), ref(b.astype(np.float64)).astype(np.float32),
+                            rtol=1e-5, atol=1e-5)
+
+
+def test_split_extremes_keep_the_sequential_rule(device):
+    a = np.zeros((2, 200_001))
+    a[0, [70_000, 190_000, 5]] = 3.0   # ties across slices: the first index wins
+    a[1, [150_000, 100_001]] = np.nan  # the first NaN wins, wherever its slice
+    t = on(device, fg.tensor(a))
+    np.testing.assert_array_equal(fg.argmax(t, dim=1).cpu().numpy(), [5, 100_001])
+    np.testing.assert_array_equal(fg.argmin(-t, dim=1).cpu().numpy(), [5, 100_001])
+    assert fg.argmax(on(device, fg.tensor(a[0]))).item() == 5
+    assert np.isnan(fg.max(on(device, fg.tensor(a[1]))).item())
+    ints = np.arange(-150_000, 250_001, dtype=np.int64) * 3
+    assert fg.sum(on(device, fg.tensor(ints))).item() == int(ints.sum())
+    np.testing.assert_array_equal(fg.sum(on(device, fg.tensor(ints.reshape(1, -1))), dim=1).cpu().numpy(),
+                                  ints.reshape(1, -1).sum(axis=1))
+
+
+def test_logsumexp_of_many_long_rows(rng, device):
+    """Review G4: LogSumExp's maximum is found by the whole block (it was one thread per row)."""
+    a = make(rng, (40, 3001), low=-30, high=30)
+    a[3, 7] = np.inf
+    a[5, 100] = np.nan
+    got = fg.logsumexp(on(device, fg.tensor(a)), dim=1).cpu().numpy()
+    rows = [i for i in range(len(a)) if i not in (3, 5)]
+    np.testing.assert_allclose(got[rows], np_logsumexp(a[rows], axis=1), rtol=1e-12)
+    assert got[3] == np.inf and np.isnan(got[5])
+
+
 def test_sum_accumulates_float32_in_double():
     a = np.full(1_000_003, 0.1, dtype=np.float32)
     assert abs(fg.sum(fg.tensor(a)).item() - a.astype(np.float64).sum()) < 1e-2

@@ -54,6 +54,23 @@ def test_two_plain_steps_from_one_state_agree_bitwise_and_one_step_is_applied(de
         np.testing.assert_array_equal(got, want)
 
 
+def test_the_compared_step_starts_from_a_poisoned_arena(device, monkeypatch):
+    # Review G1: before the compared step every arena intermediate and the kernel scratch are
+    # filled with NaN bytes (input slots spared), so a writer missing from it cannot hide behind the
+    # plain step's bytes. Two plain steps still agree bitwise (the test above); here the poisoning
+    # is seen in the byte count, beyond what FLOWGRAD_DEBUG_PLAN's own poisoning of two steps adds.
+    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
+    monkeypatch.setenv("FLOWGRAD_DEBUG_PLAN", "1")
+    _, step, xs, ys = compiled(device)
+    step(xs[0], ys[0])
+    before = step.stats["poisoned_bytes"]
+    step(xs[1], ys[1])
+    per_step = step.stats["poisoned_bytes"] - before
+    before = step.stats["poisoned_bytes"]
+    assert step.plan.check_step([xs[2], ys[2]]) == ""
+    assert step.stats["poisoned_bytes"] - before > 2 * per_step
+
+
 def test_a_planted_difference_is_named_with_its_writer_and_undone(device, monkeypatch):
     monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
     expected, rng = after_plain_steps(device, 1)

@@ -219,13 +219,42 @@ def test_profile_times_every_instruction_and_trains(device):
     assert any(not np.array_equal(p.cpu().numpy(), q) for p, q in zip(model.parameters(), before))
 
 
-def test_profile_of_an_uncaptured_cuda_step_says_why(device, monkeypatch):
+@pytest.mark.parametrize("no_graph", ["0", "1"])
+def test_profile_as_the_first_call_times_the_plain_step(device, no_graph, monkeypatch):
+    # Review G8: profile() before any call used to capture without the warm-up run (the scratch
+    # unsized: "allocating ... while the stream is being captured"); it now times this call's
+    # plain step with events, as it does for a plan that is never captured (the kill switch).
     cuda_only(device)
-    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
-    _, _, step = compiled(device)
-    xs, ys = batches(device, 1)
-    with pytest.raises(fg.InvalidArgumentError, match=r"this plan is not captured \(off: FLOWGRAD_NO_CUDA_GRAPH=1"):
-        step.profile(xs[0], ys[0])
+    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", no_graph)
+
+    class Attend(nn.Module):  # attention backward takes kernel scratch
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).reshape(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(dim=(1, 2, 3))
+
+    fg.manual_seed(0)
+    model = Attend().to(device)
+    x, y = fg.randn(2, 5, 8, device=device), fg.randn(2, device=device)
+    eager = Attend().to(device)
+    eager.load_state_dict(model.state_dict())
+    step = fg.compile(model, F.mse_loss, fg.optim.SGD(model.parameters(), lr=0.1), example_inputs=(x, y))
+    records = step.profile(x, y)
+    assert [r["op"] for r in records] == [r["op"] for r in step.ir()] and all(r["ms"] >= 0 for r in records)
+    for _ in range(3):
+        step(x, y)
+    opt = fg.optim.SGD(eager.parameters(), lr=0.1)
+    for _ in range(4):  # the profiled call trained once, like a call
+        opt.zero_grad()
+        F.mse_loss(eager(x), y).backward()
+        opt.step()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(p.cpu().numpy(), q.cpu().numpy(), rtol=1e-5, atol=1e-6)
+    if no_graph == "0":
+        assert step.stats["cuda_graph"].startswith("captured"), step.stats["cuda_graph"]
 
 
 @pytest.mark.parametrize("make, node", [("switch_graph", "IF/ELSE"), ("while_graph", "WHILE")])

@@ -69,7 +69,8 @@ def test_an_architecture_below_every_one_nvrtc_knows_is_an_error_naming_it():
 
 def test_set_fused_fault_names_the_stages_it_accepts():
     with pytest.raises(fg.InvalidArgumentError,
-                       match="set_fused_fault: stage must be 'none', 'load', 'launch' or 'legacy_stream', got 'x'"):
+                       match="set_fused_fault: stage must be 'none', 'load', 'launch', 'legacy_stream' or "
+                             "'drop_in_capture', got 'x'"):
         fg._core.plan.set_fused_fault("x")
 
 
@@ -149,6 +150,23 @@ def test_a_launch_outside_the_capture_refuses_the_graph_and_the_step_stays_right
     assert graph.startswith("fallback to plain execution: capture failed"), graph
     # Counted (the legacy stream ran the launch eagerly) or refused by the driver (it broke the capture)
     assert "launch count mismatch: flowgrad launched" in graph or "invalidated the capture" in graph, graph
+    expected, expected_weight = eager(device, 6)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    np.testing.assert_allclose(weight, expected_weight, rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_missing_from_the_graph_is_found_by_the_poisoned_self_check(device, fault):
+    # Review G1: a fused run dropped from the captured graph, neither launched nor counted (so the
+    # launch count cannot see it), whose output is an arena intermediate. The plain step of the
+    # self-check used to leave the right bytes there for the replay to read; the arena is now
+    # poisoned before the replay, so the check refuses the graph and every step stays right.
+    cuda_only(device)
+    fault("drop_in_capture")
+    losses, stats, weight = train(device, 6)
+    if stats["cuda_fusion"].startswith("not used"):
+        pytest.skip(f"no fusion on this machine: {stats['cuda_fusion']}")
+    graph = stats["cuda_graph"]
+    assert "capture self-check found" in graph and "differs" in graph, graph
     expected, expected_weight = eager(device, 6)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     np.testing.assert_allclose(weight, expected_weight, rtol=1e-5, atol=1e-6)

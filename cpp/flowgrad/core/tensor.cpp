@@ -1,5 +1,7 @@
 #include "flowgrad/core/tensor.h"
 
+#include "flowgrad/core/allocator.h"
+
 namespace fg {
 
 namespace {
@@ -28,6 +30,13 @@ Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
 Tensor Tensor::over(std::shared_ptr<Storage> storage, const Dims& shape, DType dtype) {
   FG_ASSERT(storage && storage->bytes() >= checked_bytes(shape, dtype));
   return contiguous_over(std::move(storage), shape, dtype);
+}
+
+Tensor Tensor::temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device) {
+  const size_t bytes = checked_bytes(shape, dtype);
+  if (env.scratch && env.scratch->device == device)
+    if (void* p = env.scratch->take(bytes)) return over(Storage::wrap(p, bytes, device, [] {}), shape, dtype);
+  return empty(shape, dtype, device);
 }
 
 Tensor Tensor::shape_only(const Dims& shape, DType dtype, Device device) {

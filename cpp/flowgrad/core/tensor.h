@@ -6,6 +6,7 @@
 #include "flowgrad/core/device.h"
 #include "flowgrad/core/dims.h"
 #include "flowgrad/base/dtype.h"
+#include "flowgrad/base/kernel_env.h"
 #include "flowgrad/core/storage.h"
 
 namespace fg {
@@ -32,6 +33,11 @@ class Tensor {
   static Tensor shape_only(const Dims& shape, DType dtype, Device device);
   // A contiguous tensor over the start of an existing storage of at least its bytes.
   static Tensor over(std::shared_ptr<Storage> storage, const Dims& shape, DType dtype);
+  // An uninitialised contiguous tensor for a kernel's own use while it runs (a widened copy, a
+  // workspace): from the plan's scratch block (env.scratch) when it is on `device` and has room,
+  // else from the allocator (CUDA's orders its reuse after the work queued on the stream). A
+  // scratch tensor is valid until the plan's next instruction: never return one as a result.
+  static Tensor temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device);
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }

@@ -143,6 +143,14 @@ void CachingAllocator::record_stream(void* ptr, uintptr_t stream) {
     b->uses.push_back(stream);
 }
 
+void CachingAllocator::forget_stream(uintptr_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [ptr, b] : live_) b->uses.erase(std::remove(b->uses.begin(), b->uses.end(), stream), b->uses.end());
+  // Its pools' wholly free segments would wait for a stream with the same handle (review G11: a
+  // capture stream's 32 MiB cuBLAS workspace per profile() or re-capture): back to the device.
+  release_free_segments(-1, &stream);
+}
+
 void CachingAllocator::reclaim_deferred() {
   auto done = [&](const DeferredFree& d) {
     for (uintptr_t e : d.events)
@@ -183,10 +191,11 @@ void CachingAllocator::free_block(Block* b) {
   pool.insert(b);
 }
 
-void CachingAllocator::release_free_segments(int device) {
+void CachingAllocator::release_free_segments(int device, const uintptr_t* stream) {
   std::vector<Block*> kept;
   for (Block* first : segments_) {
-    bool whole = first->free && !first->next && (device < 0 || first->device == device);
+    bool whole = first->free && !first->next && (device < 0 || first->device == device) &&
+                 (!stream || first->stream == *stream);
     if (!whole) {
       kept.push_back(first);
       continue;

@@ -66,6 +66,10 @@ class CachingAllocator {
   // the work queued on `stream` by then has finished. Memory this allocator does not own (a view
   // into a plan's arena, a DLPack import) is never reused by it, so nothing is recorded for it.
   void record_stream(void* ptr, uintptr_t stream);
+  // `stream` is about to be destroyed and its queued work has finished (the caller synchronised
+  // it): no block waits for it any more (review G2), and its pools' wholly free segments go back
+  // to the backend (G11), since its handle is never used again.
+  void forget_stream(uintptr_t stream);
   void empty_cache();  // returns every wholly free segment to the backend
   MemoryStats stats(int device) const;
   void reset_peak(int device);
@@ -109,7 +113,9 @@ class CachingAllocator {
   void free_block(Block* b);  // back to its pool, merged with free neighbours
   void reclaim_deferred();    // frees the deferred blocks whose events have all completed
   Block* new_segment(size_t segment_bytes, int device, uintptr_t stream, bool small);
-  void release_free_segments(int device);  // every device when device < 0
+  // Returns wholly free segments to the backend: of `device` (every device when < 0), and only
+  // those of `stream`'s pools when it is given.
+  void release_free_segments(int device, const uintptr_t* stream = nullptr);
   [[noreturn]] void out_of_memory(size_t bytes, int device) const;
   MemoryStats& stats_of(int device);
 

@@ -53,11 +53,13 @@ std::string launch_mismatch(cudaGraph_t graph, LaunchCount before, LaunchCount a
 }  // namespace
 
 CapturedGraph::~CapturedGraph() {
-  DeviceScope scope(device_);
-  count_host_sync();
-  cudaDeviceSynchronize();  // no replay still uses the workspace released with stream_
-  cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(exec_));
-  cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph_));
+  never_throwing("destroying a captured CUDA graph", [this] {
+    DeviceScope scope(device_);
+    count_host_sync();
+    cudaDeviceSynchronize();  // no replay still uses the workspace released with stream_
+    cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(exec_));
+    cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph_));
+  });
 }
 
 void CapturedGraph::launch(StreamHandle stream) const {
@@ -84,6 +86,7 @@ void on_new_capture_stream(void (*prepare)()) {
 CaptureResult capture(int device, const Body& body) { return capture_with(device, body, nullptr); }
 
 std::vector<double> time_steps(int device, int steps, const Body& body, std::string* why, int* step) {
+  DeviceScope scope(device);  // its events and the wait belong to the plan's device (review G3)
   std::vector<cudaEvent_t> events(static_cast<size_t>(steps) + 1, nullptr);
   for (cudaEvent_t& e : events) check(cudaEventCreate(&e), "profiling a captured step (cudaEventCreate)");
   auto record = [&](int i, cudaStream_t s) {
@@ -106,6 +109,33 @@ std::vector<double> time_steps(int device, int steps, const Body& body, std::str
   for (cudaEvent_t e : events) cudaEventDestroy(e);
   *why = r.why;
   *step = r.step;
+  return ms;
+}
+
+std::vector<double> time_plain(int device, int steps, const Body& body) {
+  DeviceScope scope(device);
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device));
+  std::vector<cudaEvent_t> events(static_cast<size_t>(steps) + 1, nullptr);
+  std::vector<double> ms;
+  try {
+    for (cudaEvent_t& e : events) check(cudaEventCreate(&e), "profiling a step (cudaEventCreate)");
+    std::function<void(int)> mark = [&](int i) {
+      check(cudaEventRecord(events[i], stream), "profiling a step (cudaEventRecord)");
+    };
+    body(mark);
+    check(cudaEventRecord(events[steps], stream), "profiling a step (cudaEventRecord)");
+    host_wait(cudaEventSynchronize(events[steps]), "profiling a step (cudaEventSynchronize)");
+    for (int i = 0; i < steps; ++i) {
+      float t = 0;
+      check(cudaEventElapsedTime(&t, events[i], events[i + 1]), "profiling a step (cudaEventElapsedTime)");
+      ms.push_back(t);
+    }
+  } catch (...) {
+    for (cudaEvent_t e : events)
+      if (e) cudaEventDestroy(e);
+    throw;
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
   return ms;
 }
 

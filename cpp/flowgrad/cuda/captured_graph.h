@@ -63,4 +63,10 @@ std::vector<double> time_steps(int device, int steps,
                                const std::function<void(const std::function<void(int)>& progress)>& body,
                                std::string* why, int* step);
 
+// Profiling a plain run (a plan not captured yet, or never): runs `body` on this thread's current
+// stream with a timing event recorded before each step and after the last, waits, and returns each
+// step's GPU milliseconds.
+std::vector<double> time_plain(int device, int steps,
+                               const std::function<void(const std::function<void(int)>& progress)>& body);
+
 }  // namespace fg::cuda

@@ -122,6 +122,7 @@ void host_wait(cudaError_t err, const char* what) {
   count_host_sync();
   check(err, what);
   raise_device_errors();
+  raise_deferred_errors();
 }
 
 void synchronize() {
@@ -134,6 +135,7 @@ void install() {
   DeviceAllocatorHooks hooks;
   hooks.allocate = [](size_t bytes, int device, size_t* granted) {
     require_device(device);
+    raise_deferred_errors();
     *granted = CachingAllocator::round_size(bytes);
     // Blocks belong to the stream they are allocated on and are reused only there.
     StreamHandle stream = current_stream_handle(device);
@@ -142,7 +144,9 @@ void install() {
              "may hand out again)");
     return allocator().allocate(bytes, device, stream);
   };
-  hooks.release = [](void* p, size_t, int) { allocator().release(p); };
+  hooks.release = [](void* p, size_t, int) {  // from ~Storage: never throws (review G2)
+    never_throwing("releasing device memory", [p] { allocator().release(p); });
+  };
   set_cuda_allocator(hooks);
 }
 
@@ -167,19 +171,21 @@ Workspace stream_workspace(int device, uintptr_t stream) {
   return it->second;
 }
 
-void release_stream_workspace(int device, uintptr_t stream) {
-  Workspaces& w = workspaces();
-  std::lock_guard<std::mutex> lock(w.mutex);
-  auto it = w.by_stream.find({device, stream});
-  if (it == w.by_stream.end()) return;
-  if (it->second.ptr) {
-    DeviceScope guard(device);
-    count_host_sync();  // the gemms queued on the stream may still use it
-    cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
-    allocator().release(it->second.ptr);
+void retire_stream(int device, uintptr_t stream) {
+  DeviceScope guard(device);
+  count_host_sync();  // its gemms may still use the workspace, its kernels blocks recorded on it
+  check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "destroying a stream (cudaStreamSynchronize)");
+  {
+    Workspaces& w = workspaces();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    auto it = w.by_stream.find({device, stream});
+    if (it != w.by_stream.end()) {
+      if (it->second.ptr) allocator().release(it->second.ptr);
+      w.by_stream.erase(it);
+      w.epoch += 1;
+    }
   }
-  w.by_stream.erase(it);
-  w.epoch += 1;
+  allocator().forget_stream(stream);  // after the workspace's release: its segment goes back too
 }
 
 uint64_t workspace_epoch() { return workspaces().epoch.load(); }

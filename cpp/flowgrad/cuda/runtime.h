@@ -31,8 +31,9 @@ struct Workspace {
   size_t bytes = 0;
 };
 Workspace stream_workspace(int device, uintptr_t stream);
-// Releases the stream's workspace once the stream's queued work has finished (a host wait).
-void release_stream_workspace(int device, uintptr_t stream);
+// Before an owned stream is destroyed: waits for its queued work (a host wait), has the allocator
+// forget it (no block records an event on a dead handle, review G2) and releases its workspace.
+void retire_stream(int device, uintptr_t stream);
 // Moves at every release: a handle bound to a released workspace binds again.
 uint64_t workspace_epoch();
 

@@ -37,7 +37,7 @@ void reset_peak_memory_stats(int) {}
 void empty_cache() {}
 
 Workspace stream_workspace(int, uintptr_t) { return {}; }
-void release_stream_workspace(int, uintptr_t) {}
+void retire_stream(int, uintptr_t) {}
 uint64_t workspace_epoch() { return 0; }
 void record_stream(void*, int, uintptr_t) { fail(ErrorKind::Device, "Tensor.record_stream: ", kWhy); }
 
@@ -88,6 +88,9 @@ CaptureResult capture(int, const std::function<void(const std::function<void(int
 std::vector<double> time_steps(int, int, const std::function<void(const std::function<void(int)>&)>&, std::string*,
                                int*) {
   no_streams("profiling a captured step");
+}
+std::vector<double> time_plain(int, int, const std::function<void(const std::function<void(int)>&)>&) {
+  no_streams("profiling a CUDA step");
 }
 
 }  // namespace fg::cuda

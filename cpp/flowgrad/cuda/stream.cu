@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "flowgrad/base/errors.h"
+#include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/scope.cuh"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/cuda/stream.h"
@@ -37,11 +38,12 @@ std::array<StreamHandle, kMaxDevices> with_stream(int device, StreamHandle handl
 }  // namespace
 
 Stream::~Stream() {
-  if (owned && handle) {
+  if (!owned || !handle) return;
+  never_throwing("destroying an fg.cuda.Stream", [this] {
+    retire_stream(device, handle);  // G2: nothing recorded on it outlives it; F9: its workspace goes too
     DeviceScope scope(device);
-    release_stream_workspace(device, handle);  // F9: its cuBLAS workspace goes with it
-    cudaStreamDestroy(as_stream(handle));  // queued work still completes
-  }
+    cudaStreamDestroy(as_stream(handle));
+  });
 }
 
 void Stream::synchronize() const {
@@ -166,8 +168,10 @@ Event::Event(int device, bool timing) : device_(device), timing_(timing) {
 }
 
 Event::~Event() {
-  DeviceScope scope(device_);
-  cudaEventDestroy(as_event(event_));
+  never_throwing("destroying an fg.cuda.Event", [this] {
+    DeviceScope scope(device_);
+    cudaEventDestroy(as_event(event_));
+  });
 }
 
 void Event::record(StreamHandle stream) {

@@ -130,7 +130,7 @@ MaskArg mask_arg(const KernelEnv& env, const Tensor& q, const Tensor& m, int64_t
 
 // out[i] itself when it has the compute dtype, else a temporary that finish() copies back.
 Tensor compute_target(const KernelEnv& env, const Tensor& out, DType dtype) {
-  return out.dtype() == dtype ? out : raw::temporary(env, out.shape(), dtype, out.device());
+  return out.dtype() == dtype ? out : Tensor::temporary(env, out.shape(), dtype, out.device());
 }
 void finish(const KernelEnv& env, const Tensor& out, const Tensor& target) {
   if (target.data_ptr() != out.data_ptr()) raw::copy_into(env, out, target);
@@ -287,7 +287,7 @@ void flash_attention_backward_cuda(const KernelEnv& env, TensorList in, const Te
   Tensors x = contiguous_operands(env, in, 5, q.dtype());  // dout, q, k, v, out
   AttentionShape shape = attention_shape(q, in[2], in[3], attrs);
   // the kernels sum dQ over key blocks in float32
-  Tensor workspace = raw::temporary(env, {shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
+  Tensor workspace = Tensor::temporary(env, {shape.bh * shape.L * (shape.E + 1)}, DType::Float32, q.device());
   attention_backward_cuda(env, q.dtype(), shape, mask.mask, x[1].data_ptr(), x[2].data_ptr(), x[3].data_ptr(),
                           x[4].data_ptr(), x[0].data_ptr(), raw::contiguous(env, in[5]).data_ptr(), out[0].data_ptr(),
                           out[1].data_ptr(), out[2].data_ptr(), static_cast<float*>(workspace.data_ptr()));

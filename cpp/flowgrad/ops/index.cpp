@@ -127,7 +127,7 @@ void index_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, c
   int64_t outer = raw::span(y.shape(), 0, dim), inner = raw::span(y.shape(), dim + 1, y.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (y.device().is_cuda()) {
-    Tensor workspace = raw::temporary(env, Dims{index_add_cuda_workspace(env, idx.numel(), y.shape()[dim])},
+    Tensor workspace = Tensor::temporary(env, Dims{index_add_cuda_workspace(env, idx.numel(), y.shape()[dim])},
                                      DType::UInt8, y.device());
     return index_add_cuda(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), outer, y.shape()[dim],
                           idx.numel(), inner, y.data_ptr(), workspace.data_ptr());
@@ -192,7 +192,7 @@ void sort_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const 
   int64_t outer = raw::span(x.shape(), 0, dim), inner = raw::span(x.shape(), dim + 1, x.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {
-    Tensor workspace = raw::temporary(env, Dims{sort_cuda_workspace(env, x.dtype(), outer * inner, d)}, DType::UInt8,
+    Tensor workspace = Tensor::temporary(env, Dims{sort_cuda_workspace(env, x.dtype(), outer * inner, d)}, DType::UInt8,
                                      x.device());
     return sort_cuda(env, x.dtype(), x.data_ptr(), outer, d, inner, k, attrs.b("descending"), out[0].data_ptr(),
                      out[1].data<int64_t>(), workspace.data_ptr());
@@ -230,7 +230,7 @@ void nonzero_kernel(const KernelEnv& env, TensorList in, const Tensors& out, con
   Tensor c = raw::contiguous(env, in[0]);
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (c.device().is_cuda()) {
-    Tensor workspace = raw::temporary(env, Dims{nonzero_cuda_workspace(env, c.numel())}, DType::UInt8, c.device());
+    Tensor workspace = Tensor::temporary(env, Dims{nonzero_cuda_workspace(env, c.numel())}, DType::UInt8, c.device());
     return nonzero_cuda(env, c.data<bool>(), c.shape().data(), c.ndim(), out[0].data<int64_t>(), workspace.data_ptr());
   }
 #endif

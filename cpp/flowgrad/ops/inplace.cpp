@@ -69,7 +69,7 @@ Specs masked_fill_shape(TensorList in, const Attrs&) {
 template <decltype(&where_cpu) Run>
 void masked_fill_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
-  Tensor value = raw::temporary(env, Dims{}, y.dtype(), y.device());
+  Tensor value = Tensor::temporary(env, Dims{}, y.dtype(), y.device());
   raw::fill(env, value, attrs.f("value"));
   Tensor x = raw::converted(env, in[0], y.dtype());
   Run(env, y.dtype(), raw::strided_over<4>(y.shape(), {&y, &in[1], &value, &x}));
@@ -98,7 +98,7 @@ void index_put_kernel(const KernelEnv& env, TensorList in, const Tensors& out, c
   const Tensor& y = out[0];  // contiguous (run_op's in-place rule)
   if (!y.is_same(in[0])) raw::copy_into(env, y, in[0]);
   Tensor idx = raw::checked_index(env, in[1], y.numel(), "index_put_", 0);
-  Tensor values = raw::temporary(env, in[1].shape(), y.dtype(), y.device());
+  Tensor values = Tensor::temporary(env, in[1].shape(), y.dtype(), y.device());
   raw::copy_into(env, values, in[2]);
   Run(env, y.dtype(), values.data_ptr(), idx.data<int64_t>(), idx.numel(), y.data_ptr());
 }

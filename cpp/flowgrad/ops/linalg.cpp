@@ -89,7 +89,7 @@ void matmul_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   DType dt = c.dtype();
   if constexpr (Batched == nullptr) {
     if (is_half(dt)) {
-      Tensor wide = raw::temporary(env, c.shape(), DType::Float32, c.device());
+      Tensor wide = Tensor::temporary(env, c.shape(), DType::Float32, c.device());
       matmul_kernel<Gemm>(env, {raw::converted(env, in[0], DType::Float32), raw::converted(env, in[1], DType::Float32)}, Tensors{wide}, attrs);
       raw::copy_into(env, c, wide);
       return;
@@ -251,7 +251,7 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   DType dt = result.dtype();
   if (Gemm == &gemm_cpu && is_half(dt)) {  // the CPU multiplies halves as float32 copies
     Tensors wide;
-    for (const Tensor& o : out) wide.push_back(raw::temporary(env, o.shape(), DType::Float32, o.device()));
+    for (const Tensor& o : out) wide.push_back(Tensor::temporary(env, o.shape(), DType::Float32, o.device()));
     Tensors args;
     for (const Tensor& t : in) args.push_back(raw::converted(env, t, DType::Float32));
     linear_kernel<Gemm, Accumulate, Unary, Binary, Act>(env, args, wide, attrs);
@@ -293,7 +293,7 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
     if (!fused) {
       Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
       if (derivative) {  // y = Grad(1, y) in place
-        Tensor one = raw::temporary(env, Dims{}, dt, y.device());
+        Tensor one = Tensor::temporary(env, Dims{}, dt, y.device());
         raw::fill(env, one, 1.0);
         Binary(env, derivative_of(static_cast<UnaryFn>(Act)), dt, raw::strided_over<3>(y.shape(), {&y, &one, &y}));
       }

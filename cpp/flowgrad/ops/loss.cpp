@@ -38,7 +38,7 @@ void cross_entropy_kernel(const KernelEnv& env, TensorList in, const Tensors& ou
   CrossEntropyArgs a{ce_rows(x), x.shape().back(), attrs.i("ignore_index"), attrs.f("label_smoothing")};
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (x.device().is_cuda()) {  // targets are checked by the kernel (raised at the next host sync)
-    Tensor rows = raw::temporary(env, Dims{a.rows}, x.dtype(), x.device());
+    Tensor rows = Tensor::temporary(env, Dims{a.rows}, x.dtype(), x.device());
     return cross_entropy_forward_cuda(env, x.dtype(), x.data_ptr(), t.data<int64_t>(), a, ce_reduce(attrs),
                                       out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), rows.data_ptr());
   }

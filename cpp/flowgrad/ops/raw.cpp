@@ -2,6 +2,7 @@
 
 #include "flowgrad/core/allocator.h"
 #include "flowgrad/cuda/runtime.h"
+#include "flowgrad/cuda/stream.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/index/index_add.h"
@@ -21,18 +22,10 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   return out;
 }
 
-Tensor temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device) {
-  const size_t bytes = static_cast<size_t>(checked_numel(shape)) * itemsize(dtype);
-  if (env.scratch && env.scratch->device == device)
-    if (void* p = env.scratch->take(bytes))
-      return Tensor::over(Storage::wrap(p, bytes, device, [] {}), shape, dtype);
-  return Tensor::empty(shape, dtype, device);
-}
-
 // A contiguous tensor of t's shape: shape-only when t is (fg.compile's trace), else uninitialised.
 static Tensor empty_like_layout(const KernelEnv& env, const Tensor& t, DType dtype) {
   return t.storage()->is_shape_only() ? Tensor::shape_only(t.shape(), dtype, t.device())
-                                      : temporary(env, t.shape(), dtype, t.device());
+                                      : Tensor::temporary(env, t.shape(), dtype, t.device());
 }
 
 Tensor device_copy(const Tensor& t, Device device) {
@@ -48,7 +41,13 @@ Tensor device_copy(const Tensor& t, Device device) {
 void fill(const KernelEnv& env, const Tensor& t, double value) {
   FG_ASSERT(t.is_contiguous());
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (t.device().is_cuda()) return fill_cuda(env, t.dtype(), t.data_ptr(), t.numel(), value);
+  if (t.device().is_cuda()) {
+    // The kernels launched from here select their tensor's device (review G3): their callers
+    // outside run_op and Executable::execute (a step's input and output copies, the self-check's
+    // snapshots, .to()) hold no guard.
+    cuda::DeviceGuard on_device(t.device().index);
+    return fill_cuda(env, t.dtype(), t.data_ptr(), t.numel(), value);
+  }
 #endif
   fill_cpu(env, t.dtype(), t.data_ptr(), t.numel(), value);
 }
@@ -58,7 +57,10 @@ void copy_into(const KernelEnv& env, const Tensor& dst, const Tensor& src) {
   if (dst.storage()->is_shape_only()) return;  // tracing: no bytes to write
   Strided<2> s = strided_over<2>(dst.shape(), {&dst, &src});
 #if defined(FLOWGRAD_HAVE_CUDA)
-  if (dst.device().is_cuda()) return copy_cuda(env, dst.dtype(), src.dtype(), s);
+  if (dst.device().is_cuda()) {
+    cuda::DeviceGuard on_device(dst.device().index);  // as in fill
+    return copy_cuda(env, dst.dtype(), src.dtype(), s);
+  }
 #endif
   copy_cpu(env, dst.dtype(), src.dtype(), s);
 }
@@ -91,13 +93,14 @@ Tensor checked_index(const KernelEnv& env, const Tensor& index, int64_t size, co
   if (index.device().is_cuda()) {  // checked on the device: a bad value raises at the next host sync
     FG_CHECK(size > 0 || idx.numel() == 0, Index, op, ": index is out of range for dimension ", dim,
              " of size 0");
-    Tensor wrapped = temporary(env, idx.shape(), DType::Int64, idx.device());
+    Tensor wrapped = Tensor::temporary(env, idx.shape(), DType::Int64, idx.device());
+    cuda::DeviceGuard on_device(index.device().index);  // as in fill
     wrap_index_cuda(env, idx.data<int64_t>(), idx.numel(), size, index_check_op(op), dim, wrapped.data<int64_t>());
     return wrapped;
   }
 #endif
   if (idx.is_same(index)) {  // never modify the caller's tensor when wrapping negatives
-    Tensor copy = temporary(env, idx.shape(), DType::Int64, idx.device());
+    Tensor copy = Tensor::temporary(env, idx.shape(), DType::Int64, idx.device());
     copy_into(env, copy, idx);
     idx = copy;
   }

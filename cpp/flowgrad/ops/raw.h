@@ -37,10 +37,6 @@ Strided<N> strided_over(const Dims& shape, const std::array<const Tensor*, N>& t
 // eager mode: the allocator). The overloads without one are for host code outside kernels
 // (autograd, distributed, plan set-up): they use the thread's current stream and the allocator.
 
-// An uninitialised contiguous tensor for a kernel's own use while it runs (a widened copy, a
-// workspace): from env.scratch when it has room on `device`, else from the allocator. A scratch
-// tensor is valid until the plan's next instruction: never return one as a result.
-Tensor temporary(const KernelEnv& env, const Dims& shape, DType dtype, Device device);
 // A copy of t converted to dtype (t itself when it already has it). No autograd.
 Tensor converted(const KernelEnv& env, const Tensor& t, DType dtype);
 Tensor converted(const Tensor& t, DType dtype);

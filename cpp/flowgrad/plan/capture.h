@@ -36,8 +36,8 @@ class Capture {
   bool try_replay();
   // Runs the step once and returns each instruction's milliseconds: on the CPU by the host clock
   // around each instruction (a fused run counts at its first instruction), on CUDA from timing
-  // events recorded inside a captured graph of the step. Raises when a CUDA plan is not captured
-  // (kill switch, failed capture).
+  // events recorded inside a captured graph of the step once there is one, else (the warm-up call,
+  // the kill switch, a failed capture) around the plain run that call makes.
   std::vector<double> profile();
   // The capture self-check: runs `step` and the plan's plain step from the same state (every
   // buffer the step writes that outlives it, and the host generator), then compares what each

@@ -108,6 +108,7 @@ std::string Capture::check_against_plain(const std::function<void()>& step) {
   }
   restore(left.kept, before);
   set_rng_state(rng);
+  exec_.poison_intermediates();  // G1: a writer missing from `step` leaves NaN, not the plain step's bytes
   step();
   for (size_t k = 0; k < left.values.size(); ++k) {
     std::string at = first_difference(plain[k], left.values[k], exact ? 0.0 : kCheckTolerance);

@@ -436,6 +436,7 @@ struct FusedLaunch {
 // other kernel, and counted for the capture self-check.
 void launch_fused(const void* p, const KernelEnv& env) {
   auto* f = static_cast<const FusedLaunch*>(p);
+  if (g_fault == FusedFault::DropInCapture && cuda::capturing(env.stream)) return;
   ContextScope on_device(f->loaded->context);
   unsigned blocks = g_fault == FusedFault::Launch ? 0 : f->blocks;  // a grid of 0 blocks is invalid
   // FusedFault::LegacyStream replays review finding F1 (a launch outside the capture) for the

@@ -283,6 +283,35 @@ void restore(const Tensors& tensors, const Tensors& copies) {
   for (size_t i = 0; i < tensors.size(); ++i) raw::copy_into(tensors[i], copies[i]);
 }
 
+void Executable::poison_intermediates() {
+  std::vector<std::pair<int64_t, int64_t>> arena, inputs;  // [start, end) bytes of the arena
+  for (const Buffer& b : buffers_) {
+    if (b.local || b.bytes == 0) continue;
+    const std::pair<int64_t, int64_t> range{b.offset, b.offset + static_cast<int64_t>(b.bytes)};
+    if (b.kind == BufferKind::Arena) arena.push_back(range);
+    if (b.kind == BufferKind::Input) inputs.push_back(range);
+  }
+  std::sort(arena.begin(), arena.end());
+  std::sort(inputs.begin(), inputs.end());
+  auto fill = [&](const std::shared_ptr<Storage>& storage, int64_t start, int64_t end) {
+    if (end <= start) return;
+    raw::fill(layout(storage, {-1, start, Dims{end - start}, Dims{1}, DType::UInt8}), 255.0);
+    run_stats_.poisoned_bytes += static_cast<size_t>(end - start);
+  };
+  int64_t done = 0;  // arena bytes below this are poisoned or an input's
+  for (auto [start, end] : arena) {
+    start = std::max(start, done);
+    for (auto [in_start, in_end] : inputs) {  // the parts of [start, end) outside every input slot
+      if (in_end <= start || in_start >= end) continue;
+      fill(arena_, start, in_start);
+      start = std::max(start, in_end);
+    }
+    fill(arena_, start, end);
+    done = std::max(done, end);
+  }
+  if (scratch_block_) fill(scratch_block_, 0, static_cast<int64_t>(scratch_.capacity));
+}
+
 // FLOWGRAD_DEBUG_PLAN: buffers whose last use has run are filled with NaN, so a read after reuse
 // shows up at once.
 void Executable::poison(const std::vector<int>& released) {

@@ -102,9 +102,10 @@ std::shared_ptr<const void> load_fused(int device, const FusedKernel& kernel, co
 Launch bind_fused(const std::shared_ptr<const void>& loaded, const FusedKernel& kernel,
                   const std::vector<void*>& pointers);
 // Fault injection for tests: an image that is no module at load, a 0-block grid at launch (the real
-// driver call fails, and the run falls back), or launches on the legacy stream (review finding
-// F1: the capture self-check must refuse the graph).
-enum class FusedFault { None, Load, Launch, LegacyStream };
+// driver call fails, and the run falls back), launches on the legacy stream (review finding F1:
+// the capture self-check must refuse the graph), or launches dropped while capturing, neither run
+// nor counted (review G1: only the poisoned arena shows the captured graph lacks them).
+enum class FusedFault { None, Load, Launch, LegacyStream, DropInCapture };
 void set_fused_fault(FusedFault fault);
 
 // A run of elementwise instructions executed tile by tile (fusion.cpp).
@@ -172,6 +173,10 @@ class Executable {
   // One step on new inputs (checked against the traced signature); returns fresh output tensors.
   // With `ms`, each top-level instruction's milliseconds too (Capture::profile).
   Tensors run(const Tensors& inputs, std::vector<double>* ms = nullptr);
+  // Fills every arena byte that holds an intermediate (not an input slot) and the kernel scratch
+  // with 0xFF, NaN in every float type, so a step that reads an intermediate no instruction of it
+  // wrote shows it. The capture self-check does this before the step it compares (review G1).
+  void poison_intermediates();
   // Plan::check_step: the capture self-check's comparison of two plain steps.
   std::string check_step(const Tensors& inputs, const std::function<void()>& after);
   // Rebinds every arena buffer, launch and fused run onto `arena` and starts capture over.
