@@ -4,6 +4,8 @@ import numpy as np
 
 from .. import _core
 from .._composite import linalg as _linalg
+from .._grad_mode import no_grad as _no_grad
+from ._loss_functions import legacy_reduction as _legacy_reduction
 
 _f = _core.functional
 
@@ -29,13 +31,11 @@ avg_pool2d = _f.avg_pool2d
 scaled_dot_product_attention = _f.scaled_dot_product_attention
 scaled_dot_product_attention_reference = _f.scaled_dot_product_attention_reference
 scaled_dot_product_attention_packed = _f.scaled_dot_product_attention_packed
-cross_entropy = _f.cross_entropy
-nll_loss = _f.nll_loss
-mse_loss = _f.mse_loss
-l1_loss = _f.l1_loss
 huber_loss = _f.huber_loss
-binary_cross_entropy_with_logits = _f.binary_cross_entropy_with_logits
-pad = _core.pad
+from ._loss_functions import (  # noqa: E402  (PyTorch's signatures over the fused losses)
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss,
+    smooth_l1_loss,
+)
 one_hot = _core.one_hot
 
 
@@ -68,10 +68,12 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return (x1 * x2).sum(dim) / (n1 * n2)
 
 
-def kl_div(input, target, reduction="mean", log_target=False):
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """PyTorch's KL divergence with input as log-probabilities: target * (log(target) - input) per
     element (0 where target is 0; exp(target) * (target - input) with log_target), reduced by
     'mean', 'sum', 'batchmean' (sum / batch size) or 'none'."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, "mean", "kl_div")
     if reduction not in ("mean", "sum", "batchmean", "none"):
         raise _core.InvalidArgumentError(f"kl_div: reduction must be 'mean', 'sum', 'batchmean' or 'none', "
                                          f"got {reduction!r}")
@@ -213,6 +215,111 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, th, tw)
     out = _resample(input, 2, th, factors[0], mode, bool(align_corners))
     return _resample(out, 3, tw, factors[1], mode, bool(align_corners))
+
+
+def _padded_rows(size, left, right, mode):
+    """The source index of each padded position along one dim (host constants from the sizes)."""
+    rows = np.arange(-left, size + right)
+    if mode == "reflect":
+        rows = np.abs(rows)
+        return np.where(rows >= size, 2 * (size - 1) - rows, rows)
+    return np.clip(rows, 0, size - 1) if mode == "replicate" else rows % size
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pads the last len(pad) // 2 dims, (left, right) pairs from the last dim: 'constant' with
+    value (default 0; negative pads crop), 'reflect' (the edge not repeated), 'replicate' (the
+    edge repeated) or 'circular' (wrapped around). The last three select source rows, so the
+    gradient flows back to the entries read."""
+    pads = list(pad)
+    if mode == "constant":
+        return _core.pad(input, pads, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise _core.InvalidArgumentError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', "
+                                         f"got {mode!r}")
+    if value:
+        raise _core.InvalidArgumentError(f"pad: a padding value applies to mode 'constant' only, got {value!r}")
+    if len(pads) % 2 or len(pads) // 2 > input.dim():
+        raise _core.ShapeError(f"pad: {len(pads)} pads for a tensor of {input.dim()} dims; expected (left, right) "
+                               f"pairs for at most {input.dim()} dims")
+    out = input
+    for i in range(len(pads) // 2):
+        dim, left, right = input.dim() - 1 - i, pads[2 * i], pads[2 * i + 1]
+        size = input.shape[dim]
+        limit = size - 1 if mode == "reflect" else size
+        if min(left, right) < 0 or max(left, right) > limit or (size == 0 and left + right):
+            raise _core.ShapeError(f"pad: {mode} padding ({left}, {right}) of dim {dim} (size {size}) must be "
+                                   f"non-negative and at most {limit}")
+        if left or right:
+            rows = _core.tensor(_padded_rows(size, left, right, mode), device=input.device)
+            out = _core.index_select(out, dim, rows)
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(..., C * r^2, H, W) -> (..., C, H * r, W * r): each group of r^2 channels becomes an r x r
+    block of pixels (sub-pixel convolution's output layer)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if input.dim() < 3 or r <= 0 or c % (r * r):
+        raise _core.ShapeError(f"pixel_shuffle: expected (..., C * {r}^2, H, W) with C * {r}^2 channels, got "
+                               f"{tuple(input.shape)}")
+    x = input.reshape(-1, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """The inverse of pixel_shuffle: (..., C, H * r, W * r) -> (..., C * r^2, H, W)."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if input.dim() < 3 or r <= 0 or h % r or w % r:
+        raise _core.ShapeError(f"pixel_unshuffle: expected (..., C, H, W) with H and W multiples of {r}, got "
+                               f"{tuple(input.shape)}")
+    x = input.reshape(-1, c, h // r, r, w // r, r).permute(0, 1, 3, 5, 2, 4)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zeroes whole channels of (N, C, H, W) or (C, H, W) with probability p in training and scales
+    the rest by 1 / (1 - p); Philox draws, one per channel. inplace=True computes out of place."""
+    if not 0 <= p <= 1:
+        raise _core.InvalidArgumentError(f"dropout2d: p must be in [0, 1], got {p}")
+    if input.dim() not in (3, 4):
+        raise _core.ShapeError(f"dropout2d: expected (N, C, H, W) or (C, H, W), got {tuple(input.shape)}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0
+    keep = _core.rand(*input.shape[:-2], 1, 1, dtype=input.dtype, device=input.device) >= p
+    return input * (keep.to(dtype=input.dtype) * (1.0 / (1 - p)))
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalises each (sample, channel) of (N, C, ...) over its spatial positions (biased
+    variance), then weight * x + bias per channel. With running statistics and use_input_stats,
+    they move towards the batch's (unbiased variance, as PyTorch); without use_input_stats they
+    normalise instead."""
+    if input.dim() < 3:
+        raise _core.ShapeError(f"instance_norm: expected (N, C, ...) with spatial dims, got {tuple(input.shape)}")
+    dims = tuple(range(2, input.dim()))
+    shape = (1, input.shape[1]) + (1,) * len(dims)
+    if use_input_stats:
+        mean = input.mean(dims, keepdim=True)
+        var = input.var(dims, keepdim=True, correction=0)
+        if running_mean is not None:
+            n = 1
+            for d in dims:
+                n *= input.shape[d]
+            with _no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.mean(0).reshape(-1) * momentum)
+                running_var.mul_(1 - momentum).add_(var.mean(0).reshape(-1) * (momentum * n / max(n - 1, 1)))
+    else:
+        mean, var = running_mean.reshape(*shape), running_var.reshape(*shape)
+    out = (input - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(*shape)
+    return out if bias is None else out + bias.reshape(*shape)
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,143 @@
+"""PyTorch names training scripts reach for: dtype aliases, Tensor.view_as / mm / nelement /
+unique / is_cuda / data / type, repeat copying, randint(high, size), parameters() as an iterator,
+zero_grad(set_to_none=), add_module, ReLU(True) / LeakyReLU(0.2, inplace=True) / Conv2d with
+pairs, fg.cuda.manual_seed, fg.accelerator and fg.backends."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+from flowgrad import nn
+
+
+def test_dtype_aliases():
+    assert (fg.long, fg.int, fg.short, fg.float, fg.double, fg.half) == \
+        (fg.int64, fg.int32, fg.int16, fg.float32, fg.float64, fg.float16)
+    assert fg.tensor([1.5]).to(fg.long).dtype == fg.int64 and fg.zeros(2, dtype=fg.double).dtype == fg.float64
+
+
+def test_view_as_mm_nelement_is_cuda(rng):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    x = fg.tensor(a)
+    v = x.view_as(fg.zeros(2, 6))
+    assert v.shape == (2, 6)
+    np.testing.assert_array_equal(v.numpy(), a.reshape(2, 6))
+    np.testing.assert_allclose(x.mm(fg.tensor(b)).numpy(), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(fg.mm(x, fg.tensor(b)).numpy(), a @ b, rtol=1e-12)
+    assert x.nelement() == 12 and fg.zeros(0, 3).nelement() == 0
+    assert x.is_cuda is False
+    with pytest.raises(fg.ShapeError, match=r"mm: expected two 2-D tensors, got shapes \(3, 4\) and \(4,\)"):
+        x.mm(fg.tensor(b[:, 0]))
+    with pytest.raises(TypeError, match="mm: expected two fg.Tensors, got Tensor and ndarray"):
+        fg.mm(x, b)
+
+
+@pytest.mark.parametrize("values", [[3, 1, 3, 3, 0, 1], [[2.5, -1.0], [2.5, 7.0]], [True, False, True], [4], []])
+def test_unique_with_inverse_and_counts(values):
+    a = np.array(values)
+    t = fg.tensor(a)
+    expected, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    u, inv, cnt = t.unique(return_inverse=True, return_counts=True)
+    np.testing.assert_array_equal(u.numpy(), expected)
+    assert u.dtype == t.dtype and inv.shape == t.shape
+    np.testing.assert_array_equal(inv.numpy().reshape(-1), inverse.reshape(-1))
+    np.testing.assert_array_equal(cnt.numpy(), counts)
+    np.testing.assert_array_equal(fg.unique(t, sorted=False).numpy(), expected)
+
+
+def test_data_reads_and_writes_without_autograd():
+    p = nn.Parameter(fg.ones(3))
+    d = p.data
+    assert not d.requires_grad
+    d.mul_(2)  # the same memory: p sees it
+    np.testing.assert_array_equal(p.detach().numpy(), [2, 2, 2])
+    p.data = fg.tensor([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(p.detach().numpy(), [1, 2, 3])
+    assert p.requires_grad and p.is_leaf
+    with pytest.raises(fg.ShapeError, match=r"Tensor.data: assigning \(2,\) flowgrad.float32 to a tensor of \(3,\)"):
+        p.data = fg.zeros(2)
+
+
+def test_type_names_and_conversions():
+    x = fg.tensor([1.7, -2.2])
+    assert x.type() == "flowgrad.FloatTensor" and fg.tensor([1]).type() == "flowgrad.LongTensor"
+    assert x.type(fg.int64).dtype == fg.int64 and x.type(fg.float32) is x
+    assert x.type("torch.DoubleTensor").dtype == fg.float64
+    with pytest.raises(fg.InvalidArgumentError, match="type: unknown tensor type 'torch.FancyTensor'"):
+        x.type("torch.FancyTensor")
+
+
+def test_repeat_returns_a_copy():
+    x = fg.tensor([[1.0, 2.0]])
+    for reps in [(3, 1), (1, 1), (2, 2)]:
+        r = x.repeat(*reps)
+        r.add_(1)  # a view with zero strides, or x itself, would refuse or change x
+        np.testing.assert_array_equal(x.numpy(), [[1, 2]])
+        np.testing.assert_array_equal(r.numpy(), np.tile([[1, 2]], reps) + 1)
+    g = fg.tensor([1.0, 2.0], requires_grad=True)
+    g.repeat(3).sum().backward()
+    np.testing.assert_array_equal(g.grad.numpy(), [3, 3])
+
+
+def test_randint_high_and_size():
+    fg.manual_seed(0)
+    t = fg.randint(5, (100,))
+    assert t.shape == (100,) and t.dtype == fg.int64 and 0 <= t.min().item() and t.max().item() < 5
+    assert fg.randint(2, 4, (3, 2)).shape == (3, 2) and fg.randint(3, size=(2,)).shape == (2,)
+
+
+def test_parameters_is_an_iterator_and_zero_grad_keeps_zeros():
+    m = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    it = m.parameters()
+    assert next(it).shape == (3, 2) and len(list(it)) == 3
+    assert [p.shape for p in m.parameters(recurse=False)] == []
+    m(fg.ones(4, 2)).sum().backward()
+    m.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.numpy().any() for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+    opt = fg.optim.SGD(m.parameters(), lr=0.1)  # an iterator is enough for an optimizer
+    assert len(opt.param_groups[0]["params"]) == 4
+
+
+def test_add_module():
+    m = nn.Module()
+    m.add_module("fc", nn.Linear(2, 2))
+    assert [n for n, _ in m.named_parameters()] == ["fc.weight", "fc.bias"]
+    with pytest.raises(TypeError, match="add_module: int is not an fg.nn.Module"):
+        m.add_module("x", 3)
+
+
+def test_constructor_forms():
+    relu = nn.ReLU(True)
+    assert isinstance(relu, nn.ReLU) and isinstance(relu, fg._core.ReLU)
+    np.testing.assert_array_equal(relu(fg.tensor([-1.0, 2.0])).numpy(), [0, 2])
+    leaky = nn.LeakyReLU(0.2, inplace=True)
+    np.testing.assert_allclose(leaky(fg.tensor([-1.0, 2.0])).numpy(), [-0.2, 2])
+    conv = nn.Conv2d(3, 4, (3, 3), stride=(2, 2), padding=(1, 1), bias=False)
+    assert isinstance(conv, nn.Conv2d) and conv.weight.shape == (4, 3, 3, 3) and conv.bias is None
+    assert conv(fg.zeros(1, 3, 8, 8)).shape == (1, 4, 4, 4)
+    same = nn.Conv2d(2, 2, 5, padding="same")
+    assert same(fg.zeros(1, 2, 7, 9)).shape == (1, 2, 7, 9)
+    assert issubclass(type(conv), nn.Conv2d) and not isinstance(relu, nn.Conv2d)
+    with pytest.raises(fg.InvalidArgumentError, match=r"Conv2d: .* got kernel_size \(3, 1\) \(not square\), groups 2"):
+        nn.Conv2d(4, 4, (3, 1), groups=2)
+    with pytest.raises(fg.InvalidArgumentError, match="Conv2d: padding='same' needs stride 1 and an odd kernel"):
+        nn.Conv2d(4, 4, 4, padding="same")
+
+
+def test_namespaces():
+    fg.cuda.manual_seed(3)
+    a = fg.rand(4)
+    fg.cuda.manual_seed_all(3)
+    np.testing.assert_array_equal(a.numpy(), fg.rand(4).numpy())
+    assert fg.accelerator.is_available() == fg.cuda.is_available()
+    assert fg.accelerator.device_count() == fg.cuda.device_count()
+    expected = fg.device("cuda") if fg.cuda.built_with_cuda() else None
+    assert fg.accelerator.current_accelerator() == expected
+    assert fg.backends.mps.is_available() is False and fg.backends.cudnn.is_available() is False
+    before = fg.cuda.allow_tf32()
+    try:
+        fg.backends.cuda.matmul.allow_tf32 = True
+        assert fg.cuda.allow_tf32() is True and fg.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        fg.cuda.set_allow_tf32(before)
