@@ -1,5 +1,5 @@
 """fg.optim: SGD, Adam and AdamW with param groups, their updates fused C++ update ops; RMSprop,
-Adagrad and Adadelta, their updates composed from in-place ops per parameter.
+Adagrad and Adadelta, their updates composed from in-place ops per parameter; LBFGS (step(closure)).
 
 Each step makes one C++ call per param group (SGD, Adam, AdamW). State (momentum buffers, Adam
 moments, step counters) and hyper-parameters live in tensors on the parameters' device: a step
@@ -13,7 +13,7 @@ from .. import _core
 from .._grad_mode import no_grad
 from . import lr_scheduler
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "lr_scheduler"]
 
 
 def _invalid(message):
@@ -437,3 +437,6 @@ class Adadelta(_Composed):
         delta = (acc_delta + eps).sqrt() / (square_avg + eps).sqrt() * g
         acc_delta.mul_(rho).add_(delta * delta * (1 - rho))
         p.sub_(delta * lr)
+
+
+from .lbfgs import LBFGS  # noqa: E402  (it builds on Optimizer above)
