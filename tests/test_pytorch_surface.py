@@ -141,3 +141,35 @@ def test_namespaces():
         assert fg.cuda.allow_tf32() is True and fg.backends.cuda.matmul.allow_tf32 is True
     finally:
         fg.cuda.set_allow_tf32(before)
+
+
+def np_attention(q, k, v, scale, causal):
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_scale_and_dropout(causal, rng):
+    import flowgrad.nn.functional as F
+    q, k, v = (rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    got = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), is_causal=causal, scale=0.3)
+    np.testing.assert_allclose(got.numpy(), np_attention(q, k, v, 0.3, causal), rtol=1e-10)
+    fg.manual_seed(0)
+    dropped = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(np.eye(5)[None, None].repeat(3, 1)
+                                                                                   .repeat(2, 0)), dropout_p=0.5,
+                                             is_causal=causal).numpy()
+    weights = np_attention(q, k, np.eye(5), 0.5, causal)  # v = identity: the output is the weights
+    kept = weights > 0  # the causal mask leaves zeros
+    assert set(np.round(dropped[kept] / weights[kept], 9)) == {0.0, 2.0} and not dropped[~kept].any()
+    from conftest import gradcheck
+    gradcheck(lambda a: F.scaled_dot_product_attention(a, fg.tensor(k), fg.tensor(v), scale=0.3, is_causal=causal), q)
+    with pytest.raises(fg.InvalidArgumentError, match=r"scaled_dot_product_attention: dropout_p must be in \[0, 1\]"):
+        F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), dropout_p=2.0)
+    mask = rng.random((5, 5)) > 0.3
+    np.fill_diagonal(mask, True)
+    both = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), fg.tensor(mask), 0.0, True)
+    masked = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), fg.tensor(mask & np.tril(mask)))
+    np.testing.assert_allclose(both.numpy(), masked.numpy(), rtol=1e-10)

@@ -1,5 +1,7 @@
 """fg.nn.functional: activations, normalisation, attention, convolution and losses (C++ ops;
 the few at the end are composed from them in Python)."""
+import math as _math
+
 import numpy as np
 
 from .. import _core
@@ -28,7 +30,6 @@ unfold = _f.unfold
 fold = _f.fold
 max_pool2d = _f.max_pool2d
 avg_pool2d = _f.avg_pool2d
-scaled_dot_product_attention = _f.scaled_dot_product_attention
 scaled_dot_product_attention_reference = _f.scaled_dot_product_attention_reference
 scaled_dot_product_attention_packed = _f.scaled_dot_product_attention_packed
 huber_loss = _f.huber_loss
@@ -215,6 +216,27 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, th, tw)
     out = _resample(input, 2, th, factors[0], mode, bool(align_corners))
     return _resample(out, 3, tw, factors[1], mode, bool(align_corners))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v with PyTorch's arguments: scale defaults to 1 / sqrt(E);
+    dropout_p > 0 drops attention weights (scaling the rest by 1 / (1 - p)), so pass
+    ``dropout_p=p if self.training else 0.0`` as PyTorch's callers do. Without dropout this is the
+    fused attention op (a custom scale folded into q); with it, the scores are materialised."""
+    if not 0.0 <= dropout_p <= 1.0:
+        raise _core.InvalidArgumentError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
+    root = _math.sqrt(query.shape[-1])
+    if not dropout_p:
+        q = query if scale is None else query * (scale * root)
+        return _f.scaled_dot_product_attention(q, key, value, attn_mask, is_causal)
+    scores = _core.matmul(query, key.transpose(-2, -1)) * (1.0 / root if scale is None else scale)
+    if is_causal:  # key j after query i is masked
+        rows, cols = scores.shape[-2], scores.shape[-1]
+        scores = scores.masked_fill(_core.arange(cols, device=scores.device).reshape(1, cols) >
+                                    _core.arange(rows, device=scores.device).reshape(rows, 1), -_math.inf)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -_math.inf) if attn_mask.dtype == _core.bool else scores + attn_mask
+    return _core.matmul(dropout(softmax(scores, -1), dropout_p), value)
 
 
 def _padded_rows(size, left, right, mode):
