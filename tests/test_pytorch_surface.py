@@ -2,6 +2,8 @@
 unique / is_cuda / data / type, repeat copying, randint(high, size), parameters() as an iterator,
 zero_grad(set_to_none=), add_module, ReLU(True) / LeakyReLU(0.2, inplace=True) / Conv2d with
 pairs, fg.cuda.manual_seed, fg.accelerator and fg.backends."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -119,10 +121,62 @@ def test_constructor_forms():
     same = nn.Conv2d(2, 2, 5, padding="same")
     assert same(fg.zeros(1, 2, 7, 9)).shape == (1, 2, 7, 9)
     assert issubclass(type(conv), nn.Conv2d) and not isinstance(relu, nn.Conv2d)
-    with pytest.raises(fg.InvalidArgumentError, match=r"Conv2d: .* got kernel_size \(3, 1\) \(not square\), groups 2"):
-        nn.Conv2d(4, 4, (3, 1), groups=2)
-    with pytest.raises(fg.InvalidArgumentError, match="Conv2d: padding='same' needs stride 1 and an odd kernel"):
-        nn.Conv2d(4, 4, 4, padding="same")
+    grouped = nn.Conv2d(4, 6, (3, 1), groups=2, padding=(1, 0), dilation=(2, 1), padding_mode="reflect")
+    assert isinstance(grouped, nn.Conv2d) and grouped.weight.shape == (6, 2, 3, 1)
+    x = fg.randn(1, 4, 7, 5)
+    assert grouped(x).shape == (1, 6, 5, 5)
+    import copy
+    np.testing.assert_array_equal(copy.deepcopy(grouped)(x).detach().numpy(), grouped(x).detach().numpy())
+    with pytest.raises(fg.InvalidArgumentError, match=r"Conv2d: stride \(1, 2\) has two values"):
+        nn.Conv2d(4, 4, 3, stride=(1, 2))
+    with pytest.raises(fg.InvalidArgumentError, match="Conv2d: padding='same' needs stride 1"):
+        nn.Conv2d(4, 4, 4, stride=2, padding="same")
+    with pytest.raises(fg.InvalidArgumentError, match="Conv2d: in_channels 4 and out_channels 6 must be multiples of "
+                                                      "groups 4"):
+        nn.Conv2d(4, 6, 3, groups=4)
+
+
+def np_conv2d(x, w, stride, pad, dilation, groups):
+    """The definition, summed tap by tap."""
+    x = np.pad(x, [(0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])])
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h - dilation[0] * (kh - 1) - 1) // stride + 1
+    ow = (wd - dilation[1] * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for f in range(o):
+        g = f // (o // groups)
+        for i in range(kh):
+            for j in range(kw):
+                patch = x[:, g * cg:(g + 1) * cg, i * dilation[0]:i * dilation[0] + stride * oh:stride,
+                          j * dilation[1]:j * dilation[1] + stride * ow:stride]
+                out[:, f] += np.einsum("nchw,c->nhw", patch, w[f, :, i, j])
+    return out
+
+
+@pytest.mark.parametrize("stride, pad, dilation, groups", [
+    (1, (1, 2), (1, 1), 1), (2, (0, 0), (2, 1), 3), (1, (2, 1), (2, 3), 6), (2, (1, 1), (1, 1), 2)])
+def test_conv2d_groups_dilation_padding_pairs(stride, pad, dilation, groups, rng):
+    import flowgrad.nn.functional as F
+    x, w, b = rng.standard_normal((2, 6, 9, 8)), rng.standard_normal((6, 6 // groups, 3, 2)), rng.standard_normal(6)
+    got = F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), stride, pad, dilation, groups)
+    np.testing.assert_allclose(got.numpy(), np_conv2d(x, w, stride, pad, dilation, groups) + b[:, None, None],
+                               rtol=1e-10, atol=1e-12)
+    from conftest import gradcheck
+    gradcheck(lambda a, k: F.conv2d(a, k, None, stride, pad, dilation, groups), x[:1, :, :6, :5], w)
+    same = F.conv2d(fg.tensor(x), fg.tensor(w), padding="same", dilation=dilation, groups=groups)
+    assert same.shape == (2, 6, 9, 8)
+    try:
+        import torch
+    except ImportError:
+        return
+    with warnings.catch_warnings():  # PyTorch warns that an even kernel pads a copy of the input, as here
+        warnings.simplefilter("ignore", UserWarning)
+        expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding="same",
+                                              dilation=dilation, groups=groups)
+    np.testing.assert_allclose(same.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
+    with pytest.raises(fg.ShapeError, match=r"conv2d: 4 groups need input channels 6 and weight"):
+        F.conv2d(fg.tensor(x), fg.tensor(w), groups=4)
 
 
 def test_namespaces():

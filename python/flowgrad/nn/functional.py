@@ -25,7 +25,6 @@ rms_norm = _f.rms_norm
 dropout = _f.dropout
 embedding = _f.embedding
 linear = _f.linear
-conv2d = _f.conv2d
 unfold = _f.unfold
 fold = _f.fold
 max_pool2d = _f.max_pool2d
@@ -237,6 +236,52 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, -_math.inf) if attn_mask.dtype == _core.bool else scores + attn_mask
     return _core.matmul(dropout(softmax(scores, -1), dropout_p), value)
+
+
+def _dilated(weight, dilation):
+    """weight (O, C, kh, kw) with dilation - 1 zeros between its taps (pad and reshape: the
+    gradient flows back to the taps)."""
+    for dim, d in ((3, dilation[1]), (2, dilation[0])):
+        if d > 1:
+            k = weight.shape[dim]
+            spread = _core.pad(weight.unsqueeze(dim + 1), [0, 0] * (3 - dim) + [0, d - 1])
+            weight = spread.reshape(*weight.shape[:dim], k * d, *weight.shape[dim + 1:]).narrow(dim, 0, (k - 1) * d + 1)
+    return weight
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation) of (N, C, H, W) by (O, C / groups, kH, kW), PyTorch's
+    arguments: stride one int (or an equal pair), padding an int, a pair (unequal ones pad the
+    input first), 'valid' or 'same'; dilation spreads the kernel with zeros; groups > 1 multiplies
+    each group's columns by its own filters in one batched matmul."""
+    sh, sw = _pair(stride, "conv2d: stride")
+    if sh != sw:
+        raise _core.InvalidArgumentError(f"conv2d: strides {stride!r} differ; flowgrad's convolution takes one stride")
+    dh, dw = _pair(dilation, "conv2d: dilation")
+    weight = _dilated(weight, (dh, dw))
+    kh, kw = weight.shape[-2:] if weight.dim() == 4 else (1, 1)
+    if padding in ("valid", "same"):
+        if padding == "same" and sh != 1:
+            raise _core.InvalidArgumentError("conv2d: padding='same' needs stride 1")
+        padding = 0 if padding == "valid" else ((kh - 1) // 2, (kw - 1) // 2, kh // 2, kw // 2)
+    pads = tuple(padding) if isinstance(padding, (tuple, list)) else (padding, padding)
+    if len(pads) == 4 and pads[:2] == pads[2:]:
+        pads = pads[:2]
+    if len(pads) == 4 or pads[0] != pads[1]:  # per-side padding ('same' with an even kernel) or (ph, pw)
+        top, left, bottom, right = pads if len(pads) == 4 else (pads[0], pads[1], pads[0], pads[1])
+        input, pads = _core.pad(input, [left, right, top, bottom]), (0, 0)
+    if groups == 1:
+        return _f.conv2d(input, weight, bias, sh, pads[0])
+    n, c = input.shape[0], input.shape[1]
+    o = weight.shape[0]
+    if c % groups or o % groups or weight.shape[1] * groups != c:
+        raise _core.ShapeError(f"conv2d: {groups} groups need input channels {c} and weight {tuple(weight.shape)} "
+                               f"with (O, C / groups, kH, kW) and O, C multiples of groups")
+    cols = _f.unfold(input, (kh, kw), pads[0], sh)
+    out_h = (input.shape[2] + 2 * pads[0] - kh) // sh + 1
+    out = _core.matmul(weight.reshape(groups, o // groups, -1), cols.reshape(n, groups, -1, cols.shape[-1]))
+    out = out.reshape(n, o, out_h, cols.shape[-1] // out_h)
+    return out if bias is None else out + bias.reshape(1, o, 1, 1)
 
 
 def _padded_rows(size, left, right, mode):
