@@ -180,6 +180,8 @@ def test_conv2d_groups_dilation_padding_pairs(stride, pad, dilation, groups, rng
 
 
 def test_namespaces():
+    from flowgrad.utils.data import DataLoader
+    assert DataLoader is fg.data.DataLoader and fg.utils.data is fg.data
     fg.cuda.manual_seed(3)
     a = fg.rand(4)
     fg.cuda.manual_seed_all(3)

@@ -52,6 +52,10 @@ from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
 from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz, accelerator, backends
 from ._tensor_methods import mm, unique
+import types as _types
+utils = _types.ModuleType(__name__ + ".utils", "PyTorch's torch.utils path: fg.utils.data is fg.data.")
+utils.data = data
+_sys.modules[utils.__name__], _sys.modules[utils.__name__ + ".data"] = utils, data  # from flowgrad.utils.data import
 from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint

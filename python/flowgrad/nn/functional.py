@@ -224,10 +224,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     fused attention op (a custom scale folded into q); with it, the scores are materialised."""
     if not 0.0 <= dropout_p <= 1.0:
         raise _core.InvalidArgumentError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
+    if not dropout_p and scale is None:
+        return _f.scaled_dot_product_attention(query, key, value, attn_mask, is_causal)
+    if not all(isinstance(t, _core.Tensor) and t.dim() >= 2 for t in (query, key, value)):
+        raise _core.ShapeError("scaled_dot_product_attention: expected query, key and value tensors of at least 2 dims, "
+                               f"got {[tuple(t.shape) if isinstance(t, _core.Tensor) else t for t in (query, key, value)]}")
     root = _math.sqrt(query.shape[-1])
     if not dropout_p:
-        q = query if scale is None else query * (scale * root)
-        return _f.scaled_dot_product_attention(q, key, value, attn_mask, is_causal)
+        return _f.scaled_dot_product_attention(query * (scale * root), key, value, attn_mask, is_causal)
     scores = _core.matmul(query, key.transpose(-2, -1)) * (1.0 / root if scale is None else scale)
     if is_causal:  # key j after query i is masked
         rows, cols = scores.shape[-2], scores.shape[-1]
@@ -254,12 +258,19 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     arguments: stride one int (or an equal pair), padding an int, a pair (unequal ones pad the
     input first), 'valid' or 'same'; dilation spreads the kernel with zeros; groups > 1 multiplies
     each group's columns by its own filters in one batched matmul."""
+    if not isinstance(input, _core.Tensor) or not isinstance(weight, _core.Tensor) or input.dim() != 4 \
+            or weight.dim() != 4:
+        return _f.conv2d(input, weight, bias, 1, 0)  # the op's own ShapeError / TypeError
+    pair = isinstance(padding, (tuple, list)) and len(padding) == 2 and all(isinstance(p, int) and p >= 0
+                                                                             for p in padding)
+    if not (isinstance(padding, int) or padding in ("valid", "same") or pair):
+        raise _core.InvalidArgumentError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
     sh, sw = _pair(stride, "conv2d: stride")
     if sh != sw:
         raise _core.InvalidArgumentError(f"conv2d: strides {stride!r} differ; flowgrad's convolution takes one stride")
     dh, dw = _pair(dilation, "conv2d: dilation")
     weight = _dilated(weight, (dh, dw))
-    kh, kw = weight.shape[-2:] if weight.dim() == 4 else (1, 1)
+    kh, kw = weight.shape[-2:]
     if padding in ("valid", "same"):
         if padding == "same" and sh != 1:
             raise _core.InvalidArgumentError("conv2d: padding='same' needs stride 1")
