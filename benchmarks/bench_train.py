@@ -63,7 +63,7 @@ def flowgrad_transformer(batch, steps, T=64, d=128, heads=4, layers=4, vocab=96)
     fg.manual_seed(0)
     blocks = [nn.TransformerBlock(d, heads, causal=True) for _ in range(layers)]
     emb, pos, norm, head = nn.Embedding(vocab, d), nn.Parameter(fg.randn(T, d) * 0.02), nn.LayerNorm(d), nn.Linear(d, vocab)
-    params = emb.parameters() + [pos] + [p for b in blocks for p in b.parameters()] + norm.parameters() + head.parameters()
+    params = [*emb.parameters(), pos, *(p for b in blocks for p in b.parameters()), *norm.parameters(), *head.parameters()]
     opt = fg.optim.AdamW(params, lr=1e-3)
     rng = np.random.default_rng(0)
     x = fg.tensor(rng.integers(0, vocab, (batch, T)))

@@ -201,7 +201,7 @@ def test_shared_modules_and_tied_weights_stay_shared_in_copies():
     for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert copied[0] is copied[2]
         assert copied[3].weight.data_ptr() == copied[0].weight.data_ptr() != shared.weight.data_ptr()
-        assert len(copied.parameters()) == 3
+        assert len(list(copied.parameters())) == 3
 
 
 def test_copying_does_not_touch_the_global_random_stream():

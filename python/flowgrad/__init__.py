@@ -35,7 +35,7 @@ from ._core import (
     FlowgradError, ShapeError, DTypeError, DeviceError, GraphError, CheckpointError,
     OutOfMemoryError, IndexOutOfRangeError, InvalidArgumentError,
     tensor, from_numpy, from_dlpack, zeros, ones, empty, full, arange, linspace, eye,
-    rand, randn, randint, randperm, manual_seed, get_rng_state, set_rng_state,
+    rand, randn, randperm, manual_seed, get_rng_state, set_rng_state,
     get_num_threads, set_num_threads, blas_name, build_config, cpu_memory_stats, cpu_empty_cache,
     Trend, TrendGroup, format_duration,
     gelu, clamp, where, logical_and, logical_or, logical_xor, logical_not,
@@ -50,7 +50,12 @@ _sys.modules[__name__ + ".return_types"] = return_types  # so (values, indices) 
 from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
-from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz
+from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz, accelerator, backends
+from ._tensor_methods import mm, unique
+import types as _types
+utils = _types.ModuleType(__name__ + ".utils", "PyTorch's torch.utils path: fg.utils.data is fg.data.")
+utils.data = data
+_sys.modules[utils.__name__], _sys.modules[utils.__name__ + ".data"] = utils, data  # from flowgrad.utils.data import
 from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
@@ -103,5 +108,17 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
     shape, dtype, device = _like("randn_like", t, dtype, device)
     return randn(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
+
+def randint(low, high=None, size=(), *, dtype=None, device=None):
+    """Uniform integers in [low, high) of shape size (int64 unless dtype says otherwise); PyTorch's
+    randint(high, size) too: a sequence as the second argument is the size and low is 0."""
+    if isinstance(high, (tuple, list)) and size == ():
+        low, high, size = 0, low, high
+    return _core.randint(low, high, size, dtype=dtype, device=device)
+
+
+# PyTorch's dtype aliases (defined last: `float` and `int` shadow the builtins in this module)
+long, short, half, double = int64, int16, float16, float64
+float, int = float32, int32  # noqa: A001
 
 __all__ = [name for name in dir() if not name.startswith("_")]

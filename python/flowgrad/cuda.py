@@ -13,7 +13,7 @@ _rt = _core.cuda_runtime
 __all__ = ["is_available", "device_count", "synchronize", "built_with_cuda", "unavailable_reason", "memory_stats",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache",
            "set_allow_tf32", "allow_tf32", "Stream", "Event", "stream", "StreamContext", "current_stream",
-           "default_stream", "set_stream", "sync_count"]
+           "default_stream", "set_stream", "sync_count", "manual_seed", "manual_seed_all"]
 
 Stream = _rt.Stream
 Event = _rt.Event
@@ -135,3 +135,14 @@ def set_allow_tf32(on):
 def allow_tf32():
     """Whether float32 CUDA matmuls may use TF32 tensor cores."""
     return _rt.allow_tf32()
+
+
+def manual_seed(seed):
+    """Seeds flowgrad's one generator (fg.manual_seed). Its Philox draws give the same numbers on
+    every device, so unlike torch.cuda.manual_seed this also reseeds CPU draws."""
+    _core.manual_seed(seed)
+
+
+def manual_seed_all(seed):
+    """fg.manual_seed(seed): one generator serves every GPU (and the CPU)."""
+    _core.manual_seed(seed)

@@ -1,12 +1,18 @@
-"""fg.data: DataLoader over NumPy arrays or tensors; shuffling and batch gathering run in C++."""
+"""fg.data: DataLoader over NumPy arrays or tensors (shuffling and batch gathering run in C++) or
+over any data set with PyTorch's protocol (Dataset, IterableDataset, samplers, collate_fn)."""
 import math
 import threading
 
 import numpy as np
 
 from . import _core
+from ._datasets import (
+    BatchSampler, Dataset, DatasetBatches, IterableDataset, RandomSampler, Sampler, SequentialSampler, Subset,
+    default_collate, random_split,
+)
 
-__all__ = ["DataLoader", "DistributedSampler", "TensorDataset"]
+__all__ = ["DataLoader", "DistributedSampler", "TensorDataset", "Dataset", "IterableDataset", "Subset", "random_split",
+           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "default_collate"]
 
 
 def _native(array):
@@ -16,7 +22,7 @@ def _native(array):
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
 
 
-class TensorDataset:
+class TensorDataset(Dataset):
     """Tensors (or arrays) of equal length along dim 0, sample i being the tuple of their i-th
     rows: ``DataLoader(TensorDataset(x, y), batch_size=32)`` as in PyTorch (the loader then
     gathers whole batches in C++, never sample by sample)."""
@@ -49,9 +55,22 @@ class DataLoader:
     early (break) ends its part; the next loop started when no other is running begins a new epoch.
     """
 
-    def __init__(self, *arrays, batch_size, shuffle=False, drop_last=False, seed=None, sampler=None):
-        if len(arrays) == 1 and isinstance(arrays[0], TensorDataset):
-            arrays = arrays[0].tensors
+    def __init__(self, *arrays, dataset=None, batch_size=1, shuffle=False, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, seed=None, timeout=0,
+                 worker_init_fn=None, prefetch_factor=None, persistent_workers=False):
+        dataset, arrays = _dataset_and_arrays(dataset, arrays)
+        if dataset is not None and (collate_fn is not None or batch_sampler is not None or num_workers
+                                    or not isinstance(dataset, TensorDataset)
+                                    or not (sampler is None or hasattr(sampler, "indices"))):
+            self._init_dataset(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+                               drop_last)
+            self._source = DatasetBatches(dataset, batch_size, self.sampler, batch_sampler, drop_last, collate_fn,
+                                          num_workers, worker_init_fn, prefetch_factor, timeout)
+            return
+        self.dataset = dataset
+        self._source = None
+        if dataset is not None:
+            arrays = dataset.tensors
         if not arrays:
             raise _core.InvalidArgumentError("DataLoader: expected at least one array")
         if batch_size <= 0:
@@ -75,10 +94,33 @@ class DataLoader:
         self._iterating = 0  # iterations begun and not yet finished or closed
         self._epoch_order = None
 
+    def _init_dataset(self, dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+                      drop_last):
+        """Checks the options of a loader reading any data set through PyTorch's protocol."""
+        def bad(what):
+            return _core.InvalidArgumentError(f"DataLoader: {what}")
+
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise bad(f"num_workers must be an int >= 0, got {num_workers!r}")
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+            raise bad("batch_sampler excludes batch_size, shuffle, sampler and drop_last")
+        if batch_sampler is None and (not isinstance(batch_size, int) or batch_size <= 0):
+            raise bad(f"batch_size must be positive, got {batch_size}")
+        if sampler is not None and shuffle:
+            raise bad("shuffle=True and a sampler exclude each other; the sampler decides the order")
+        if isinstance(dataset, IterableDataset) and (shuffle or sampler is not None or batch_sampler is not None):
+            raise bad("an IterableDataset decides its own order: expected no shuffle, sampler or batch_sampler")
+        if sampler is None and not isinstance(dataset, IterableDataset):
+            sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+        self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
+        self.shuffle, self.num_workers = shuffle, num_workers
+
     def _count(self):
         return len(self.sampler) if self.sampler is not None else self.n
 
     def __len__(self):
+        if self._source is not None:
+            return len(self._source)
         n = self._count()
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
@@ -93,7 +135,11 @@ class DataLoader:
 
     def __iter__(self):
         """Batches of the next epoch; an iteration begun while another is unfinished (another thread's
-        loop) joins that epoch instead: the threads share its batches, each batch going to one of them."""
+        loop) joins that epoch instead: the threads share its batches, each batch going to one of them.
+        A loader over a data set reads a fresh epoch from it on every iteration."""
+        if self._source is not None:
+            yield from self._source
+            return
         with self._lock:
             if not (self._iterating and self.position < len(self)):
                 self._start_epoch()
@@ -129,6 +175,9 @@ class DataLoader:
 
     def state_dict(self):
         """Epoch, batches consumed in it and the shuffle seeds, plus the layout they refer to."""
+        if self._source is not None:
+            raise _core.InvalidArgumentError("DataLoader.state_dict: only a loader over arrays or a TensorDataset "
+                                             "keeps its position; this one reads a data set through its protocol")
         rng = None if self._epoch_rng is None else [int(v) for v in self._epoch_rng]
         return {**self._layout(), "epoch": self.epoch, "position": self.position, "seed": self.seed, "epoch_rng": rng}
 
@@ -162,6 +211,26 @@ class DataLoader:
         self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
         self._epoch_rng = None if state["epoch_rng"] is None else tuple(state["epoch_rng"])
         self._resume = 0 < self.position < len(self)
+
+
+def _is_array(a):
+    return isinstance(a, (_core.Tensor, np.ndarray))
+
+
+def _dataset_and_arrays(dataset, arrays):
+    """(dataset, arrays) from DataLoader's arguments: a first positional argument that is no array
+    is the data set, as PyTorch's DataLoader(dataset, ...)."""
+    if arrays and not _is_array(arrays[0]):
+        if dataset is not None or len(arrays) > 1:
+            raise _core.InvalidArgumentError("DataLoader: expected one data set or arrays; pass the options "
+                                             "(batch_size=..., shuffle=...) by keyword")
+        dataset, arrays = arrays[0], ()
+    if dataset is not None and arrays:
+        raise _core.InvalidArgumentError("DataLoader: expected a data set or arrays, not both")
+    if dataset is not None and not hasattr(dataset, "__getitem__") and not isinstance(dataset, IterableDataset):
+        raise TypeError(f"DataLoader: the data set must define __getitem__ and __len__ (or be an "
+                        f"IterableDataset), got {type(dataset).__name__}")
+    return dataset, arrays
 
 
 class DistributedSampler:

@@ -67,7 +67,7 @@ def test_round_trip_copy_and_gradient(device):
 def test_module_to_keeps_parameter_identity(device):
     m = nn.Linear(3, 2)
     opt = fg.optim.SGD(m.parameters(), lr=0.1)
-    w = m.parameters()[0]
+    w = next(m.parameters())
     values = w.numpy().copy()
     m.to(device)
     assert m.weight.device == device and w.device == device  # the optimizer's tensor moved too

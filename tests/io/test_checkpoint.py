@@ -352,7 +352,7 @@ def test_resume_mid_epoch_with_scheduler_and_loader_is_bitwise(tmp_path, device,
     fg.manual_seed(99)  # a fresh process would start elsewhere: the checkpoint restores it
     resumed = training_objects(device, lr=0.7, seed=seed)
     meta = fg.load_checkpoint(path, resumed[0], resumed[1], scheduler=resumed[2], loader=resumed[3])
-    assert meta["step"] == 7 and resumed[0].parameters()[0].device == fg.device(device)
+    assert meta["step"] == 7 and next(resumed[0].parameters()).device == fg.device(device)
     run_steps(resumed, forever(resumed[3]), 7, device, seen)
 
     assert resumed[1].param_groups[0]["lr"] == straight[1].param_groups[0]["lr"]

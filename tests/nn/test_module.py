@@ -45,7 +45,7 @@ def test_registration_and_dotted_names_in_definition_order():
     assert [n for n, _ in net.named_children()] == ["blocks"]
     assert net.note == "plain attribute"
     assert isinstance(net.blocks[1], Block) and net.blocks[-1] is net.blocks[1]
-    assert len(net.blocks) == 2 and len(net.parameters()) == 5
+    assert len(net.blocks) == 2 and len(list(net.parameters())) == 5
     assert net.num_parameters() == 12 + 2 * (48 + 12)
     assert all(p.requires_grad for p in net.parameters())
 
@@ -53,7 +53,7 @@ def test_registration_and_dotted_names_in_definition_order():
 def test_shared_parameters_listed_once_and_reassignment():
     a = nn.Linear(3, 3)
     seq = nn.Sequential(a, a)
-    assert len(seq.parameters()) == 2
+    assert len(list(seq.parameters())) == 2
     net = Net()
     net.embed = nn.Parameter(fg.zeros(3, 4))
     assert net.embed.sum().item() == 0 and [n for n, _ in net.named_parameters()][0] == "embed"

@@ -200,7 +200,7 @@ def test_group_norm_gradcheck_and_non_contiguous_input(rng):
 
 
 def test_group_norm_without_affine_and_errors():
-    assert nn.GroupNorm(2, 4, affine=False).parameters() == []
+    assert list(nn.GroupNorm(2, 4, affine=False).parameters()) == []
     with pytest.raises(fg.InvalidArgumentError, match=r"num_channels \(5\) must be divisible by num_groups \(2\)"):
         nn.GroupNorm(2, 5)
     with pytest.raises(fg.ShapeError, match=r"GroupNorm: expected input \(N, 4, \*\), got \(2, 3, 5\)"):

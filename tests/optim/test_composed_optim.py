@@ -1,4 +1,4 @@
-"""RMSprop and Adagrad (updates composed from in-place ops): float64 against NumPy references
+"""RMSprop, Adagrad and Adadelta (updates composed from in-place ops): float64 against NumPy references
 written here, float32 against PyTorch (when installed), compiled steps equal to eager ones and
 seeing scheduler changes, exact resume from state_dict, strided parameters, and errors."""
 import numpy as np
@@ -36,6 +36,17 @@ def np_adagrad(steps, p, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumu
     return p
 
 
+def np_adadelta(steps, p, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0):
+    sq, acc = np.zeros_like(p), np.zeros_like(p)
+    for g in steps:
+        g = g + weight_decay * p if weight_decay else g
+        sq = rho * sq + (1 - rho) * g * g
+        delta = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+        acc = rho * acc + (1 - rho) * delta * delta
+        p = p - lr * delta
+    return p
+
+
 CASES = {
     "rmsprop": (fg.optim.RMSprop, np_rmsprop, {}),
     "rmsprop_all": (fg.optim.RMSprop, np_rmsprop, dict(lr=0.02, alpha=0.9, momentum=0.8, centered=True,
@@ -44,6 +55,8 @@ CASES = {
     "adagrad": (fg.optim.Adagrad, np_adagrad, {}),
     "adagrad_all": (fg.optim.Adagrad, np_adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.01,
                                                         initial_accumulator_value=0.2, eps=1e-6)),
+    "adadelta": (fg.optim.Adadelta, np_adadelta, {}),
+    "adadelta_all": (fg.optim.Adadelta, np_adadelta, dict(lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1)),
 }
 
 
@@ -75,7 +88,7 @@ def test_matches_pytorch_in_float32(name, rng):
     np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all"])
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all", "adadelta_all"])
 def test_compiled_steps_equal_eager_ones_and_see_a_changed_lr(name, rng):
     cls, _, options = CASES[name]
     x = fg.tensor(rng.standard_normal((8, 4)).astype(np.float32))
@@ -94,7 +107,7 @@ def test_compiled_steps_equal_eager_ones_and_see_a_changed_lr(name, rng):
     assert_compiled_trains_like_eager(build, F.mse_loss, [(x, y)] * 4, lower_lr)
 
 
-@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all"])
+@pytest.mark.parametrize("name", ["rmsprop_all", "adagrad_all", "adadelta_all"])
 def test_state_dict_resumes_exactly(name, rng):
     cls, _, options = CASES[name]
     grads = [rng.standard_normal(3) for _ in range(6)]
@@ -139,3 +152,6 @@ def test_errors_name_the_optimizer_and_the_options():
     with pytest.raises(fg.InvalidArgumentError, match=r"Adagrad: lr_decay, weight_decay, initial_accumulator_value "
                                                       r"and eps must be >= 0, got -0.1"):
         fg.optim.Adagrad([p], lr_decay=-0.1)
+    with pytest.raises(fg.InvalidArgumentError, match=r"Adadelta: need 0 <= rho <= 1 and eps, weight_decay >= 0, "
+                                                      r"got rho=2"):
+        fg.optim.Adadelta([p], rho=2)

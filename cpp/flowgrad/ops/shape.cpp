@@ -451,7 +451,9 @@ Tensor repeat(const Tensor& x, const std::vector<int64_t>& reps) {
     expanded.insert(expanded.end(), {reps[i], s});
     out.push_back(reps[i] * s);
   }
-  return reshape(expand(reshape(x, interleaved), expanded), out);
+  // clone: a tensor of its own, as PyTorch's repeat (a reshaped expand can stay a view of x, with
+  // zero strides that a later in-place op refuses)
+  return reshape(clone(expand(reshape(x, interleaved), expanded)), out);
 }
 Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start,
                       int64_t stop, int64_t step) {

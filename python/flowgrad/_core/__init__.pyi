@@ -586,6 +586,10 @@ class Module:
         ...
     def __setstate__(self, state):
         ...
+    def add_module(self, name, module):
+        """
+        Registers module as a child under name (register_module).
+        """
     def apply(self, fn: typing.Any) -> typing.Any:
         """
         Calls fn(module) on every submodule, children before their parent, then on this module (weight initialisation: model.apply(init)); returns self.
@@ -662,9 +666,9 @@ class Module:
         """
         Total number of parameter elements.
         """
-    def parameters(self, recurse: builtins.bool = True) -> list:
+    def parameters(self, recurse = True):
         """
-        The parameters, in definition order (shared ones once).
+        The parameters, in definition order (shared ones once), as an iterator.
         """
     def register_buffer(self, name: str, tensor: Tensor | None) -> None:
         """
@@ -694,9 +698,9 @@ class Module:
         """
         Sets training mode on the whole tree; returns self.
         """
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none = True):
         """
-        Sets every parameter's .grad to None.
+        Drops every parameter's .grad (set_to_none=False: fills the gradients with zeros in place).
         """
     @property
     def training(self) -> builtins.bool:
@@ -858,6 +862,11 @@ class Tensor:
         The elements where the (broadcast) bool mask is True, as a 1-D tensor.
         """
     @staticmethod
+    def mm(input, mat2):
+        """
+        The matrix product of two 2-D tensors (matmul restricted to matrices, as PyTorch's mm).
+        """
+    @staticmethod
     def multinomial(input, num_samples, replacement = False):
         """
         Indices drawn from the categories of the last dim with probabilities proportional to input's
@@ -890,6 +899,14 @@ class Tensor:
     def unbind(input, dim = 0):
         """
         The slices along dim, as a tuple of views without that dim.
+        """
+    @staticmethod
+    def unique(input, sorted = True, return_inverse = False, return_counts = False):
+        """
+        The distinct values of input, ascending (sorted=False gives the same order), as a 1-D
+            tensor; with return_inverse, each element's index into them (input's shape); with
+            return_counts, how often each occurs. One sort, then the run starts; reading their number is
+            one host sync, as in PyTorch.
         """
     def __abs__(self) -> Tensor:
         ...
@@ -1307,6 +1324,10 @@ class Tensor:
         """
         Negates in place; returns self.
         """
+    def nelement(self):
+        """
+        The number of elements (numel).
+        """
     def new_empty(self, *size, dtype = None, device = None, requires_grad = False):
         """
         Zeros of the given size with self's dtype and device unless given.
@@ -1491,6 +1512,12 @@ class Tensor:
         """
         A view with two dims swapped.
         """
+    def type(self, dtype = None, non_blocking = False):
+        """
+        Without dtype: the type's name, 'flowgrad.FloatTensor' ('flowgrad.cuda.FloatTensor' on a GPU).
+            With a dtype (or such a name, 'torch.LongTensor' too): self converted to it, self itself when
+            it has that dtype already; a name with '.cuda.' also moves it to the GPU.
+        """
     def type_as(self, other):
         """
         self converted to other's dtype.
@@ -1511,6 +1538,10 @@ class Tensor:
         """
         A view with a new shape; ShapeError when the strides do not allow one.
         """
+    def view_as(self, other):
+        """
+        A view of self with other's shape.
+        """
     def zero_(self) -> typing.Any:
         """
         Fills with zeros in place; returns self.
@@ -1525,6 +1556,14 @@ class Tensor:
         """
         How many in-place writes the tensor's memory has had (views share it).
         """
+    @property
+    def data(self):
+        """
+        The values without autograd history, sharing memory (detach()); assignable.
+        """
+    @data.setter
+    def data(self, value):
+        ...
     @property
     def device(self) -> device:
         """
@@ -1547,6 +1586,11 @@ class Tensor:
     def grad_fn(self) -> typing.Any:
         """
         Name of the op that produced this tensor, for display.
+        """
+    @property
+    def is_cuda(self):
+        """
+        Whether the tensor lives on a GPU.
         """
     @property
     def is_leaf(self) -> builtins.bool:

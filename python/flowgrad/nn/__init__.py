@@ -10,9 +10,14 @@ from .._core import (
     TransformerBlock, GRUCell, LSTMCell, Checkpoint, BatchNorm1d, BatchNorm2d, GroupNorm, LSTM, GRU,
 )
 from . import functional, init, parallel, utils
-from .losses import CrossEntropyLoss
+from ._constructors import ReLU, Conv2d, GroupedConv2d  # PyTorch's argument forms over the C++ layers
+from . import _module_methods  # noqa: F401  (parameters() an iterator, zero_grad(set_to_none=), add_module)
+from .losses import (
+    MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss,
+)
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
+    Dropout2d, InstanceNorm2d, ReflectionPad2d, ReplicationPad2d, ZeroPad2d, PixelShuffle, PixelUnshuffle,
 )
 
 

@@ -7,13 +7,14 @@ from . import functional as F
 import math
 
 __all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "ConvTranspose2d",
-           "AdaptiveAvgPool2d", "Upsample"]
+           "AdaptiveAvgPool2d", "Upsample", "Dropout2d", "InstanceNorm2d", "ReflectionPad2d", "ReplicationPad2d",
+           "ZeroPad2d", "PixelShuffle", "PixelUnshuffle"]
 
 
 class LeakyReLU(_core.Module):
-    """F.leaky_relu with negative_slope."""
+    """F.leaky_relu with negative_slope; inplace=True is accepted and computes out of place."""
 
-    def __init__(self, negative_slope=0.01):
+    def __init__(self, negative_slope=0.01, inplace=False):
         super().__init__()
         self.negative_slope = negative_slope
 
@@ -244,3 +245,110 @@ class Upsample(_core.Module):
 
     def extra_repr(self):
         return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"
+
+
+class Dropout2d(_core.Module):
+    """F.dropout2d: whole channels zeroed with probability p in training."""
+
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise _core.InvalidArgumentError(f"Dropout2d: p must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout2d(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class InstanceNorm2d(_core.Module):
+    """F.instance_norm over (N, C, H, W): per-channel weight and bias with affine=True; running
+    statistics (used in eval mode) with track_running_stats=True. Names as PyTorch's."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = _core._parameter(_core.ones(num_features), True)
+            self.bias = _core._parameter(_core.zeros(num_features), True)
+        if track_running_stats:
+            self.register_buffer("running_mean", _core.zeros(num_features))
+            self.register_buffer("running_var", _core.ones(num_features))
+            self.register_buffer("num_batches_tracked", _core.zeros((), dtype=_core.int64))
+
+    def forward(self, x):
+        if x.dim() != 4 or x.shape[1] != self.num_features:
+            raise _core.ShapeError(f"InstanceNorm2d: expected (N, {self.num_features}, H, W), got {tuple(x.shape)}")
+        tracked = self.track_running_stats
+        use_input = self.training or not tracked
+        if tracked and self.training:
+            self.num_batches_tracked.add_(1)
+        return F.instance_norm(x, self.running_mean if tracked else None, self.running_var if tracked else None,
+                               self.weight if self.affine else None, self.bias if self.affine else None,
+                               use_input, self.momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class _Pad2d(_core.Module):
+    mode = "constant"
+
+    def __init__(self, padding):
+        super().__init__()
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+        if len(self.padding) != 4:
+            raise _core.InvalidArgumentError(f"{type(self).__name__}: padding must be an int or (left, right, top, "
+                                             f"bottom), got {padding!r}")
+
+    def forward(self, x):
+        return F.pad(x, self.padding, self.mode)
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
+class ReflectionPad2d(_Pad2d):
+    """F.pad(x, padding, 'reflect') over the last two dims; padding an int or (left, right, top, bottom)."""
+    mode = "reflect"
+
+
+class ReplicationPad2d(_Pad2d):
+    """F.pad(x, padding, 'replicate') over the last two dims."""
+    mode = "replicate"
+
+
+class ZeroPad2d(_Pad2d):
+    """F.pad(x, padding) with zeros over the last two dims."""
+
+
+class PixelShuffle(_core.Module):
+    """F.pixel_shuffle by upscale_factor."""
+
+    def __init__(self, upscale_factor):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return F.pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self):
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(_core.Module):
+    """F.pixel_unshuffle by downscale_factor."""
+
+    def __init__(self, downscale_factor):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, x):
+        return F.pixel_unshuffle(x, self.downscale_factor)
+
+    def extra_repr(self):
+        return f"downscale_factor={self.downscale_factor}"

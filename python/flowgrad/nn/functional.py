@@ -1,9 +1,13 @@
 """fg.nn.functional: activations, normalisation, attention, convolution and losses (C++ ops;
 the few at the end are composed from them in Python)."""
+import math as _math
+
 import numpy as np
 
 from .. import _core
 from .._composite import linalg as _linalg
+from .._grad_mode import no_grad as _no_grad
+from ._loss_functions import legacy_reduction as _legacy_reduction
 
 _f = _core.functional
 
@@ -21,21 +25,17 @@ rms_norm = _f.rms_norm
 dropout = _f.dropout
 embedding = _f.embedding
 linear = _f.linear
-conv2d = _f.conv2d
 unfold = _f.unfold
 fold = _f.fold
 max_pool2d = _f.max_pool2d
 avg_pool2d = _f.avg_pool2d
-scaled_dot_product_attention = _f.scaled_dot_product_attention
 scaled_dot_product_attention_reference = _f.scaled_dot_product_attention_reference
 scaled_dot_product_attention_packed = _f.scaled_dot_product_attention_packed
-cross_entropy = _f.cross_entropy
-nll_loss = _f.nll_loss
-mse_loss = _f.mse_loss
-l1_loss = _f.l1_loss
 huber_loss = _f.huber_loss
-binary_cross_entropy_with_logits = _f.binary_cross_entropy_with_logits
-pad = _core.pad
+from ._loss_functions import (  # noqa: E402  (PyTorch's signatures over the fused losses)
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss,
+    smooth_l1_loss,
+)
 one_hot = _core.one_hot
 
 
@@ -68,10 +68,12 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return (x1 * x2).sum(dim) / (n1 * n2)
 
 
-def kl_div(input, target, reduction="mean", log_target=False):
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """PyTorch's KL divergence with input as log-probabilities: target * (log(target) - input) per
     element (0 where target is 0; exp(target) * (target - input) with log_target), reduced by
     'mean', 'sum', 'batchmean' (sum / batch size) or 'none'."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, "mean", "kl_div")
     if reduction not in ("mean", "sum", "batchmean", "none"):
         raise _core.InvalidArgumentError(f"kl_div: reduction must be 'mean', 'sum', 'batchmean' or 'none', "
                                          f"got {reduction!r}")
@@ -213,6 +215,189 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         return input.reshape(n, c, h, 1, w, 1).expand(n, c, h, sh, w, sw).reshape(n, c, th, tw)
     out = _resample(input, 2, th, factors[0], mode, bool(align_corners))
     return _resample(out, 3, tw, factors[1], mode, bool(align_corners))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v with PyTorch's arguments: scale defaults to 1 / sqrt(E);
+    dropout_p > 0 drops attention weights (scaling the rest by 1 / (1 - p)), so pass
+    ``dropout_p=p if self.training else 0.0`` as PyTorch's callers do. Without dropout this is the
+    fused attention op (a custom scale folded into q); with it, the scores are materialised."""
+    if not 0.0 <= dropout_p <= 1.0:
+        raise _core.InvalidArgumentError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
+    if not dropout_p and scale is None:
+        return _f.scaled_dot_product_attention(query, key, value, attn_mask, is_causal)
+    if not all(isinstance(t, _core.Tensor) and t.dim() >= 2 for t in (query, key, value)):
+        raise _core.ShapeError("scaled_dot_product_attention: expected query, key and value tensors of at least 2 dims, "
+                               f"got {[tuple(t.shape) if isinstance(t, _core.Tensor) else t for t in (query, key, value)]}")
+    root = _math.sqrt(query.shape[-1])
+    if not dropout_p:
+        return _f.scaled_dot_product_attention(query * (scale * root), key, value, attn_mask, is_causal)
+    scores = _core.matmul(query, key.transpose(-2, -1)) * (1.0 / root if scale is None else scale)
+    if is_causal:  # key j after query i is masked
+        rows, cols = scores.shape[-2], scores.shape[-1]
+        scores = scores.masked_fill(_core.arange(cols, device=scores.device).reshape(1, cols) >
+                                    _core.arange(rows, device=scores.device).reshape(rows, 1), -_math.inf)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -_math.inf) if attn_mask.dtype == _core.bool else scores + attn_mask
+    return _core.matmul(dropout(softmax(scores, -1), dropout_p), value)
+
+
+def _dilated(weight, dilation):
+    """weight (O, C, kh, kw) with dilation - 1 zeros between its taps (pad and reshape: the
+    gradient flows back to the taps)."""
+    for dim, d in ((3, dilation[1]), (2, dilation[0])):
+        if d > 1:
+            k = weight.shape[dim]
+            spread = _core.pad(weight.unsqueeze(dim + 1), [0, 0] * (3 - dim) + [0, d - 1])
+            weight = spread.reshape(*weight.shape[:dim], k * d, *weight.shape[dim + 1:]).narrow(dim, 0, (k - 1) * d + 1)
+    return weight
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation) of (N, C, H, W) by (O, C / groups, kH, kW), PyTorch's
+    arguments: stride one int (or an equal pair), padding an int, a pair (unequal ones pad the
+    input first), 'valid' or 'same'; dilation spreads the kernel with zeros; groups > 1 multiplies
+    each group's columns by its own filters in one batched matmul."""
+    if not isinstance(input, _core.Tensor) or not isinstance(weight, _core.Tensor) or input.dim() != 4 \
+            or weight.dim() != 4:
+        return _f.conv2d(input, weight, bias, 1, 0)  # the op's own ShapeError / TypeError
+    pair = isinstance(padding, (tuple, list)) and len(padding) == 2 and all(isinstance(p, int) and p >= 0
+                                                                             for p in padding)
+    if not (isinstance(padding, int) or padding in ("valid", "same") or pair):
+        raise _core.InvalidArgumentError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    sh, sw = _pair(stride, "conv2d: stride")
+    if sh != sw:
+        raise _core.InvalidArgumentError(f"conv2d: strides {stride!r} differ; flowgrad's convolution takes one stride")
+    dh, dw = _pair(dilation, "conv2d: dilation")
+    weight = _dilated(weight, (dh, dw))
+    kh, kw = weight.shape[-2:]
+    if padding in ("valid", "same"):
+        if padding == "same" and sh != 1:
+            raise _core.InvalidArgumentError("conv2d: padding='same' needs stride 1")
+        padding = 0 if padding == "valid" else ((kh - 1) // 2, (kw - 1) // 2, kh // 2, kw // 2)
+    pads = tuple(padding) if isinstance(padding, (tuple, list)) else (padding, padding)
+    if len(pads) == 4 and pads[:2] == pads[2:]:
+        pads = pads[:2]
+    if len(pads) == 4 or pads[0] != pads[1]:  # per-side padding ('same' with an even kernel) or (ph, pw)
+        top, left, bottom, right = pads if len(pads) == 4 else (pads[0], pads[1], pads[0], pads[1])
+        input, pads = _core.pad(input, [left, right, top, bottom]), (0, 0)
+    if groups == 1:
+        return _f.conv2d(input, weight, bias, sh, pads[0])
+    n, c = input.shape[0], input.shape[1]
+    o = weight.shape[0]
+    if c % groups or o % groups or weight.shape[1] * groups != c:
+        raise _core.ShapeError(f"conv2d: {groups} groups need input channels {c} and weight {tuple(weight.shape)} "
+                               f"with (O, C / groups, kH, kW) and O, C multiples of groups")
+    cols = _f.unfold(input, (kh, kw), pads[0], sh)
+    out_h = (input.shape[2] + 2 * pads[0] - kh) // sh + 1
+    out = _core.matmul(weight.reshape(groups, o // groups, -1), cols.reshape(n, groups, -1, cols.shape[-1]))
+    out = out.reshape(n, o, out_h, cols.shape[-1] // out_h)
+    return out if bias is None else out + bias.reshape(1, o, 1, 1)
+
+
+def _padded_rows(size, left, right, mode):
+    """The source index of each padded position along one dim (host constants from the sizes)."""
+    rows = np.arange(-left, size + right)
+    if mode == "reflect":
+        rows = np.abs(rows)
+        return np.where(rows >= size, 2 * (size - 1) - rows, rows)
+    return np.clip(rows, 0, size - 1) if mode == "replicate" else rows % size
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pads the last len(pad) // 2 dims, (left, right) pairs from the last dim: 'constant' with
+    value (default 0; negative pads crop), 'reflect' (the edge not repeated), 'replicate' (the
+    edge repeated) or 'circular' (wrapped around). The last three select source rows, so the
+    gradient flows back to the entries read."""
+    pads = list(pad)
+    if mode == "constant":
+        return _core.pad(input, pads, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise _core.InvalidArgumentError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', "
+                                         f"got {mode!r}")
+    if value:
+        raise _core.InvalidArgumentError(f"pad: a padding value applies to mode 'constant' only, got {value!r}")
+    if len(pads) % 2 or len(pads) // 2 > input.dim():
+        raise _core.ShapeError(f"pad: {len(pads)} pads for a tensor of {input.dim()} dims; expected (left, right) "
+                               f"pairs for at most {input.dim()} dims")
+    out = input
+    for i in range(len(pads) // 2):
+        dim, left, right = input.dim() - 1 - i, pads[2 * i], pads[2 * i + 1]
+        size = input.shape[dim]
+        limit = size - 1 if mode == "reflect" else size
+        if min(left, right) < 0 or max(left, right) > limit or (size == 0 and left + right):
+            raise _core.ShapeError(f"pad: {mode} padding ({left}, {right}) of dim {dim} (size {size}) must be "
+                                   f"non-negative and at most {limit}")
+        if left or right:
+            rows = _core.tensor(_padded_rows(size, left, right, mode), device=input.device)
+            out = _core.index_select(out, dim, rows)
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(..., C * r^2, H, W) -> (..., C, H * r, W * r): each group of r^2 channels becomes an r x r
+    block of pixels (sub-pixel convolution's output layer)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if input.dim() < 3 or r <= 0 or c % (r * r):
+        raise _core.ShapeError(f"pixel_shuffle: expected (..., C * {r}^2, H, W) with C * {r}^2 channels, got "
+                               f"{tuple(input.shape)}")
+    x = input.reshape(-1, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """The inverse of pixel_shuffle: (..., C, H * r, W * r) -> (..., C * r^2, H, W)."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if input.dim() < 3 or r <= 0 or h % r or w % r:
+        raise _core.ShapeError(f"pixel_unshuffle: expected (..., C, H, W) with H and W multiples of {r}, got "
+                               f"{tuple(input.shape)}")
+    x = input.reshape(-1, c, h // r, r, w // r, r).permute(0, 1, 3, 5, 2, 4)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zeroes whole channels of (N, C, H, W) or (C, H, W) with probability p in training and scales
+    the rest by 1 / (1 - p); Philox draws, one per channel. inplace=True computes out of place."""
+    if not 0 <= p <= 1:
+        raise _core.InvalidArgumentError(f"dropout2d: p must be in [0, 1], got {p}")
+    if input.dim() not in (3, 4):
+        raise _core.ShapeError(f"dropout2d: expected (N, C, H, W) or (C, H, W), got {tuple(input.shape)}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0
+    keep = _core.rand(*input.shape[:-2], 1, 1, dtype=input.dtype, device=input.device) >= p
+    return input * (keep.to(dtype=input.dtype) * (1.0 / (1 - p)))
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalises each (sample, channel) of (N, C, ...) over its spatial positions (biased
+    variance), then weight * x + bias per channel. With running statistics and use_input_stats,
+    they move towards the batch's (unbiased variance, as PyTorch); without use_input_stats they
+    normalise instead."""
+    if input.dim() < 3:
+        raise _core.ShapeError(f"instance_norm: expected (N, C, ...) with spatial dims, got {tuple(input.shape)}")
+    dims = tuple(range(2, input.dim()))
+    shape = (1, input.shape[1]) + (1,) * len(dims)
+    if use_input_stats:
+        mean = input.mean(dims, keepdim=True)
+        var = input.var(dims, keepdim=True, correction=0)
+        if running_mean is not None:
+            n = 1
+            for d in dims:
+                n *= input.shape[d]
+            with _no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.mean(0).reshape(-1) * momentum)
+                running_var.mul_(1 - momentum).add_(var.mean(0).reshape(-1) * (momentum * n / max(n - 1, 1)))
+    else:
+        mean, var = running_mean.reshape(*shape), running_var.reshape(*shape)
+    out = (input - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(*shape)
+    return out if bias is None else out + bias.reshape(*shape)
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,5 +1,5 @@
-"""fg.optim: SGD, Adam and AdamW with param groups, their updates fused C++ update ops; RMSprop
-and Adagrad, their updates composed from in-place ops per parameter.
+"""fg.optim: SGD, Adam and AdamW with param groups, their updates fused C++ update ops; RMSprop,
+Adagrad and Adadelta, their updates composed from in-place ops per parameter; LBFGS (step(closure)).
 
 Each step makes one C++ call per param group (SGD, Adam, AdamW). State (momentum buffers, Adam
 moments, step counters) and hyper-parameters live in tensors on the parameters' device: a step
@@ -13,7 +13,7 @@ from .. import _core
 from .._grad_mode import no_grad
 from . import lr_scheduler
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "lr_scheduler"]
 
 
 def _invalid(message):
@@ -402,3 +402,41 @@ class Adagrad(_Composed):
             g = g + p * h[2]
         total.add_(g * g)
         p.sub_(g / (total.sqrt() + h[3]) * clr)
+
+
+class Adadelta(_Composed):
+    """Adadelta (Zeiler), PyTorch's form: square_avg = rho * square_avg + (1 - rho) * g^2, the update
+    delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g, acc_delta = rho * acc_delta +
+    (1 - rho) * delta^2, p -= lr * delta; L2 weight decay added to g."""
+
+    _state_keys = ("square_avg", "acc_delta")
+    _hyper_slots = ("lr", "rho", "eps", "weight_decay")
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None):
+        self.foreach = foreach is not False
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+
+    def _validate(self, group):
+        super()._validate(group)
+        if not (0 <= group["rho"] <= 1 and group["eps"] >= 0 and group["weight_decay"] >= 0):
+            raise _invalid(f"Adadelta: need 0 <= rho <= 1 and eps, weight_decay >= 0, got rho={group['rho']}, "
+                           f"eps={group['eps']}, weight_decay={group['weight_decay']}")
+
+    def _init_state(self, p, group):
+        return {key: _core.zeros(*p.shape, dtype=p.dtype, device=p.device) for key in self._state_keys}
+
+    def _hyper_values(self, index, group):
+        return [group["lr"], group["rho"], group["eps"], group["weight_decay"]]
+
+    def _apply(self, p, g, state, h64, h, group):
+        square_avg, acc_delta = state
+        lr, rho, eps, wd = h[0], h[1], h[2], h[3]
+        if group["weight_decay"] != 0:
+            g = g + p * wd
+        square_avg.mul_(rho).add_(g * g * (1 - rho))
+        delta = (acc_delta + eps).sqrt() / (square_avg + eps).sqrt() * g
+        acc_delta.mul_(rho).add_(delta * delta * (1 - rho))
+        p.sub_(delta * lr)
+
+
+from .lbfgs import LBFGS  # noqa: E402  (it builds on Optimizer above)

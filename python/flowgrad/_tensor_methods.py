@@ -1,0 +1,94 @@
+"""Tensor methods and functions PyTorch training scripts use, over flowgrad's ops: view_as, mm,
+nelement, unique, is_cuda, .data, type(dtype). Installed on fg.Tensor at import."""
+from . import _core
+from ._grad_mode import no_grad
+
+__all__ = ["mm", "unique"]
+
+Tensor = _core.Tensor
+
+_TYPE_NAMES = {
+    _core.float32: "FloatTensor", _core.float64: "DoubleTensor", _core.float16: "HalfTensor",
+    _core.bfloat16: "BFloat16Tensor", _core.int64: "LongTensor", _core.int32: "IntTensor",
+    _core.int16: "ShortTensor", _core.int8: "CharTensor", _core.uint8: "ByteTensor", _core.bool: "BoolTensor",
+}
+
+
+def mm(input, mat2):
+    """The matrix product of two 2-D tensors (matmul restricted to matrices, as PyTorch's mm)."""
+    if not isinstance(input, Tensor) or not isinstance(mat2, Tensor):
+        raise TypeError(f"mm: expected two fg.Tensors, got {type(input).__name__} and {type(mat2).__name__}")
+    if input.dim() != 2 or mat2.dim() != 2:
+        raise _core.ShapeError(f"mm: expected two 2-D tensors, got shapes {tuple(input.shape)} and {tuple(mat2.shape)}")
+    return _core.matmul(input, mat2)
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002  (PyTorch's name)
+    """The distinct values of input, ascending (sorted=False gives the same order), as a 1-D
+    tensor; with return_inverse, each element's index into them (input's shape); with
+    return_counts, how often each occurs. One sort, then the run starts; reading their number is
+    one host sync, as in PyTorch."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"unique: input must be an fg.Tensor, got {type(input).__name__}")
+    flat = input.reshape(-1)
+    keys = flat.to(dtype=_core.int64) if flat.dtype == _core.bool else flat
+    with no_grad():
+        values, order = _core.sort(keys, 0)
+        n = values.shape[0]
+        first = _core.ones(min(n, 1), dtype=_core.bool, device=flat.device)
+        starts = _core.cat([first, values.narrow(0, 1, n - 1) != values.narrow(0, 0, n - 1)], 0) if n else first
+        distinct = values[starts].to(dtype=input.dtype)
+        out = [distinct]
+        group = _core.cumsum(starts.to(dtype=_core.int64), 0) - 1
+        if return_inverse:
+            inverse = _core.zeros(n, dtype=_core.int64, device=flat.device)
+            out.append(_core.scatter_add(inverse, 0, order, group).reshape(*input.shape))
+        if return_counts:
+            counts = _core.zeros(distinct.shape[0], dtype=_core.int64, device=flat.device)
+            out.append(_core.scatter_add(counts, 0, group, _core.ones(n, dtype=_core.int64, device=flat.device)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _type(self, dtype=None, non_blocking=False):
+    """Without dtype: the type's name, 'flowgrad.FloatTensor' ('flowgrad.cuda.FloatTensor' on a GPU).
+    With a dtype (or such a name, 'torch.LongTensor' too): self converted to it, self itself when
+    it has that dtype already; a name with '.cuda.' also moves it to the GPU."""
+    if dtype is None:
+        return "flowgrad." + ("cuda." if self.is_cuda else "") + _TYPE_NAMES[self.dtype]
+    if isinstance(dtype, str):
+        name = dtype.rsplit(".", 1)[-1]
+        found = [d for d, n in _TYPE_NAMES.items() if n == name]
+        if not found:
+            raise _core.InvalidArgumentError(f"type: unknown tensor type {dtype!r}; expected a dtype or one of "
+                                             f"{sorted(_TYPE_NAMES.values())}")
+        device = "cuda" if ".cuda." in dtype else "cpu"
+        if found[0] == self.dtype and str(self.device).split(":")[0] == device:
+            return self
+        return self.to(device=device, dtype=found[0])
+    if not isinstance(dtype, _core.dtype):
+        raise TypeError(f"type: expected a dtype or a type name, got {type(dtype).__name__}")
+    return self if dtype == self.dtype else self.to(dtype=dtype)
+
+
+def _set_data(self, value):
+    """t.data = v copies v's values in without autograd seeing it (PyTorch swaps the storage; here
+    the shape and dtype must match, so views of t see the new values)."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"Tensor.data: expected an fg.Tensor, got {type(value).__name__}")
+    if tuple(value.shape) != tuple(self.shape) or value.dtype != self.dtype:
+        raise _core.ShapeError(f"Tensor.data: assigning {tuple(value.shape)} {value.dtype!r} to a tensor of "
+                               f"{tuple(self.shape)} {self.dtype!r}; flowgrad copies in place, so both must match")
+    with no_grad():
+        self.detach().copy_(value)
+
+
+Tensor.mm = mm
+Tensor.unique = unique
+Tensor.type = _type
+Tensor.view_as = lambda self, other: self.view(*other.shape)
+Tensor.view_as.__doc__ = "A view of self with other's shape."
+Tensor.nelement = lambda self: self.numel()
+Tensor.nelement.__doc__ = "The number of elements (numel)."
+Tensor.is_cuda = property(lambda self: self.device.type == "cuda", doc="Whether the tensor lives on a GPU.")
+Tensor.data = property(lambda self: self.detach(), _set_data,
+                       doc="The values without autograd history, sharing memory (detach()); assignable.")

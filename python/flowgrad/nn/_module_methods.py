@@ -1,0 +1,37 @@
+"""Module methods as PyTorch has them: parameters() an iterator (next(m.parameters()) is
+idiomatic; list(...) for a list), zero_grad(set_to_none=), add_module. Installed on fg.nn.Module."""
+from .. import _core
+from .._grad_mode import no_grad
+
+_parameter_list = _core.Module.parameters
+_grads_to_none = _core.Module.zero_grad
+
+
+def parameters(self, recurse=True):
+    """The parameters, in definition order (shared ones once), as an iterator."""
+    return iter(_parameter_list(self, recurse))
+
+
+def zero_grad(self, set_to_none=True):
+    """Drops every parameter's .grad (set_to_none=False: fills the gradients with zeros in place)."""
+    if set_to_none:
+        _grads_to_none(self)
+        return
+    with no_grad():
+        for p in _parameter_list(self, True):
+            if p.grad is not None:
+                p.grad.zero_()
+
+
+def add_module(self, name, module):
+    """Registers module as a child under name (register_module)."""
+    if not isinstance(name, str):
+        raise TypeError(f"add_module: name must be a string, got {type(name).__name__}")
+    if module is not None and not isinstance(module, _core.Module):
+        raise TypeError(f"add_module: {type(module).__name__} is not an fg.nn.Module")
+    self.register_module(name, module)
+
+
+_core.Module.parameters = parameters
+_core.Module.zero_grad = zero_grad
+_core.Module.add_module = add_module
