@@ -19,6 +19,16 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def four_threads():
+    """Four pool threads for the test, more than this machine's cores (column sums split their rows
+    too; a graph level's branches run on pool workers), then the count from before."""
+    before = fg.get_num_threads()
+    fg.set_num_threads(4)
+    yield
+    fg.set_num_threads(before)
+
+
 def make(rng, shape, dtype=np.float64, low=-2.0, high=2.0):
     """Random array of `shape`; integers in [low, high)."""
     if np.issubdtype(dtype, np.integer):

@@ -70,7 +70,7 @@ py::list explain(const plan::Plan& p);
 
 void bind_plan(py::module_& m) {
   auto pm = m.def_submodule("plan", "Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).");
-  py::class_<plan::Tracer>(pm, "Tracer", "Records every op call while alive (use as a context manager), tracing shapes only: "
+  py::class_<plan::Tracer>(pm, "Tracer", "Records every op call of this thread while alive (use as a context manager), tracing shapes only: "
                                   "values computed from anything but constants made during the trace are shape-only "
                                   "tensors (no kernel runs, no in-place write is made; reading their values raises).")
       .def(py::init<>())

@@ -17,9 +17,9 @@ void bind_streams(py::module_& cuda);  // bind_streams.cpp
 void bind_runtime(py::module_& m) {
   m.def("is_grad_enabled", &grad_enabled, "Whether ops record autograd history on this thread.");
   m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"), "Turns recording on or off for this thread.");
-  m.def("is_anomaly_enabled", &anomaly_enabled, "Whether anomaly detection is on.");
+  m.def("is_anomaly_enabled", &anomaly_enabled, "Whether anomaly detection is on for this thread.");
   m.def("set_anomaly_enabled", &set_anomaly_enabled, py::arg("enabled"),
-        "Checks every op output and gradient for NaN/Inf and names the first op that makes one.");
+        "Checks every op output and gradient of this thread for NaN/Inf and names the first op that makes one.");
   m.def("grad", [](const Tensors& outputs, const Tensors& inputs, const py::object& grad_outputs,
                    bool retain_graph, bool create_graph, bool allow_unused) {
     Tensors given;

@@ -30,7 +30,8 @@ class detect_anomaly:
     """Inside this block every op output and gradient is checked for NaN/Inf; the first one
     raises fg.InvalidArgumentError naming the op (forward) or the op whose backward made it.
     Every floating dtype on every device is checked (one reduction and one host read per
-    tensor: on CUDA each check synchronises, as a debugging mode may)."""
+    tensor: on CUDA each check synchronises, as a debugging mode may). Like fg.no_grad it holds
+    for this thread, and for the parallel branches of the graphs it calls."""
 
     def __enter__(self):
         self._previous = _core.is_anomaly_enabled()

@@ -164,5 +164,49 @@ TEST(ModeStack, ResidentKindsCannotTakeATraceMode) {
   EXPECT_THROW(install_mode(ModeKind::Trace, &r), std::exception);
 }
 
+// The trace stack is per thread: an op of another thread neither reaches a trace mode nor follows
+// its dispatch, unless that thread runs under a ContextGuard of this thread's context.
+TEST(ModeStack, ATraceModeSeesOnlyItsOwnThreadAndThreadsUnderItsContext) {
+  std::vector<std::string> log;
+  Recorder mine(&log, "");
+  Tensor a = Tensor::empty({1}, DType::Float32, cpu_device());
+  ModeGuard on(&mine);
+  std::thread([&] { run_op(op_def(OpId::exp), {a}); }).join();
+  EXPECT_TRUE(log.empty());
+  const ExecContext caller = context();
+  std::thread([&] {
+    {
+      ContextGuard inherit(caller);
+      run_op(op_def(OpId::neg), {a});
+    }
+    run_op(op_def(OpId::exp), {a});  // the guard gave the thread its own context back
+  }).join();
+  EXPECT_EQ(log, std::vector<std::string>{"neg"});
+}
+
+TEST(ExecContext, ContextGuardInstallsEveryFieldAndRestoresThem) {
+  ExecContext other = context();
+  other.grad_enabled = !other.grad_enabled;
+  other.anomaly = true;
+  other.rng_stream = RngState{9, 4};
+  other.autocast[0] = AutocastState{true, DType::Float16};
+  other.streams[1] = 42;
+  ExecContext before = context();
+  {
+    ContextGuard guard(other);
+    EXPECT_EQ(context().grad_enabled, other.grad_enabled);
+    EXPECT_TRUE(context().anomaly);
+    EXPECT_EQ(rng_reserve(3), 4u);
+    EXPECT_TRUE(context().autocast[0].enabled);
+    EXPECT_EQ(context().streams[1], 42u);
+  }
+  EXPECT_EQ(context().grad_enabled, before.grad_enabled);
+  EXPECT_EQ(context().anomaly, before.anomaly);
+  EXPECT_EQ(context().rng_stream.has_value(), before.rng_stream.has_value());
+  EXPECT_EQ(context().autocast[0].enabled, before.autocast[0].enabled);
+  EXPECT_EQ(context().streams[1], before.streams[1]);
+  EXPECT_EQ(context().modes, before.modes);
+}
+
 }  // namespace
 }  // namespace fg

@@ -12,15 +12,6 @@ F = fg.nn.functional
 ACTIVATIONS = {"relu": fg.relu, "tanh": fg.tanh, "sigmoid": fg.sigmoid, "silu": fg.silu}
 
 
-@pytest.fixture
-def four_threads():
-    """More pool threads than column blocks, so that column sums also split their rows."""
-    before = fg.get_num_threads()
-    fg.set_num_threads(4)
-    yield
-    fg.set_num_threads(before)
-
-
 def every_other(a):
     """A tensor with a's values at stride 2 in the last dim: strided whatever a's shape."""
     return fg.tensor(np.stack([a, a], axis=-1))[..., 0]

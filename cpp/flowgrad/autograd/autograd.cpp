@@ -16,7 +16,6 @@
 namespace fg {
 namespace {
 
-std::atomic<bool> g_anomaly{false};
 std::atomic<uint64_t> g_sequence{0};
 // The node whose backward rule is running on this thread: ops it calls are reported as its backward.
 thread_local const Node* t_backward_node = nullptr;
@@ -30,15 +29,11 @@ AutogradMeta& meta(const Tensor& t) {
 // detect_anomaly's scan, through ops on any device: x - x is 0 wherever x is finite and NaN where
 // it is NaN or +-inf, so one sum says whether t holds either (one host read). The scan's own ops
 // are not scanned.
-thread_local bool t_scanning = false;
 void check_finite(const Tensor& t, const char* op, const char* phase, size_t index) {
-  if (t_scanning || !t.defined() || !is_floating(t.dtype()) || t.storage()->is_shape_only()) return;
+  if (context().scanning || !t.defined() || !is_floating(t.dtype()) || t.storage()->is_shape_only()) return;
   bool finite;
   {
-    t_scanning = true;
-    struct Reset {
-      ~Reset() { t_scanning = false; }
-    } reset;
+    AnomalyScan scanning(true);
     GradModeGuard no_grad(false);
     finite = std::isfinite(item(sum(t - t, {}, false)));
   }
@@ -89,7 +84,7 @@ void watch_version(Node& node, const Tensor& t, bool output, int index) {
 // in-place op's input 0 is out[0] (its autograd identity, not yet moved to this node); `in[0]`
 // holds its values from before the write, or nothing (see run_op).
 void record(const OpDef& op, TensorList in, Tensors& out, const Attrs& attrs) {
-  if (g_anomaly.load())
+  if (context().anomaly)
     for (size_t i = 0; i < out.size(); ++i)
       check_finite(out[i], t_backward_node ? t_backward_node->name() : op.name, t_backward_node ? "backward" : "forward", i);
   Tensors in_place_inputs;
@@ -302,7 +297,7 @@ class Engine {
       const Edge& e = node->next[i];
       Tensor g = std::move(input_grads[i]);  // sole owner unless the rule shared it
       if (g.defined() && e.defined()) {
-        if (g_anomaly.load()) check_finite(g, node->name(), "backward", i);
+        if (context().anomaly) check_finite(g, node->name(), "backward", i);
         const TensorSpec& s = node->input_specs[i];
         FG_CHECK(g.shape() == s.shape, Runtime, "internal error: backward of '", node->name(),
                  "' returned a gradient of shape ", to_string(g.shape()), " for input ", i,
@@ -481,8 +476,8 @@ Tensors record_custom(const std::string& name, const Tensors& inputs, const Tens
 
 bool grad_enabled() { return context().grad_enabled; }
 void set_grad_enabled(bool enabled) { context().grad_enabled = enabled; }
-bool anomaly_enabled() { return g_anomaly.load(); }
-void set_anomaly_enabled(bool enabled) { g_anomaly = enabled; }
+bool anomaly_enabled() { return context().anomaly; }
+void set_anomaly_enabled(bool enabled) { context().anomaly = enabled; }
 
 const Node* running_backward() { return t_backward_node; }
 

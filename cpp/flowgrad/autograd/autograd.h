@@ -96,6 +96,8 @@ void set_grad_enabled(bool enabled);  // the Python fg.set_grad_enabled; C++ tak
 // GradModeGuard (core/context.h) sets this thread's grad mode for a scope, exceptions included:
 // the one way C++ code switches recording on or off.
 
+// Anomaly mode of this thread (fg.autograd.detect_anomaly); a parallel graph level's branches take
+// the caller's.
 bool anomaly_enabled();
 void set_anomaly_enabled(bool enabled);
 

@@ -1,7 +1,7 @@
 // How a switch and a while_/until loop decide. Eagerly the graph reads the selector or the halt
-// value on the host. A compile tracer installs a ControlFlow instead: it traces every branch (or
-// the loop's body and halt) as blocks of one branch instruction, so the compiled plan decides
-// at run time (plan/branch_trace.cpp).
+// value on the host. A compile tracer is a ControlFlow too: it traces every branch (or the loop's
+// body and halt) as blocks of one branch instruction, so the compiled plan decides at run time
+// (plan/branch_trace.cpp).
 #pragma once
 #include <functional>
 #include <string>
@@ -39,9 +39,9 @@ class ControlFlow {
   virtual Tensor run_loop(const LoopCall& c) = 0;
 };
 
-// The installed one (a compile tracer), or null: eager decisions. Levels run one node at a time
-// while one is installed, so each construct is traced as a whole.
+// The innermost trace mode of this thread that is a ControlFlow (a compile tracer), or null: eager
+// decisions. Levels run one node at a time while a trace mode is on (ops/dispatch.h: tracing()), so
+// each construct is traced as a whole.
 ControlFlow* control_flow();
-void set_control_flow(ControlFlow* cf);
 
 }  // namespace fg::graph

@@ -1,7 +1,6 @@
 #include "flowgrad/graph/graph.h"
 
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <optional>
 #include <sstream>
@@ -10,6 +9,7 @@
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/stream.h"
 #include "flowgrad/graph/control_flow.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
 #include "flowgrad/base/parallel.h"
 
@@ -19,7 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 ReleaseInterpreter g_release = nullptr;
-std::atomic<ControlFlow*> g_control_flow{nullptr};
 CheckInterrupt g_interrupt = nullptr;
 DefaultLog g_default_log = nullptr;
 
@@ -55,8 +54,7 @@ std::string dot_escape(const std::string& s) {
 }  // namespace
 
 void set_release_interpreter(ReleaseInterpreter fn) { g_release = fn; }
-ControlFlow* control_flow() { return g_control_flow.load(); }
-void set_control_flow(ControlFlow* cf) { g_control_flow = cf; }
+ControlFlow* control_flow() { return innermost_trace_as<ControlFlow>(); }
 void set_interrupt_check(CheckInterrupt fn) { g_interrupt = fn; }
 void set_default_log(DefaultLog fn) { g_default_log = fn; }
 
@@ -482,7 +480,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   // sequential execution exactly.
   RngState base = rng_state();
   set_rng_state({base.seed, base.offset + 1});
-  bool grad = grad_enabled();
+  const ExecContext caller = context();  // each task runs under it: autocast, grad and anomaly modes...
   std::vector<std::exception_ptr> errors(ids.size());
   // On CUDA each branch queues its kernels on a stream of its own, forked from and joined to the
   // caller's current stream (cuda/stream.h), so the branches also overlap on the GPU.
@@ -491,7 +489,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   std::optional<cuda::Fork> fork;
   if (x0 && x0->defined() && x0->device().is_cuda()) fork.emplace(x0->device().index, static_cast<int>(ids.size()));
   auto task = [&](int i) {
-    GradModeGuard mode(grad);
+    ContextGuard inherit(caller);
     std::optional<cuda::DeviceGuard> on_device;  // a pool thread's current device is cuda:0
     std::optional<cuda::StreamGuard> on_branch;
     if (fork) on_device.emplace(fork->device()), on_branch.emplace(fork->device(), fork->branch(i));
@@ -502,7 +500,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
       errors[i] = std::current_exception();
     }
   };
-  if (parallel_ && pool_threads() > 1 && !in_parallel_region() && !control_flow()) {
+  if (parallel_ && pool_threads() > 1 && !in_parallel_region() && !tracing()) {
     std::shared_ptr<void> released = g_release ? g_release() : nullptr;
     SingleThreadedBlas blas;  // one BLAS thread per branch; the branches are the parallelism
     detail::run_tasks(static_cast<int>(ids.size()), [](void* ctx, int i) { (*static_cast<decltype(task)*>(ctx))(i); },

@@ -1,6 +1,6 @@
-// Which module is running: a plan's tracer (plan/trace.cpp) installs an observer told of every
-// module call while it traces, to say which module each traced op came from. Nothing is
-// observed when no tracer is active (one null check per module call).
+// Which module is running: a plan's tracer (plan/trace.cpp) is also an observer told of every
+// module call of its thread while it traces, to say which module each traced op came from.
+// Nothing is observed when no tracer is active (one null check per module call).
 #pragma once
 
 namespace fg::nn {
@@ -14,8 +14,7 @@ class CallObserver {
   virtual void leave() = 0;
 };
 
-void set_call_observer(CallObserver* observer);  // null: none
-CallObserver* call_observer();
+CallObserver* call_observer();  // this thread's innermost trace mode that is one, or null
 
 // Tells the observer (if any) that `m` runs for this scope's lifetime.
 struct CallScope {

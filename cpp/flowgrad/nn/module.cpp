@@ -1,13 +1,13 @@
 #include "flowgrad/nn/module.h"
 
 #include <algorithm>
-#include <atomic>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/nn/call_scope.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
 
 namespace fg::nn {
@@ -73,12 +73,7 @@ Tensors Module::operator()(const Tensors& inputs) {
   return forward(inputs);
 }
 
-namespace {
-std::atomic<CallObserver*> g_call_observer{nullptr};
-}  // namespace
-
-void set_call_observer(CallObserver* observer) { g_call_observer.store(observer); }
-CallObserver* call_observer() { return g_call_observer.load(std::memory_order_relaxed); }
+CallObserver* call_observer() { return innermost_trace_as<CallObserver>(); }
 
 std::vector<Module::TreeEntry> Module::tree() const {
   std::vector<TreeEntry> out, stack{{this, -1, nullptr, 0}};

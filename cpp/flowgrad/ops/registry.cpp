@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -14,13 +13,15 @@
 namespace fg {
 namespace {
 
-// One stack per mode kind, innermost on top (linked through DispatchMode::outer_).
-std::array<std::atomic<DispatchMode*>, kModeKinds> g_modes{};
-std::mutex g_modes_mutex;  // changes to every stack, and walks of the trace stack
-
-std::atomic<DispatchMode*>& top(ModeKind kind) { return g_modes[static_cast<size_t>(kind)]; }
-std::atomic<uint64_t> g_shape_only_from{0};  // see set_shape_only_trace
 std::atomic<uint64_t> g_kernel_calls{0};
+
+DispatchMode* top(const ExecContext& c, ModeKind kind) { return c.modes[static_cast<size_t>(kind)]; }
+
+// Calls f on each mode of `kind` on this thread, innermost first; an empty stack costs one load.
+template <class F>
+void each_mode(const ExecContext& c, ModeKind kind, F&& f) {
+  for (DispatchMode* mode = top(c, kind); mode; mode = mode->outer()) f(*mode);
+}
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (in.empty()) return attrs.get<Device>("device");
@@ -73,52 +74,26 @@ Tensors run_kernel(const OpDef& op, Kernel kernel, const KernelEnv& env, Device 
 // NumPy's same_kind casting: bool -> integer -> floating, never back.
 int kind_rank(DType dt) { return dt == DType::Bool ? 0 : is_integral(dt) ? 1 : 2; }
 
-}  // namespace
-
-// Calls f on each mode of `kind`, innermost first. Resident kinds are walked without the lock
-// (their modes are never removed); an empty stack costs one load.
-struct ModeWalk {
-  template <class F>
-  static void each(ModeKind kind, F&& f) {
-    DispatchMode* mode = top(kind).load(std::memory_order_acquire);
-    if (!mode) return;
-    if (kind != ModeKind::Trace) {
-      for (; mode; mode = mode->outer_) f(*mode);
-      return;
-    }
-    std::lock_guard<std::mutex> lock(g_modes_mutex);
-    for (mode = top(kind).load(); mode; mode = mode->outer_) f(*mode);
-  }
-};
-
-namespace {
-
 // The modes after a kernel: autograd sees `recorded_in` (an in-place op's input 0 as it was
 // before the write), the trace the inputs as passed.
-void after_op(const OpDef& op, TensorList recorded_in, TensorList traced_in, Tensors& out, const Attrs& attrs) {
-  ModeWalk::each(ModeKind::Autograd, [&](DispatchMode& m) { m.after(op, recorded_in, out, attrs); });
-  ModeWalk::each(ModeKind::Trace, [&](DispatchMode& m) { m.after(op, traced_in, out, attrs); });
+void after_op(const ExecContext& c, const OpDef& op, TensorList recorded_in, TensorList traced_in, Tensors& out,
+              const Attrs& attrs) {
+  each_mode(c, ModeKind::Autograd, [&](DispatchMode& m) { m.after(op, recorded_in, out, attrs); });
+  each_mode(c, ModeKind::Trace, [&](DispatchMode& m) { m.after(op, traced_in, out, attrs); });
 }
 
-// Whether a call runs its kernel, or only applies its shape rule (fg.compile's trace).
-enum class Dispatch : uint8_t { Kernel, ShapesOnly };
+// A traced value kept past its trace has no bytes to compute with.
+void check_has_data(const OpDef& op, TensorList in) {
+  for (size_t i = 0; i < in.size(); ++i)
+    FG_CHECK(!in[i].storage()->is_shape_only(), Value, op.name, ": input ", i, " (", describe(in[i]), ") is a "
+             "shape-only value from fg.compile's trace and has no data; keep no traced value past the compile");
+}
 
-// While fg.compile traces (see set_shape_only_trace), only calls that can make a folded constant
-// run their kernel; the others only apply their shape rule.
-Dispatch dispatch_of(const OpDef& op, TensorList in) {
-  uint64_t from = g_shape_only_from.load(std::memory_order_relaxed);
-  if (from == 0) {  // a traced value kept past its trace has no bytes to compute with
-    for (size_t i = 0; i < in.size(); ++i)
-      FG_CHECK(!in[i].storage()->is_shape_only(), Value, op.name, ": input ", i, " (", describe(in[i]), ") is a "
-               "shape-only value from fg.compile's trace and has no data; keep no traced value past the compile");
-    return Dispatch::Kernel;
-  }
-  if (op.in(Group::View)) return Dispatch::Kernel;
-  if (op.in(Group::Random)) return Dispatch::ShapesOnly;
-  bool constants = std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
-    return !t.storage()->is_shape_only() && t.storage()->serial() >= from;
-  });
-  return constants ? Dispatch::Kernel : Dispatch::ShapesOnly;
+// The innermost trace mode decides; without one the kernel runs.
+Dispatch dispatch_of(const ExecContext& c, const OpDef& op, TensorList in) {
+  if (DispatchMode* trace = top(c, ModeKind::Trace)) return trace->dispatch(op, in);
+  check_has_data(op, in);
+  return Dispatch::Kernel;
 }
 
 // Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
@@ -126,8 +101,8 @@ Dispatch dispatch_of(const OpDef& op, TensorList in) {
 // memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
 // ShapesOnly (tracing) checks and records the write without making it.
 
-Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, TensorList in, const Specs& specs,
-                     const Attrs& attrs, Dispatch dispatch) {
+Tensors run_in_place(const ExecContext& c, const OpDef& op, Kernel kernel, const KernelEnv& env, TensorList in,
+                     const Specs& specs, const Attrs& attrs, Dispatch dispatch) {
   const Tensor& target = in[0];
   check_writable(target, op.name);
   FG_CHECK(specs[0].shape == target.shape(), Shape, op.name, ": the result has shape ",
@@ -135,7 +110,7 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, Tenso
   FG_CHECK(kind_rank(specs[0].dtype) <= kind_rank(target.dtype()), DType, op.name, ": the result type ",
            dtype_name(specs[0].dtype), " cannot be written in place into ", describe(target));
   Tensor original;  // input 0's values before the write, when a check keeps them
-  ModeWalk::each(ModeKind::InPlaceCheck, [&](DispatchMode& m) {
+  each_mode(c, ModeKind::InPlaceCheck, [&](DispatchMode& m) {
     if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
   });
   if (dispatch == Dispatch::Kernel) {
@@ -159,7 +134,7 @@ Tensors run_in_place(const OpDef& op, Kernel kernel, const KernelEnv& env, Tenso
   Tensors out{target};
   Tensors recorded = in.vec();
   recorded[0] = original;
-  after_op(op, recorded, in, out, attrs);
+  after_op(c, op, recorded, in, out, attrs);
   return out;
 }
 
@@ -169,7 +144,6 @@ KernelEnv current_env(Device device) {
   return {device.is_cuda() ? cuda::current_stream_handle(device.index) : 0, nullptr, allow_tf32()};
 }
 
-void set_shape_only_trace(uint64_t first_serial) { g_shape_only_from = first_serial; }
 uint64_t kernel_calls() { return g_kernel_calls.load(std::memory_order_relaxed); }
 
 std::string Attrs::str() const {
@@ -234,46 +208,52 @@ std::span<const OpDef* const> all_ops() {
   return ops;
 }
 
-void install_mode(ModeKind kind, DispatchMode* mode) {
-  FG_CHECK(kind != ModeKind::Trace, Runtime, "internal error: trace modes are pushed by a ModeGuard");
-  std::lock_guard<std::mutex> lock(g_modes_mutex);
-  mode->outer_ = top(kind).load();
-  top(kind).store(mode, std::memory_order_release);
+Dispatch DispatchMode::dispatch(const OpDef& op, TensorList in) {
+  check_has_data(op, in);
+  return Dispatch::Kernel;
 }
 
-ModeGuard::ModeGuard(DispatchMode* mode) : mode_(mode) {
-  std::lock_guard<std::mutex> lock(g_modes_mutex);
-  mode->outer_ = top(ModeKind::Trace).load();
-  top(ModeKind::Trace).store(mode, std::memory_order_release);
+void install_mode(ModeKind kind, DispatchMode* mode) {
+  FG_CHECK(kind != ModeKind::Trace, Runtime, "internal error: trace modes are pushed by a ModeGuard");
+  DispatchMode*& resident = resident_modes()[static_cast<size_t>(kind)];
+  mode->outer_ = resident;
+  resident = mode;
+  context().modes[static_cast<size_t>(kind)] = mode;  // this thread's context may predate the install
+}
+
+ModeGuard::ModeGuard(DispatchMode* mode) : context_(context()), mode_(mode) {
+  DispatchMode*& head = context_.modes[static_cast<size_t>(ModeKind::Trace)];
+  mode->outer_ = head;
+  head = mode;
 }
 
 ModeGuard::~ModeGuard() {  // guards may end out of order (a tracer stopped early): unlink, wherever it is
-  std::lock_guard<std::mutex> lock(g_modes_mutex);
-  std::atomic<DispatchMode*>& head = top(ModeKind::Trace);
-  if (head.load() == mode_) {
-    head.store(mode_->outer_);
+  DispatchMode*& head = context_.modes[static_cast<size_t>(ModeKind::Trace)];
+  if (head == mode_) {
+    head = mode_->outer_;
     return;
   }
-  for (DispatchMode* m = head.load(); m; m = m->outer_)
+  for (DispatchMode* m = head; m; m = m->outer_)
     if (m->outer_ == mode_) m->outer_ = mode_->outer_;
 }
 
 void notify_host_read(const Tensor& t, const char* what) {
-  ModeWalk::each(ModeKind::Trace, [&](DispatchMode& m) { m.on_host_read(t, what); });
+  each_mode(context(), ModeKind::Trace, [&](DispatchMode& m) { m.on_host_read(t, what); });
 }
 
 
 Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
+  const ExecContext& c = context();
   Device device = op_device(op, in, attrs);
   std::optional<Tensors> replaced;
-  ModeWalk::each(ModeKind::Autocast, [&](DispatchMode& m) {
+  each_mode(c, ModeKind::Autocast, [&](DispatchMode& m) {
     if (!replaced) replaced = m.replace_inputs(op, in, device);
   });
   if (replaced) return run_op(op, *replaced, attrs);
   // Before the shape rule: some rules read values (nonzero's count) and must only see host data.
   FG_CHECK(device.is_cpu() || op.cuda || op.in(Group::View), Device, op.name, ": no kernel for ", device.str(), " (",
            cuda_missing_reason(op), ")");
-  Dispatch dispatch = dispatch_of(op, in);
+  Dispatch dispatch = dispatch_of(c, op, in);
   FG_CHECK(!(dispatch == Dispatch::ShapesOnly && op.in(Group::DataDependent)), Value, "compile: '", op.name,
            "' has an output shape that depends on its input values; plans need static shapes");
   Specs specs = op.shape_rule(in, attrs);
@@ -281,7 +261,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (device.is_cuda()) on_device.emplace(device.index);
   const KernelEnv env = current_env(device);  // after the guard: the stream of the op's device
   if (op.in(Group::InPlace))
-    return run_in_place(op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
+    return run_in_place(c, op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs(i)) check_writable(in[i], op.name);
   Tensors out;
@@ -298,7 +278,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   }
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs(i)) bump_version(in[i]);
-  after_op(op, in, in, out, attrs);
+  after_op(c, op, in, in, out, attrs);
   return out;
 }
 

@@ -243,13 +243,6 @@ inline Tensor run_op1(const OpDef& op, TensorList in, const Attrs& attrs = {}) {
 // Tells the trace modes (ops/dispatch.h) that `what` reads t's values on the host (item, numpy...).
 void notify_host_read(const Tensor& t, const char* what);
 
-// Shape-only tracing (fg.compile's tracer turns it on; storages with a serial >= first_serial
-// were made during the trace; 0 turns it off). While on, run_op runs a kernel only for an op
-// that can be a folded constant: not random, every input real memory made during the trace
-// (creation ops and what is computed from them only; views always run, they copy nothing).
-// Every other call applies the shape rule and is recorded: its outputs are shape-only tensors
-// and an in-place write (optimizer update, running statistics, all_reduce_) is not made.
-void set_shape_only_trace(uint64_t first_serial);
 // How many kernels run_op has called in this process (tests check that a trace calls none).
 uint64_t kernel_calls();
 

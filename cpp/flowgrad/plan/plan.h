@@ -2,7 +2,7 @@
 // kernel calls over buffers whose bytes are planned once in one arena per device.
 //
 // Pipeline: trace.cpp records every run_op call while a step is traced once on shape-only
-// tensors (no kernel runs but those that make folded constants; see set_shape_only_trace);
+// tensors (no kernel runs but those that make folded constants; see Tracer::dispatch);
 // build.cpp turns the calls into a Program (program.h: buffers as declarations, instructions,
 // regions with blocks, fused runs as instructions); passes/ map Program to Program (one table,
 // pipeline.cpp); memory.cpp plans the arena from the def/use analysis (analysis.h) and an
@@ -22,7 +22,6 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -81,20 +80,23 @@ struct TracedBranch {
   int id = -1;      // set by the builder
 };
 
-// While alive, records every op call (from any thread) and every host read of a tensor, with
-// run_op tracing shapes only (set_shape_only_trace: a host read of a shape-only value raises), and
-// traces switch and while_/until of FlowBuilder graphs as branches (branch_trace.cpp). Also
-// keeps which module each call came from (as a module call observer) and the source line
+// While alive, the innermost trace mode of the thread that made it (one ModeGuard): records every
+// op call and every host read of a tensor on that thread, with run_op tracing shapes only
+// (dispatch: a host read of a shape-only value raises), and traces switch and while_/until of
+// FlowBuilder graphs as branches (branch_trace.cpp; graphs find it as their ControlFlow). Also
+// keeps which module each call came from (nn finds it as the CallObserver) and the source line
 // `locate` gives at each op and module call (the bindings read the Python stack when the calling
-// thread holds the interpreter; "" keeps the last line, e.g. inside a C++ layer).
+// thread holds the interpreter; "" keeps the last line, e.g. inside a C++ layer). Other threads'
+// ops are neither traced nor affected.
 class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObserver {
  public:
   Tracer();
   ~Tracer() override;
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
-  void stop();  // stops recording (idempotent)
+  void stop();  // stops recording (idempotent); on the thread that made the tracer
 
+  Dispatch dispatch(const OpDef& op, TensorList in) override;
   void on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) override;
   void on_host_read(const Tensor& t, const char* what) override;
   Tensor run_switch(const graph::SwitchCall& c) override;
@@ -128,14 +130,12 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
                         const Tensors& params, const Tensor& grad);
 
   bool active_ = true;
-  std::mutex mutex_;
   std::vector<std::vector<TracedCall>> open_;  // blocks being traced, innermost last
-  graph::ControlFlow* previous_ = nullptr;
-  std::optional<ModeGuard> trace_mode_;  // this tracer on the trace stack while active
-  nn::CallObserver* previous_observer_ = nullptr;
+  std::optional<ModeGuard> trace_mode_;  // this tracer on its thread's trace stack while active
+  std::vector<const nn::Module*> modules_;  // the modules running, innermost last
   std::string source_;
-  int origin();  // the current origin's index (under mutex_)
-  void relocate();  // source_ from locate (under mutex_)
+  int origin();  // the current origin's index
+  void relocate();  // source_ from locate
 };
 
 // Why a host read of t's values inside a compiled step raises.

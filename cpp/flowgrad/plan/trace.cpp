@@ -1,5 +1,5 @@
-// The tracer: an op observer that records every call while a step runs once.
-#include <mutex>
+// The tracer: an op observer that records every call of its thread while a step runs once.
+#include <algorithm>
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/plan/plan.h"
@@ -10,19 +10,9 @@ namespace {
 // A fresh storage's serial: everything made from now on has a larger one.
 uint64_t next_serial() { return Storage::wrap(nullptr, 0, Device{}, [] {})->serial() + 1; }
 
-// The modules running on this thread, innermost last (graph nodes may run on pool threads).
-thread_local std::vector<const nn::Module*> t_modules;
-
 }  // namespace
 
-Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) {
-  set_shape_only_trace(first_serial);
-  trace_mode_.emplace(this);
-  previous_ = graph::control_flow();
-  graph::set_control_flow(this);
-  previous_observer_ = nn::call_observer();
-  nn::set_call_observer(this);
-}
+Tracer::Tracer() : first_serial(next_serial()), rng_start(rng_state()) { trace_mode_.emplace(this); }
 
 Tracer::~Tracer() { stop(); }
 
@@ -31,24 +21,29 @@ void Tracer::stop() {
   active_ = false;
   rng_end = rng_state();
   trace_mode_.reset();
-  set_shape_only_trace(0);
-  graph::set_control_flow(previous_);
-  nn::set_call_observer(previous_observer_);
+}
+
+// Only calls that can make a folded constant run their kernel: not random, every input real memory
+// made during the trace (views always run: they copy nothing). The others only apply their shape
+// rule: their outputs are shape-only tensors and an in-place write is recorded but not made.
+Dispatch Tracer::dispatch(const OpDef& op, TensorList in) {
+  if (op.in(Group::View)) return Dispatch::Kernel;
+  if (op.in(Group::Random)) return Dispatch::ShapesOnly;
+  bool constants = std::all_of(in.begin(), in.end(), [&](const Tensor& t) {
+    return !t.storage()->is_shape_only() && t.storage()->serial() >= first_serial;
+  });
+  return constants ? Dispatch::Kernel : Dispatch::ShapesOnly;
 }
 
 void Tracer::enter(const nn::Module& m) {
-  t_modules.push_back(&m);
-  std::lock_guard<std::mutex> lock(mutex_);
+  modules_.push_back(&m);
   relocate();
 }
 void Tracer::leave() {
-  if (!t_modules.empty()) t_modules.pop_back();
+  if (!modules_.empty()) modules_.pop_back();
 }
 
-void Tracer::note_source() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  relocate();
-}
+void Tracer::note_source() { relocate(); }
 
 void Tracer::relocate() {
   if (!locate) return;
@@ -62,7 +57,7 @@ int Tracer::origin() {
     if (found != node_origins.end()) return found->second;
   }
   std::string module;
-  for (auto it = t_modules.rbegin(); it != t_modules.rend() && module.empty(); ++it) {
+  for (auto it = modules_.rbegin(); it != modules_.rend() && module.empty(); ++it) {
     auto found = module_names.find(*it);
     if (found != module_names.end()) module = found->second;
   }
@@ -71,10 +66,7 @@ int Tracer::origin() {
   return static_cast<int>(origins.size()) - 1;
 }
 
-// Called under the registry's observer lock, so calls from pool threads append one at a time,
-// each after the calls that produced its inputs.
 void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Attrs& attrs) {
-  std::lock_guard<std::mutex> lock(mutex_);
   relocate();
   const int at = origin();
   (open_.empty() ? calls : open_.back()).push_back({&op, attrs, in.vec(), out, nullptr, at});
@@ -82,20 +74,15 @@ void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Att
     if (auto node = t.defined() ? grad_fn(t) : nullptr) node_origins.emplace(node.get(), at);
 }
 
-void Tracer::begin_block() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  open_.emplace_back();
-}
+void Tracer::begin_block() { open_.emplace_back(); }
 
 std::vector<TracedCall> Tracer::end_block() {
-  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TracedCall> block = std::move(open_.back());
   open_.pop_back();
   return block;
 }
 
 void Tracer::add_branch(std::shared_ptr<TracedBranch> branch) {
-  std::lock_guard<std::mutex> lock(mutex_);
   (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch), origin()});
 }
 

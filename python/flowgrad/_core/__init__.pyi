@@ -2189,7 +2189,7 @@ def index_select(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, 
     """
 def is_anomaly_enabled() -> builtins.bool:
     """
-    Whether anomaly detection is on.
+    Whether anomaly detection is on for this thread.
     """
 def is_grad_enabled() -> builtins.bool:
     """
@@ -2353,7 +2353,7 @@ def scatter_add(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex, i
     """
 def set_anomaly_enabled(enabled: builtins.bool) -> None:
     """
-    Checks every op output and gradient for NaN/Inf and names the first op that makes one.
+    Checks every op output and gradient of this thread for NaN/Inf and names the first op that makes one.
     """
 def set_default_dtype(dtype: dtype) -> None:
     """

@@ -96,7 +96,7 @@ class Plan:
         """
 class Tracer:
     """
-    Records every op call while alive (use as a context manager), tracing shapes only: values computed from anything but constants made during the trace are shape-only tensors (no kernel runs, no in-place write is made; reading their values raises).
+    Records every op call of this thread while alive (use as a context manager), tracing shapes only: values computed from anything but constants made during the trace are shape-only tensors (no kernel runs, no in-place write is made; reading their values raises).
     """
     def __enter__(self) -> Tracer:
         ...
