@@ -6,7 +6,9 @@
 #   ./dev.sh test [ARGS]   the same set-up, then builds and tests every configuration this machine
 #                          can build (CPU-only, and CUDA when nvcc exists or FLOWGRAD_CUDA=pypi),
 #                          compiles each C++ file with clang, lists the GPU check's plan, and makes a
-#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. This is
+#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. The CPU
+#                          kernels' tests run again at each instruction-set level below the machine's
+#                          (FLOWGRAD_ISA=generic, avx2). This is
 #                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh build [cpu|cuda]   the set-up, then one configuration built into .venv (no tests)
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
@@ -178,6 +180,22 @@ run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$
   fi
 }
 
+# The CPU kernels' tests again at every instruction-set level below this machine's own (FLOWGRAD_ISA;
+# the whole suite ran at the machine's level): the hand-vectorised loops of each level, the AVX-512
+# GEMM's absence below avx512 and the fused plans' bits (README: FLOWGRAD_ISA).
+ISA_TESTS=(tests/ops/test_elementwise.py tests/ops/test_float32_math.py tests/ops/test_reduce.py tests/ops/test_nn.py
+           tests/ops/test_add_layer_norm.py tests/ops/test_norm_backward.py tests/ops/test_cross_entropy.py
+           tests/ops/test_creation.py tests/ops/test_optim_ops.py tests/ops/test_optim_multi.py
+           tests/ops/test_attention_tile.py tests/ops/test_attention_tile_outputs.py tests/ops/test_attention_fused.py
+           tests/ops/test_attention_masks.py tests/ops/test_sgemm.py tests/ops/test_linear.py tests/ops/test_epilogue_ops.py
+           tests/plan/test_fuse_epilogues.py)
+run_lower_isa_levels() {
+  local level
+  for level in $("$PY" -c 'import flowgrad as fg; print(*fg.build_config()["isa_levels"][:-1])'); do
+    FLOWGRAD_ISA=$level run_pytest "cpu-isa-$level" "${ISA_TESTS[@]}"
+  done
+}
+
 make_wheel() {
   # The CPU-only configuration's build directory, with the scipy-openblas32 library bundled (so
   # the wheel needs no system BLAS; AUTO picks it too, BLAS=system ./dev.sh test does not) and
@@ -263,6 +281,7 @@ case "$command" in
       say "compiling the $config configuration's C++ files with clang (syntax only)"
       "$PY" scripts/clang_syntax_check.py build/*-"$(dir_suffix "$config")"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
+      if [ "$config" = cpu ]; then run_lower_isa_levels; fi
     done
     say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
     "$PY" scripts/gpu_check.py --dry-run || FAILED+=("gpu-check --dry-run")

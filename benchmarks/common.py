@@ -1,15 +1,30 @@
 """Shared benchmark helpers: timing, machine description, JSON results."""
+import atexit
 import datetime
 import json
 import os
 import pathlib
 import platform
 import statistics
+import sys
 import time
 
 import numpy as np
 
 RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def _print_isa():
+    """Every benchmark that ran flowgrad says at its end which instruction-set level its CPU
+    kernels ran at (FLOWGRAD_ISA forces a lower one than the machine's)."""
+    fg = sys.modules.get("flowgrad")
+    if fg is not None:
+        config = fg.build_config()
+        print(f"flowgrad CPU kernels ran at {config['isa']} (FLOWGRAD_ISA; this machine runs "
+              f"{', '.join(config['isa_levels'])}), float32 GEMM: {config['sgemm']}")
+
+
+atexit.register(_print_isa)
 
 
 def best_time(fn, repeat=5, min_time=0.2):
@@ -79,6 +94,7 @@ def machine():
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "flowgrad_threads": fg.get_num_threads(), "blas": fg.blas_name(),
+            "isa": fg.build_config()["isa"], "sgemm": fg.build_config()["sgemm"], "load_average": load_average(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     try:
         import torch

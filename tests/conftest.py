@@ -10,6 +10,11 @@ import pytest
 
 import flowgrad as fg
 
+def pytest_report_header(config):
+    c = fg.build_config()
+    return f"flowgrad CPU kernels at {c['isa']} (FLOWGRAD_ISA; this machine runs {', '.join(c['isa_levels'])})"
+
+
 # Shapes every elementwise test walks through: odd sizes, size-1 and size-0 dims, 0-d.
 ODD_SHAPES = [(45, 65), (7,), (1, 5), (3, 1, 4), (0, 3), ()]
 

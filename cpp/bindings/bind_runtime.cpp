@@ -8,6 +8,7 @@
 #include "flowgrad/cuda/host_sync.h"
 #include "flowgrad/cuda/runtime.h"
 #include "kernels/linalg/gemm.h"
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/linalg/sgemm.h"
 
 namespace fg::py_bind {
@@ -61,13 +62,26 @@ void bind_runtime(py::module_& m) {
     d["blas_config"] = blas.config;
     d["blas_threads"] = blas_threads() == BlasThreads::Pool ? "pool" : "openblas";  // who runs OpenBLAS's jobs
     d["sgemm"] = sgemm_in_use() == Sgemm::Avx512 ? "avx512" : "blas";  // who multiplies float32 matrices
+    d["isa"] = isa_name(cpu_isa());  // the instruction-set level CPU kernels run at (FLOWGRAD_ISA)
+    py::list levels;  // every level FLOWGRAD_ISA may ask for here
+    for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512})
+      if (isa >= cpu_isa_baseline() && isa <= cpu_isa_machine()) levels.append(isa_name(isa));
+    d["isa_levels"] = levels;
     return d;
   }, "How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its "
      "compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when "
      "the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS "
      "(its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: "
-     "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), and "
-     "sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM).");
+     "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), , "
+     "sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM), "
+     "isa: the instruction-set level CPU kernels run at ('generic', 'avx2' or 'avx512'; FLOWGRAD_ISA forces a lower "
+     "one) and isa_levels: every level this machine and build can run.");
+  m.def("_isa_for", [](const std::string& asked, const std::string& machine, const std::string& baseline) {
+    auto level = [](const std::string& name) { return isa_for(name, Isa::Avx512, Isa::Generic); };
+    return std::string(isa_name(isa_for(asked, level(machine), level(baseline))));
+  }, py::arg("asked"), py::arg("machine"), py::arg("baseline") = "generic",
+     "For tests: the level FLOWGRAD_ISA=asked gives on a machine of the level `machine` with a build of the level "
+     "`baseline`; ValueError where it cannot.");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

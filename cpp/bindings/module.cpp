@@ -7,6 +7,7 @@
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/autocast.h"
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/linalg/sgemm.h"
 
 namespace fg::py_bind {
@@ -98,6 +99,7 @@ PYBIND11_MODULE(_core, m) {
   install_autograd();
   cuda::install();  // the caching allocator behind CUDA storage
   num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS
+  set_cpu_isa(env::cpu_isa());  // FLOWGRAD_ISA, before anything asks the level
   set_sgemm(env::sgemm_avx512() ? Sgemm::Avx512 : Sgemm::Blas);  // FLOWGRAD_SGEMM
   bind_errors(m);
   bind_dtypes(m);

@@ -22,13 +22,13 @@ constexpr int64_t kQueryBlock = 64, kKeyBlock = 64;
 
 // Row loops of the flash loop alone (the shared ones are in attention_cpu_rows.h).
 template <class T>
-FG_CPU_CLONES void add_rows(int64_t M, int64_t N, const T* __restrict src, T* __restrict C, int64_t ldc) {
+FG_CPU_KERNEL void add_rows(int64_t M, int64_t N, const T* __restrict src, T* __restrict C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += src[i * N + j];
 }
 // acc = acc * alpha + add over one row.
 template <class T>
-FG_CPU_CLONES void rescale_add(T* __restrict acc, const T* __restrict add, int64_t n, T alpha) {
+FG_CPU_KERNEL void rescale_add(T* __restrict acc, const T* __restrict add, int64_t n, T alpha) {
   for (int64_t e = 0; e < n; ++e) acc[e] = acc[e] * alpha + add[e];
 }
 
@@ -41,7 +41,7 @@ void block_gemm(Into into, bool trans_a, bool trans_b, int64_t M, int64_t N, int
   constexpr DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
   if (into == Into::Overwrite) return gemm_cpu(KernelEnv{}, dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
   gemm_cpu(KernelEnv{}, dt, trans_a, trans_b, M, N, K, A, lda, B, ldb, scratch, N);
-  add_rows(M, N, scratch, C, ldc);
+  FG_AT_ISA(add_rows(M, N, scratch, C, ldc));
 }
 
 // Scores of query rows [i0, i0 + rows) against keys [j0, j0 + cols): s = scale * q k^T + mask,
@@ -69,14 +69,14 @@ void forward_block(const AttentionShape& s, const AttentionMask& mask, int64_t b
     score_block(s, mask, bh, h.q, i0, rows, h.k, j0, cols, scores.data());
     for (int64_t r = 0; r < rows; ++r) {
       T* p = scores.data() + r * cols;
-      T new_max = std::max(m[r], max_row(p, cols)), base = finite_max(new_max);
+      T new_max = std::max(m[r], FG_AT_ISA(max_row(p, cols))), base = finite_max(new_max);
       alpha[r] = online_rescale(m[r], base, [](T x) { return fn::exp_any(x); });
-      l[r] = l[r] * alpha[r] + exp_row(p, cols, base);
+      l[r] = l[r] * alpha[r] + FG_AT_ISA(exp_row(p, cols, base));
       m[r] = new_max;
     }
     block_gemm<T>(Into::Overwrite, false, false, rows, s.Ev, cols, scores.data(), cols, h.v.row(j0), h.v.ld,
                   pv.data(), s.Ev, nullptr);
-    for (int64_t r = 0; r < rows; ++r) rescale_add(acc.data() + r * s.Ev, pv.data() + r * s.Ev, s.Ev, alpha[r]);
+    for (int64_t r = 0; r < rows; ++r) FG_AT_ISA(rescale_add(acc.data() + r * s.Ev, pv.data() + r * s.Ev, s.Ev, alpha[r]));
   }
   for (int64_t r = 0; r < rows; ++r) {  // a fully masked row: 0 / 0 = NaN and log l = -inf
     T inv = T(1) / l[r];
@@ -97,7 +97,7 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
   T scale = static_cast<T>(s.scale);
   std::vector<T> d(s.L), p(kQueryBlock * kKeyBlock), dp(kQueryBlock * kKeyBlock);
   std::vector<T> scratch(std::max(kQueryBlock, kKeyBlock) * widest);
-  for (int64_t i = 0; i < s.L; ++i) d[i] = dot_row(h.dout.row(i), h.out.row(i), s.Ev);
+  for (int64_t i = 0; i < s.L; ++i) d[i] = FG_AT_ISA(dot_row(h.dout.row(i), h.out.row(i), s.Ev));
   zero_rows(h.dq, s.L, s.E), zero_rows(h.dk, s.S, s.E), zero_rows(h.dv, s.S, s.Ev);
   for (int64_t j0 = 0; j0 < s.S; j0 += kKeyBlock) {
     int64_t cols = std::min(kKeyBlock, s.S - j0);
@@ -106,12 +106,12 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
       int64_t rows = std::min(kQueryBlock, s.L - i0);
       score_block(s, mask, bh, h.q, i0, rows, h.k, j0, cols, p.data());
       for (int64_t r = 0; r < rows; ++r)  // log l = -inf (all masked): exp(-inf + inf) = NaN, as the composite
-        exp_row(p.data() + r * cols, cols, stats[2 * (i0 + r)], stats[2 * (i0 + r) + 1]);
+        FG_AT_ISA(exp_row(p.data() + r * cols, cols, stats[2 * (i0 + r)], stats[2 * (i0 + r) + 1]));
       block_gemm<T>(Into::Add, true, false, cols, s.Ev, rows, p.data(), cols, h.dout.row(i0), h.dout.ld,
                     h.dv.row(j0), h.dv.ld, scratch.data());
       block_gemm<T>(Into::Overwrite, false, true, rows, cols, s.Ev, h.dout.row(i0), h.dout.ld, h.v.row(j0),
                     h.v.ld, dp.data(), cols, nullptr);
-      for (int64_t r = 0; r < rows; ++r) ds_row(dp.data() + r * cols, p.data() + r * cols, cols, d[i0 + r], scale);
+      for (int64_t r = 0; r < rows; ++r) FG_AT_ISA(ds_row(dp.data() + r * cols, p.data() + r * cols, cols, d[i0 + r], scale));
       block_gemm<T>(Into::Add, false, false, rows, s.E, cols, dp.data(), cols, h.k.row(j0), h.k.ld,
                     h.dq.row(i0), h.dq.ld, scratch.data());
       block_gemm<T>(Into::Add, true, false, cols, s.E, rows, dp.data(), cols, h.q.row(i0), h.q.ld,

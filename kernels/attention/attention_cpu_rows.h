@@ -53,11 +53,11 @@ inline T exp_nonpositive(T x) {
 
 // x[c] *= scale for c < valid; -inf from `valid` on (the causal cut, padding).
 template <class T>
-FG_CPU_CLONES void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
+FG_CPU_KERNEL void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
   for (int64_t c = 0; c < n; ++c) x[c] = c < valid ? x[c] * scale : T(-INFINITY);
 }
 template <class T>
-FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
+FG_CPU_KERNEL T max_row(const T* __restrict x, int64_t n) {
   T part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)
@@ -70,7 +70,7 @@ FG_CPU_CLONES T max_row(const T* __restrict x, int64_t n) {
 // x[c] = exp((x[c] - base) - shift) (<= 0: base is the row's max, shift its log-sum or 0); returns
 // the sum of the new values.
 template <class T>
-FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
+FG_CPU_KERNEL T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
   for (int64_t c = 0; c < n; ++c) x[c] = exp_nonpositive(x[c] - base - shift);
   T part[8] = {};
   int64_t c = 0;
@@ -84,12 +84,12 @@ FG_CPU_CLONES T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
 // dS = scale * P * (dP - D) over one row, written over dP (scale: that of the scores, so that
 // dQ and dK come out of their products finished).
 template <class T>
-FG_CPU_CLONES void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
+FG_CPU_KERNEL void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
   for (int64_t c = 0; c < n; ++c) dp[c] = scale * p[c] * (dp[c] - d);
 }
 // D = rowsum(dO * O) of one row.
 template <class T>
-FG_CPU_CLONES T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
+FG_CPU_KERNEL T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
   T part[8] = {};
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)
@@ -105,7 +105,7 @@ FG_CPU_CLONES T dot_row(const T* __restrict a, const T* __restrict b, int64_t n)
 template <class T>
 void mask_scores_row(const AttentionMask& mask, int64_t bh, int64_t i, int64_t j0, T* x, int64_t n, T scale,
                      int64_t valid) {
-  scale_row(x, n, scale, valid);
+  FG_AT_ISA(scale_row(x, n, scale, valid));
   if (mask.kind == MaskKind::None) return;
   int64_t row = mask_row_offset(mask, bh, i);
   for (int64_t c = 0; c < valid; ++c) x[c] += mask_bias<T>(mask, row, i, j0 + c, false);

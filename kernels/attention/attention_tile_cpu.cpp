@@ -1,7 +1,8 @@
 // A head of up to kAttentionCpuTile queries and keys as one tile: the whole (L, S) probability
 // matrix stays in cache, the softmax is exact (no online rescale) and every product is written
-// once. The products run in a register-blocked micro-kernel (8 rows by one or two 64-byte vectors
-// of accumulators, FMA along the inner dim) on copies of the head padded to whole vectors, so no
+// once. The products run in a register-blocked micro-kernel (8 rows by one or two vectors of
+// accumulators, one register of the instruction-set level in force wide: attention_tile_vec.h; FMA
+// along the inner dim) on copies of the head padded to whole vectors, so no
 // block needs a tail; under a causal mask a block of query rows stops at its last row's key and a
 // block of keys starts at its first query, so the blocks above the diagonal are never computed.
 #include <algorithm>
@@ -30,18 +31,18 @@ template <class Index, std::size_t... I>
 inline __attribute__((always_inline)) void lane_numbers(Index& idx, std::index_sequence<I...>) {
   idx = Index{I...};  // a constant: lane by lane it was a masked broadcast per lane and row
 }
-template <class T>
-inline __attribute__((always_inline)) void cut_row(T* x, int64_t n, int64_t valid, T scale, Vec<T>& top) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  using Index = typename VecOf<T>::index;
+template <class T, int W>
+inline __attribute__((always_inline)) void cut_row(T* x, int64_t n, int64_t valid, T scale, Vec<T, W>& top) {
+  using Unaligned = typename VecOf<T, W>::unaligned;
+  using Index = typename VecOf<T, W>::index;
   Unaligned* xv = reinterpret_cast<Unaligned*>(x);
   using Lane = std::remove_reference_t<decltype(Index{}[0])>;
   Index idx;
-  lane_numbers(idx, std::make_index_sequence<kLane<T>>{});
-  const Vec<T> neg_inf = Vec<T>{} - T(INFINITY);
+  lane_numbers(idx, std::make_index_sequence<kLane<T, W>>{});
+  const Vec<T, W> neg_inf = Vec<T, W>{} - T(INFINITY);
   top = neg_inf;
-  for (int64_t v = 0; v < n / kLane<T>; ++v, idx += kLane<T>) {
-    Vec<T> y = idx < Index{} + static_cast<Lane>(valid) ? xv[v] * scale : neg_inf;
+  for (int64_t v = 0; v < n / kLane<T, W>; ++v, idx += kLane<T, W>) {
+    Vec<T, W> y = idx < Index{} + static_cast<Lane>(valid) ? xv[v] * scale : neg_inf;
     xv[v] = y;
     top = y > top ? y : top;
   }
@@ -50,58 +51,60 @@ inline __attribute__((always_inline)) void cut_row(T* x, int64_t n, int64_t vali
 // Forward over a block of rows <= kRows: x = exp(scale x - max), unnormalised (the output divides
 // by the sum); each row's max (0 while all -inf) into m, its sum into l. The block's maxima and
 // sums are reduced across lanes together (reduce_rows).
-template <class T>
-FG_CPU_CLONES void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int64_t n, const int64_t* valid, T scale,
+template <class T, int W>
+FG_CPU_KERNEL void softmax_block(T* __restrict x, int64_t ld, int64_t rows, int64_t n, const int64_t* valid, T scale,
                                  T (&m)[kRows], T (&l)[kRows]) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  Vec<T> top[kRows], sum[kRows];
+  using Unaligned = typename VecOf<T, W>::unaligned;
+  constexpr int64_t lane = kLane<T, W>;
+  Vec<T, W> top[kRows], sum[kRows];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {  // unrolled, so that top and sum stay in registers
-    top[r] = sum[r] = Vec<T>{};
-    if (r < rows) cut_row(x + r * ld, n, valid[r], scale, top[r]);
+    top[r] = sum[r] = Vec<T, W>{};
+    if (r < rows) cut_row<T, W>(x + r * ld, n, valid[r], scale, top[r]);
   }
-  reduce_rows<Reduce::Max, T>(top, m);
+  reduce_rows<Reduce::Max, T, W>(top, m);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     if (r >= rows) break;
     T* row = x + r * ld;
     const Unaligned* xv = reinterpret_cast<const Unaligned*>(row);
     T base = finite_max(m[r]);
-    for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) row[c + j] = exp_nonpositive(row[c + j] - base);
-      sum[r] += xv[c / kLane<T>];
+    for (int64_t c = 0; c < n; c += lane) {
+      for (int j = 0; j < lane; ++j) row[c + j] = exp_nonpositive(row[c + j] - base);
+      sum[r] += xv[c / lane];
     }
   }
-  reduce_rows<Reduce::Sum, T>(sum, l);
+  reduce_rows<Reduce::Sum, T, W>(sum, l);
 }
 
 // Backward over a block of rows <= kRows: p = exp(scale x - max - log l) from the row statistics
 // (x overwritten), D = rowsum(p * dp) and ds = ds_scale p (dp - D) over dp. D is the composite's
 // (and equals rowsum(dO * O), as O = P V and dP = dO V^T) from the two blocks in cache: no pass
 // over dO and O, whose rows the backward would otherwise fetch from memory for D alone.
-template <class T>
-FG_CPU_CLONES void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
+template <class T, int W>
+FG_CPU_KERNEL void probs_block(T* __restrict x, T* __restrict dp, int64_t ld, int64_t rows, int64_t n,
                                const int64_t* valid, T scale, const T* __restrict stats, T ds_scale) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  Vec<T> dot[kRows];
+  using Unaligned = typename VecOf<T, W>::unaligned;
+  constexpr int64_t lane = kLane<T, W>;
+  Vec<T, W> dot[kRows];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {  // unrolled, so that dot stays in registers
-    dot[r] = Vec<T>{};
+    dot[r] = Vec<T, W>{};
     if (r >= rows) continue;
     T *row = x + r * ld, m = stats[2 * r], log_l = stats[2 * r + 1];
-    Vec<T> top;
-    cut_row(row, n, valid[r], scale, top);
+    Vec<T, W> top;
+    cut_row<T, W>(row, n, valid[r], scale, top);
     const Unaligned *xv = reinterpret_cast<const Unaligned*>(row), *dpv = reinterpret_cast<const Unaligned*>(dp + r * ld);
-    for (int64_t c = 0; c < n; c += kLane<T>) {
-      for (int j = 0; j < kLane<T>; ++j) row[c + j] = exp_nonpositive(row[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
-      dot[r] += xv[c / kLane<T>] * dpv[c / kLane<T>];
+    for (int64_t c = 0; c < n; c += lane) {
+      for (int j = 0; j < lane; ++j) row[c + j] = exp_nonpositive(row[c + j] - m - log_l);  // log l = -inf: NaN, as the composite
+      dot[r] += xv[c / lane] * dpv[c / lane];
     }
   }
   T d[kRows];
-  reduce_rows<Reduce::Sum, T>(dot, d);
+  reduce_rows<Reduce::Sum, T, W>(dot, d);
   for (int64_t r = 0; r < rows; ++r) {
     Unaligned *xv = reinterpret_cast<Unaligned*>(x + r * ld), *dpv = reinterpret_cast<Unaligned*>(dp + r * ld);
-    for (int64_t v = 0; v < n / kLane<T>; ++v) dpv[v] = ds_scale * xv[v] * (dpv[v] - d[r]);
+    for (int64_t v = 0; v < n / lane; ++v) dpv[v] = ds_scale * xv[v] * (dpv[v] - d[r]);
   }
 }
 
@@ -122,118 +125,120 @@ T prepare_scores(const AttentionShape& s, const AttentionMask& mask, int64_t bh,
 // One head's padded copies and products; rows and columns past the real ones are zero (q, k, kt,
 // v, vt, dout: pack() writes them) or are never read (p and ds past L or past a block's last key),
 // so the arena, a part of the launch's workspace (over_heads), is never cleared.
-template <class T>
+template <class T, int W>
 struct Tile {
   int64_t L, S, E, Ev, Lp, Sp, Ep, Evp;
   T *q, *k, *kt, *v, *vt, *dout, *p, *ds;
   Mat<const T> qm, km, vm, doutm;  // q, k, v, dout as the products read them (operand())
   Tile(const AttentionShape& s, bool backward, T* arena)
-      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T>(s.L)), Sp(padded<T>(s.S)), Ep(padded<T>(s.E)),
-        Evp(padded<T>(s.Ev)) {
+      : L(s.L), S(s.S), E(s.E), Ev(s.Ev), Lp(padded<T, W>(s.L)), Sp(padded<T, W>(s.S)), Ep(padded<T, W>(s.E)),
+        Evp(padded<T, W>(s.Ev)) {
     T** parts[] = {&q, &k, &kt, &v, &vt, &dout, &p, &ds};
-    T* at = arena + kLane<T>;  // the arena is 64-byte aligned
+    T* at = arena + kLine;  // the arena is 64-byte aligned
     const std::array<int64_t, 8> n = sizes(s, backward);
-    for (int i = 0; i < 8; ++i, at += kLane<T>) *parts[i] = at, at += n[i];
+    for (int i = 0; i < 8; ++i, at += kLine) *parts[i] = at, at += n[i];
   }
   // Elements of its arena: every buffer 64-byte aligned (a vector split over two cache lines cost
   // a second access and stalled store forwarding) and a vector further apart than its size (no two
   // buffers at the same offset modulo 4 KB, whose accesses the CPU would take for overlapping ones).
   static int64_t elements(const AttentionShape& s, bool backward) {
-    int64_t total = 2 * kLane<T>;
-    for (int64_t n : sizes(s, backward)) total += n + kLane<T>;
+    int64_t total = 2 * kLine;
+    for (int64_t n : sizes(s, backward)) total += n + kLine;
     return total;
   }
 
  private:
+  static constexpr int64_t kLine = 64 / sizeof(T);  // a cache line of T (every size below is a multiple of it)
   // Elements of q, k, kt, v, vt, dout, p and ds (vt, dout and ds only for the backward).
   static std::array<int64_t, 8> sizes(const AttentionShape& s, bool backward) {
-    const int64_t Lp = padded<T>(s.L), Sp = padded<T>(s.S), Ep = padded<T>(s.E), Evp = padded<T>(s.Ev);
+    const int64_t Lp = padded<T, W>(s.L), Sp = padded<T, W>(s.S), Ep = padded<T, W>(s.E), Evp = padded<T, W>(s.Ev);
     return {Lp * Ep, Sp * Ep, Ep * Sp, Sp * Evp, backward ? Evp * Sp : 0,
             backward ? Lp * Evp : 0, Lp * Sp, backward ? Lp * Sp : 0};
   }
 };
 
 // dst (padded rows, ld) = src (rows, cols) and zeros past them.
-template <class T>
+template <class T, int W>
 void pack(Mat<const T> src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
-  copy_rows(src.data, src.ld, dst, ld, rows, cols);
+  FG_AT_WIDTH(W, copy_rows<T, W>(src.data, src.ld, dst, ld, rows, cols));
   for (int64_t r = 0; r < rows; ++r) std::fill(dst + r * ld + cols, dst + (r + 1) * ld, T(0));
-  std::fill(dst + rows * ld, dst + padded<T>(rows) * ld, T(0));
+  std::fill(dst + rows * ld, dst + padded<T, W>(rows) * ld, T(0));
 }
 // Matrix m (rows, cols) of the head as the products read it: in place where whole row blocks and
 // whole vectors cover it (every read stays inside), else its copy in the zero-padded buffer.
-template <class T>
+template <class T, int W>
 Mat<const T> operand(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld) {
-  if (rows % kRows == 0 && cols % kLane<T> == 0) return m;
-  pack(m, rows, cols, buf, ld);
+  if (rows % kRows == 0 && cols % kLane<T, W> == 0) return m;
+  pack<T, W>(m, rows, cols, buf, ld);
   return {buf, ld};
 }
 // Its transpose (cols, padded rows) into dst, from m in place where whole kLane x kLane blocks
 // cover it, else through the padded buffer.
-template <class T>
+template <class T, int W>
 void transpose_of(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld, T* dst, int64_t ld_t) {
-  if (rows % kLane<T> == 0 && cols % kLane<T> == 0) return transpose_padded(m.data, m.ld, rows, cols, dst, ld_t);
-  pack(m, rows, cols, buf, ld);
-  transpose_padded(buf, ld, padded<T>(rows), ld, dst, ld_t);
+  if (rows % kLane<T, W> == 0 && cols % kLane<T, W> == 0)
+    return FG_AT_WIDTH(W, transpose_padded<T, W>(m.data, m.ld, rows, cols, dst, ld_t));
+  pack<T, W>(m, rows, cols, buf, ld);
+  FG_AT_WIDTH(W, transpose_padded<T, W>(buf, ld, padded<T, W>(rows), ld, dst, ld_t));
 }
 
 // Keys [0, key_end) that query rows [i0, i0 + kRows) can see when blocks skip the causal cut.
 int64_t block_key_end(int64_t i0, int64_t S, bool skip) { return skip ? std::min(i0 + kRows, S) : S; }
 
-template <class T>
+template <class T, int W>
 void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h, T* stats,
-                  Tile<T>& t) {
-  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.vm = operand(h.v, s.S, s.Ev, t.v, t.Evp);
-  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
+                  Tile<T, W>& t) {
+  t.qm = operand<T, W>(h.q, s.L, s.E, t.q, t.Ep), t.vm = operand<T, W>(h.v, s.S, s.Ev, t.v, t.Evp);
+  transpose_of<T, W>(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
-    int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T>(key_end);
+    int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T, W>(key_end);
     T* p = t.p + i0 * t.Sp;
-    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
+    FG_AT_WIDTH(W, rows_product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols)));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T m[kRows], l[kRows], log_l[kRows], inv[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
-    softmax_block(p, t.Sp, rows, cols, valid, scale, m, l);
-    log_rows(l, log_l);
+    FG_AT_WIDTH(W, softmax_block<T, W>(p, t.Sp, rows, cols, valid, scale, m, l));
+    FG_AT_WIDTH(W, log_rows(l, log_l));
     for (int64_t r = 0; r < rows; ++r) {
       store_row_stats(stats, i0 + r, m[r], log_l[r]);
       inv[r] = T(1) / l[r];  // a fully masked row: 0 * (1 / 0) = NaN, as the composite
     }
-    rows_product(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, Dest<T>{h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv});
+    FG_AT_WIDTH(W, rows_product<T, W>(key_end, p, t.Sp, 1, t.vm.data, t.vm.ld, t.Evp, Dest<T>{h.out_w.row(i0), h.out_w.ld, rows, s.Ev, inv}));
   }
 }
 
 // Probabilities P and dS = scale P (dP - D) of every query row (t.p, t.ds) and dQ = dS K.
-template <class T>
+template <class T, int W>
 void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
-                   const T* stats, bool skip, Tile<T>& t) {
+                   const T* stats, bool skip, Tile<T, W>& t) {
   T scale = static_cast<T>(s.scale);
   for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
-    int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T>(key_end);
+    int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T, W>(key_end);
     T *p = t.p + i0 * t.Sp, *ds = t.ds + i0 * t.Sp;
-    rows_product(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
-    rows_product(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, whole(ds, t.Sp, cols));
+    FG_AT_WIDTH(W, rows_product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols)));
+    FG_AT_WIDTH(W, rows_product<T, W>(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, whole(ds, t.Sp, cols)));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
-    probs_block(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, scale);
-    rows_product(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, Dest<T>{h.dq.row(i0), h.dq.ld, rows, s.E});
+    FG_AT_WIDTH(W, probs_block<T, W>(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, scale));
+    FG_AT_WIDTH(W, rows_product<T, W>(key_end, ds, t.Sp, 1, t.km.data, t.km.ld, t.Ep, Dest<T>{h.dq.row(i0), h.dq.ld, rows, s.E}));
   }
 }
 
-template <class T>
+template <class T, int W>
 void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh, const Head<T>& h,
-                   const T* stats, Tile<T>& t) {
-  t.qm = operand(h.q, s.L, s.E, t.q, t.Ep), t.km = operand(h.k, s.S, s.E, t.k, t.Ep);
-  t.doutm = operand(h.dout, s.L, s.Ev, t.dout, t.Evp);
-  transpose_of(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), transpose_of(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
+                   const T* stats, Tile<T, W>& t) {
+  t.qm = operand<T, W>(h.q, s.L, s.E, t.q, t.Ep), t.km = operand<T, W>(h.k, s.S, s.E, t.k, t.Ep);
+  t.doutm = operand<T, W>(h.dout, s.L, s.Ev, t.dout, t.Evp);
+  transpose_of<T, W>(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp), transpose_of<T, W>(h.v, s.S, s.Ev, t.v, t.Evp, t.vt, t.Sp);
   // A fully masked row (log l = -inf) is NaN over every key, as the composite: no block skipping.
   bool skip = s.causal;
   for (int64_t i = 0; i < s.L; ++i) skip = skip && stats[2 * i + 1] != -INFINITY;
-  backward_rows(s, mask, bh, h, stats, skip, t);
+  backward_rows<T, W>(s, mask, bh, h, stats, skip, t);
   for (int64_t j0 = 0; j0 < s.S; j0 += kRows) {  // dV = P^T dO, dK = dS^T Q; rows i < j0 see no key >= j0
     int64_t first = skip ? std::min(j0, s.L) : 0, rows = std::min(kRows, s.S - j0);
     const T *p = t.p + first * t.Sp + j0, *ds = t.ds + first * t.Sp + j0;
-    rows_product(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, Dest<T>{h.dv.row(j0), h.dv.ld, rows, s.Ev});
-    rows_product(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, Dest<T>{h.dk.row(j0), h.dk.ld, rows, s.E});
+    FG_AT_WIDTH(W, rows_product<T, W>(s.L - first, p, 1, t.Sp, t.doutm.row(first), t.doutm.ld, t.Evp, Dest<T>{h.dv.row(j0), h.dv.ld, rows, s.Ev}));
+    FG_AT_WIDTH(W, rows_product<T, W>(s.L - first, ds, 1, t.Sp, t.qm.row(first), t.qm.ld, t.Ep, Dest<T>{h.dk.row(j0), h.dk.ld, rows, s.E}));
   }
 }
 
@@ -260,17 +265,35 @@ int64_t heads_per_task(const AttentionShape& s) { return kParallelGrain / (s.L *
 
 // Runs fn(tile, bh) over every batch*head, the heads split into one task per thread (enough
 // products per task to be worth one), each task with its own tile arena in one workspace.
-template <class T, class Fn>
+template <class T, int W, class Fn>
 void over_heads(const KernelEnv& env, const AttentionShape& s, bool backward, Fn&& fn) {
-  const int64_t per = Tile<T>::elements(s, backward);
+  const int64_t per = Tile<T, W>::elements(s, backward);
   const int64_t wanted = (s.bh + heads_per_task(s) - 1) / heads_per_task(s);
   const int64_t tasks = std::max<int64_t>(1, in_parallel_region() ? 1 : std::min<int64_t>(pool_threads(), wanted));
   CpuWorkspace arena(env, static_cast<size_t>(tasks * per) * sizeof(T));
   parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      Tile<T> tile(s, backward, static_cast<T*>(arena.data()) + task * per);
+      Tile<T, W> tile(s, backward, static_cast<T*>(arena.data()) + task * per);
       for (int64_t bh = s.bh * task / tasks; bh < s.bh * (task + 1) / tasks; ++bh) fn(tile, bh);
     }
+  });
+}
+
+template <class T, int W>
+void tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
+                  T* stats) {
+  over_heads<T, W>(env, s, false, [&](Tile<T, W>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, false);
+    forward_head<T, W>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
+  });
+}
+
+template <class T, int W>
+void tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask, const AttentionOperands& x,
+                   const T* stats) {
+  over_heads<T, W>(env, s, true, [&](Tile<T, W>& tile, int64_t bh) {
+    prefetch_head<T>(s, x, bh + 1, true);
+    backward_head<T, W>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
   });
 }
 
@@ -279,19 +302,21 @@ void over_heads(const KernelEnv& env, const AttentionShape& s, bool backward, Fn
 template <class T>
 void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, T* stats) {
-  over_heads<T>(env, s, false, [&](Tile<T>& tile, int64_t bh) {
-    prefetch_head<T>(s, x, bh + 1, false);
-    forward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
-  });
+  switch (tile_vector_bytes()) {
+    case 64: return tile_forward<T, 64>(env, s, mask, x, stats);
+    case 32: return tile_forward<T, 32>(env, s, mask, x, stats);
+    default: return tile_forward<T, 16>(env, s, mask, x, stats);
+  }
 }
 
 template <class T>
 void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                              const AttentionOperands& x, const T* stats) {
-  over_heads<T>(env, s, true, [&](Tile<T>& tile, int64_t bh) {
-    prefetch_head<T>(s, x, bh + 1, true);
-    backward_head<T>(s, mask, bh, head_of<T>(x, bh), stats + bh * s.L * 2, tile);
-  });
+  switch (tile_vector_bytes()) {
+    case 64: return tile_backward<T, 64>(env, s, mask, x, stats);
+    case 32: return tile_backward<T, 32>(env, s, mask, x, stats);
+    default: return tile_backward<T, 16>(env, s, mask, x, stats);
+  }
 }
 
 template void attention_tile_forward<float>(const KernelEnv&, const AttentionShape&, const AttentionMask&,

@@ -1,6 +1,9 @@
-// Internal to the CPU attention tile (attention_tile_cpu.cpp): its 64-byte vector building blocks,
-// the register-blocked product, lane reductions, the row log-sums, register transposes and row
-// copies. Compiled per instruction set (cpu_dispatch.h); internal linkage, as attention_cpu_rows.h.
+// Internal to the CPU attention tile (attention_tile_cpu.cpp): its vector building blocks, the
+// register-blocked product, lane reductions, the row log-sums, register transposes and row copies,
+// each for vectors of W bytes, one register of the instruction-set level it is compiled for
+// (cpu_dispatch.h: 64 at avx512, 32 at avx2, 16 at generic): a vector wider than the registers is
+// split by the compiler, and its shuffles went through the stack lane by lane. Internal linkage,
+// as attention_cpu_rows.h.
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -14,27 +17,41 @@
 namespace fg {
 namespace {
 
-// One 64-byte vector of T (GCC/clang vector extension): one AVX-512 register in the avx512f clone.
-// Explicit vectors keep the accumulators in registers: the auto-vectoriser vectorised the
-// one-vector-wide variant along the inner dim instead (-fopt-info-vec).
-// Loads and stores go through the unaligned, aliasing variant.
-template <class T> struct VecOf;
-template <> struct VecOf<float> {
-  typedef float type __attribute__((vector_size(64)));
-  typedef float unaligned __attribute__((vector_size(64), aligned(4), may_alias));
-  typedef int32_t index __attribute__((vector_size(64)));
+// One vector of T, W bytes (GCC/clang vector extension). Explicit vectors keep the accumulators
+// in registers: the auto-vectoriser vectorised the one-vector-wide variant along the inner dim
+// instead (-fopt-info-vec). Loads and stores go through the unaligned, aliasing variant.
+template <class T, int W>
+struct VecOf {
+  typedef T type __attribute__((vector_size(W)));
+  typedef T unaligned __attribute__((vector_size(W), aligned(sizeof(T)), may_alias));
+  typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> lane_index;
+  typedef lane_index index __attribute__((vector_size(W)));
 };
-template <> struct VecOf<double> {
-  typedef double type __attribute__((vector_size(64)));
-  typedef double unaligned __attribute__((vector_size(64), aligned(8), may_alias));
-  typedef int64_t index __attribute__((vector_size(64)));
-};
-template <class T> using Vec = typename VecOf<T>::type;
-template <class T> constexpr int64_t kLane = 64 / sizeof(T);
+template <class T, int W> using Vec = typename VecOf<T, W>::type;
+template <class T, int W> constexpr int64_t kLane = W / static_cast<int>(sizeof(T));
 
-constexpr int64_t kRows = 8;  // rows per micro-kernel block; every padded dim is a multiple of kLane >= 8
+// The vector width of the level in force: one register.
+inline int tile_vector_bytes() {
+  switch (cpu_isa()) {
+    case Isa::Avx512: return 64;
+    case Isa::Avx2: return 32;
+    case Isa::Generic: break;
+  }
+  return 16;
+}
+// Runs f compiled for the level whose registers are W bytes (W from tile_vector_bytes()).
+template <int W, class F>
+decltype(auto) at_width(const F& f) {
+  if constexpr (W == 64) return isa_detail::at_avx512(f);
+  else if constexpr (W == 32) return isa_detail::at_avx2(f);
+  else return f();
+}
+#define FG_AT_WIDTH(W, ...) ::fg::at_width<W>([&]() __attribute__((always_inline)) -> decltype(auto) { return __VA_ARGS__; })
 
-template <class T> int64_t padded(int64_t n) { return (n + kLane<T> - 1) / kLane<T> * kLane<T>; }
+constexpr int64_t kRows = 8;  // rows per micro-kernel block
+// Every padded dim is a multiple of kPad: whole vectors, and whole blocks of rows.
+template <class T, int W> constexpr int64_t kPad = kLane<T, W> > kRows ? kLane<T, W> : kRows;
+template <class T, int W> int64_t padded(int64_t n) { return (n + kPad<T, W> - 1) / kPad<T, W> * kPad<T, W>; }
 
 // Where a product's (kRows, width) block goes: rows [0, rows) at c, ldc apart, columns [0, cols)
 // (a partial last vector written lane by lane: an output's columns end at its row's end, where the
@@ -50,23 +67,24 @@ Dest<T> whole(T* c, int64_t ldc, int64_t width) { return {c, ldc, kRows, width};
 
 // The first n < kLane lanes of y into dst: out of line, so that the product's accumulators are
 // never addressed lane by lane (which put them on the stack, zeroed by rep stos, at every call).
-template <class T>
-__attribute__((noinline)) void store_lanes(T* dst, const Vec<T>& y, int64_t n) {
+template <class T, int W>
+__attribute__((noinline)) void store_lanes(T* dst, const Vec<T, W>& y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = y[j];
 }
 
 // Block columns [n0, n0 + NV vectors) of C (kRows, .) = sum over k < K of A(r, k) * B(k, :),
 // A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), B's rows ldb apart,
 // written (overwritten) into d.
-template <class T, int NV>
+template <class T, int W, int NV>
 inline __attribute__((always_inline)) void block_product(int64_t K, const T* __restrict a, int64_t a_row,
                                                          int64_t a_k, const T* __restrict b, int64_t ldb,
                                                          const Dest<T>& d, int64_t n0) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  Vec<T> acc[kRows][NV] = {};
+  using Unaligned = typename VecOf<T, W>::unaligned;
+  constexpr int64_t n = kLane<T, W>;
+  Vec<T, W> acc[kRows][NV] = {};
   for (int64_t k = 0; k < K; ++k) {
-    Vec<T> bk[NV];
-    for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * kLane<T>);
+    Vec<T, W> bk[NV];
+    for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * n);
     for (int r = 0; r < kRows; ++r) {
       T x = a[r * a_row + k * a_k];
       for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
@@ -79,53 +97,32 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
     T* row = at.c + r * at.ldc + n0;
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      Vec<T> y = at.scale ? acc[r][v] * at.scale[r] : acc[r][v];
-      int64_t left = at.cols - n0 - v * kLane<T>;
-      if (left >= kLane<T>) *reinterpret_cast<Unaligned*>(row + v * kLane<T>) = y;
-      else if (left > 0) store_lanes(row + v * kLane<T>, y, left);
+      Vec<T, W> y = at.scale ? acc[r][v] * at.scale[r] : acc[r][v];
+      int64_t left = at.cols - n0 - v * n;
+      if (left >= n) *reinterpret_cast<Unaligned*>(row + v * n) = y;
+      else if (left > 0) store_lanes<T, W>(row + v * n, y, left);
     }
   }
 }
 
 // C (kRows, width) = A (kRows, K) B (K, width) into d, width a multiple of kLane: blocks two
-// vectors wide (16 accumulators), one vector for the rest.
-template <class T>
-FG_CPU_CLONES void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb,
+// vectors wide (16 accumulators) where the level has 32 registers (avx512), one vector for the
+// rest (8 accumulators: 16 registers hold them, the two B vectors and the broadcast A).
+template <class T, int W>
+FG_CPU_KERNEL void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb,
                                 int64_t width, const Dest<T>& d) {
-  int64_t n = 0;
-  for (; n + 2 * kLane<T> <= width && n < d.cols; n += 2 * kLane<T>)
-    block_product<T, 2>(K, a, a_row, a_k, b + n, ldb, d, n);
-  if (n < width && n < d.cols) block_product<T, 1>(K, a, a_row, a_k, b + n, ldb, d, n);
+  constexpr int64_t n = kLane<T, W>;
+  int64_t c = 0;
+  if constexpr (W == 64)
+    for (; c + 2 * n <= width && c < d.cols; c += 2 * n) block_product<T, W, 2>(K, a, a_row, a_k, b + c, ldb, d, c);
+  for (; c < width && c < d.cols; c += n) block_product<T, W, 1>(K, a, a_row, a_k, b + c, ldb, d, c);
 }
 
-// The max or the sum of a vector's lanes by halving with shuffles: a chain log2(lanes) operations
-// deep in registers (lane-by-lane it was lanes deep, through the stack). By reference: a 64-byte
-// vector by value draws GCC's ABI note.
 enum class Reduce : uint8_t { Max, Sum };
-template <class T, int N> struct VecN { typedef T type __attribute__((vector_size(N * sizeof(T)))); };
-template <Reduce op, class T, int N, std::size_t... I>
-inline __attribute__((always_inline)) T reduce_lanes(const typename VecN<T, N>::type& v, std::index_sequence<I...>) {
-  if constexpr (N == 1) {
-    return v[0];
-  } else {
-    typename VecN<T, N / 2>::type lo = __builtin_shufflevector(v, v, I...), hi = __builtin_shufflevector(v, v, (I + N / 2)...), r;
-    if constexpr (op == Reduce::Max) r = hi > lo ? hi : lo;
-    else r = lo + hi;
-    return reduce_lanes<op, T, N / 2>(r, std::make_index_sequence<N / 4>{});
-  }
-}
-template <class T>
-inline __attribute__((always_inline)) T lanes_max(const Vec<T>& x) {
-  return reduce_lanes<Reduce::Max, T, kLane<T>>(x, std::make_index_sequence<kLane<T> / 2>{});
-}
-template <class T>
-inline __attribute__((always_inline)) T lanes_sum(const Vec<T>& x) {
-  return reduce_lanes<Reduce::Sum, T, kLane<T>>(x, std::make_index_sequence<kLane<T> / 2>{});
-}
 
 // kRows vectors' lanes reduced at once, out[r] the max or sum of v[r]'s lanes: a tree of folds,
 // each halving every row's lanes and packing two vectors' rows into one (7 folds of 3 operations
-// for 8 rows, where one row at a time took 8 rows of a log2(lanes)-deep chain).
+// for 8 rows of 16 lanes, where one row at a time took 8 rows of a log2(lanes)-deep chain).
 // Lane i of fold(a, b) over rows `w` lanes wide takes half i % (w / 2) of group i / (w / 2): a's
 // groups first, then b's.
 template <int n, int w>
@@ -133,25 +130,37 @@ constexpr int fold_lane(int i, bool upper) {
   int groups = n / w, g = i / (w / 2);
   return (g < groups ? 0 : n) + g % groups * w + (upper ? w / 2 : 0) + i % (w / 2);
 }
-template <Reduce op, class T, int w, std::size_t... I>
-inline __attribute__((always_inline)) void fold(const Vec<T>& a, const Vec<T>& b, Vec<T>& out,
+template <Reduce op, class T, int W, int w, std::size_t... I>
+inline __attribute__((always_inline)) void fold(const Vec<T, W>& a, const Vec<T, W>& b, Vec<T, W>& out,
                                                 std::index_sequence<I...>) {
-  Vec<T> lo = __builtin_shufflevector(a, b, fold_lane<kLane<T>, w>(I, false)...);
-  Vec<T> hi = __builtin_shufflevector(a, b, fold_lane<kLane<T>, w>(I, true)...);
+  constexpr int n = kLane<T, W>;
+  Vec<T, W> lo = __builtin_shufflevector(a, b, fold_lane<n, w>(I, false)...);
+  Vec<T, W> hi = __builtin_shufflevector(a, b, fold_lane<n, w>(I, true)...);
   if constexpr (op == Reduce::Max) out = hi > lo ? hi : lo;
   else out = lo + hi;
 }
-template <Reduce op, class T>
-inline __attribute__((always_inline)) void reduce_rows(const Vec<T> (&v)[kRows], T (&out)[kRows]) {
-  static_assert(kRows == 8, "three levels of folds");
-  constexpr int n = kLane<T>;
-  auto lanes = std::make_index_sequence<n>{};
-  Vec<T> two[4], four[2], all;
-  for (int i = 0; i < 4; ++i) fold<op, T, n>(v[2 * i], v[2 * i + 1], two[i], lanes);
-  for (int i = 0; i < 2; ++i) fold<op, T, n / 2>(two[2 * i], two[2 * i + 1], four[i], lanes);
-  fold<op, T, n / 4>(four[0], four[1], all, lanes);  // row r in lanes [r n / 8, (r + 1) n / 8)
-  if constexpr (n / 8 > 1) fold<op, T, n / 8>(Vec<T>(all), Vec<T>(all), all, lanes);
-  for (int r = 0; r < kRows; ++r) out[r] = all[r];
+// `count` vectors, vector i holding rows [i kRows / count, (i + 1) kRows / count) in order, each
+// row `w` lanes: pairs fold into one until a row is one lane (row r then lane r % n of vector
+// r / n) or one vector is left, which folds with itself (its rows stay first, in order).
+template <Reduce op, class T, int W, int w, int count>
+inline __attribute__((always_inline)) void reduce_level(const Vec<T, W> (&v)[count], T (&out)[kRows]) {
+  constexpr int n = kLane<T, W>;
+  [[maybe_unused]] constexpr auto lanes = std::make_index_sequence<n>{};
+  if constexpr (w == 1) {
+    for (int r = 0; r < kRows; ++r) out[r] = v[r / n][r % n];
+  } else if constexpr (count == 1) {
+    Vec<T, W> next[1];
+    fold<op, T, W, w>(v[0], v[0], next[0], lanes);
+    reduce_level<op, T, W, w / 2, 1>(next, out);
+  } else {
+    Vec<T, W> next[count / 2];
+    for (int i = 0; i < count / 2; ++i) fold<op, T, W, w>(v[2 * i], v[2 * i + 1], next[i], lanes);
+    reduce_level<op, T, W, w / 2, count / 2>(next, out);
+  }
+}
+template <Reduce op, class T, int W>
+inline __attribute__((always_inline)) void reduce_rows(const Vec<T, W> (&v)[kRows], T (&out)[kRows]) {
+  reduce_level<op, T, W, kLane<T, W>, kRows>(v, out);
 }
 
 // log x of a normal positive float32 (<= 1 ulp over all of them): Cephes' logf, x = m 2^e with m
@@ -178,7 +187,7 @@ inline float log_normal_f32(float x) {
 // The log of a block's row sums (>= 1 for a row with a key, 0 for a fully masked one, or NaN) at
 // once: a libm call per row was 5% of the forward. Anything but a normal float32 through std::log.
 template <class T>
-FG_CPU_CLONES void log_rows(const T (&x)[kRows], T (&out)[kRows]) {
+FG_CPU_KERNEL void log_rows(const T (&x)[kRows], T (&out)[kRows]) {
   if constexpr (std::is_same_v<T, float>) {
     for (int r = 0; r < kRows; ++r) out[r] = log_normal_f32(x[r]);
     for (int r = 0; r < kRows; ++r)
@@ -190,44 +199,43 @@ FG_CPU_CLONES void log_rows(const T (&x)[kRows], T (&out)[kRows]) {
 
 // dst (rows, cols) = src, row r times scale[r] when scale is given (times 1 is exact): whole
 // vectors, then a tail; inline, where a memmove call per short row cost more than its copy.
-template <class T>
-FG_CPU_CLONES void copy_rows(const T* __restrict src, int64_t lds, T* __restrict dst, int64_t ldd, int64_t rows,
+template <class T, int W>
+FG_CPU_KERNEL void copy_rows(const T* __restrict src, int64_t lds, T* __restrict dst, int64_t ldd, int64_t rows,
                              int64_t cols, const T* __restrict scale = nullptr) {
-  using Unaligned = typename VecOf<T>::unaligned;
+  using Unaligned = typename VecOf<T, W>::unaligned;
   for (int64_t r = 0; r < rows; ++r, src += lds, dst += ldd) {
     T f = scale ? scale[r] : T(1);
     int64_t c = 0;
-    for (; c + kLane<T> <= cols; c += kLane<T>)
+    for (; c + kLane<T, W> <= cols; c += kLane<T, W>)
       *reinterpret_cast<Unaligned*>(dst + c) = *reinterpret_cast<const Unaligned*>(src + c) * f;
     for (; c < cols; ++c) dst[c] = src[c] * f;
   }
 }
 // One stage of a kLane x kLane transpose in registers: rows i and i + b (i without bit b) swap
 // their off-diagonal b-lane blocks, which exchanges bit b of the row index with bit b of the lane.
-template <class T, int b, std::size_t... I>
-inline __attribute__((always_inline)) void butterfly(Vec<T>* r, std::index_sequence<I...>) {
-  constexpr int n = kLane<T>;
+template <class T, int W, int b, std::size_t... I>
+inline __attribute__((always_inline)) void butterfly(Vec<T, W>* r, [[maybe_unused]] std::index_sequence<I...> lanes) {
+  constexpr int n = kLane<T, W>;
   for (int i = 0; i < n; ++i) {
     if (i & b) continue;
-    Vec<T> x = r[i], y = r[i + b];
+    Vec<T, W> x = r[i], y = r[i + b];
     r[i] = __builtin_shufflevector(x, y, ((I & b) ? n + I - b : I)...);
     r[i + b] = __builtin_shufflevector(x, y, ((I & b) ? n + I : I + b)...);
   }
+  if constexpr (2 * b < n) butterfly<T, W, 2 * b>(r, lanes);  // the next stage
 }
 // dst (cols, rows) = src (rows, cols) transposed, rows and cols multiples of kLane (padded
 // buffers): kLane x kLane blocks through registers, log2(kLane) butterfly stages each.
-template <class T>
-FG_CPU_CLONES void transpose_padded(const T* __restrict src, int64_t lds, int64_t rows, int64_t cols, T* __restrict dst,
+template <class T, int W>
+FG_CPU_KERNEL void transpose_padded(const T* __restrict src, int64_t lds, int64_t rows, int64_t cols, T* __restrict dst,
                                     int64_t ldd) {
-  using Unaligned = typename VecOf<T>::unaligned;
-  constexpr int n = kLane<T>;
-  auto lanes = std::make_index_sequence<n>{};
+  using Unaligned = typename VecOf<T, W>::unaligned;
+  constexpr int n = kLane<T, W>;
   for (int64_t i0 = 0; i0 < rows; i0 += n)
     for (int64_t c0 = 0; c0 < cols; c0 += n) {
-      Vec<T> r[n];
+      Vec<T, W> r[n];
       for (int i = 0; i < n; ++i) r[i] = *reinterpret_cast<const Unaligned*>(src + (i0 + i) * lds + c0);
-      butterfly<T, 1>(r, lanes), butterfly<T, 2>(r, lanes), butterfly<T, 4>(r, lanes);
-      if constexpr (n == 16) butterfly<T, 8>(r, lanes);
+      butterfly<T, W, 1>(r, std::make_index_sequence<n>{});
       for (int i = 0; i < n; ++i) *reinterpret_cast<Unaligned*>(dst + (c0 + i) * ldd + i0) = r[i];
     }
 }

@@ -38,7 +38,7 @@ namespace {
 // exact_log/exact_cos are chains of fma, a library call each in the baseline build. Every rounding
 // in them is pinned, so each clone gives the same bits.
 template <class T>
-FG_CPU_CLONES void random_run(T* p, RandomKind kind, uint64_t seed, uint64_t offset, int64_t b, int64_t e, int64_t low,
+FG_CPU_KERNEL void random_run(T* p, RandomKind kind, uint64_t seed, uint64_t offset, int64_t b, int64_t e, int64_t low,
                               int64_t high) {
   for (int64_t i = b; i < e; ++i) p[i] = random_element<T>(kind, seed, offset, i, low, high);
 }
@@ -51,7 +51,7 @@ void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart 
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    parallel_for(n, 4096, [&](int64_t b, int64_t e) { random_run<T>(p, kind, seed, offset, b, e, low, high); });
+    parallel_for(n, 4096, [&](int64_t b, int64_t e) { FG_AT_ISA(random_run<T>(p, kind, seed, offset, b, e, low, high)); });
   });
 }
 

@@ -9,18 +9,45 @@
 namespace fg {
 namespace {
 
-// The contiguous runs: the loops that vectorise, compiled per instruction set (cpu_dispatch.h).
+// The loops, compiled per instruction set and run at cpu_isa() (cpu_dispatch.h), the strided ones
+// too: a functor rounds alike wherever it runs at one level (FMA contraction is per level).
 template <class Out, class In, class F>
-FG_CPU_CLONES void map1_contiguous(Out* __restrict y, const In* __restrict x, int64_t n, F f) {
+FG_CPU_KERNEL void map1_contiguous(Out* __restrict y, const In* __restrict x, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 template <class Out, class T, class F>
-FG_CPU_CLONES void map2_contiguous(Out* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
+FG_CPU_KERNEL void map2_contiguous(Out* __restrict y, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
 }
 template <class Out, class T, class F>
-FG_CPU_CLONES void map2_scalar(Out* __restrict y, const T* __restrict a, T b, int64_t n, F f) {
+FG_CPU_KERNEL void map2_scalar(Out* __restrict y, const T* __restrict a, T b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b);
+}
+
+template <class Out, class In, class F>
+FG_CPU_KERNEL void map1_run(char** p, const int64_t* st, int64_t n, F f) {
+  if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
+    map1_contiguous(reinterpret_cast<Out*>(p[0]), reinterpret_cast<const In*>(p[1]), n, f);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<Out*>(p[0] + i * st[0]) = f(*reinterpret_cast<const In*>(p[1] + i * st[1]));
+  }
+}
+
+template <class Out, class T, class F>
+FG_CPU_KERNEL void map2_run(char** p, const int64_t* st, int64_t n, F f) {
+  Out* y = reinterpret_cast<Out*>(p[0]);
+  const T* a = reinterpret_cast<const T*>(p[1]);
+  const T* b = reinterpret_cast<const T*>(p[2]);
+  if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
+    map2_contiguous(y, a, b, n, f);
+  } else if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == 0) {
+    map2_scalar(y, a, *b, n, f);  // tensor op scalar: the common broadcast
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<Out*>(p[0] + i * st[0]) =
+          f(*reinterpret_cast<const T*>(p[1] + i * st[1]), *reinterpret_cast<const T*>(p[2] + i * st[2]));
+  }
 }
 
 // Elements per thread worth waking it for: fewer for functors that are costly per element.
@@ -32,33 +59,12 @@ constexpr int64_t grain_of() {
 
 template <class Out, class In, class F>
 void map1(const Strided<2>& s, F f) {
-  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) {
-    if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
-      map1_contiguous(reinterpret_cast<Out*>(p[0]), reinterpret_cast<const In*>(p[1]), n, f);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<Out*>(p[0] + i * st[0]) = f(*reinterpret_cast<const In*>(p[1] + i * st[1]));
-    }
-  });
+  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) { FG_AT_ISA(map1_run<Out, In>(p, st, n, f)); });
 }
 
 template <class Out, class T, class F>
 void map2(const Strided<3>& s, F f) {
-  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) {
-    Out* y = reinterpret_cast<Out*>(p[0]);
-    const T* a = reinterpret_cast<const T*>(p[1]);
-    const T* b = reinterpret_cast<const T*>(p[2]);
-    if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
-      map2_contiguous(y, a, b, n, f);
-    } else if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == 0) {
-      map2_scalar(y, a, *b, n, f);  // tensor op scalar: the common broadcast
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<Out*>(p[0] + i * st[0]) =
-            f(*reinterpret_cast<const T*>(p[1] + i * st[1]),
-              *reinterpret_cast<const T*>(p[2] + i * st[2]));
-    }
-  });
+  for_each_run(s, grain_of<F>(), [&](char** p, const int64_t* st, int64_t n) { FG_AT_ISA(map2_run<Out, T>(p, st, n, f)); });
 }
 
 struct CpuMap {

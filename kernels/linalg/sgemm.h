@@ -48,7 +48,8 @@ bool sgemm_avx512_dots(bool trans_a, bool trans_b, int64_t M);
 // thread count.
 bool sgemm_avx512_splits_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
-// Whether this CPU runs sgemm_avx512 (AVX-512 F; false off x86-64 and for compilers without it).
+// Whether this CPU runs sgemm_avx512: cpu_isa() is avx512 (false off x86-64, for compilers without
+// it, and below FLOWGRAD_ISA=avx512).
 bool sgemm_avx512_supported();
 
 // Who multiplies float32 matrices on the CPU: flowgrad's AVX-512 kernel or the linked BLAS (or,

@@ -9,6 +9,7 @@
 
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
+#include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -22,9 +23,7 @@ namespace fg {
 
 bool sgemm_avx512_supported() {
 #if FG_SGEMM_AVX512
-  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return supported;
+  return cpu_isa() == Isa::Avx512;  // the machine has it and FLOWGRAD_ISA does not ask for less
 #else
   return false;
 #endif

@@ -27,7 +27,7 @@ T lane_sum(const T* v, int64_t n) {
 // the first), each vectorised per instruction set (cpu_dispatch.h); `scratch` holds the row's
 // exponentials.
 template <class T>
-FG_CPU_CLONES void row_stats(const T* __restrict row, int64_t n, T* __restrict scratch, T* lse, T* sum) {
+FG_CPU_KERNEL void row_stats(const T* __restrict row, int64_t n, T* __restrict scratch, T* lse, T* sum) {
   T m = row_max<32>(row, n);
   T shift = m == -std::numeric_limits<T>::infinity() ? T(0) : m;  // an all -inf row
   for (int64_t j = 0; j < n; ++j) scratch[j] = fn::exp_any(row[j] - shift);
@@ -46,7 +46,7 @@ void forward_rows(const T* x, const int64_t* target, const CrossEntropyArgs& a, 
     for (int64_t r = b; r < e; ++r) {
       const T* row = x + r * a.classes;
       T sx;
-      row_stats(row, a.classes, scratch.data(), lse + r, &sx);
+      FG_AT_ISA(row_stats(row, a.classes, scratch.data(), lse + r, &sx));
       int64_t t = target[r];
       row_loss[r] = t == a.ignore_index ? T(0) : cross_entropy_row_loss(lse[r], row[t], sx, a);
     }
@@ -55,7 +55,7 @@ void forward_rows(const T* x, const int64_t* target, const CrossEntropyArgs& a, 
 
 // One row of the gradient, a row that is not ignored.
 template <class T>
-FG_CPU_CLONES void grad_row(const T* __restrict row, int64_t t, T lse, T scale, const CrossEntropyArgs& a,
+FG_CPU_KERNEL void grad_row(const T* __restrict row, int64_t t, T lse, T scale, const CrossEntropyArgs& a,
                             T* __restrict dst) {
   T off = static_cast<T>(a.smoothing) / static_cast<T>(a.classes);
   for (int64_t j = 0; j < a.classes; ++j) dst[j] = (fn::exp_any(row[j] - lse) - off) * scale;
@@ -104,7 +104,7 @@ void cross_entropy_backward_cpu(const KernelEnv& env, DType dtype, const void* l
           std::fill(dst, dst + a.classes, T(0));
           continue;
         }
-        grad_row(row, t, l[r], g[per_row ? r : 0] / div, a, dst);
+        FG_AT_ISA(grad_row(row, t, l[r], g[per_row ? r : 0] / div, a, dst));
       }
     });
   });

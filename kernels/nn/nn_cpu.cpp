@@ -19,7 +19,7 @@ namespace {
 // enough to vectorise (per instruction set: cpu_dispatch.h); the max and the sum keep 32 lanes
 // (lanes.h) for the same reason: a plain running max compiles to a scalar chain.
 template <class T>
-FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
+FG_CPU_KERNEL void softmax_row(bool log, const T* __restrict x, int64_t r, T* __restrict y, T scale, int64_t valid) {
   // entries at or past `valid` are masked: they get probability 0 (log: -inf)
   constexpr int kLanes = 32;
   T lanes[kLanes];
@@ -56,7 +56,7 @@ FG_CPU_CLONES void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
 // registers of floats: a row is short, so each partial adds few terms), totalled pairwise
 // (lanes.h) and then in double.
 template <class T>
-FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
+FG_CPU_KERNEL double row_sum(const T* __restrict x, int64_t n, double shift, bool squared) {
   constexpr int kLanes = 32;
   T partial[kLanes] = {};
   const T s = static_cast<T>(shift);
@@ -80,13 +80,13 @@ FG_CPU_CLONES double row_sum(const T* __restrict x, int64_t n, double shift, boo
 // s = x + r over a row. (Summing s in the same loop measured slower inside the compiled step:
 // 0.35 against 0.32 ms for its 8 add_layer_norms.)
 template <class T>
-FG_CPU_CLONES void add_row(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
+FG_CPU_KERNEL void add_row(const T* __restrict x, const T* __restrict r, int64_t n, T* __restrict s) {
   for (int64_t j = 0; j < n; ++j) s[j] = x[j] + r[j];
 }
 
 // y = (x - m) * inv [* w] [+ b] over a row.
 template <class T, bool kWeight, bool kBias>
-FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+FG_CPU_KERNEL void normalize_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
                                  int64_t n, T m, T inv, T* __restrict y) {
   for (int64_t j = 0; j < n; ++j) {
     T v = (x[j] - m) * inv;
@@ -96,11 +96,17 @@ FG_CPU_CLONES void normalize_row(const T* __restrict x, const T* __restrict w, c
   }
 }
 
+// normalize_row at cpu_isa(), for a pointer chosen once per call.
+template <class T, bool kWeight, bool kBias>
+void normalize_row_at_isa(const T* x, const T* w, const T* b, int64_t n, T m, T inv, T* y) {
+  FG_AT_ISA(normalize_row<T, kWeight, kBias>(x, w, b, n, m, inv, y));
+}
+
 // One row of norm_backward_cpu (nn.h): the row sums of gw and gw * xhat, dx, and the column
 // sums of g * xhat and g added into part_w and part_b (cols); xhat is recomputed, never stored.
 // One row sum per loop: GCC vectorises these loops but not a loop that fills two partial arrays.
 template <class T, bool kWeight>
-FG_CPU_CLONES void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
+FG_CPU_KERNEL void norm_backward_row(const T* __restrict g, const T* __restrict x, const T* __restrict w,
                                      int64_t n, T mu, T inv, bool rms, const T* __restrict residual,
                                      T* __restrict dx, T* __restrict part_w, T* __restrict part_b) {
   constexpr int kLanes = 16;  // partial sums in T, one register of floats per sum
@@ -137,11 +143,18 @@ constexpr int64_t kNormSlices = 8;  // row ranges with column sums of their own
 constexpr int64_t kSliceRows = 32;  // the fewest rows worth a slice
 
 template <class T>
-FG_CPU_CLONES void flush_partials(T* __restrict part, double* __restrict sum, int64_t n) {
+FG_CPU_KERNEL void flush_partials(T* __restrict part, double* __restrict sum, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     sum[j] += static_cast<double>(part[j]);
     part[j] = T(0);
   }
+}
+
+// norm_backward_row at cpu_isa(), for a pointer chosen once per call.
+template <class T, bool kWeight>
+void norm_backward_row_at_isa(const T* g, const T* x, const T* w, int64_t n, T mu, T inv, bool rms, const T* residual,
+                              T* dx, T* part_w, T* part_b) {
+  FG_AT_ISA(norm_backward_row<T, kWeight>(g, x, w, n, mu, inv, rms, residual, dx, part_w, part_b));
 }
 
 }  // namespace
@@ -158,12 +171,12 @@ void softmax_cpu(const KernelEnv& env, DType dtype, bool log, const void* x, int
         int64_t base = (line / inner) * r * inner + line % inner;
         if (inner == 1) {
           int64_t valid = causal_rows > 0 ? std::min(r, line % causal_rows + 1) : r;
-          softmax_row<T>(log, xs + base, r, ys + base, T(scale), valid);
+          FG_AT_ISA(softmax_row<T>(log, xs + base, r, ys + base, T(scale), valid));
           continue;
         }
         line_in.resize(r), line_out.resize(r);  // strided line: gather, compute, scatter
         for (int64_t k = 0; k < r; ++k) line_in[k] = xs[base + k * inner];
-        softmax_row<T>(log, line_in.data(), r, line_out.data(), T(scale), r);
+        FG_AT_ISA(softmax_row<T>(log, line_in.data(), r, line_out.data(), T(scale), r));
         for (int64_t k = 0; k < r; ++k) ys[base + k * inner] = line_out[k];
       }
     });
@@ -184,18 +197,18 @@ void add_layer_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const 
     const T* rs = static_cast<const T*>(r);
     const T* ws = static_cast<const T*>(w);
     const T* bs = static_cast<const T*>(b);
-    auto* normalize = ws ? (bs ? normalize_row<T, true, true> : normalize_row<T, true, false>)
-                         : (bs ? normalize_row<T, false, true> : normalize_row<T, false, false>);
+    auto* normalize = ws ? (bs ? normalize_row_at_isa<T, true, true> : normalize_row_at_isa<T, true, false>)
+                         : (bs ? normalize_row_at_isa<T, false, true> : normalize_row_at_isa<T, false, false>);
     const double inv_cols = 1.0 / static_cast<double>(cols);  // a multiply: a row's chain waits on no divide
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t i = r0; i < r1; ++i) {
         const T* row = xs + i * cols;
         if (rs) {  // the sum is normalised from the output it was written to, still in L1
-          add_row(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols);
+          FG_AT_ISA(add_row(row, rs + i * cols, cols, static_cast<T*>(s) + i * cols));
           row = static_cast<T*>(s) + i * cols;
         }
-        double mu = row_sum(row, cols, 0.0, false) * inv_cols;
-        double var = row_sum(row, cols, mu, true) * inv_cols;
+        double mu = FG_AT_ISA(row_sum(row, cols, 0.0, false)) * inv_cols;
+        double var = FG_AT_ISA(row_sum(row, cols, mu, true)) * inv_cols;
         T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
         T m = static_cast<T>(mu);
         normalize(row, ws, bs, cols, m, inv, static_cast<T*>(y) + i * cols);
@@ -212,11 +225,11 @@ void rms_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* 
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     const T* ws = static_cast<const T*>(w);
-    auto* normalize = ws ? normalize_row<T, true, false> : normalize_row<T, false, false>;
+    auto* normalize = ws ? normalize_row_at_isa<T, true, false> : normalize_row_at_isa<T, false, false>;
     parallel_for(rows, kParallelGrain / (cols + 1) + 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = xs + r * cols;
-        double ss = row_sum(row, cols, 0.0, true);
+        double ss = FG_AT_ISA(row_sum(row, cols, 0.0, true));
         T inv = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(cols) + eps));
         normalize(row, ws, nullptr, cols, T(0), inv, static_cast<T*>(y) + r * cols);
         static_cast<T*>(rstd)[r] = inv;
@@ -241,7 +254,7 @@ void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* 
     const T* means = static_cast<const T*>(mean);
     const T* rstds = static_cast<const T*>(rstd);
     const T* accs = static_cast<const T*>(acc);
-    auto* backward = ws ? norm_backward_row<T, true> : norm_backward_row<T, false>;
+    auto* backward = ws ? norm_backward_row_at_isa<T, true> : norm_backward_row_at_isa<T, false>;
     const int64_t slices = std::clamp<int64_t>(rows / kSliceRows, 1, kNormSlices);
     CpuWorkspace space(env, static_cast<size_t>(slices * 2 * cols) * (sizeof(double) + sizeof(T)));
     double* sums = static_cast<double*>(space.data());               // (slices, [dw, db], cols)
@@ -258,7 +271,7 @@ void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* 
           int64_t at = r * cols;
           backward(gs + at, xs + at, ws, cols, rms ? T(0) : means[r], rstds[r], rms, accs ? accs + at : nullptr,
                    static_cast<T*>(dx) + at, partial, partial + cols);
-          if ((r - first) % kRowsInT == kRowsInT - 1 || r == end - 1) flush_partials(partial, sum, 2 * cols);
+          if ((r - first) % kRowsInT == kRowsInT - 1 || r == end - 1) FG_AT_ISA(flush_partials(partial, sum, 2 * cols));
         }
       }
     });

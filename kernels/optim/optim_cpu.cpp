@@ -17,7 +17,7 @@ constexpr int64_t kUpdateGrain = kParallelGrain / 8;
 
 // The update loops, compiled per instruction set (cpu_dispatch.h). buf may be null (no momentum).
 template <class T>
-FG_CPU_CLONES void sgd_run(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SgdCoeffs<T>& c) {
+FG_CPU_KERNEL void sgd_run(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SgdCoeffs<T>& c) {
   if (!buf) {
     for (int64_t i = 0; i < n; ++i) sgd_element<T>(p[i], g[i], nullptr, c);
     return;
@@ -25,7 +25,7 @@ FG_CPU_CLONES void sgd_run(T* __restrict p, const T* __restrict g, T* __restrict
   for (int64_t i = 0; i < n; ++i) sgd_element<T>(p[i], g[i], buf + i, c);
 }
 template <class T>
-FG_CPU_CLONES void adam_run(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n,
+FG_CPU_KERNEL void adam_run(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n,
                             const AdamCoeffs<T>& c) {
   for (int64_t i = 0; i < n; ++i) adam_element<T>(p[i], g[i], m[i], v[i], c);
 }
@@ -39,7 +39,7 @@ void sgd_update_cpu(const KernelEnv& env, DType dtype, void* param, const void* 
     T* buf = static_cast<T*>(momentum_buf);
     const SgdCoeffs<T> c = sgd_coeffs<T>(hyper);
     parallel_for(n, kUpdateGrain, [=](int64_t b, int64_t e) {
-      sgd_run<T>(p + b, g + b, buf ? buf + b : nullptr, e - b, c);
+      FG_AT_ISA(sgd_run<T>(p + b, g + b, buf ? buf + b : nullptr, e - b, c));
     });
   });
 }
@@ -54,7 +54,7 @@ void adam_update_cpu(const KernelEnv& env, DType dtype, void* param, const void*
     T* m = static_cast<T*>(exp_avg);
     T* v = static_cast<T*>(exp_avg_sq);
     const AdamCoeffs<T> c = adam_coeffs<T>(hyper, count);
-    parallel_for(n, kUpdateGrain, [=](int64_t b, int64_t e) { adam_run<T>(p + b, g + b, m + b, v + b, e - b, c); });
+    parallel_for(n, kUpdateGrain, [=](int64_t b, int64_t e) { FG_AT_ISA(adam_run<T>(p + b, g + b, m + b, v + b, e - b, c)); });
   });
 }
 
@@ -92,8 +92,8 @@ void sgd_update_multi_cpu(const KernelEnv& env, DType dtype, const SgdItem* item
       for_slices(items, count, b, e, [&](int k, int64_t lo, int64_t hi) {
         const SgdItem& it = items[k];
         T* buf = static_cast<T*>(it.momentum_buf);
-        sgd_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo, buf ? buf + lo : nullptr,
-                   hi - lo, c);
+        FG_AT_ISA(sgd_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo, buf ? buf + lo : nullptr,
+                   hi - lo, c));
       });
     });
   });
@@ -106,9 +106,9 @@ void adam_update_multi_cpu(const KernelEnv& env, DType dtype, const AdamItem* it
     parallel_for(total_size(items, count), kUpdateGrain, [&](int64_t b, int64_t e) {
       for_slices(items, count, b, e, [&](int k, int64_t lo, int64_t hi) {
         const AdamItem& it = items[k];
-        adam_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo,
+        FG_AT_ISA(adam_run<T>(static_cast<T*>(it.param) + lo, static_cast<const T*>(it.grad) + lo,
                     static_cast<T*>(it.exp_avg) + lo, static_cast<T*>(it.exp_avg_sq) + lo, hi - lo,
-                    adam_coeffs<T>(hyper, *it.step));
+                    adam_coeffs<T>(hyper, *it.step)));
       });
     });
   });

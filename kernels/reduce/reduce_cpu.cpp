@@ -26,7 +26,7 @@ Out finish_sum(A acc, bool mean, int64_t r) {
 // into sixteen double lanes, so a long line keeps double's accuracy at a quarter of the
 // conversions; other types: eight lanes of Acc<T>.
 template <class T>
-FG_CPU_CLONES Acc<T> sum_line(const T* __restrict x, int64_t r) {
+FG_CPU_KERNEL Acc<T> sum_line(const T* __restrict x, int64_t r) {
   int64_t k = 0;
   Acc<T> acc = 0;
   if constexpr (std::is_same_v<T, float>) {
@@ -52,7 +52,7 @@ FG_CPU_CLONES Acc<T> sum_line(const T* __restrict x, int64_t r) {
 constexpr int64_t kColumnBlock = 512;  // 4 KB of accumulators
 
 template <class T>
-FG_CPU_CLONES void add_rows(Acc<T>* __restrict acc,  // (width), accumulated into
+FG_CPU_KERNEL void add_rows(Acc<T>* __restrict acc,  // (width), accumulated into
                             const T* __restrict x,    // (rows, width), rows `stride` elements apart
                             int64_t rows, int64_t stride, int64_t width) {
   int64_t k = 0;
@@ -85,7 +85,7 @@ void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner,
       const int64_t j0 = block * kColumnBlock, width = std::min(kColumnBlock, inner - j0);
       const int64_t k0 = r * part / parts, k1 = r * (part + 1) / parts;
       std::fill(acc, acc + width, Acc<T>(0));
-      add_rows(acc, x + (o * r + k0) * inner + j0, k1 - k0, inner, width);
+      FG_AT_ISA(add_rows(acc, x + (o * r + k0) * inner + j0, k1 - k0, inner, width));
       if (parts > 1) {
         std::copy(acc, acc + width, partial.data() + (part * outer + o) * inner + j0);
       } else {
@@ -104,10 +104,10 @@ void sum_columns(bool mean, const T* x, int64_t outer, int64_t r, int64_t inner,
 }  // namespace
 
 void add_rows_cpu(double* acc, const float* x, int64_t rows, int64_t stride, int64_t width) {
-  add_rows(acc, x, rows, stride, width);
+  FG_AT_ISA(add_rows(acc, x, rows, stride, width));
 }
 void add_rows_cpu(double* acc, const double* x, int64_t rows, int64_t stride, int64_t width) {
-  add_rows(acc, x, rows, stride, width);
+  FG_AT_ISA(add_rows(acc, x, rows, stride, width));
 }
 
 void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t outer,
@@ -125,7 +125,7 @@ void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dty
       }
       if (fn == ReduceFn::Sum || mean) {
         parallel_for(outer, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
-          for (int64_t line = begin; line < end; ++line) ys[line] = finish_sum<Out>(sum_line(xs + line * r, r), mean, r);
+          for (int64_t line = begin; line < end; ++line) ys[line] = finish_sum<Out>(FG_AT_ISA(sum_line(xs + line * r, r)), mean, r);
         });
         return;
       }

@@ -117,7 +117,9 @@ def test_gelu_and_its_gradient_over_all_floats(approximate):
     1 / (1 + exp(-2u))) against float64 over the sweep, the negative tails included (where
     1 + erf(x/sqrt2) and 1 + tanh(u) cancelled before: gelu was 5% off at x = -5). gelu: within 7
     ulp. The tanh form rounds u = k (x + 0.044715 x^3) in float32, which costs about |u| ulp: within
-    4 (1 + |u|) ulp. The gradient, which crosses 0 near x = -0.75, in ulps of its larger term."""
+    4 (1 + |u|) ulp. The gradient, which crosses 0 near x = -0.75, in ulps of its larger term.
+    At FLOWGRAD_ISA=generic (no FMA: every polynomial step rounds twice) the bounds are 25% wider:
+    seen 7.05 ulp for gelu, and 1.21 times the bound for the tanh form's gradient at x = -9.2."""
     x, _ = float32_sweep()
     x = x[np.abs(x) < 1e6]  # beyond, gelu is x or 0 (test_gelu_specials) and u^3 overflows float64's tanh form
     x64 = x.astype(np.float64)
@@ -125,6 +127,7 @@ def test_gelu_and_its_gradient_over_all_floats(approximate):
     value, first, second = gelu_references(x64)[name]
     u = np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)
     bound = np.full(x.shape, 7.0) if approximate == "none" else 4 * (1 + np.abs(u))
+    bound *= 1.25 if fg.build_config()["isa"] == "generic" else 1.0
     got = fg.gelu(fg.tensor(x), approximate=approximate).numpy()
     err = ulps_or_tiny(got, value, None) / bound
     worst = int(np.argmax(err))

@@ -3,11 +3,13 @@ activation's backward and the bias gradient's column sum one <act>_backward_cols
 the CPU linear_gelu, linear_gelu_tanh and linear_silu keep the activation's derivative for a
 backward that then only multiplies (mul_colsum). The step computes what the unfused plan
 (FLOWGRAD_PLAN_SKIP=fuse_epilogues) and eager mode do."""
+import json
+
 import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import assert_trained_alike, planner_modes
+from conftest import assert_trained_alike, planner_modes, run_isolated
 
 F = fg.nn.functional
 
@@ -72,32 +74,52 @@ def test_linear_and_activation_train_as_one_op_like_the_unfused_plan_and_eager(a
                         rtol=1e-6)
 
 
-@pytest.mark.parametrize("sgemm", ["avx512", "blas"])
-@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
-def test_a_kept_derivative_gives_the_unfused_plans_bits(act, sgemm, monkeypatch):
+ISA_LEVELS = ("generic", "avx2", "avx512")
+
+
+@pytest.mark.parametrize("isa, sgemm", [(isa, "blas") for isa in ISA_LEVELS] + [("avx512", "avx512")])
+def test_a_kept_derivative_gives_the_unfused_plans_bits(isa, sgemm):
     """The derivative linear_<act> keeps is its backward functor at gradient 1, and the backward's
     multiply by it rounds as that functor does; linear_relu's backward masks by the ReLU's output,
     positive exactly where the product is. The weight gradients equal the unfused plan's, bit for
     bit (the bias gradient's fused column sum adds in another order), whether flowgrad's AVX-512
-    GEMM (the derivative written in its store) or the BLAS (a pass after the product) multiplies.
-    300 hidden units: a product the AVX-512 kernel takes."""
-    monkeypatch.setenv("FLOWGRAD_SGEMM", sgemm)
-    grads = []
-    for skip in ("", "fuse_epilogues"):
-        monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", skip)
-        fg.manual_seed(5)
-        model = fg.nn.Sequential(fg.nn.Linear(64, 300), ACTIVATIONS[act][0](), fg.nn.Linear(300, 7))
-        rng = np.random.default_rng(6)
-        x = fg.tensor(rng.normal(size=(90, 64)).astype(np.float32) * 3)
-        y = fg.tensor(rng.normal(size=(90, 7)).astype(np.float32))
-        step = fg.compile(model, F.mse_loss, None, example_inputs=(x, y))
-        assert (ACTIVATIONS[act][3] in backward_ops(step)) == (skip == "")
-        step(x, y)
-        grads.append([p.grad.numpy().copy() for p in model.parameters()])
-    (w1, b1, w2, b2), plain = grads
-    for fused, want in zip((w1, w2, b2), plain[0::2] + plain[3:]):
-        np.testing.assert_array_equal(fused, want)
-    np.testing.assert_allclose(b1, plain[1], rtol=1e-5, atol=1e-8)  # the fused column sum adds in its own order
+    GEMM (the derivative written in its store) or the BLAS (a pass after the product) multiplies,
+    at every instruction-set level this machine runs (FLOWGRAD_ISA: contraction into FMA differs
+    between levels, and every elementwise loop, strided ones too, runs at the one level). In a
+    fresh process per level and GEMM, as both are read at import. 300 hidden units: a product the
+    AVX-512 kernel takes."""
+    if isa not in fg.build_config()["isa_levels"]:
+        pytest.skip(f"this machine runs up to {fg.build_config()['isa_levels'][-1]}, not {isa}")
+    out = run_isolated("""
+        import json, os
+        F = fg.nn.functional
+        MODULES = {"relu": fg.nn.ReLU, "gelu": fg.nn.GELU, "gelu_tanh": lambda: fg.nn.GELU(approximate="tanh"),
+                   "silu": fg.nn.SiLU}
+        config = fg.build_config()
+        report = {"isa": config["isa"], "sgemm": config["sgemm"], "differ": {}}
+        for act, module in MODULES.items():
+            grads, backward = [], []
+            for skip in ("", "fuse_epilogues"):
+                os.environ["FLOWGRAD_PLAN_SKIP"] = skip
+                fg.manual_seed(5)
+                model = fg.nn.Sequential(fg.nn.Linear(64, 300), module(), fg.nn.Linear(300, 7))
+                rng = np.random.default_rng(6)
+                x = fg.tensor(rng.normal(size=(90, 64)).astype(np.float32) * 3)
+                y = fg.tensor(rng.normal(size=(90, 7)).astype(np.float32))
+                step = fg.compile(model, F.mse_loss, None, example_inputs=(x, y))
+                backward.append([r["op"] for r in step.explain().rows if r["phase"] == "backward"])
+                step(x, y)
+                grads.append([p.grad.numpy().copy() for p in model.parameters()])
+            (w1, b1, w2, b2), plain = grads
+            fused_op = "relu_backward_colsum" if act == "relu" else "mul_colsum"
+            assert fused_op in backward[0] and fused_op not in backward[1], backward
+            report["differ"][act] = [int((fused != want).sum()) for fused, want in zip((w1, w2, b2), plain[0::2] + plain[3:])]
+            np.testing.assert_allclose(b1, plain[1], rtol=1e-5, atol=1e-8)  # the fused column sum adds in its own order
+        print(json.dumps(report))
+    """, env={"FLOWGRAD_ISA": isa, "FLOWGRAD_SGEMM": sgemm})
+    report = json.loads(out.splitlines()[-1])
+    assert (report["isa"], report["sgemm"]) == (isa, sgemm)
+    assert report["differ"] == {act: [0, 0, 0] for act in ("relu", "gelu", "gelu_tanh", "silu")}
 
 
 def test_a_product_read_by_more_than_the_backward_keeps_the_product():

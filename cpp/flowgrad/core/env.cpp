@@ -46,6 +46,8 @@ bool blas_on_pool() {
   return v != "openblas";
 }
 
+std::string cpu_isa() { return read_text("FLOWGRAD_ISA"); }
+
 bool sgemm_avx512() {
   const std::string v = read_text("FLOWGRAD_SGEMM");
   FG_CHECK(v.empty() || v == "avx512" || v == "blas", Value, "environment variable FLOWGRAD_SGEMM='", v,

@@ -1945,6 +1945,10 @@ def _is_parameter(arg0: Tensor) -> builtins.bool:
     """
     Whether t was made by fg.nn.Parameter.
     """
+def _isa_for(asked: str, machine: str, baseline: str = 'generic') -> str:
+    """
+    For tests: the level FLOWGRAD_ISA=asked gives on a machine of the level `machine` with a build of the level `baseline`; ValueError where it cannot.
+    """
 def _load(path: str) -> tuple:
     """
     Reads a safetensors file: (tensors dict, metadata dict); CheckpointError on any fault.
@@ -2049,7 +2053,7 @@ def broadcast_to(input: Tensor, shape: typing.Any) -> Tensor:
     """
 def build_config() -> dict:
     """
-    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), and sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM).
+    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), , sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM), isa: the instruction-set level CPU kernels run at ('generic', 'avx2' or 'avx512'; FLOWGRAD_ISA forces a lower one) and isa_levels: every level this machine and build can run.
     """
 def cat(tensors: collections.abc.Sequence[Tensor], dim: typing.SupportsInt | typing.SupportsIndex = 0) -> Tensor:
     """

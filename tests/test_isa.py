@@ -1,0 +1,74 @@
+"""FLOWGRAD_ISA: the instruction-set level flowgrad's hand-vectorised CPU kernels run at
+(kernels/common/cpu_dispatch.h), the machine's own or a lower one. ./dev.sh test runs the kernels'
+tests again at each level below the machine's; these tests check the switch itself on any machine."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import flowgrad as fg
+from conftest import run_isolated
+
+LEVELS = ("generic", "avx2", "avx512")
+
+
+def import_with(level):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_ISA=level)
+    return subprocess.run([sys.executable, "-c", "import flowgrad"], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_build_config_names_the_level_in_use_among_the_levels_this_machine_runs():
+    config = fg.build_config()
+    levels = config["isa_levels"]
+    assert levels and levels == [level for level in LEVELS if level in levels]  # in order
+    assert LEVELS.index(levels[-1]) - LEVELS.index(levels[0]) == len(levels) - 1  # no gaps
+    assert config["isa"] == (os.environ.get("FLOWGRAD_ISA") or levels[-1])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_level_the_machine_runs_is_the_one_in_use(level):
+    """Below avx512 the float32 products leave flowgrad's AVX-512 GEMM for the BLAS."""
+    if level not in fg.build_config()["isa_levels"]:
+        pytest.skip(f"this machine runs {', '.join(fg.build_config()['isa_levels'])}, not {level}")
+    out = run_isolated("""
+        c = fg.build_config()
+        x = fg.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+        print(c["isa"], c["sgemm"], float(fg.nn.functional.gelu(x).sum()) > 0)
+    """, env={"FLOWGRAD_ISA": level, "FLOWGRAD_SGEMM": "avx512"})
+    assert out.split() == [level, "avx512" if level == "avx512" else "blas", "True"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_level_above_the_machines_fails_the_import_naming_the_machines_level(level):
+    levels = fg.build_config()["isa_levels"]
+    if level in levels:
+        pytest.skip(f"this machine runs {level}")
+    if LEVELS.index(level) < LEVELS.index(levels[0]):
+        pytest.skip(f"{level} is below this build's baseline (a FLOWGRAD_NATIVE build)")
+    done = import_with(level)
+    assert done.returncode != 0
+    assert f"FLOWGRAD_ISA='{level}' asks for more than this CPU runs: its level is '{levels[-1]}'" in done.stderr
+
+
+def test_an_unknown_level_fails_the_import():
+    done = import_with("avx1024")
+    assert done.returncode != 0
+    assert "FLOWGRAD_ISA='avx1024' is not 'generic', 'avx2' or 'avx512'" in done.stderr
+
+
+def test_the_level_is_the_machines_own_or_a_lower_one_whatever_the_machine():
+    """The rule on pretend machines (fg._core._isa_for): what the import applies to this one."""
+    isa_for = fg._core._isa_for
+    assert isa_for("", "avx2") == "avx2"
+    assert [isa_for(level, "avx512") for level in LEVELS] == list(LEVELS)
+    assert isa_for("generic", "avx2") == "generic"
+    with pytest.raises(ValueError, match="FLOWGRAD_ISA='avx512' asks for more than this CPU runs: its level is 'avx2'"):
+        isa_for("avx512", "avx2")
+    with pytest.raises(ValueError, match="FLOWGRAD_ISA='avx2' asks for more than this CPU runs: its level is 'generic'"):
+        isa_for("avx2", "generic")
+    with pytest.raises(ValueError, match="FLOWGRAD_ISA='generic' is below this build's baseline 'avx2'"):
+        isa_for("generic", "avx512", "avx2")
+    with pytest.raises(ValueError, match="FLOWGRAD_ISA='sse4' is not 'generic', 'avx2' or 'avx512'"):
+        isa_for("sse4", "avx512")
