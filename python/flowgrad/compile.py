@@ -308,7 +308,6 @@ class CompiledStep(_PlanViews):
         self._plans = _PlanCache(max_plans if dynamic else 1)
         self._traces = 0
         self._plan = self._build(self._padded(inputs)[0])
-        self._ran = self._plan
 
     def _padded(self, inputs):
         return self._buckets.pad(inputs) if self._buckets is not None else (inputs, None, None)
@@ -400,7 +399,7 @@ class CompiledStep(_PlanViews):
             identity = getattr(self.optimizer, "plan_identity", None)  # optional for an optimizer of one's own
             optimizer = identity() if identity is not None else tuple(
                 tuple((hash(p), p.requires_grad) for p in g["params"]) for g in self.optimizer.param_groups)
-        return params, optimizer, _RecurrentState.identity(self.model), getattr(self.model, "syncs_gradients", None)
+        return params, optimizer, self._states.identity(), getattr(self.model, "syncs_gradients", None)
 
     @property
     def stats(self):
@@ -430,7 +429,7 @@ class CompiledStep(_PlanViews):
             # .grad shows the tensors this plan writes (shared unless unfit), also after a zero_grad()
             for p, g in entry["grads"]:
                 p.grad = g
-        self._plan = self._ran = plan
+        self._plan = plan
         return plan
 
     def __call__(self, *inputs):
@@ -520,9 +519,9 @@ class _RecurrentState:
         self.before = [g._recurrent_state() for g in self.graphs]
         self.tensors = []  # (graph, tag, state tensor)
 
-    @staticmethod
-    def identity(model):
-        return tuple(hash(t) for g in _graphs(model) for t in g._recurrent_state().values())
+    def identity(self):
+        """Which tensors the graphs hold as state now (reset_state, set_state or an eager call change it)."""
+        return tuple(hash(t) for g in self.graphs for t in g._recurrent_state().values())
 
     def found(self):
         """After a first trace: whether a graph has state; if so, makes the tensors for the next."""
