@@ -97,7 +97,9 @@ def test_module_to_dtype_leaves_undefined_parameters_alone(make, device):
     lambda ps: fg.optim.Adagrad(ps, lr=0.1, weight_decay=0.1),
     lambda ps: fg.optim.RMSprop(ps, lr=0.01, momentum=0.5, weight_decay=0.1, centered=True),
     lambda ps: fg.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1),
-    lambda ps: fg.optim.AdamW(ps, lr=0.1, weight_decay=0.1)], ids=["adagrad", "rmsprop", "sgd", "adamw"])
+    lambda ps: fg.optim.AdamW(ps, lr=0.1, weight_decay=0.1),
+    lambda ps: ClipThen(fg.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1), 0.05)],
+    ids=["adagrad", "rmsprop", "sgd", "adamw", "clipped-sgd"])
 def test_no_optimizer_updates_an_untaken_switch_branch(make_opt, device):
     def build():
         g = (fg.FlowBuilder(nn.Linear(3, 4))
@@ -285,6 +287,9 @@ class ClipThen:
 
     def zero_grad(self):
         self.opt.zero_grad()
+
+    def state_dict(self):
+        return self.opt.state_dict()
 
     def step(self):
         self.norms.append(fg.nn.utils.clip_grad_norm_(self.params(), self.max_norm))

@@ -71,6 +71,7 @@ class Case:
         self.split_groups = "group" in self.events.values() or bool(r.integers(0, 4) == 0)
         self.data_seed = int(r.integers(0, 2 ** 31))
         self.scheduler = bool(r.integers(0, 4) == 0)
+        self.clip = float(r.choice([0.05, 1.0])) if r.integers(0, 4) == 0 else None  # clip_grad_norm_ before updates
         recurrent = self.family == "flow" and "recurrent" in self.layers
         self.dynamic = not recurrent and bool(r.integers(0, 4) == 0)  # the batch size changes between calls
 
@@ -111,7 +112,7 @@ class Case:
     def describe(self):
         return {"seed": self.seed, "family": self.family, "layers": self.layers, "opt": self.opt,
                 "steps": self.steps, "events": self.events, "split_groups": self.split_groups,
-                "scheduler": self.scheduler, "dynamic": self.dynamic}
+                "scheduler": self.scheduler, "dynamic": self.dynamic, "clip": self.clip}
 
     # ---- building (called twice, from the same seed) ----
 
@@ -158,7 +159,8 @@ class Case:
             cut = len(params) // 2
             groups = [{"params": params[cut:]}] if "group" in self.events.values() else \
                 [{"params": params[:cut]}, {"params": params[cut:], "lr": kw["lr"] / 2}]
-        return getattr(fg.optim, name)(groups, **kw)
+        opt = getattr(fg.optim, name)(groups, **kw)
+        return ClipThen(opt, self.clip) if self.clip else opt
 
     def data(self, fg):
         r = np.random.default_rng(self.data_seed)
@@ -185,8 +187,8 @@ def apply_event(event, model, opt):
         for g in opt.param_groups:
             g["lr"] *= 0.5
     elif event == "reload":
-        opt.load_state_dict(opt.state_dict())
-    elif event == "momentum" and type(opt).__name__ == "SGD":
+        opt.load_state_dict(opt.state_dict())  # through a ClipThen too
+    elif event == "momentum" and type(getattr(opt, "opt", opt)).__name__ == "SGD":
         for g in opt.param_groups:
             g["momentum"] = 0.5
     elif event == "group":
@@ -197,6 +199,44 @@ def apply_event(event, model, opt):
 
 
 Views, InPlace, HostMask, MeanTokens = (None,) * 4  # made by modules() once flowgrad is imported
+
+
+class ClipThen:
+    """An optimizer wrapper that clips the gradient norm (nn.utils.clip_grad_norm_) before the
+    wrapped optimizer's update, eagerly and inside a compiled step (README: the hooks fg.compile
+    uses); options and state are the wrapped optimizer's."""
+
+    def __init__(self, opt, max_norm):
+        self.opt, self.max_norm = opt, max_norm
+
+    def __getattr__(self, name):  # param_groups, zero_grad, state_dict, plan_state, run_compiled, ...
+        return getattr(self.opt, name)
+
+    def params(self):
+        return [p for g in self.opt.param_groups for p in g["params"]]
+
+    def step(self):  # .grad keeps the unclipped gradients, as traced_step leaves them
+        import flowgrad as fg
+        params = self.params()
+        saved = [p.grad for p in params]
+        fg.nn.utils.clip_grad_norm_(params, self.max_norm)
+        self.opt.step()
+        for p, g in zip(params, saved):
+            p.grad = g
+
+    def traced_step(self, grads, foreach=None, scope=None):
+        import flowgrad as fg
+        params = self.params()
+        saved = [p.grad for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g
+        try:
+            fg.nn.utils.clip_grad_norm_(params, self.max_norm)
+            clipped = [p.grad for p in params]
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+        self.opt.traced_step(clipped, foreach, scope)
 
 
 def compare(what, a, b, problems):

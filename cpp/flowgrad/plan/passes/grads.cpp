@@ -55,7 +55,8 @@ struct Presence {
       when[id] = std::move(pairs);
     }
   }
-  // A sum or a copy of gradients exists when any part does; an update needs its gradient.
+  // A sum or a copy of gradients exists when any part does; anything else computed from a gradient
+  // only a branch computes (a clipped gradient g * scale, a gradient further back) exists when it does.
   bool depends(const Instr& ins, Pairs& pairs, bool all) const {
     bool cond = all;
     for (size_t i = 0; i < ins.in.size(); ++i) {
@@ -108,9 +109,9 @@ Program guard_updates(Program p) {
     }
     for (; i < end; ++i) {
       Instr& call = p.body[i];
-      Pairs sum;
-      const bool sums = call.kind == InstrKind::Call && sums_gradients(call) && s.depends(call, sum, true);
-      for (const Value& v : call.out) s.conditional[v.buffer] = sums, s.when[v.buffer] = sums ? sum : Pairs{};
+      Pairs from;
+      const bool derived = call.kind == InstrKind::Call && s.depends(call, from, sums_gradients(call));
+      for (const Value& v : call.out) s.conditional[v.buffer] = derived, s.when[v.buffer] = derived ? from : Pairs{};
       out.push_back(std::move(call));
     }
   }
