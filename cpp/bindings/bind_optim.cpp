@@ -34,7 +34,8 @@ void bind_optim(py::module_& m) {
   optim.def("write_hyper", &optim::write_hyper, py::arg("hyper"), py::arg("values"),
             "Writes host values into a hyper-parameter tensor on any device.");
   optim.def("clip_grad_norm", &optim::clip_grad_norm, py::arg("params"), py::arg("max_norm"),
-            "Scales gradients to a global L2 norm of at most max_norm; returns the norm before.");
+            "Scales gradients to a global L2 norm of at most max_norm with device ops (no host read); returns "
+            "the norm before as a 0-d float32 tensor.");
 }
 
 }  // namespace fg::py_bind

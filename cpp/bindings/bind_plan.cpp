@@ -80,6 +80,14 @@ void bind_plan(py::module_& m) {
            "Marks where the backward pass starts (common-subexpression elimination keeps recomputation there).")
       .def("mark_update", [](plan::Tracer& t) { t.update_start = t.calls.size(); },
            "Marks where the optimizer's update starts (explain() shows the phase).")
+      .def("begin_update_scope", [](plan::Tracer& t) { t.update_scopes.emplace_back(t.calls.size(), SIZE_MAX); },
+           "Starts the calls of one parameter's update: a guard runs all of them or none (when only a branch "
+           "computes the gradient they read).")
+      .def("end_update_scope", [](plan::Tracer& t) {
+             FG_CHECK(!t.update_scopes.empty() && t.update_scopes.back().second == SIZE_MAX, Value,
+                      "end_update_scope: no update scope is open");
+             t.update_scopes.back().second = t.calls.size();
+           }, "Ends the update scope begin_update_scope started.")
       .def("locate_sources", [](plan::Tracer& t, const std::string& skip) { t.locate = [skip] { return user_line(skip); }; },
            py::arg("skip"), "Records the source line ('file.py:12') of each op call: the innermost Python frame whose "
            "file does not start with `skip` (flowgrad's own files).")

@@ -21,7 +21,10 @@ What tracing means for you:
   updated in place: eager use, ``state_dict`` and checkpoints see the trained values at once.
   Each parameter's ``.grad`` is bound to a tensor the step overwrites every call (no
   ``zero_grad`` needed: gradients are not accumulated across calls).
-- Optimizer options (``lr`` from a scheduler, betas, weight decay) are read at every call.
+- Optimizer options (``lr`` from a scheduler, betas, weight decay) are read at every call. Before
+  every call the step checks what it was traced with (parameters and ``requires_grad``, param
+  groups, the optimizer's state and hyper-parameter tensors, recurrent FlowBuilder state) and
+  traces again when that changed; ``.grad`` is bound again every call (``zero_grad`` is harmless).
 - Random ops (dropout) draw fresh values every call, reproducible from ``fg.manual_seed``.
 - The model is traced in the mode it is in (``train()``/``eval()``) at compile time.
 - On CUDA the step is captured into one CUDA graph on its second call and replayed from then on
@@ -29,6 +32,7 @@ What tracing means for you:
 """
 import collections
 import contextlib
+import inspect
 import os
 import sys
 import time
@@ -72,6 +76,8 @@ def _module_labels(model):
         if not isinstance(g, _core.Graph):
             continue
         for tag in g.tags:
+            if tag in g.input_names:  # a graph input is a tag of no module
+                continue
             old = labels.get(id(g.sub(tag)))
             if old is None:
                 continue
@@ -302,7 +308,6 @@ class CompiledStep(_PlanViews):
         self._plans = _PlanCache(max_plans if dynamic else 1)
         self._traces = 0
         self._plan = self._build(self._padded(inputs)[0])
-        self._ran = self._plan
 
     def _padded(self, inputs):
         return self._buckets.pad(inputs) if self._buckets is not None else (inputs, None, None)
@@ -327,9 +332,12 @@ class CompiledStep(_PlanViews):
         def step(tracer):
             if self.forward_only:
                 with _no_grad():
-                    return loss_of(), []
-            with _gradient_sync(self.model) as average:
-                return traced_step(tracer, average)
+                    out = loss_of(), []
+            else:
+                with _gradient_sync(self.model) as average:
+                    out = traced_step(tracer, average)
+            self._states.carry()
+            return out
 
         def loss_of():
             out = self.model(*model_inputs)
@@ -351,11 +359,17 @@ class CompiledStep(_PlanViews):
             grads = average(self._params, grads)
             if opt is not None:
                 tracer.mark_update()
-                opt.traced_step(grads, foreach=False if tracer.branches else None)
+                scoped = "scope" in inspect.signature(opt.traced_step).parameters  # an optimizer of one's own may not
+                opt.traced_step(grads, foreach=False if tracer.branches else None,
+                                **({"scope": lambda: _update_scope(tracer)} if scoped else {}))
             return loss, grads
 
         start = time.perf_counter()
+        self._states = _RecurrentState(self.model)
         tracer, (loss, grads) = _Traced(self.model)(step)
+        if self._states.found():  # traced again, reading state tensors of its own (shapes from the first trace)
+            tracer, (loss, grads) = _Traced(self.model)(step)
+        self._states.restore()
         traced = time.perf_counter()
         pairs = [(p, g) for p, g in zip(self._params, grads) if g is not None]
         names = list(_named(self.model, "named_parameters")) + state_names
@@ -373,11 +387,19 @@ class CompiledStep(_PlanViews):
         return plan
 
     def _identity(self):
-        """Which tensors are the model's parameters now (hash is the tensor's identity) and which
-        of them train, and whether a data-parallel wrapper averages gradients now (False inside
+        """What the plans were traced with, checked before every call (hash is the tensor's
+        identity): which tensors are the model's parameters now and which of them train; the
+        optimizer's param groups, state and hyper-parameter tensors (a new group, a loaded state
+        or a new state layout); the FlowBuilder graphs' recurrent state tensors (reset_state,
+        set_state); whether a data-parallel wrapper averages gradients now (False inside
         ``ddp.no_sync()``)."""
         params = tuple((hash(p), p.requires_grad) for _, p in _named(self.model, "named_parameters"))
-        return params, getattr(self.model, "syncs_gradients", None)
+        optimizer = None
+        if self.optimizer is not None:
+            identity = getattr(self.optimizer, "plan_identity", None)  # optional for an optimizer of one's own
+            optimizer = identity() if identity is not None else tuple(
+                tuple((hash(p), p.requires_grad) for p in g["params"]) for g in self.optimizer.param_groups)
+        return params, optimizer, self._states.identity(), getattr(self.model, "syncs_gradients", None)
 
     @property
     def stats(self):
@@ -394,20 +416,20 @@ class CompiledStep(_PlanViews):
         return out
 
     def _plan_for(self, inputs):
-        """The plan for these (padded) inputs, traced when none is cached (at most max_plans)."""
-        entry = self._plans.get(_signature(inputs) if self.dynamic else self._plans.newest())
-        if entry is None:
-            plan = self._build(inputs)
-        elif not entry["plan"].up_to_date() or self._identity() != self._traced_identity:
-            # Module.to moved a parameter, or one was reassigned: trace again
+        """The plan for these (padded) inputs, traced when none is cached (at most max_plans).
+        Every cached plan is dropped when what they were traced with changed (``_identity``), or
+        when Module.to moved a tensor one of them reads."""
+        if self._identity() != self._traced_identity or not all(e["plan"].up_to_date() for e in self._plans.entries.values()):
             self._plans.clear()
+        entry = self._plans.get(_signature(inputs) if self.dynamic else self._plans.newest()) if len(self._plans) else None
+        if entry is None:
             plan = self._build(inputs)
         else:
             plan = entry["plan"]
-            if plan is not self._ran:  # .grad shows the tensors this plan writes (shared unless unfit)
-                for p, g in entry["grads"]:
-                    p.grad = g
-        self._plan = self._ran = plan
+            # .grad shows the tensors this plan writes (shared unless unfit), also after a zero_grad()
+            for p, g in entry["grads"]:
+                p.grad = g
+        self._plan = plan
         return plan
 
     def __call__(self, *inputs):
@@ -473,6 +495,68 @@ class ForwardPlan(_PlanViews):
         """The model's outputs for these inputs (same shapes as the example inputs)."""
         out = self._plan.run(_as_tensors(inputs, "forward plan"))
         return out[0] if self._single else tuple(out)
+
+
+@contextlib.contextmanager
+def _update_scope(tracer):
+    """One parameter's update ops, which a plan guards as one (Optimizer.traced_step)."""
+    tracer.begin_update_scope()
+    try:
+        yield
+    finally:
+        tracer.end_update_scope()
+
+
+class _RecurrentState:
+    """The recurrent state of the model's FlowBuilder graphs (a ``using`` of a later tag) in a
+    compiled step: a tensor of its own per state tag, which the plan reads where eager code reads
+    the state and overwrites with the tagged value at the end of every call, as an eager loop
+    that calls ``detach_state()`` after each step. It starts from the graph's state when that has
+    the traced shape, else from zeros (as eager's first call)."""
+
+    def __init__(self, model):
+        self.graphs = _graphs(model)
+        self.before = [g._recurrent_state() for g in self.graphs]
+        self.tensors = []  # (graph, tag, state tensor)
+
+    def identity(self):
+        """Which tensors the graphs hold as state now (reset_state, set_state or an eager call change it)."""
+        return tuple(hash(t) for g in self.graphs for t in g._recurrent_state().values())
+
+    def found(self):
+        """After a first trace: whether a graph has state; if so, makes the tensors for the next."""
+        for g, before in zip(self.graphs, self.before):
+            for tag in g._recurrent_state():
+                traced, old = g.tagged(tag), before.get(tag)
+                fits = old is not None and (old.shape, old.dtype, old.device) == (traced.shape, traced.dtype, traced.device)
+                with _no_grad():
+                    state = old.detach() if fits else _core.zeros(*traced.shape, dtype=traced.dtype, device=traced.device)
+                self.tensors.append((g, tag, state))
+        self.restore()
+        return bool(self.tensors)
+
+    def carry(self):
+        """Inside the trace, at the end of the step: the tagged values become the next call's state."""
+        with _no_grad():
+            for g, tag, state in self.tensors:
+                state.copy_(g.tagged(tag))
+
+    def restore(self):
+        """The graphs' state as the plan reads it (the trace left its traced values there)."""
+        for g, before in zip(self.graphs, self.before):
+            for tag, value in before.items():
+                g._set_recurrent_state(tag, value)
+        for g, tag, state in self.tensors:
+            g._set_recurrent_state(tag, state)
+
+
+def _graphs(model):
+    """The FlowBuilder graphs in the model, each once."""
+    out = []
+    for module in [model] + list(_named(model, "modules")):
+        if isinstance(module, _core.Graph) and all(module is not g for g in out):
+            out.append(module)
+    return out
 
 
 def _tagged_values(model):

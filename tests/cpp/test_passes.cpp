@@ -567,6 +567,47 @@ TEST(GuardUpdates, WrapsAnUpdateWhoseGradientOnlyOneBranchComputes) {
   EXPECT_EQ(p.regions, 2);
 }
 
+TEST(GuardUpdates, GuardsAParameterUpdateScopeAsAWhole) {
+  // A composed optimizer's update of one parameter: state decay first (no gradient read), then
+  // the gradient's square; the guard must hold both, and the next parameter's scope neither.
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int grad = b.buffer(BufferKind::Arena, "g");
+  Block computes;
+  computes.push_back(b.call(OpId::exp, {b.x()}, b.value(grad)));
+  Instr branch = b.region(InstrKind::Switch, selector, {computes, {}}, {grad});
+  branch.region.present = {{0}};
+  b.p.body.push_back(branch);
+  Value state = b.value(b.buffer(BufferKind::External, "square_avg"));
+  Value other = b.value(b.buffer(BufferKind::External, "square_avg2"));
+  for (auto [target, scope] : {std::pair{state, 0}, {other, 1}}) {
+    b.p.body.push_back(b.call(OpId::mul_, {target, target}, target));
+    b.p.body.back().scope = scope;
+    if (scope == 0) {
+      b.p.body.push_back(b.call(OpId::add_, {target, b.value(grad)}, target));
+      b.p.body.back().scope = scope;
+    }
+  }
+  Program p = guard_updates(b.p);
+  ASSERT_EQ(p.body.size(), 3u);
+  EXPECT_EQ(p.body[1].kind, InstrKind::Guard);
+  EXPECT_EQ(ops(p.body[1].blocks[0]), (std::vector<OpId>{OpId::mul_, OpId::add_}));
+  EXPECT_EQ(p.body[2].kind, InstrKind::Call);  // the other parameter's gradient always exists
+}
+
+TEST(Dce, DropsASwitchWhoseResultsNobodyReads) {
+  Builder b(Dims{4});
+  Value selector = b.value(b.buffer(BufferKind::Input, "sel", Dims{1}), Dims{1});
+  int owned = b.buffer(BufferKind::Arena, "owned");
+  Block block;
+  Value v = b.emit(block, OpId::exp, {b.x()});
+  block.push_back(b.call(OpId::contiguous, {v}, b.value(owned)));
+  b.p.body.push_back(b.region(InstrKind::Switch, selector, {block, block}, {owned}));
+  b.p.outputs = {b.emit(OpId::neg, {b.x()})};
+  Program p = dce(b.p);
+  EXPECT_EQ(ops(p.body), (std::vector<OpId>{OpId::neg}));
+}
+
 TEST(Memory, ReusesBytesOfDeadBuffersAndTheCheckerProvesIt) {
   Builder b(Dims{16});
   Value a = b.emit(OpId::exp, {b.x()});

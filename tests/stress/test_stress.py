@@ -1,8 +1,10 @@
 """Stress checks, each in its own interpreter so that a crash or a hang is a failure, not the end
-of the run: a seeded fuzz of the public API and a training soak.
+of the run: a seeded fuzz of the public API, a training soak, and a differential fuzz of compiled
+against eager training steps.
 
-Quick by default (6 000 fuzz calls over 3 seeds and a 5 000-step soak, well under a minute
-on 2 cores). FLOWGRAD_STRESS=long runs 150 000 fuzz calls over 30 seeds and a 50 000-step soak.
+Quick by default (6 000 fuzz calls over 3 seeds, a 5 000-step soak and 120 compiled-vs-eager
+cases, well under a minute each on 2 cores). FLOWGRAD_STRESS=long runs 150 000 fuzz calls over
+30 seeds, a 50 000-step soak and 5 000 compiled-vs-eager cases.
 """
 import json
 import os
@@ -17,6 +19,7 @@ LONG = os.environ.get("FLOWGRAD_STRESS", "") == "long"
 FUZZ_SEEDS = range(30) if LONG else range(3)
 FUZZ_CALLS = 5000 if LONG else 2000
 SOAK_STEPS = 50000 if LONG else 5000
+COMPILED_CASES = 5000 if LONG else 120
 
 
 def run_script(name, *args, timeout):
@@ -50,3 +53,12 @@ def test_training_soak_does_not_grow_memory():
     assert end["allocated"] == warm["allocated"]  # the same tensors are alive at every step boundary
     assert end["rss"] - warm["rss"] < 16 << 20, result  # and the process does not grow either
     assert result["last_loss"] < result["first_loss"]  # it did train
+
+
+def test_compiled_steps_train_as_the_eager_loop():
+    done = run_script("fuzz_compiled.py", "--cases", COMPILED_CASES, "--batch", 20,
+                      timeout=7200 if LONG else 300)
+    summary = dict(item.split("=") for item in done.stdout.splitlines()[-1].split())
+    assert summary["cases"] == str(COMPILED_CASES), done.stdout[-3000:]
+    assert summary["mismatch"] == summary["crash"] == summary["refused"] == "0", done.stdout[-3000:]
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -209,7 +209,8 @@ void Module::zero_grad() {
 void Module::to(std::optional<Device> device, std::optional<DType> dtype) {
   for (auto& [name, m] : named_modules())
     for (auto* entries : {&m->params_, &m->buffers_})
-      for (auto& [key, t] : *entries) move_to(t, device.value_or(t.device()), dtype);
+      for (auto& [key, t] : *entries)
+        if (t.defined()) move_to(t, device.value_or(t.device()), dtype);  // bias=False: nothing to move
 }
 
 Named<Tensor> Module::state_dict() const {

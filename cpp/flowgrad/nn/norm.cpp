@@ -81,13 +81,19 @@ Tensors BatchNorm::forward(const Tensors& in) {
 void BatchNorm::update_running_stats(const Tensor& batch_mean, const Tensor& batch_var) {
   const Tensor& running_mean = *buffer("running_mean");
   const Tensor& running_var = *buffer("running_var");
-  double factor = momentum.value_or(0.0);
+  const DType dtype = running_mean.dtype();
+  const double factor = momentum.value_or(0.0);
+  Tensor keep = scalar_like(running_mean, 1.0 - factor), take = scalar_like(running_mean, factor);
   if (const Tensor* tracked = buffer("num_batches_tracked"); tracked && tracked->defined()) {
     copy_(*tracked, *tracked + 1.0);
-    if (!momentum) factor = 1.0 / item(*tracked);  // cumulative average: a host read, as PyTorch does
+    if (!momentum) {  // cumulative average: 1 / batches in float64 on the device (no host read: it compiles)
+      Tensor batches = cast(to_device(*tracked, running_mean.device()), DType::Float64);
+      Tensor share = div(scalar_like(batches, 1.0), batches);
+      keep = cast(1.0 - share, dtype), take = cast(share, dtype);
+    }
   }
-  copy_(running_mean, running_mean * (1.0 - factor) + cast(batch_mean, running_mean.dtype()) * factor);
-  copy_(running_var, running_var * (1.0 - factor) + cast(batch_var, running_var.dtype()) * factor);
+  copy_(running_mean, running_mean * keep + cast(batch_mean, dtype) * take);
+  copy_(running_var, running_var * keep + cast(batch_var, dtype) * take);
 }
 
 std::optional<Config> BatchNorm::config() const {

@@ -129,25 +129,25 @@ void write_hyper(const Tensor& hyper, const std::vector<double>& values) {
     cuda::copy_bytes(hyper.data_ptr(), hyper.device(), values.data(), cpu_device(), bytes);
 }
 
-double clip_grad_norm(const Tensors& params, double max_norm) {
+Tensor clip_grad_norm(const Tensors& params, double max_norm) {
   FG_CHECK(max_norm > 0, Value, "clip_grad_norm_: max_norm must be positive, got ", max_norm);
-  double total = 0;
+  GradModeGuard no_grad(false);
+  Tensor total;  // the sum of squares in float64 on the first gradient's device
   for (const Tensor& p : params) {
     Tensor g = grad_of(p);
     if (!g.defined()) continue;
-    // one reduction in float64 on the gradient's device, one value read back
-    total += item(sum(square(raw::converted(g, DType::Float64)), Dims{}, false));
+    Tensor part = sum(square(cast(g, DType::Float64)), Dims{}, false);
+    total = total.defined() ? add(total, to_device(part, total.device())) : part;
   }
-  double norm = std::sqrt(total);
-  double factor = max_norm / (norm + 1e-6);
-  if (factor < 1) {
-    GradModeGuard no_grad(false);
-    for (const Tensor& p : params) {
-      Tensor g = grad_of(p);
-      if (g.defined()) set_grad(p, g * factor);  // out of place: a grad may share memory with a view
-    }
+  if (!total.defined()) return scalar_tensor(0.0, DType::Float32, Device{});
+  Tensor norm = sqrt(total);
+  // 1 when the norm is within bounds: g * 1 keeps every gradient as it was
+  Tensor factor = clamp(div(scalar_like(norm, max_norm), norm + 1e-6), std::nullopt, 1.0);
+  for (const Tensor& p : params) {
+    Tensor g = grad_of(p);
+    if (g.defined()) set_grad(p, mul(g, to_device(cast(factor, g.dtype()), g.device())));  // out of place: a grad may share memory with a view
   }
-  return norm;
+  return cast(norm, DType::Float32);
 }
 
 }  // namespace fg::optim

@@ -30,7 +30,8 @@ void adam_step(const Tensors& params, const Tensors& exp_avgs, const Tensors& ex
                const Tensors& steps, const Tensor& hyper, UpdateMode mode = UpdateMode::MultiTensor);
 // Writes host values into a hyper-parameter tensor (on any device).
 void write_hyper(const Tensor& hyper, const std::vector<double>& values);
-// Scales the gradients so their global L2 norm is at most max_norm; returns the norm before.
-double clip_grad_norm(const Tensors& params, double max_norm);
+// Scales the gradients so their global L2 norm is at most max_norm; returns the norm before (0-d
+// float32 on the first gradient's device). All ops, no host read: a compiled step records them.
+Tensor clip_grad_norm(const Tensors& params, double max_norm);
 
 }  // namespace fg::optim

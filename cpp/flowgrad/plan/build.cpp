@@ -46,6 +46,7 @@ struct Builder {
   std::unordered_map<const Storage*, std::string> names{};
   Block* code = &program.body;  // where record() appends (a block inside a region)
   std::string block_of{};       // the region whose block is being recorded ("" at the top level)
+  int scope = -1;               // the update scope of the calls being recorded (Instr::scope)
 
   int add_buffer(BufferKind kind, const Tensor& t, std::string name) {
     int id = program.add_buffer({kind, std::move(name), t.storage()->bytes(), t.device(), t.dtype()});
@@ -59,7 +60,8 @@ struct Builder {
     return {buffer, t.offset(), t.shape(), t.strides(), t.dtype()};
   }
 
-  // A tensor read by an op: a known buffer, or memory that existed before the trace.
+  // A tensor read by an op: a known buffer, memory that existed before the trace, or a constant
+  // built from host data during the step (fg.tensor(np_mask) in a forward): folded, as a fill is.
   Value read(const Tensor& t, const OpDef& op, size_t index) {
     return read(t, [&] { return "input " + std::to_string(index) + " of '" + op.name + "'"; });
   }
@@ -67,9 +69,14 @@ struct Builder {
   Value read(const Tensor& t, What what) {
     auto it = buffer_of.find(t.storage().get());
     if (it != buffer_of.end()) return value_of(t, it->second);
-    FG_CHECK(t.storage()->serial() < trace.first_serial, Value, "compile: ", what(), " (", fg::describe(t), ") was computed during the step outside the op registry (e.g. fg.tensor(...) "
-             "of a traced value, or a host round trip); a plan cannot replay that. Make constants before "
-             "compiling, or pass the tensor as a step input.");
+    if (t.storage()->serial() >= trace.first_serial) {
+      FG_CHECK(!t.storage()->is_shape_only(), Value, "compile: ", what(), " (", fg::describe(t), ") was computed "
+               "during the step outside the op registry (a host round trip of a traced value); a plan cannot replay "
+               "that. Pass the tensor as a step input.");
+      const int id = add_buffer(BufferKind::External, t, "const" + std::to_string(program.buffers.size()));
+      program.buffers[id].constant = true;
+      return value_of(t, id);
+    }
     auto named = names.find(t.storage().get());
     std::string name = named != names.end() ? named->second : "ext" + std::to_string(program.buffers.size());
     return value_of(t, add_buffer(BufferKind::External, t, name));
@@ -107,6 +114,7 @@ struct Builder {
     Instr cast{&op_def(OpId::cast), Attrs{{"dtype", dtype}}, {from}, {to}};
     cast.phase = of.phase;
     cast.origin = of.origin;
+    cast.scope = of.scope;
     return cast;
   }
 
@@ -141,7 +149,13 @@ struct Builder {
     Instr ins{c.op, c.attrs};
     ins.phase = phase;
     ins.origin = c.origin;
-    for (size_t i = 0; i < c.in.size(); ++i) ins.in.push_back(read(c.in[i], *c.op, i));
+    ins.scope = scope;
+    for (size_t i = 0; i < c.in.size(); ++i) {
+      ins.in.push_back(read(c.in[i], *c.op, i));
+      FG_CHECK(!(writes_input(*c.op, i) && program.buffers[ins.in[i].buffer].constant), Value, "compile: '",
+               c.op->name, "' writes in place ", fg::describe(c.in[i]), ", a constant the step built from host data; "
+               "a plan folds it once (write into a copy, e.g. t = t.clone(), or build it before compiling)");
+    }
     for (const Tensor& t : c.out) {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
       ins.out.push_back(value_of(t, it != buffer_of.end() ? it->second : add_buffer(BufferKind::Arena, t, next_name())));
@@ -343,6 +357,9 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     const TracedCall& c = trace.calls[i];
     ++stats_.traced;
     if (c.op && c.op->in(Group::View)) ++stats_.views;
+    auto in_scope = [i](const std::pair<size_t, size_t>& s) { return s.first <= i && i < s.second; };
+    auto found = std::find_if(trace.update_scopes.begin(), trace.update_scopes.end(), in_scope);
+    b.scope = found == trace.update_scopes.end() ? -1 : static_cast<int>(found - trace.update_scopes.begin());
     b.record(c, i >= trace.update_start ? Phase::Update : i >= trace.backward_start ? Phase::Backward : Phase::Forward);
   }
   append_philox_advance(program);

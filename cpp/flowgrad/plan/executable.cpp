@@ -75,7 +75,8 @@ void Executable::bind() {
     if (b.kind != BufferKind::External) b.storage = slot(b);
   auto tensor = [&](const Value& v) { return layout(buffers_[v.buffer].storage, v); };
   for (Instruction& ins : code_) bind_instruction(ins);
-  for (const auto& branch : branches_) bind_branch(*branch);
+  for (const auto& branch : branches_)
+    if (branch) bind_branch(*branch);
   input_t_.clear();  // the traced examples held the shapes until the first bind
   for (const Value& v : inputs_) input_t_.push_back(tensor(v));
   output_t_.clear();
@@ -239,7 +240,8 @@ void Executable::execute(const std::function<void(int)>* progress) {
   // capture stream current) and the plan's scratch.
   env_ = current_env(device_);
   env_.scratch = &scratch_;
-  for (const auto& branch : branches_) branch->taken = -1;
+  for (const auto& branch : branches_)
+    if (branch) branch->taken = -1;
   run_code(code_, progress);
   run_stats_.allocations = storage_allocations() - allocations_before;
 }

@@ -233,7 +233,7 @@ class Executable {
   std::vector<Buffer> buffers_;
   std::vector<Instruction> code_;
   std::vector<FusedRun> runs_;
-  std::vector<std::shared_ptr<Branch>> branches_;  // by region id
+  std::vector<std::shared_ptr<Branch>> branches_;  // by region id; null for a region a pass removed
   std::vector<Value> inputs_, outputs_;
   Tensors input_t_, output_t_;
   // CPU plans read an input in the caller's memory, without copying it into the arena, when only

@@ -115,6 +115,8 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   uint64_t first_serial;  // storages with a serial >= this were made during the trace
   size_t backward_start = SIZE_MAX;  // calls from here on belong to the backward pass
   size_t update_start = SIZE_MAX;    // calls from here on are the optimizer's update
+  // [begin, end) ranges of calls that update one parameter (its instructions get Instr::scope).
+  std::vector<std::pair<size_t, size_t>> update_scopes;
   std::unordered_map<const nn::Module*, std::string> module_names;  // labels for Origin::module
   std::vector<Origin> origins;
   // The origin of the forward call that made each autograd node: its backward ops take it.

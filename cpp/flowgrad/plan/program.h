@@ -86,6 +86,7 @@ struct Instr {
   std::vector<Block> blocks{};
   Region region{};  // regions only
   int split = 0;    // Fused: tiles are ranges of the run's shape[0:split] flattened ("rows")
+  int scope = -1;   // the update of one parameter it belongs to (Tracer::update_scopes), -1: none
 };
 
 // What the caller declared about a parameter's gradient: the traced value, bound (after

@@ -11,9 +11,9 @@ def adam_step(params: collections.abc.Sequence[flowgrad._core.Tensor], exp_avgs:
     """
     One Adam/AdamW step over a group, in place (parameters with a gradient); hyper holds ADAM_SLOTS as float64. foreach: multi-tensor update ops when the parameters share a device and dtype, else one adam_update op per parameter.
     """
-def clip_grad_norm(params: collections.abc.Sequence[flowgrad._core.Tensor], max_norm: typing.SupportsFloat | typing.SupportsIndex) -> float:
+def clip_grad_norm(params: collections.abc.Sequence[flowgrad._core.Tensor], max_norm: typing.SupportsFloat | typing.SupportsIndex) -> flowgrad._core.Tensor:
     """
-    Scales gradients to a global L2 norm of at most max_norm; returns the norm before.
+    Scales gradients to a global L2 norm of at most max_norm with device ops (no host read); returns the norm before as a 0-d float32 tensor.
     """
 def sgd_step(params: collections.abc.Sequence[flowgrad._core.Tensor], momentum_buffers: collections.abc.Sequence[flowgrad._core.Tensor], hyper: flowgrad._core.Tensor, foreach: bool = True) -> None:
     """

@@ -104,6 +104,14 @@ class Tracer:
         ...
     def __init__(self) -> None:
         ...
+    def begin_update_scope(self) -> None:
+        """
+        Starts the calls of one parameter's update: a guard runs all of them or none (when only a branch computes the gradient they read).
+        """
+    def end_update_scope(self) -> None:
+        """
+        Ends the update scope begin_update_scope started.
+        """
     def locate_sources(self, skip: str) -> None:
         """
         Records the source line ('file.py:12') of each op call: the innermost Python frame whose file does not start with `skip` (flowgrad's own files).

@@ -12,10 +12,11 @@ def _listed(parameters):
 def clip_grad_norm_(parameters, max_norm):
     """Scales the gradients of `parameters` so that their global L2 norm is at most max_norm.
 
-    Returns the norm before clipping as a 0-d float32 tensor. Gradients are replaced, never
-    modified in place.
+    Returns the norm before clipping as a 0-d float32 tensor on the gradients' device. Gradients
+    are replaced (multiplied by min(1, max_norm / (norm + 1e-6))), never modified in place. The
+    norm and the scale stay on the device (no host read), so a compiled step records the clipping.
     """
-    return _core.tensor(_core.optim.clip_grad_norm(_listed(parameters), float(max_norm)))
+    return _core.optim.clip_grad_norm(_listed(parameters), float(max_norm))
 
 
 def clip_grad_value_(parameters, clip_value):

@@ -7,6 +7,7 @@ first writes each group's options into its hyper-parameter tensor, then runs the
 multi-tensor update ops (or one update op per parameter with foreach=False), so compiled steps
 (fg.compile) replay the same ops and see scheduler changes.
 """
+import contextlib
 import copy
 
 from .. import _core
@@ -29,6 +30,7 @@ class Optimizer:
 
     _state_keys = ()
     foreach = True
+    _scope = None  # while traced_step runs: the tracer's update scope of one parameter (fg.compile)
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -88,16 +90,37 @@ class Optimizer:
                 else:
                     p.grad = _core.zeros(*p.shape, dtype=p.dtype, device=p.device)
 
+    def _layout(self, group):
+        """Which state the group's options need (e.g. whether SGD has momentum): a change rebuilds it."""
+        return ()
+
     def _group_state(self, index):
-        """Per-group lists of parameters and state tensors, built once and reused every step."""
-        if index not in self._cache:
-            group = self.param_groups[index]
+        """Per-group lists of parameters and state tensors, built once per layout of the group's
+        options and reused every step; state an option now needs (momentum set > 0 after creating
+        the optimizer with 0) is created then."""
+        group = self.param_groups[index]
+        layout = self._layout(group)
+        cached = self._cache.get(index)
+        if cached is None or cached[0] != layout:
             for p in group["params"]:
-                if p not in self.state or any(k not in self.state[p] for k in self._state_keys):
-                    self.state[p] = {**self._init_state(p, group), **self.state.get(p, {})}
-            self._cache[index] = [group["params"]] + [[self.state[p].get(k) for p in group["params"]]
-                                                      for k in self._state_keys]
-        return self._cache[index]
+                own = self.state.get(p, {})
+                if any(own.get(k) is None for k in self._state_keys):
+                    fresh = self._init_state(p, group)
+                    self.state[p] = {k: own.get(k) if own.get(k) is not None else fresh.get(k)
+                                     for k in {**fresh, **own}}
+            cached = self._cache[index] = (layout, [group["params"]] + [[self.state[p].get(k) for p in group["params"]]
+                                                                        for k in self._state_keys])
+        return cached[1]
+
+    def plan_identity(self):
+        """What a compiled step's plan was traced with besides the model: per group the state its
+        options need, its hyper-parameter tensor, and per parameter whether it trains and which
+        state tensors it has (hash is a tensor's identity). fg.compile compares it before every
+        call: a new group, loaded state or an option needing new state traces again. Creates nothing."""
+        return tuple((self._layout(group), hash(self._hyper[i]) if i in self._hyper else None,
+                      tuple((hash(p), p.requires_grad, tuple(hash(t) for t in self.state.get(p, {}).values() if t is not None))
+                            for p in group["params"]))
+                     for i, group in enumerate(self.param_groups))
 
     def state_dict(self):
         """{'state': {index: {name: tensor}}, 'param_groups': [options + 'params': [indices]]}."""
@@ -175,13 +198,15 @@ class Optimizer:
         names = [(f"hyper{i}", self._hyper_tensor(i)) for i in range(len(self.param_groups))] + names
         return state, names
 
-    def traced_step(self, grads, foreach=None):
+    def traced_step(self, grads, foreach=None, scope=None):
         """For compiling a step: runs the update ops for `grads`, one gradient (or None) per
         parameter of param_groups in order, as a tracer records them: multi-tensor ops (one per
         group) when `foreach` (default: the optimizer's) is true,
         else one update op per parameter (fg.compile asks for that when the step has switch or
         while_ branches: an update guarded by a branch must cover only the parameters it trains).
-        Each parameter's .grad is left as it was."""
+        `scope()`, when given, is a context manager around each parameter's update ops when they
+        are several (composed optimizers): the plan guards them as one. Each parameter's .grad is
+        left as it was."""
         foreach = self.foreach if foreach is None else foreach
         params = [p for group in self.param_groups for p in group["params"]]
         if len(grads) != len(params):
@@ -190,9 +215,11 @@ class Optimizer:
         try:
             for p, g in zip(params, grads):
                 p.grad = g
+            self._scope = scope
             for i in range(len(self.param_groups)):
                 self._update(i, foreach)
         finally:
+            self._scope = None
             for p, g in zip(params, saved):
                 p.grad = g
 
@@ -222,6 +249,9 @@ class SGD(Optimizer):
         super()._validate(group)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise _invalid("SGD: nesterov needs momentum > 0 and dampening = 0")
+
+    def _layout(self, group):
+        return group["momentum"] != 0
 
     def _init_state(self, p, group):
         if group["momentum"] == 0:
@@ -303,18 +333,19 @@ class _Composed(Optimizer):
         params, *states = self._group_state(index)
         group = self.param_groups[index]
         hyper = self._hyper_tensor(index)
-        cast = {}  # the options in each parameter dtype of the group, converted once per step
         with no_grad():
+            # The options in each parameter dtype of the group, converted once per step and outside
+            # every parameter's update (a compiled step may skip one: its values are not shared).
+            cast = {dtype: hyper.to(dtype=dtype) for dtype in {p.dtype for p in params if p.grad is not None}}
             for i, p in enumerate(params):
                 if p.grad is None:
                     continue
-                if p.dtype not in cast:
-                    cast[p.dtype] = hyper.to(dtype=p.dtype)
-                g = p.grad if p.grad.dtype == p.dtype else p.grad.to(dtype=p.dtype)
-                work = p if p.is_contiguous() else p.contiguous()
-                self._apply(work, g, [s[i] for s in states], hyper, cast[p.dtype], group)
-                if work is not p:
-                    p.copy_(work)
+                with self._scope() if self._scope is not None else contextlib.nullcontext():
+                    g = p.grad if p.grad.dtype == p.dtype else p.grad.to(dtype=p.dtype)
+                    work = p if p.is_contiguous() else p.contiguous()
+                    self._apply(work, g, [s[i] for s in states], hyper, cast[p.dtype], group)
+                    if work is not p:
+                        p.copy_(work)
 
 
 class RMSprop(_Composed):
@@ -338,6 +369,9 @@ class RMSprop(_Composed):
             raise _invalid(f"RMSprop: need 0 <= alpha <= 1 and eps, momentum, weight_decay >= 0, got alpha="
                            f"{group['alpha']}, eps={group['eps']}, momentum={group['momentum']}, "
                            f"weight_decay={group['weight_decay']}")
+
+    def _layout(self, group):
+        return group["momentum"] > 0, bool(group["centered"])
 
     def _init_state(self, p, group):
         def zeros():

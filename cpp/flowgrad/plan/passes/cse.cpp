@@ -15,6 +15,7 @@ namespace {
 struct Made {
   std::vector<Value> out;
   Phase phase;
+  int scope;  // a guard may skip one parameter's update: no other reuses what it made
 };
 using Seen = std::unordered_map<std::string, Made>;
 
@@ -47,6 +48,7 @@ struct Cse {
 
   // True when `ins` (at time `now`) can take the results of `first` instead.
   bool reuse(const Instr& ins, const Made& first, int now) {
+    if (first.scope >= 0 && first.scope != ins.scope) return false;
     bool across = ins.phase != Phase::Forward && first.phase == Phase::Forward;
     for (size_t k = 0; across && k < ins.out.size(); ++k)
       if (du.last[first.out[k].buffer] < now) return false;
@@ -76,7 +78,7 @@ struct Cse {
       auto found = is_pure ? seen.find(k) : seen.end();
       if (found != seen.end() && reuse(ins, found->second, now)) continue;
       bump_written(ins);
-      if (is_pure) seen[k] = {ins.out, ins.phase};
+      if (is_pure) seen[k] = {ins.out, ins.phase, ins.scope};
       kept.push_back(std::move(ins));
     }
     return kept;

@@ -12,16 +12,14 @@ struct Dce {
   std::vector<int> readers;
   bool changed = false;
 
+  // One rule for every kind (analysis.h's def/use rules): dead when nothing it or its blocks write
+  // is read, and all of it is the plan's own memory. A region whose blocks emptied writes nothing.
   bool dead(const Instr& ins) const {
-    if (ins.kind == InstrKind::Switch || ins.kind == InstrKind::Guard) {
-      for (const Block& b : ins.blocks)
-        if (!b.empty()) return false;
-      return true;
-    }
-    if (ins.kind != InstrKind::Call || mutates_inputs(*ins.op)) return false;
-    for (const Value& v : ins.out)
-      if (readers[v.buffer] > 0 || p.buffers[v.buffer].kind != BufferKind::Arena) return false;
-    return true;
+    bool dead = true;
+    writes_deep(ins, [&](const Value& v) {
+      dead = dead && readers[v.buffer] == 0 && p.buffers[v.buffer].kind == BufferKind::Arena;
+    });
+    return dead;
   }
 
   void sweep(Block& code) {

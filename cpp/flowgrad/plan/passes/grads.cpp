@@ -55,7 +55,8 @@ struct Presence {
       when[id] = std::move(pairs);
     }
   }
-  // A sum or a copy of gradients exists when any part does; an update needs its gradient.
+  // A sum or a copy of gradients exists when any part does; anything else computed from a gradient
+  // only a branch computes (a clipped gradient g * scale, a gradient further back) exists when it does.
   bool depends(const Instr& ins, Pairs& pairs, bool all) const {
     bool cond = all;
     for (size_t i = 0; i < ins.in.size(); ++i) {
@@ -75,30 +76,44 @@ bool sums_gradients(const Instr& ins) {
 
 }  // namespace
 
+// An update unit is one parameter's update: the calls of its update scope (a composed optimizer's
+// in-place ops), or one optimizer op outside any. A unit that reads a gradient only some branch
+// blocks compute runs as a whole or not at all, as eager mode skips a parameter without .grad.
 Program guard_updates(Program p) {
   if (p.regions == 0) return p;
   Presence s{std::vector<Pairs>(p.buffers.size()), std::vector<bool>(p.buffers.size(), false)};
   Block out;
-  for (Instr& ins : p.body) {
+  for (size_t i = 0; i < p.body.size();) {
+    Instr& ins = p.body[i];
     if (is_region(ins.kind)) {
       s.region_wrote(ins);
-      out.push_back(std::move(ins));
+      out.push_back(std::move(p.body[i++]));
       continue;
     }
+    size_t end = i + 1;
+    while (ins.scope >= 0 && end < p.body.size() && p.body[end].scope == ins.scope) ++end;
+    const bool unit = ins.scope >= 0 || (ins.kind == InstrKind::Call && ins.op->family == Family::Optim);
     Pairs pairs;
     bool cond = false;
-    if (ins.kind == InstrKind::Call && sums_gradients(ins)) cond = s.depends(ins, pairs, true);
-    else if (ins.kind == InstrKind::Call && ins.op->family == Family::Optim && s.depends(ins, pairs, false)) {
+    for (size_t k = i; unit && k < end; ++k) cond |= p.body[k].kind == InstrKind::Call && s.depends(p.body[k], pairs, false);
+    if (cond) {
       Instr guard{nullptr, {}, {}, {}, ins.phase, ins.origin, InstrKind::Guard};
       guard.region.id = p.regions++;
-      guard.region.label = std::string("update of ") + ins.op->name;
+      guard.region.label = std::string("update of ") + (ins.scope >= 0 ? "a parameter" : ins.op->name);
       guard.region.guard = std::move(pairs);
-      guard.blocks.push_back({std::move(ins)});
+      guard.blocks.emplace_back();
+      for (size_t k = i; k < end; ++k) guard.blocks[0].push_back(std::move(p.body[k]));
       out.push_back(std::move(guard));
+      i = end;
       continue;
     }
-    for (const Value& v : ins.out) s.conditional[v.buffer] = cond, s.when[v.buffer] = pairs;
-    out.push_back(std::move(ins));
+    for (; i < end; ++i) {
+      Instr& call = p.body[i];
+      Pairs from;
+      const bool derived = call.kind == InstrKind::Call && s.depends(call, from, sums_gradients(call));
+      for (const Value& v : call.out) s.conditional[v.buffer] = derived, s.when[v.buffer] = derived ? from : Pairs{};
+      out.push_back(std::move(call));
+    }
   }
   p.body = std::move(out);
   return p;

@@ -32,7 +32,9 @@ Program dce(Program p);
 // computes the transposed product directly: (A B)^T = B^T A^T; in every block, when both are in it.
 Program fold_transposes(Program p);
 // Wraps each optimizer update whose gradient only some branch blocks compute in a Guard region,
-// so that, as in eager mode (a parameter without .grad is skipped), it runs only when one ran.
+// so that, as in eager mode (a parameter without .grad is skipped), it runs only when one ran. An
+// update is one optimizer op, or the calls of one parameter's update scope (Instr::scope: a
+// composed optimizer's in-place ops), guarded together.
 Program guard_updates(Program p);
 // A linear whose result an activation (relu, gelu, gelu_tanh, silu, tanh, sigmoid) reads whole
 // becomes one linear_<act> call; the product stays an output when something else reads it.
