@@ -6,6 +6,8 @@
 // wins, exactly as the sequential loop). Few very long lines (a full reduction is one line of
 // every element): each line is cut into slices, one block each, and a second kernel combines the
 // slices' partials in slice order, so the whole GPU reads it (review G4).
+#include <cub/block/block_scan.cuh>
+
 #include "flowgrad/core/tensor.h"
 #include "kernels/common/launch.cuh"
 #include "kernels/common/block_reduce.cuh"
@@ -275,13 +277,35 @@ void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dt
 }
 
 namespace {
-// One thread per line (reads and writes coalesce across `inner`); few long lines leave most of
-// the GPU idle, which a block scan would not.
+// One thread per line (reads and writes coalesce across `inner`), adding in order in double as
+// the CPU does, so float lines give the CPU's bits; few long lines leave most of the GPU idle.
 template <class T>
 __global__ void cumsum_lines(const T* x, int64_t lines, int64_t r, int64_t inner, reduce::CumOut<T>* y) {
   FG_GRID_LOOP(line, lines) {
     const int64_t at = line / inner * r * inner + line % inner;
     reduce::cumsum_line<T>(x + at, y + at, r, inner);
+  }
+}
+
+// Integer and bool lines (review G6): int64 sums are exact in any order, so one block scans a line
+// tile by tile (CUB's block scan) and carries each tile's total into the next: the same values as
+// the sequential loop, with the whole block reading the line.
+template <class T>
+__global__ void cumsum_int_blocks(const T* x, int64_t r, int64_t inner, int64_t* y) {
+  using Scan = cub::BlockScan<int64_t, kBlock>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int64_t carry;
+  const int64_t line = blockIdx.x, at = line / inner * r * inner + line % inner;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int64_t start = 0; start < r; start += kBlock) {
+    const int64_t k = start + threadIdx.x;
+    int64_t v = k < r ? static_cast<int64_t>(x[at + k * inner]) : 0, total = 0;
+    Scan(temp).InclusiveSum(v, v, total);
+    if (k < r) y[at + k * inner] = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(carry));
+    __syncthreads();  // every thread has read `carry` and `temp` may be reused
+    if (threadIdx.x == 0) carry = static_cast<int64_t>(static_cast<uint64_t>(carry) + static_cast<uint64_t>(total));
+    __syncthreads();
   }
 }
 }  // namespace
@@ -291,6 +315,13 @@ void cumsum_cuda(const KernelEnv& env, DType dtype, const void* x, int64_t outer
   if (lines == 0 || r == 0) return;
   visit_compute_dtype(dtype, "cumsum", [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (!std::is_floating_point_v<T>) {
+      if (r >= kBlock && lines < (int64_t{1} << 16)) {
+        cumsum_int_blocks<T><<<static_cast<unsigned>(lines), kBlock, 0, kernel_stream(env)>>>(
+            static_cast<const T*>(x), r, inner, static_cast<int64_t*>(y));
+        return;
+      }
+    }
     cumsum_lines<T><<<grid_for(lines), kBlock, 0, kernel_stream(env)>>>(static_cast<const T*>(x), lines, r, inner,
                                                                         static_cast<reduce::CumOut<T>*>(y));
   });

@@ -38,6 +38,21 @@ def test_integers_and_bools_sum_into_int64(dtype, device, rng):
     np.testing.assert_array_equal(got.cpu().numpy(), np.cumsum(a.astype(np.int64), axis=1))
 
 
+def test_long_integer_lines_scan_across_a_block(device, rng):
+    # Review G6: integer and bool lines of at least a block's length are scanned by a whole block
+    # on CUDA, tile by tile with a carry; int64 sums are exact in any order, so the values are the
+    # sequential loop's, int64 wrap-around included.
+    mask = rng.random((3, 5_001)) > 0.4
+    np.testing.assert_array_equal(fg.cumsum(fg.tensor(mask, device=device), 1).cpu().numpy(),
+                                  np.cumsum(mask.astype(np.int64), axis=1))
+    a = rng.integers(-2**31, 2**31 - 1, size=(700, 3)).astype(np.int32)  # along dim 0, inner 3
+    np.testing.assert_array_equal(fg.cumsum(fg.tensor(a, device=device), 0).cpu().numpy(),
+                                  np.cumsum(a.astype(np.int64), axis=0))
+    big = np.full(300, 2**62, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(fg.cumsum(fg.tensor(big, device=device), 0).cpu().numpy(), np.cumsum(big))
+
+
 def test_half_computes_in_float32_and_rounds_once(device, rng):
     a = rng.standard_normal((5, 64)).astype(np.float16)
     got = fg.cumsum(fg.tensor(a, device=device), 1)
