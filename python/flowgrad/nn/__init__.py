@@ -11,6 +11,7 @@ from .._core import (
 )
 from . import functional, init, parallel, utils
 from .losses import CrossEntropyLoss
+from ._kv_cache import KVCache
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
 )
