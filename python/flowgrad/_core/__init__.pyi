@@ -636,7 +636,10 @@ class Module:
         """
     def load_state_dict(self, state_dict: dict, strict: builtins.bool = True) -> None:
         """
-        Copies values into the parameters and buffers; InvalidArgumentError names missing, unexpected and mis-shaped keys.
+        Copies the values of state_dict into the module's tensors (their identity kept). A tied
+            tensor is loaded from whichever of its names the state holds. With strict, missing keys (a
+            tensor none of whose names is present), unexpected keys and shape mismatches raise
+            fg.InvalidArgumentError listing them; without, only shape mismatches.
         """
     def modules(self) -> list:
         """
@@ -684,7 +687,8 @@ class Module:
         """
     def state_dict(self) -> dict:
         """
-        Parameters and buffers by dotted name (detached, sharing memory).
+        Parameters then buffers, detached, by dotted name; a tensor shared by several modules (a tied
+            weight) is listed under each of its names, as in PyTorch.
         """
     def to(self, target: typing.Any = None, device: typing.Any = None, dtype: typing.Any = None) -> typing.Any:
         """

@@ -12,6 +12,7 @@ from .._core import (
 from . import functional, init, parallel, utils
 from .losses import CrossEntropyLoss
 from ._kv_cache import KVCache
+from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight)
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
 )
