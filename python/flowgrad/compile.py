@@ -459,8 +459,8 @@ class ForwardPlan(_PlanViews):
     in place, so training is visible to the plan at once; what the step writes into them in place
     (``index_copy_``, ``scatter_``, ``copy_``, ``add_``: a KV cache held as a module buffer, a
     position counter) is written into them on every call and persists across calls. The inputs
-    are values: an in-place write into an input is not seen by the caller (hold such state as a
-    buffer). Random ops draw fresh values every call, continuing the global generator's stream
+    are values: a step that writes an input in place raises fg.InvalidArgumentError at compile
+    time (the write could not reach the caller's tensor). Random ops draw fresh values every call, continuing the global generator's stream
     (``fg.manual_seed``). Shapes are those of the example inputs: others raise ``fg.ShapeError``."""
 
     def __init__(self, model, example_inputs):
@@ -479,6 +479,14 @@ class ForwardPlan(_PlanViews):
         names = list(_named(model, "named_parameters"))
         self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)
         self.compile_seconds = {"trace": traced - start, "plan": time.perf_counter() - traced}
+        slots = {f"x{i}": i for i in range(len(inputs))}
+        for record in self._plan.ir():
+            written = [slots[n] for n in record["outputs"] if n in slots]
+            if written:
+                raise _core.InvalidArgumentError(
+                    f"compile: the step writes input {written[0]} in place ('{record['op']}'); a plan's inputs are "
+                    "values, so the write would not reach the caller's tensor. Hold such state in a module buffer "
+                    "(register_buffer) or a tensor made before compiling, which the plan writes in place")
 
     def __call__(self, *inputs):
         """The step's outputs for these inputs (same shapes as the example inputs), as fresh tensors

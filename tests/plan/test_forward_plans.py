@@ -94,6 +94,12 @@ def test_forward_plan_errors():
         fg.compile(lambda x: (x * 2, "label"), example_inputs=(fg.ones(2),))
     with pytest.raises(fg.InvalidArgumentError, match="dynamic=True and buckets apply to training steps"):
         fg.compile(lambda x: (x * 2, x), example_inputs=(fg.ones(2),), dynamic=True)
+    def writes_its_input(x, cache):
+        cache.add_(x)
+        return cache * 2
+    with pytest.raises(fg.InvalidArgumentError, match=r"compile: the step writes input 1 in place \('add_'\); a "
+                                                      "plan's inputs are values"):
+        fg.compile(writes_its_input, example_inputs=(fg.ones(3), fg.zeros(3)))
     with pytest.raises(fg.InvalidArgumentError, match="the step must produce a one-element loss tensor"):
         fg.compile(nn.Linear(2, 3), lambda out, y: out - y, None,
                    example_inputs=(fg.ones(1, 2), fg.ones(1, 3)))  # with a loss_fn, a loss is required
