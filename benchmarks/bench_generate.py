@@ -70,6 +70,17 @@ def torch_peer(model, args):
     return lambda prompt: generate(torch.from_numpy(prompt)).numpy()
 
 
+def compile_seconds(model, batch, prompt_len, max_len):
+    """Seconds to compile fg.generate's prefill and decode plans (trace + plan build), as it does per call."""
+    from flowgrad._generate import _Steps, sample_logits
+    steps = _Steps(model, model.kv_cache(batch, max_len), lambda logits: sample_logits(logits, 0))
+    with fg.no_grad():
+        prefill = fg.ForwardPlan(steps.prefill, (fg.zeros(batch, prompt_len, dtype=fg.int64),
+                                                 fg.full((batch,), prompt_len, dtype=fg.int64)))
+        decode = fg.ForwardPlan(steps.decode, (fg.zeros(batch, dtype=fg.int64),))
+    return {name: sum(plan.compile_seconds.values()) for name, plan in (("prefill", prefill), ("decode", decode))}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
@@ -103,7 +114,8 @@ def main():
         same = {name: int((t == tokens["flowgrad plan"]).sum()) for name, t in tokens.items()}
         times = interleaved(peers, rounds=args.rounds, min_time=0.0)
         row = {"batch": batch, "load": load_average(), "greedy_tokens_equal_to_plan": same,
-               "tokens_total": batch * args.tokens}
+               "tokens_total": batch * args.tokens,
+               "compile_seconds": compile_seconds(model, batch, args.prompt, args.prompt + args.tokens)}
         for name, t in times.items():
             row[name] = {"tokens_per_s": batch * args.tokens / t["median"], "seconds": t["median"],
                          "samples": t["samples"]}
@@ -112,7 +124,8 @@ def main():
         ratio = ""
         if torch_generate is not None:
             ratio = f"  plan/torch {row['flowgrad plan']['tokens_per_s'] / row['torch eager kv']['tokens_per_s']:.2f}x"
-        print(f"batch {batch}: {line}{ratio}  greedy tokens equal to the plan's: {same} of {batch * args.tokens}")
+        print(f"batch {batch}: {line}{ratio}  greedy tokens equal to the plan's: {same} of {batch * args.tokens}  "
+              f"compile s: {row['compile_seconds']}")
     if args.save:
         payload = {"machine": machine(), "command": "python " + " ".join(["benchmarks/bench_generate.py"] + sys.argv[1:]),
                    "config": vars(args), "results": rows}
