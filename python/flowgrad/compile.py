@@ -460,8 +460,9 @@ class ForwardPlan(_PlanViews):
     (``index_copy_``, ``scatter_``, ``copy_``, ``add_``: a KV cache held as a module buffer, a
     position counter) is written into them on every call and persists across calls. The inputs
     are values: a step that writes an input in place raises fg.InvalidArgumentError at compile
-    time (the write could not reach the caller's tensor). Random ops draw fresh values every call, continuing the global generator's stream
-    (``fg.manual_seed``). Shapes are those of the example inputs: others raise ``fg.ShapeError``."""
+    time (the write could not reach the caller's tensor). Random ops draw fresh values every
+    call, continuing the global generator's stream (``fg.manual_seed``). Shapes are those of the
+    example inputs: others raise ``fg.ShapeError``. ``plan.compile_seconds``: {"trace", "plan"}."""
 
     def __init__(self, model, example_inputs):
         self.model = model
