@@ -41,6 +41,14 @@ def test_char_transformer_learns_and_samples():
     assert "sample:\nThe " in out
 
 
+def test_generate_example_trains_and_streams():
+    out = run("generate.py", "--steps", "50", "--tokens", "40", "--chars", "50000")
+    losses = [float(v) for v in re.findall(r"loss ([0-9.]+)", out)]
+    assert losses[-1] < losses[0] - 1.0, out
+    sample = out.split("sample:\n", 1)[1].split("\n40 tokens in", 1)[0]
+    assert sample.startswith("The ") and len(sample) == 4 + 40, out
+
+
 @pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
 def test_notebook_runs(notebook):
     nbformat = pytest.importorskip("nbformat")

@@ -58,6 +58,13 @@ void bind_in_place(py::class_<Tensor>& cls) {
         copy_(t, to_device(as_tensor(src, &t), t.device()));
         return self;
       }, py::arg("src"), "Copies src (broadcast, cast, moved to self's device) into self in place; returns self.")
+      .def("put_", [](const py::object& self, const Tensor& index, const Tensor& source) {
+        index_put_(self_of(self), index, source);
+        return self;
+      }, py::arg("index"), py::arg("source"),
+         "Writes source (broadcast to index's shape) at the int64 positions of index into self read as "
+         "1-D in row-major order, in place (PyTorch's put_; the op index_put_, behind t[idx] = v). "
+         "Indices are checked on the device; a repeated index keeps one of its values. Returns self.")
       .def("masked_fill_", [](const py::object& self, const Tensor& mask, double value) {
         masked_fill_(self_of(self), mask, value);
         return self;

@@ -59,7 +59,9 @@ _sys.modules[utils.__name__], _sys.modules[utils.__name__ + ".data"] = utils, da
 from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
-from .compile import compile
+from .compile import compile, ForwardPlan
+from ._cache_ops import index_copy, scatter, narrow  # noqa: F811  (narrow also takes a tensor start)
+from ._generate import generate, sample_logits
 from ._einsum import einsum
 from ._composite import (  # noqa: A004  (fg.any / fg.all shadow the builtins here, as torch.any does)
     isnan, isinf, isfinite, any, all, isclose, allclose, tril, triu, diag, outer, roll, lerp, bmm, meshgrid,

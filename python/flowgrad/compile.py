@@ -43,6 +43,11 @@ from .autograd import grad as _grad
 __all__ = ["compile", "CompiledStep", "ForwardPlan", "Explanation"]
 
 
+class _NotALoss(_core.InvalidArgumentError):
+    """A step without loss_fn and optimizer returned something other than a one-element floating
+    tensor: compile() makes it a forward plan instead."""
+
+
 def _signature(inputs):
     return tuple((tuple(t.shape), str(t.dtype), str(t.device)) for t in inputs)
 
@@ -54,14 +59,6 @@ def _as_tensors(inputs, what):
             raise TypeError(f"{what}: input {i} must be a flowgrad Tensor, got {type(x).__name__}")
         out.append(x)
     return out
-
-
-def _outputs(result, what):
-    items = list(result) if isinstance(result, (tuple, list)) else [result]
-    for i, t in enumerate(items):
-        if not isinstance(t, _core.Tensor):
-            raise TypeError(f"{what}: output {i} is a {type(t).__name__}, not a Tensor")
-    return items
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -342,8 +339,8 @@ class CompiledStep(_PlanViews):
         def loss_of():
             out = self.model(*model_inputs)
             loss = self.loss_fn(out, *targets) if self.loss_fn is not None else out
-            if not isinstance(loss, _core.Tensor) or loss.numel() != 1:
-                raise _core.InvalidArgumentError(
+            if not isinstance(loss, _core.Tensor) or loss.numel() != 1 or not loss.dtype.is_floating_point:
+                raise _NotALoss(
                     "compile: the step must produce a one-element loss tensor "
                     f"(got {type(loss).__name__}{'' if not isinstance(loss, _core.Tensor) else ' of shape ' + str(loss.shape)})")
             return loss
@@ -474,27 +471,100 @@ class CompiledStep(_PlanViews):
 
 
 class ForwardPlan(_PlanViews):
-    """A compiled forward pass (no gradients): ``outputs = plan(*inputs)``, sharing parameters."""
+    """A compiled forward pass (no gradients): ``outputs = plan(*inputs)``. Made by
+    :func:`compile` without an optimizer for a step that does not return a loss, and by
+    ``step.forward_plan``.
+
+    `model` is a Module or any function of the inputs; it may return a tensor or tuples, lists and
+    dicts of tensors, and each call returns fresh tensors in the same structure. Parameters,
+    buffers and any other tensor made before compiling (a tensor the function closes over) are read
+    in place, so training is visible to the plan at once; what the step writes into them in place
+    (``index_copy_``, ``scatter_``, ``copy_``, ``add_``: a KV cache held as a module buffer, a
+    position counter) is written into them on every call and persists across calls. The inputs
+    are values: a step that writes an input in place raises fg.InvalidArgumentError at compile
+    time (the write could not reach the caller's tensor). Random ops draw fresh values every
+    call, continuing the global generator's stream (``fg.manual_seed``). Shapes are those of the
+    example inputs: others raise ``fg.ShapeError``. ``plan.compile_seconds``: {"trace", "plan"}."""
 
     def __init__(self, model, example_inputs):
         self.model = model
-        params = list(model.parameters())
-        buffers = [b for _, b in model.named_buffers()] if hasattr(model, "named_buffers") else []
+        params = [p for _, p in _named(model, "named_parameters")]
+        buffers = [b for _, b in _named(model, "named_buffers")]
         inputs = _core.plan.inputs_for_trace(_as_tensors(example_inputs, "forward_plan"), params + buffers)
 
         def forward(tracer):
             with _no_grad():
-                return _outputs(model(*inputs), "forward_plan")
+                return _flatten(model(*inputs), "forward_plan")
 
-        tracer, outputs = _Traced(model)(forward)
-        self._single = len(outputs) == 1
-        names = [(n, p) for n, p in model.named_parameters()]
+        start = time.perf_counter()
+        tracer, (outputs, self._rebuild) = _Traced(model if hasattr(model, "named_modules") else None)(forward)
+        traced = time.perf_counter()
+        names = list(_named(model, "named_parameters"))
         self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)
+        self.compile_seconds = {"trace": traced - start, "plan": time.perf_counter() - traced}
+        slots = {f"x{i}": i for i in range(len(inputs))}
+        for record in self._plan.ir():
+            written = [slots[n] for n in record["outputs"] if n in slots]
+            if written:
+                raise _core.InvalidArgumentError(
+                    f"compile: the step writes input {written[0]} in place ('{record['op']}'); a plan's inputs are "
+                    "values, so the write would not reach the caller's tensor. Hold such state in a module buffer "
+                    "(register_buffer) or a tensor made before compiling, which the plan writes in place")
 
     def __call__(self, *inputs):
-        """The model's outputs for these inputs (same shapes as the example inputs)."""
-        out = self._plan.run(_as_tensors(inputs, "forward plan"))
-        return out[0] if self._single else tuple(out)
+        """The step's outputs for these inputs (same shapes as the example inputs), as fresh tensors
+        in the structure the step returned."""
+        return self._rebuild(iter(self._plan.run(_as_tensors(inputs, "forward plan"))))
+
+    def memory(self):
+        """Bytes this plan holds per device before it runs: ``{device: {"weights", "buffers",
+        "arena", "total"}}`` (weights: the model's parameters; buffers: its buffers, a KV cache;
+        arena: the plan's intermediates, planned once)."""
+        out = {}
+
+        def add(device, key, n):
+            row = out.setdefault(str(device), {"weights": 0, "buffers": 0, "arena": 0, "total": 0})
+            row[key] += n
+            row["total"] += n
+
+        seen = set()
+        for key, what in (("weights", "named_parameters"), ("buffers", "named_buffers")):
+            for _, t in _named(self.model, what):
+                if hash(t) not in seen:
+                    seen.add(hash(t))
+                    add(t.device, key, t.numel() * t.dtype.itemsize)
+        add(self._plan.device, "arena", self._plan.stats()["arena_bytes"])
+        return out
+
+    def __repr__(self):
+        s = self._plan.stats()
+        return f"<ForwardPlan {s['instructions']} instructions on {self._plan.device}, arena {s['arena_bytes']} bytes>"
+
+
+def _flatten(result, what):
+    """(the tensors of a step's result in order, a function rebuilding the result from an iterator
+    over tensors): tensors, tuples, lists and dicts of them, nested."""
+    tensors = []
+
+    def walk(x, where):
+        if isinstance(x, _core.Tensor):
+            tensors.append(x)
+            return lambda it: next(it)
+        if isinstance(x, dict):
+            parts = [(k, walk(v, f"{where}[{k!r}]")) for k, v in x.items()]
+            return lambda it: type(x)((k, part(it)) for k, part in parts)
+        if isinstance(x, (tuple, list)):
+            parts = [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
+            if hasattr(x, "_fields"):  # a named tuple (fg.return_types, collections.namedtuple)
+                return lambda it: type(x)(*(part(it) for part in parts))
+            return lambda it: type(x)(part(it) for part in parts)
+        raise TypeError(f"{what}: output{where} is a {type(x).__name__}, not a Tensor (a step returns tensors, "
+                        "or tuples, lists and dicts of them)")
+
+    rebuild = walk(result, "")
+    if not tensors:
+        raise _core.InvalidArgumentError(f"{what}: the step returned no tensor")
+    return tensors, rebuild
 
 
 @contextlib.contextmanager
@@ -611,8 +681,28 @@ def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=Fals
     without a pad value, raises ``fg.ShapeError`` naming the buckets and its shape. Tagged
     FlowBuilder values with the padded dimension are sliced back to the unpadded size.
     ``step.stats["plans"]`` lists the cached plans, ``step.stats["traces"]`` counts the traces.
+
+    Forward plans: without `loss_fn` and `optimizer`, a `model` (a Module or any function) that
+    returns anything but a one-element floating tensor (logits, sampled tokens, tuples, lists and
+    dicts of tensors) compiles to a
+    :class:`ForwardPlan`: ``outputs = plan(*inputs)`` in the structure the step returned, no
+    gradients, and in-place writes into buffers and other tensors made before compiling (a KV
+    cache) made on every call and kept across calls. ``plan.memory()`` reports its bytes.
     """
     if not example_inputs:
         raise _core.InvalidArgumentError("compile: example_inputs must hold the step's inputs (e.g. (xb, yb))")
-    return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic, buckets, bucket_dim, pad_values,
-                        max_plans)
+    try:
+        return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic, buckets, bucket_dim,
+                            pad_values, max_plans)
+    except _NotALoss:
+        if loss_fn is not None or optimizer is not None:
+            raise
+    return _forward_plan(model, example_inputs, dynamic, buckets)
+
+
+def _forward_plan(model, example_inputs, dynamic, buckets):
+    if dynamic or buckets is not None:
+        raise _core.InvalidArgumentError(
+            "compile: dynamic=True and buckets apply to training steps; a forward plan (no loss_fn, no optimizer, "
+            "a step that returns other than a one-element floating loss) has the example inputs' shapes")
+    return ForwardPlan(model, tuple(example_inputs))

@@ -13,6 +13,7 @@ import os
 
 from . import _core
 from .optim.lr_scheduler import _same_kind
+from .nn._tied import missing_keys
 
 __all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
 
@@ -105,7 +106,7 @@ def _device_of(module):
 def _read_model(model, tensors, meta):
     state = _prefixed(tensors, "model.")
     own = model.state_dict()
-    missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    missing, unexpected = missing_keys(model, own.keys(), state.keys()), sorted(state.keys() - own.keys())
     problems = ([f"missing keys {missing}"] if missing else []) + \
                ([f"unexpected keys {unexpected}"] if unexpected else []) + \
                [f"{k}: checkpoint {state[k].shape} vs model {t.shape}" for k, t in own.items()

@@ -340,7 +340,9 @@ def test_values_made_outside_the_registry_during_the_step_raise():
 
 def test_loss_must_be_one_element_and_inputs_tensors():
     with pytest.raises(fg.InvalidArgumentError, match="one-element loss"):
-        fg.compile(nn.Linear(4, 2), example_inputs=(fg.randn(3, 4),))
+        fg.compile(nn.Linear(4, 2), lambda out, y: out - y, example_inputs=(fg.randn(3, 4), fg.randn(3, 2)))
+    # without loss_fn and optimizer, a step that returns no loss is a forward plan (tests/plan/test_forward_plans.py)
+    assert isinstance(fg.compile(nn.Linear(4, 2), example_inputs=(fg.randn(3, 4),)), fg.ForwardPlan)
     with pytest.raises(fg.InvalidArgumentError, match="example_inputs"):
         fg.compile(nn.Linear(4, 2))
     with pytest.raises(TypeError, match="input 0 must be a flowgrad Tensor"):

@@ -640,7 +640,10 @@ class Module:
         """
     def load_state_dict(self, state_dict: dict, strict: builtins.bool = True) -> None:
         """
-        Copies values into the parameters and buffers; InvalidArgumentError names missing, unexpected and mis-shaped keys.
+        Copies the values of state_dict into the module's tensors (their identity kept). A tied
+            tensor is loaded from whichever of its names the state holds. With strict, missing keys (a
+            tensor none of whose names is present), unexpected keys and shape mismatches raise
+            fg.InvalidArgumentError listing them; without, only shape mismatches.
         """
     def modules(self) -> list:
         """
@@ -688,7 +691,8 @@ class Module:
         """
     def state_dict(self) -> dict:
         """
-        Parameters and buffers by dotted name (detached, sharing memory).
+        Parameters then buffers, detached, by dotted name; a tensor shared by several modules (a tied
+            weight) is listed under each of its names, as in PyTorch.
         """
     def to(self, target: typing.Any = None, device: typing.Any = None, dtype: typing.Any = None) -> typing.Any:
         """
@@ -831,6 +835,11 @@ class Tensor:
         1-D input: a square matrix with it on the given diagonal; 2-D input: that diagonal as 1-D.
         """
     @staticmethod
+    def index_copy(input, dim, index, source):
+        """
+        Out-of-place index_copy_: a copy of input with source's slices at the index along dim.
+        """
+    @staticmethod
     def isclose(input, other, rtol = 1e-05, atol = 1e-08, equal_nan = False):
         """
         |input - other| <= atol + rtol * |other| elementwise (equal infinities are close; NaNs only
@@ -884,6 +893,11 @@ class Tensor:
         """
         Rotates elements along dims by shifts (ints or matching tuples); without dims, the flattened
             tensor, reshaped back.
+        """
+    @staticmethod
+    def scatter(input, dim, index, src = None, value = None):
+        """
+        Out-of-place scatter_: a copy of input with src's elements (or value) at index along dim.
         """
     @staticmethod
     def tril(input, diagonal = 0):
@@ -1208,6 +1222,13 @@ class Tensor:
         """
         A copy of input with src's slices added at a 1-D index along dim (repeats accumulate).
         """
+    def index_copy_(self, dim, index, source):
+        """
+        Copies source's slices into self along dim at the positions in the 1-D index, in place:
+            ``self[..., index[i], ...] = source[..., i, ...]`` (PyTorch's index_copy_). source has self's
+            shape with dim of the index's length and self's dtype; a repeated index keeps one of its slices.
+            The index may live on the device (a cache position): no host read. Returns self.
+        """
     def index_select(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor) -> Tensor:
         """
         Entries of input at a 1-D index along dim.
@@ -1308,9 +1329,13 @@ class Tensor:
         """
         self *= other in place; returns self.
         """
-    def narrow(self, dim: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
+    def narrow(self, dim, start, length):
         """
-        A view of `length` entries from `start` along dim.
+        input's `length` elements along dim from `start`. With an int start, a view (as before); with
+            a start held in a 0-d (or one-element) integer tensor, e.g. a cache position on the device, a
+            copy gathered at those positions with no host read (PyTorch reads the start on the host and
+            returns a view: here writes into the result do not reach input). A negative start counts from
+            the end; a window outside the dim raises fg.IndexOutOfRangeError.
         """
     def ne(self, other: typing.Any) -> Tensor:
         """
@@ -1384,6 +1409,10 @@ class Tensor:
         """
         self = self ** exponent in place; returns self.
         """
+    def put_(self, index: Tensor, source: Tensor) -> typing.Any:
+        """
+        Writes source (broadcast to index's shape) at the int64 positions of index into self read as 1-D in row-major order, in place (PyTorch's put_; the op index_put_, behind t[idx] = v). Indices are checked on the device; a repeated index keeps one of its values. Returns self.
+        """
     def record_stream(self, stream: cuda_runtime.Stream) -> None:
         """
         Marks the tensor's memory as used by work queued on `stream` (PyTorch's semantics): when the tensor is freed, its block is not reused until the work queued on `stream` by then has finished. Needed when a tensor allocated on one stream is read or written on another.
@@ -1415,6 +1444,13 @@ class Tensor:
     def rsqrt(self) -> Tensor:
         """
         Elementwise 1 / sqrt(x).
+        """
+    def scatter_(self, dim, index, src = None, value = None):
+        """
+        Writes src's elements into self at the positions index gives along dim, in place:
+            ``self[i][index[i][j][k]][k] = src[i][j][k]`` for dim 1 (PyTorch's scatter_). index has self's
+            number of dims, is no larger than self in the other dims and no larger than src in any; only the
+            index-shaped corner of src is read. ``value=`` writes one number instead. Returns self.
         """
     def scatter_add(self, dim: typing.SupportsInt | typing.SupportsIndex, index: Tensor, src: Tensor) -> Tensor:
         """

@@ -15,6 +15,8 @@ from . import _module_methods  # noqa: F401  (parameters() an iterator, zero_gra
 from .losses import (
     MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss,
 )
+from ._kv_cache import KVCache
+from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight)
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
     Dropout2d, InstanceNorm2d, ReflectionPad2d, ReplicationPad2d, ZeroPad2d, PixelShuffle, PixelUnshuffle,
