@@ -9,6 +9,9 @@
 #                          manylinux wheel that a scratch venv installs. ARGS go to pytest. This is
 #                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh build [cpu|cuda]   the set-up, then one configuration built into .venv (no tests)
+#   ./dev.sh docs [ARGS]   the docs' requirements into .venv (and the CPU-only build when flowgrad does not
+#                          import), then `mkdocs build --strict` into build/site; ARGS go to mkdocs build
+#                          (`./dev.sh docs serve` serves the site instead). `test` builds them too.
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
 #   ./dev.sh stubs         the set-up and CPU-only build, then regenerates python/flowgrad/_core/*.pyi
 #   ./dev.sh gpu-wheel     on this (CPU) machine: the GPU machine's CUDA wheel (cp312, sm_90) in
@@ -165,6 +168,22 @@ demo_configuration() {
   fi
 }
 
+# The documentation site (mkdocs.yml) into build/site, strictly: a broken link or reference fails. Its
+# pinned requirements are pyproject.toml's `docs` extra; the API pages import the built flowgrad.
+build_docs() {
+  local reqs start=$SECONDS
+  export NO_MKDOCS_2_WARNING=1  # Material's banner about MkDocs 2.0
+  mapfile -t reqs < <(requirements docs)
+  "$PY" -m pip install -q "${reqs[@]}"
+  say "building the docs (mkdocs build --strict into build/site)"
+  if [ "${1:-}" = serve ]; then
+    "$PY" -m mkdocs serve "${@:2}"
+  else
+    "$PY" -m mkdocs build --strict --quiet "$@"
+    say "the docs took $((SECONDS - start)) s"
+  fi
+}
+
 FAILED=()
 run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$1.xml for the summary
   say "pytest on the $1 configuration"
@@ -250,7 +269,8 @@ case "$command" in
     # On a GPU, only its architecture: cicc and ptxas, 78% of nvcc's time, run once instead of
     # twice (benchmarks/results/cuda-compile-2026-11-24.json).
     if [ "$config" = cuda ] && has_gpu; then CUDA_ARCHS=${CUDA_ARCHS:-native}; fi
-    build install "$config"
+    # No GoogleTest binary: the demo never runs it, and it is test-only (it is built by `test`).
+    BUILD_TESTS=${BUILD_TESTS:-OFF} build install "$config"
     exec "$PY" examples/train_digits.py "$@"
     ;;
   test)
@@ -264,6 +284,7 @@ case "$command" in
       "$PY" scripts/clang_syntax_check.py build/*-"$(dir_suffix "$config")"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
     done
+    build_docs || FAILED+=("docs")
     say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
     "$PY" scripts/gpu_check.py --dry-run || FAILED+=("gpu-check --dry-run")
     make_wheel
@@ -274,6 +295,11 @@ case "$command" in
   build)  # the set-up and one configuration (cpu by default, or cuda) installed into .venv, no tests
     setup test
     build install "${1:-cpu}"
+    ;;
+  docs)
+    setup docs
+    "$PY" -c "import flowgrad" 2>/dev/null || build install cpu  # the API pages import it
+    build_docs "$@"
     ;;
   wheel)
     setup test
@@ -291,7 +317,7 @@ case "$command" in
     exec "${PYTHON_GPU:-$PYTHON}" scripts/gpu_check.py "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh build [cpu|cuda] | ./dev.sh wheel | ./dev.sh stubs | ./dev.sh gpu-wheel | ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]" >&2
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh build [cpu|cuda] | ./dev.sh docs [mkdocs args|serve] | ./dev.sh wheel | ./dev.sh stubs | ./dev.sh gpu-wheel | ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]" >&2
     exit 2
     ;;
 esac
