@@ -107,8 +107,8 @@ dir_suffix() {
 }
 
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
-# BLAS, BUILD_TESTS and WERROR, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON and
-# FLOWGRAD_WERROR=OFF (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
+# BLAS, BUILD_TESTS, WERROR and LTO, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON,
+# FLOWGRAD_WERROR=OFF and FLOWGRAD_LTO=ON (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
 # WERROR=ON unless told otherwise: a user's demo on a newer compiler must not fail on a new warning).
 build() {
   local verb=$1 config=$2 cuda=OFF toolkit=AUTO
@@ -123,7 +123,8 @@ build() {
   local settings=(build-dir="build/{wheel_tag}-$(dir_suffix "$config")" cmake.define.FLOWGRAD_CUDA=$cuda
                   cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
                   cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
-                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}")
+                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}"
+                  cmake.define.FLOWGRAD_LTO="${LTO:-ON}")
   # CUDA_ARCHS: the GPU architectures to compile for (CMake's default here: 80;90)
   [ -n "${CUDA_ARCHS:-}" ] && settings+=(cmake.define.CMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   if command -v ccache >/dev/null; then
@@ -269,8 +270,9 @@ case "$command" in
     # On a GPU, only its architecture: cicc and ptxas, 78% of nvcc's time, run once instead of
     # twice (benchmarks/results/cuda-compile-2026-11-24.json).
     if [ "$config" = cuda ] && has_gpu; then CUDA_ARCHS=${CUDA_ARCHS:-native}; fi
-    # No GoogleTest binary: the demo never runs it, and it is test-only (it is built by `test`).
-    BUILD_TESTS=${BUILD_TESTS:-OFF} build install "$config"
+    # No GoogleTest binary (the demo never runs it; it is test-only, built by `test`) and no link-time
+    # optimisation of the bindings (their LTO link is the build's longest step: docs/dev/build-time.md).
+    BUILD_TESTS=${BUILD_TESTS:-OFF} LTO=${LTO:-OFF} build install "$config"
     exec "$PY" examples/train_digits.py "$@"
     ;;
   test)

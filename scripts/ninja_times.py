@@ -27,7 +27,8 @@ def group_of(output):
         return "C++ tests (test builds only)"
     name = output.split(".dir/", 1)[-1]
     parts = name.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    depth = 3 if parts[:2] == ["cpp", "flowgrad"] else 2  # cpp/flowgrad/<layer>, kernels/<family>
+    return "/".join(parts[:depth]) if len(parts) > depth else "/".join(parts[:-1]) or parts[0]
 
 
 def main():

@@ -161,4 +161,4 @@ def test_demo_and_pip_install_build_no_cpp_tests():
     assert re.search(r'option\(FLOWGRAD_BUILD_TESTS "[^"]*" OFF\)', (root / "CMakeLists.txt").read_text())
     dev = (root / "dev.sh").read_text()
     demo = dev[dev.index("\n  demo)"):dev.index("\n    ;;", dev.index("\n  demo)"))]
-    assert re.search(r"BUILD_TESTS=\$\{BUILD_TESTS:-OFF\} build install", demo), demo
+    assert re.search(r"BUILD_TESTS=\$\{BUILD_TESTS:-OFF\} LTO=\$\{LTO:-OFF\} build install", demo), demo
