@@ -141,3 +141,8 @@ def test_docs_pages_are_all_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert pages and not {p for p in pages if p not in nav}
+
+
+def test_guide_pages_stay_short():
+    sizes = {p.name: len(p.read_bytes()) for p in (DOCS / "guide").glob("*.md")}
+    assert sizes and all(size <= 15_000 for size in sizes.values()), {n: s for n, s in sizes.items() if s > 15_000}
