@@ -175,12 +175,12 @@ build_docs() {
   local reqs start=$SECONDS
   export NO_MKDOCS_2_WARNING=1  # Material's banner about MkDocs 2.0
   mapfile -t reqs < <(requirements docs)
-  "$PY" -m pip install -q "${reqs[@]}"
+  "$PY" -m pip install -q "${reqs[@]}" || return 1  # (`|| return`: test calls this where set -e is off)
   say "building the docs (mkdocs build --strict into build/site)"
   if [ "${1:-}" = serve ]; then
     "$PY" -m mkdocs serve "${@:2}"
   else
-    "$PY" -m mkdocs build --strict --quiet "$@"
+    "$PY" -m mkdocs build --strict "$@" || return 1  # (not --quiet: it hides the warnings --strict counts)
     say "the docs took $((SECONDS - start)) s"
   fi
 }
