@@ -45,7 +45,7 @@ def test_files_reruns_only_those(tmp_path):
 
 def test_plan_builds_then_tests_crash_prone_files_first(tmp_path):
     header, steps = dry_run(tmp_path)
-    assert f"{len(steps)} steps" in header and "deadline" in header
+    assert f"{len(steps)} steps" in header and "budget" in header
     names = [name for name, _, _ in steps]
     assert names[:2] == ["build", "install"]
     assert "FLOWGRAD_CUDA=ON" in steps[0][2] and "--no-build-isolation" in steps[0][2]
@@ -61,7 +61,7 @@ def test_plan_builds_then_tests_crash_prone_files_first(tmp_path):
         assert path in tests
     assert names[-4:] == ["compute-sanitizer memcheck", "compute-sanitizer racecheck", "compute-sanitizer synccheck",
                           "bench_cuda"]
-    assert "bench_cuda.py --save" in steps[-1][2]
+    assert "bench_cuda.py --quick --save" in steps[-1][2]
 
 
 def test_plan_sanitizes_existing_test_files_and_times_out_every_step(tmp_path):
