@@ -11,6 +11,9 @@
 #                          (FLOWGRAD_ISA=generic, avx2). This is
 #                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh build [cpu|cuda]   the set-up, then one configuration built into .venv (no tests)
+#   ./dev.sh docs [ARGS]   the docs' requirements into .venv (and the CPU-only build when flowgrad does not
+#                          import), then `mkdocs build --strict` into build/site; ARGS go to mkdocs build
+#                          (`./dev.sh docs serve` serves the site instead). `test` builds them too.
 #   ./dev.sh wheel         the set-up, then only the wheel: dist/flowgrad-*-manylinux*.whl
 #   ./dev.sh stubs         the set-up and CPU-only build, then regenerates python/flowgrad/_core/*.pyi
 #   ./dev.sh gpu-wheel     on this (CPU) machine: the GPU machine's CUDA wheel (cp312, sm_90) in
@@ -106,8 +109,8 @@ dir_suffix() {
 }
 
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
-# BLAS, BUILD_TESTS and WERROR, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON and
-# FLOWGRAD_WERROR=OFF (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
+# BLAS, BUILD_TESTS, WERROR and LTO, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON,
+# FLOWGRAD_WERROR=OFF and FLOWGRAD_LTO=ON (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
 # WERROR=ON unless told otherwise: a user's demo on a newer compiler must not fail on a new warning).
 build() {
   local verb=$1 config=$2 cuda=OFF toolkit=AUTO
@@ -122,7 +125,8 @@ build() {
   local settings=(build-dir="build/{wheel_tag}-$(dir_suffix "$config")" cmake.define.FLOWGRAD_CUDA=$cuda
                   cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
                   cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
-                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}")
+                  cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}"
+                  cmake.define.FLOWGRAD_LTO="${LTO:-ON}")
   # CUDA_ARCHS: the GPU architectures to compile for (CMake's default here: 80;90)
   [ -n "${CUDA_ARCHS:-}" ] && settings+=(cmake.define.CMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   if command -v ccache >/dev/null; then
@@ -164,6 +168,22 @@ demo_configuration() {
     echo cuda
   else
     echo cpu
+  fi
+}
+
+# The documentation site (mkdocs.yml) into build/site, strictly: a broken link or reference fails. Its
+# pinned requirements are pyproject.toml's `docs` extra; the API pages import the built flowgrad.
+build_docs() {
+  local reqs start=$SECONDS
+  export NO_MKDOCS_2_WARNING=1  # Material's banner about MkDocs 2.0
+  mapfile -t reqs < <(requirements docs)
+  "$PY" -m pip install -q "${reqs[@]}" || return 1  # (`|| return`: test calls this where set -e is off)
+  say "building the docs (mkdocs build --strict into build/site)"
+  if [ "${1:-}" = serve ]; then
+    "$PY" -m mkdocs serve "${@:2}"
+  else
+    "$PY" -m mkdocs build --strict "$@" || return 1  # (not --quiet: it hides the warnings --strict counts)
+    say "the docs took $((SECONDS - start)) s"
   fi
 }
 
@@ -268,7 +288,9 @@ case "$command" in
     # On a GPU, only its architecture: cicc and ptxas, 78% of nvcc's time, run once instead of
     # twice (benchmarks/results/cuda-compile-2026-11-24.json).
     if [ "$config" = cuda ] && has_gpu; then CUDA_ARCHS=${CUDA_ARCHS:-native}; fi
-    build install "$config"
+    # No GoogleTest binary (the demo never runs it; it is test-only, built by `test`) and no link-time
+    # optimisation of the bindings (their LTO link is the build's longest step: docs/dev/build-time.md).
+    BUILD_TESTS=${BUILD_TESTS:-OFF} LTO=${LTO:-OFF} build install "$config"
     exec "$PY" examples/train_digits.py "$@"
     ;;
   test)
@@ -283,6 +305,7 @@ case "$command" in
       run_pytest "$config" "$@"
       if [ "$config" = cpu ]; then run_lower_isa_levels; fi
     done
+    build_docs || FAILED+=("docs")
     say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"
     "$PY" scripts/gpu_check.py --dry-run || FAILED+=("gpu-check --dry-run")
     make_wheel
@@ -293,6 +316,11 @@ case "$command" in
   build)  # the set-up and one configuration (cpu by default, or cuda) installed into .venv, no tests
     setup test
     build install "${1:-cpu}"
+    ;;
+  docs)
+    setup docs
+    "$PY" -c "import flowgrad" 2>/dev/null || build install cpu  # the API pages import it
+    build_docs "$@"
     ;;
   wheel)
     setup test
@@ -310,7 +338,7 @@ case "$command" in
     exec "${PYTHON_GPU:-$PYTHON}" scripts/gpu_check.py "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh build [cpu|cuda] | ./dev.sh wheel | ./dev.sh stubs | ./dev.sh gpu-wheel | ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]" >&2
+    echo "usage: ./dev.sh demo [demo args] | ./dev.sh test [pytest args] | ./dev.sh build [cpu|cuda] | ./dev.sh docs [mkdocs args|serve] | ./dev.sh wheel | ./dev.sh stubs | ./dev.sh gpu-wheel | ./dev.sh gpu-check [--wheel PATH] [OUTDIR] [--files F..] [--dry-run]" >&2
     exit 2
     ;;
 esac

@@ -152,3 +152,13 @@ def test_cuda_wheel_finder_needs_every_part(tmp_path, capsys):
     assert find_cuda_wheels.cuda_wheel_root([str(tmp_path / "partial")]) is None
     assert "lacks nvvm/bin/cicc" in capsys.readouterr().err
     assert find_cuda_wheels.cuda_wheel_root([str(tmp_path / "empty")]) is None
+
+
+def test_demo_and_pip_install_build_no_cpp_tests():
+    """The GoogleTest binary is test-only: `pip install .` leaves it out (the CMake default) and so does
+    `./dev.sh demo`; only `./dev.sh test` and `./dev.sh build` (a developer's build) turn it on."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    assert re.search(r'option\(FLOWGRAD_BUILD_TESTS "[^"]*" OFF\)', (root / "CMakeLists.txt").read_text())
+    dev = (root / "dev.sh").read_text()
+    demo = dev[dev.index("\n  demo)"):dev.index("\n    ;;", dev.index("\n  demo)"))]
+    assert re.search(r"BUILD_TESTS=\$\{BUILD_TESTS:-OFF\} LTO=\$\{LTO:-OFF\} build install", demo), demo
