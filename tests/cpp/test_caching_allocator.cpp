@@ -189,7 +189,7 @@ TEST(CachingAllocator, ForgottenStreamRecordsNoEventAtRelease) {
 
 TEST(CachingAllocator, ForgottenStreamGivesBackItsFreeSegments) {
   // Review G11: a capture stream's workspace freed into a pool no later stream would use.
-  Fake::reset(64 * MiB);
+  Fake::reset(128 * MiB);
   CachingAllocator a(fake(), true);
   void* w = a.allocate(32 * MiB, 0, /*stream=*/7);
   void* kept = a.allocate(4096, 0, 7);

@@ -98,17 +98,17 @@ TEST(KernelScratch, TemporariesComeFromTheEnvsBlock) {
   KernelEnv env;
   env.scratch = &scratch;
   uint64_t before = storage_allocations();
-  Tensor a = raw::temporary(env, Dims{3}, DType::Float32, cpu_device());
-  Tensor b = raw::temporary(env, Dims{5}, DType::Float64, cpu_device());
+  Tensor a = Tensor::temporary(env, Dims{3}, DType::Float32, cpu_device());
+  Tensor b = Tensor::temporary(env, Dims{5}, DType::Float64, cpu_device());
   EXPECT_EQ(storage_allocations(), before);
   EXPECT_EQ(a.data_ptr(), static_cast<void*>(block));
   EXPECT_EQ(b.data_ptr(), static_cast<void*>(block + 64));  // 64-byte aligned
-  Tensor c = raw::temporary(env, Dims{64}, DType::Float32, cpu_device());  // 256 bytes: no room left
+  Tensor c = Tensor::temporary(env, Dims{64}, DType::Float32, cpu_device());  // 256 bytes: no room left
   EXPECT_EQ(storage_allocations(), before + 1);
   EXPECT_EQ(scratch.peak, 128u + 256u);
   scratch.used = 0;  // the plan resets it before each instruction
-  EXPECT_EQ(raw::temporary(env, Dims{1}, DType::Int64, cpu_device()).data_ptr(), static_cast<void*>(block));
-  Tensor plain = raw::temporary(KernelEnv{}, Dims{2}, DType::Float32, cpu_device());
+  EXPECT_EQ(Tensor::temporary(env, Dims{1}, DType::Int64, cpu_device()).data_ptr(), static_cast<void*>(block));
+  Tensor plain = Tensor::temporary(KernelEnv{}, Dims{2}, DType::Float32, cpu_device());
   EXPECT_EQ(storage_allocations(), before + 2);
   (void)c, (void)plain;
 }

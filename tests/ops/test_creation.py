@@ -57,15 +57,16 @@ def test_arange(args):
 
 
 def test_float64_ranges_are_the_same_bits_on_every_device(device):
-    # Review G7: the product is rounded before the sum on every device (nvcc fused it into an FMA:
-    # arange(1, 101, 0.1)[7] was 1.7 on CUDA, 1.7000000000000002 on the CPU and in NumPy).
+    # Review G7: element i is start + i * step with the product rounded before the sum on every
+    # device (nvcc fused it into an FMA: arange(1, 101, 0.1)[7] was 1.7 on CUDA, 1.7000000000000002
+    # on the CPU). NumPy's arange steps by (start + step) - start, so it is only close.
     cases = [(fg.arange, (1.0, 101.0, 0.1), np.arange), (fg.arange, (-3.7, 250.0, 0.37), np.arange),
              (fg.linspace, (0.1, 97.3, 3001), np.linspace), (fg.linspace, (1e-3, 1e3, 1000), np.linspace)]
     for make, args, ref in cases:
         here = make(*args, dtype=fg.float64, device=device).cpu().numpy()
         np.testing.assert_array_equal(here, make(*args, dtype=fg.float64).numpy())
         np.testing.assert_allclose(here, ref(*args), rtol=1e-15, atol=1e-13)
-    assert fg.arange(1.0, 101.0, 0.1, dtype=fg.float64, device=device)[7].item() == np.arange(1.0, 101.0, 0.1)[7]
+    assert fg.arange(1.0, 101.0, 0.1, dtype=fg.float64, device=device)[7].item() == 1.0 + 7 * 0.1 == 1.7000000000000002
 
 
 def test_linspace_and_eye():

@@ -18,7 +18,7 @@ struct AllocatorStats {
 // compiled plan compares it before and after its instructions to prove they allocate nothing.
 uint64_t storage_allocations();
 
-// A block for kernel temporaries (raw::temporary, ops/raw.h): a compiled plan passes its own in
+// A block for kernel temporaries (Tensor::temporary, core/tensor.h): a compiled plan passes its own in
 // every KernelEnv, so the temporaries a kernel wrapper makes (contiguous copies, casts, widened
 // indices, workspaces) come from bytes reserved once, not from the allocator. With capacity 0 it
 // only measures: `peak` is the most bytes one kernel asked for.

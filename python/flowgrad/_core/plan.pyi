@@ -168,5 +168,5 @@ def nvrtc_available() -> tuple[bool, str]:
     """
 def set_fused_fault(stage: str) -> None:
     """
-    Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches); 'none' restores.
+    Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches), or drop them silently while a graph is captured ('drop_in_capture': neither run nor counted, caught only because the self-check poisons the arena); 'none' restores.
     """
