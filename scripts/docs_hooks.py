@@ -101,6 +101,10 @@ def reference_target(module_name, name, obj, core):
         return f"{obj.__module__}.{obj.__name__}"
     if inspect.isclass(obj) and obj.__module__.startswith("flowgrad._core"):
         return f"{obj.__module__}.{qualname}"
+    kind = type(obj)
+    if kind.__module__.startswith("flowgrad") and not kind.__module__.startswith("flowgrad._core") \
+            and not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+        return f"{kind.__module__}.{kind.__qualname__}"  # a namespace object (fg.backends.cuda): its class
     return core.get(id(obj), f"{module_name}.{name}")
 
 

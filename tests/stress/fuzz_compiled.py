@@ -160,7 +160,7 @@ class Case:
             groups = [{"params": params[cut:]}] if "group" in self.events.values() else \
                 [{"params": params[:cut]}, {"params": params[cut:], "lr": kw["lr"] / 2}]
         opt = getattr(fg.optim, name)(groups, **kw)
-        return ClipThen(opt, self.clip) if self.clip else opt
+        return fg.optim.ClipGradNorm(opt, self.clip) if self.clip else opt
 
     def data(self, fg):
         r = np.random.default_rng(self.data_seed)
@@ -187,7 +187,7 @@ def apply_event(event, model, opt):
         for g in opt.param_groups:
             g["lr"] *= 0.5
     elif event == "reload":
-        opt.load_state_dict(opt.state_dict())  # through a ClipThen too
+        opt.load_state_dict(opt.state_dict())  # through a ClipGradNorm too
     elif event == "momentum" and type(getattr(opt, "opt", opt)).__name__ == "SGD":
         for g in opt.param_groups:
             g["momentum"] = 0.5
@@ -199,44 +199,6 @@ def apply_event(event, model, opt):
 
 
 Views, InPlace, HostMask, MeanTokens = (None,) * 4  # made by modules() once flowgrad is imported
-
-
-class ClipThen:
-    """An optimizer wrapper that clips the gradient norm (nn.utils.clip_grad_norm_) before the
-    wrapped optimizer's update, eagerly and inside a compiled step (README: the hooks fg.compile
-    uses); options and state are the wrapped optimizer's."""
-
-    def __init__(self, opt, max_norm):
-        self.opt, self.max_norm = opt, max_norm
-
-    def __getattr__(self, name):  # param_groups, zero_grad, state_dict, plan_state, run_compiled, ...
-        return getattr(self.opt, name)
-
-    def params(self):
-        return [p for g in self.opt.param_groups for p in g["params"]]
-
-    def step(self):  # .grad keeps the unclipped gradients, as traced_step leaves them
-        import flowgrad as fg
-        params = self.params()
-        saved = [p.grad for p in params]
-        fg.nn.utils.clip_grad_norm_(params, self.max_norm)
-        self.opt.step()
-        for p, g in zip(params, saved):
-            p.grad = g
-
-    def traced_step(self, grads, foreach=None, scope=None):
-        import flowgrad as fg
-        params = self.params()
-        saved = [p.grad for p in params]
-        for p, g in zip(params, grads):
-            p.grad = g
-        try:
-            fg.nn.utils.clip_grad_norm_(params, self.max_norm)
-            clipped = [p.grad for p in params]
-        finally:
-            for p, g in zip(params, saved):
-                p.grad = g
-        self.opt.traced_step(clipped, foreach, scope)
 
 
 def compare(what, a, b, problems):
