@@ -142,7 +142,7 @@ def main():
     if not fg.cuda.is_available():
         print(f"gpu_probes: no usable GPU ({fg.cuda.unavailable_reason()})")
         return 2
-    results = {"build_config": fg.build_config() if hasattr(fg, "build_config") else None}
+    results = {"build_config": fg.build_config()}
     for probe in PROBES:
         start = time.perf_counter()
         try:

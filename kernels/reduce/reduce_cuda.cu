@@ -88,23 +88,11 @@ __device__ BestAt<T> block_extreme(const T* line, int64_t begin, int64_t end, in
 
 // Integer sums in int64: exact in any order (two's complement wraps the same way), so the block
 // adds them as a tree.
-__device__ int64_t wrapping_add(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-
 template <class T>
 __device__ int64_t block_int_sum(const T* line, int64_t r, int64_t stride, int64_t* shared) {
   int64_t acc = 0;
-  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc = wrapping_add(acc, static_cast<int64_t>(line[k * stride]));
-  shared[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] = wrapping_add(shared[threadIdx.x], shared[threadIdx.x + half]);
-    __syncthreads();
-  }
-  int64_t total = shared[0];
-  __syncthreads();
-  return total;
+  for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc = WrappingSumOp{}(acc, static_cast<int64_t>(line[k * stride]));
+  return block_combine(acc, shared, WrappingSumOp{});
 }
 
 template <class T, class Out>
@@ -302,9 +290,9 @@ __global__ void cumsum_int_blocks(const T* x, int64_t r, int64_t inner, int64_t*
     const int64_t k = start + threadIdx.x;
     int64_t v = k < r ? static_cast<int64_t>(x[at + k * inner]) : 0, total = 0;
     Scan(temp).InclusiveSum(v, v, total);
-    if (k < r) y[at + k * inner] = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(carry));
+    if (k < r) y[at + k * inner] = WrappingSumOp{}(v, carry);
     __syncthreads();  // every thread has read `carry` and `temp` may be reused
-    if (threadIdx.x == 0) carry = static_cast<int64_t>(static_cast<uint64_t>(carry) + static_cast<uint64_t>(total));
+    if (threadIdx.x == 0) carry = WrappingSumOp{}(carry, total);
     __syncthreads();
   }
 }
