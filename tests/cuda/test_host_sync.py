@@ -95,3 +95,33 @@ def test_captured_adamw_step_with_observation_never_waits(device):
     expected = np.mean([loss.item() for loss in losses])
     assert flushed["loss"] == pytest.approx(expected, rel=1e-12)
     assert set(flushed) == {"loss", "logits"}
+
+
+def test_scheduled_adamw_step_writes_its_hyper_parameters_without_a_wait(device):
+    """Review G10: the hyper-parameters a scheduler changes before every call, and the Philox pair of
+    a step with dropout, are staged in pinned memory, so the host never waits for the stream; 20
+    calls cycle through every staging slot more than once, and the parameters match the CPU's."""
+    def train(on, p=0.0):
+        fg.manual_seed(3)
+        model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Dropout(p), nn.Linear(32, 5)).to(on)
+        opt = fg.optim.AdamW(model.parameters(), lr=3e-3)
+        sched = fg.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
+        xs, ys = batches(on, 20)
+        step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+        waits = []
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            before = fg.cuda.sync_count()
+            step(x, y)
+            sched.step()
+            waits.append(fg.cuda.sync_count() - before if i >= 2 else 0)
+        return [p.cpu().numpy() for p in model.parameters()], waits, step.stats
+
+    cuda_only(device)
+    for p in (0.0, 0.1):
+        got, waits, stats = train(device, p)
+        assert stats["cuda_graph"].startswith("captured"), stats["cuda_graph"]
+        assert waits == [0] * 20, f"dropout {p}"
+    got, _, _ = train(device)
+    expected, _, _ = train("cpu")
+    for p, q in zip(got, expected):
+        np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-5)

@@ -120,3 +120,47 @@ def test_capture_check_can_be_turned_off(device, monkeypatch):
     step(xs[1], ys[1])
     assert step.stats["cuda_graph"].startswith("captured: one CUDA graph of")
     assert "self-check" not in step.stats["cuda_graph"]
+
+
+def attention_step(device):
+    """A step whose backward holds flash_attention_backward, an op that adds floats with atomics on
+    CUDA: its self-check compares within a tolerance and a measured noise floor (review G9)."""
+    fg.manual_seed(0)
+    qkv = nn.Linear(16, 48).to(device)
+    head = nn.Linear(16, 3).to(device)
+    model = nn.Sequential(qkv, head)  # a container for their parameters
+    opt = fg.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-8)
+
+    def loss_of(x, y):
+        q, k, v = qkv(x).reshape(4, 9, 3, 2, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.cross_entropy(head(out.transpose(1, 2).reshape(4, 9, 16).mean(1)), y)
+
+    rng = np.random.default_rng(3)
+    x = fg.tensor(rng.standard_normal((4, 9, 16)).astype(np.float32), device=device)
+    y = fg.tensor(rng.integers(0, 3, 4), device=device)
+    step = fg.compile(loss_of, optimizer=opt, example_inputs=(x, y))
+    return model, head, step, x, y
+
+
+@pytest.mark.parametrize("planted, found", [(1e-3, True), (1e-8, False)])
+def test_an_atomic_plan_is_compared_within_its_tolerance(device, monkeypatch, planted, found):
+    monkeypatch.setenv("FLOWGRAD_NO_CUDA_GRAPH", "1")
+    model, head, step, x, y = attention_step(device)
+    step(x, y)
+    assert "flash_attention_backward" in {ins["op"] for ins in step.plan.ir()}
+
+    def side_effect():  # the compared step moves one weight by `planted` (weights are ~0.2 here)
+        with fg.no_grad():
+            head.weight.add_(planted)
+
+    diff = step.plan.check_step([x, y], side_effect)
+    if found:
+        assert re.fullmatch(r"\w+ differs at element 0: \S+ \(plain\) vs \S+ \(checked\); written by instruction \d+ \(adam_update\w*\)", diff), diff
+        twice, _, again, _, _ = attention_step(device)
+        again(x, y)
+        again(x, y)
+        for got, want in zip(values(model), values(twice)):  # the planted change undone, one plain step applied
+            np.testing.assert_array_equal(got, want)
+    else:  # below 1e-4 of the weight's largest magnitude: the order of atomic sums could make it
+        assert diff == ""

@@ -268,3 +268,20 @@ def test_branch_instructions_are_not_captured_and_say_why(make, node):
     why = step.plan.capture_blocker("cuda")
     assert why.startswith(f"not captured: instruction {branch} ({step.ir()[branch]['op']} '"), why
     assert f"its CUDA {node} conditional node is not built yet" in why
+
+
+def test_a_deep_step_with_many_library_calls_is_counted_and_captured(device):
+    """Review G12: the launch count types only the graph nodes a library call added, per capture
+    (by its id); 40 linears (about 120 cuBLAS calls forward and backward) and a second step captured
+    after the first both agree with their graphs' kernel nodes, so both are captured."""
+    cuda_only(device)
+    for depth in (40, 3):
+        fg.manual_seed(1)
+        layers = [m for _ in range(depth) for m in (nn.Linear(20, 20), nn.Tanh())]
+        model = nn.Sequential(*layers, nn.Linear(20, 5)).to(device)
+        opt = fg.optim.SGD(model.parameters(), lr=0.01)
+        xs, ys = batches(device, 3)
+        step = fg.compile(model, F.cross_entropy, opt, example_inputs=(xs[0], ys[0]))
+        train(step, xs, ys)
+        assert step.stats["cuda_graph"].startswith("captured"), (depth, step.stats["cuda_graph"])
+        assert step.stats["cuda_graph_replays"] == 2  # the capturing call and one replay

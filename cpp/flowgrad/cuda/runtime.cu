@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -210,6 +212,55 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "copy between devices (cudaMemcpyAsync)");
   if (peer) order(device, reinterpret_cast<StreamHandle>(stream), src_device.index, source);
   if (dst_device.is_cpu()) host_wait(cudaStreamSynchronize(stream), "copy to the host (cudaStreamSynchronize)");
+}
+
+
+namespace {
+// Small host-to-device writes queued before a step (a plan's Philox pair, an optimizer's
+// hyper-parameters) are staged in pinned memory: a cudaMemcpyAsync from pageable memory "might be
+// synchronous with respect to host" (CUDA's API synchronization behavior), a wait the host-sync
+// counter would not see (review G10). A slot is reused once the copy that read it has run.
+constexpr size_t kStagingSlotBytes = 4096;
+constexpr size_t kStagingSlots = 8;
+struct StagingSlot {
+  void* host = nullptr;           // pinned
+  cudaEvent_t read = nullptr;     // recorded after the copy that reads the slot
+};
+struct StagingRing {
+  std::mutex mutex;
+  std::array<StagingSlot, kStagingSlots> slots;
+  size_t next = 0;
+};
+StagingRing& staging(int device) {
+  static std::mutex mutex;
+  static auto* rings = new std::map<int, StagingRing>;  // lives to exit: the slots are never freed
+  std::lock_guard<std::mutex> lock(mutex);
+  return (*rings)[device];
+}
+}  // namespace
+
+void copy_to_device_async(void* dst, Device device, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FG_ASSERT(device.is_cuda());
+  require_device(device.index);
+  DeviceScope guard(device.index);
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(current_stream_handle(device.index));
+  if (bytes > kStagingSlotBytes || capturing(reinterpret_cast<StreamHandle>(stream)))
+    return copy_bytes(dst, device, src, cpu_device(), bytes);  // a capture reads its source at replay: not a slot
+  StagingRing& ring = staging(device.index);
+  std::lock_guard<std::mutex> lock(ring.mutex);
+  StagingSlot& slot = ring.slots[ring.next];
+  ring.next = (ring.next + 1) % kStagingSlots;
+  if (!slot.host) {
+    check(cudaHostAlloc(&slot.host, kStagingSlotBytes, cudaHostAllocPortable), "staging a host copy (cudaHostAlloc)");
+    check(cudaEventCreateWithFlags(&slot.read, cudaEventDisableTiming), "staging a host copy (cudaEventCreate)");
+  } else if (cudaEventQuery(slot.read) == cudaErrorNotReady) {
+    cudaGetLastError();  // the slot's last copy has not run yet: a real wait, counted as one
+    host_wait(cudaEventSynchronize(slot.read), "staging a host copy (cudaEventSynchronize)");
+  }
+  std::memcpy(slot.host, src, bytes);
+  check(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream), "staged copy to the device (cudaMemcpyAsync)");
+  check(cudaEventRecord(slot.read, stream), "staging a host copy (cudaEventRecord)");
 }
 
 }  // namespace fg::cuda

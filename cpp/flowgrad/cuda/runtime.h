@@ -39,5 +39,9 @@ uint64_t workspace_epoch();
 
 // Copies `bytes` between two buffers, either of which may be on the CPU; returns when done.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Queues a small host-to-device copy on the device's current stream through pinned staging and
+// returns at once: `src` may be reused on return, and the host never waits for the stream
+// (falls back to copy_bytes while capturing or above 4 KiB).
+void copy_to_device_async(void* dst, Device device, const void* src, size_t bytes);
 
 }  // namespace fg::cuda

@@ -45,6 +45,10 @@ void copy_bytes(void*, Device dst_device, const void*, Device src_device, size_t
   fail(ErrorKind::Device, "copy from ", src_device.str(), " to ", dst_device.str(), ": ", kWhy);
 }
 
+void copy_to_device_async(void*, Device device, const void*, size_t) {
+  fail(ErrorKind::Device, "copy to ", device.str(), ": ", kWhy);
+}
+
 // Streams and events: the API exists and says why it cannot be used.
 namespace {
 [[noreturn]] void no_streams(const char* what) { fail(ErrorKind::Device, what, ": ", kWhy); }

@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_set>
+#include <vector>
 
 #include "flowgrad/base/errors.h"
 #include "flowgrad/cuda/host_sync.h"
@@ -124,26 +126,45 @@ thread_local LaunchCount t_launches;
 void count_launch() { ++t_launches.ours; }
 LaunchCount launch_count() { return t_launches; }
 
-size_t kernel_nodes(uintptr_t graph) {
-  cudaGraph_t g = reinterpret_cast<cudaGraph_t>(graph);
+namespace {
+// The kernel nodes of a graph, typing only the nodes not seen by the previous count of the same
+// graph: a capture counts once per library call, so walking and typing every node each time
+// made capture O(nodes x library calls) (review G12). Per thread, like the capture itself.
+struct KernelNodeMemo {
+  unsigned long long capture = 0;  // the capture's id: unique in the process, unlike a graph's address
+  std::unordered_set<cudaGraphNode_t> typed;
+  size_t kernels = 0;
+};
+thread_local KernelNodeMemo t_memo;
+
+size_t count_kernel_nodes(cudaGraph_t g, unsigned long long capture, KernelNodeMemo& memo) {
   size_t count = 0;
   check(cudaGraphGetNodes(g, nullptr, &count), "cudaGraphGetNodes");
+  if (memo.capture != capture || capture == 0 || count < memo.typed.size()) memo = KernelNodeMemo{capture, {}, 0};
+  if (count == memo.typed.size()) return memo.kernels;
   std::vector<cudaGraphNode_t> nodes(count);
-  if (count) check(cudaGraphGetNodes(g, nodes.data(), &count), "cudaGraphGetNodes");
-  size_t kernels = 0;
-  for (cudaGraphNode_t n : nodes) {
+  check(cudaGraphGetNodes(g, nodes.data(), &count), "cudaGraphGetNodes");
+  for (size_t k = 0; k < count; ++k) {
+    if (!memo.typed.insert(nodes[k]).second) continue;
     cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-    check(cudaGraphNodeGetType(n, &type), "cudaGraphNodeGetType");
-    kernels += type == cudaGraphNodeTypeKernel;
+    check(cudaGraphNodeGetType(nodes[k], &type), "cudaGraphNodeGetType");
+    memo.kernels += type == cudaGraphNodeTypeKernel;
   }
-  return kernels;
+  return memo.kernels;
+}
+}  // namespace
+
+size_t kernel_nodes(uintptr_t graph) {
+  KernelNodeMemo once;  // a finished graph is counted once: no memo to keep
+  return count_kernel_nodes(reinterpret_cast<cudaGraph_t>(graph), 0, once);
 }
 
 size_t captured_kernel_nodes(StreamHandle stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
   cudaGraph_t graph = nullptr;
-  check(cudaStreamGetCaptureInfo(as_stream(stream), &status, nullptr, &graph), "cudaStreamGetCaptureInfo");
-  return status == cudaStreamCaptureStatusActive && graph ? kernel_nodes(reinterpret_cast<uintptr_t>(graph)) : 0;
+  check(cudaStreamGetCaptureInfo(as_stream(stream), &status, &capture, &graph), "cudaStreamGetCaptureInfo");
+  return status == cudaStreamCaptureStatusActive && graph ? count_kernel_nodes(graph, capture, t_memo) : 0;
 }
 
 LibraryKernels::LibraryKernels(StreamHandle stream) : stream_(stream), capturing_(capturing(stream_)) {

@@ -126,7 +126,7 @@ void write_hyper(const Tensor& hyper, const std::vector<double>& values) {
   if (hyper.device().is_cpu())
     std::memcpy(hyper.data_ptr(), values.data(), bytes);
   else
-    cuda::copy_bytes(hyper.data_ptr(), hyper.device(), values.data(), cpu_device(), bytes);
+    cuda::copy_to_device_async(hyper.data_ptr(), hyper.device(), values.data(), bytes);  // no host wait
 }
 
 Tensor clip_grad_norm(const Tensors& params, double max_norm) {

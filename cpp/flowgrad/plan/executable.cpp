@@ -210,7 +210,7 @@ Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
   return out;
 }
 
-// On CUDA the write is a copy queued before the step's kernels (no host wait); a step that threw
+// On CUDA the write is a copy queued before the step's kernels, from pinned staging (no host wait); a step that threw
 // leaves philox_holds_ at what was written, so the next run writes again if it moved.
 void Executable::sync_rng() {
   if (philox_ < 0) return;
@@ -219,7 +219,7 @@ void Executable::sync_rng() {
   const uint64_t pair[2] = {want.seed, want.offset};
   void* at = buffers_[philox_].storage->data();
   if (device_.is_cpu()) std::memcpy(at, pair, sizeof pair);
-  else cuda::copy_bytes(at, device_, pair, cpu_device(), sizeof pair);
+  else cuda::copy_to_device_async(at, device_, pair, sizeof pair);
   philox_holds_ = want;
   ++run_stats_.philox_writes;
 }
