@@ -119,8 +119,10 @@ void bind_reductions(py::module_& m, Cls& cls) {
     }, py::arg("dim") = py::none(), py::arg("keepdim") = false, doc.c_str());
   }
   both(m, cls, "cumsum", [](const Tensor& x, int64_t dim) { return released([&] { return cumsum(x, dim); }); },
-       py::arg("dim"), "Running sums along dim, added in order in double (int64 for integer and bool "
-       "input); differentiable.");
+       py::arg("dim"), "Running sums along dim, added in double: in order within chunks of 1024 "
+       "elements, each chunk from the in-order sum of the chunks before it (one order on every device, so CPU "
+       "and CUDA agree bitwise; lines of at most 1024 are the plain running sum). int64 for integer and bool "
+       "input; differentiable.");
   both(m, cls, "var", [](const Tensor& x, const py::object& dim, bool keepdim, double correction) {
     return var(x, dims_arg(dim), keepdim, correction);
   }, py::arg("dim") = py::none(), py::arg("keepdim") = false,

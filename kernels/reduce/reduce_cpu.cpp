@@ -9,6 +9,7 @@
 #include "flowgrad/base/parallel.h"
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/lanes.h"
+#include "kernels/common/workspace.h"
 #include "kernels/reduce/reduce_line.h"
 
 namespace fg {
@@ -144,12 +145,33 @@ void cumsum_cpu(const KernelEnv& env, DType dtype, const void* x, int64_t outer,
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     auto* ys = static_cast<reduce::CumOut<T>*>(y);
-    parallel_for(outer * inner, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
-      for (int64_t line = begin; line < end; ++line) {
-        const int64_t at = line / inner * r * inner + line % inner;
-        reduce::cumsum_line<T>(xs + at, ys + at, r, inner);
-      }
-    });
+    const int64_t lines = outer * inner;
+    auto line_at = [&](int64_t line) { return line / inner * r * inner + line % inner; };
+    const int64_t chunks = std::is_floating_point_v<T> ? reduce::cumsum_chunks(r) : 1;
+    if (chunks <= 1) {
+      parallel_for(lines, kParallelGrain / (r + 1) + 1, [&](int64_t begin, int64_t end) {
+        for (int64_t line = begin; line < end; ++line) reduce::cumsum_chunk<T>(xs + line_at(line), ys + line_at(line), r, inner);
+      });
+      return;
+    }
+    if constexpr (std::is_floating_point_v<T>) {  // chunk totals, their carries, then the chunks (reduce_line.h)
+      constexpr int64_t C = reduce::kCumsumChunk;
+      CpuWorkspace workspace(env, static_cast<size_t>(lines * chunks) * sizeof(double));
+      double* totals = static_cast<double*>(workspace.data());
+      auto over_chunks = [&](auto&& fn) {
+        parallel_for(lines * chunks, kParallelGrain / C + 1, [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            const int64_t c = t % chunks, at = line_at(t / chunks) + c * C * inner;
+            fn(t, at, std::min(C, r - c * C));
+          }
+        });
+      };
+      over_chunks([&](int64_t t, int64_t at, int64_t n) { totals[t] = reduce::chunk_total<T>(xs + at, n, inner); });
+      parallel_for(lines, kParallelGrain / (chunks + 1) + 1, [&](int64_t begin, int64_t end) {
+        for (int64_t line = begin; line < end; ++line) reduce::carries_of(totals + line * chunks, chunks);
+      });
+      over_chunks([&](int64_t t, int64_t at, int64_t n) { reduce::cumsum_chunk<T>(xs + at, ys + at, n, inner, totals[t]); });
+    }
   });
 }
 

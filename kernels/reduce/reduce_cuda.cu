@@ -265,13 +265,43 @@ void reduce_cuda(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dt
 }
 
 namespace {
-// One thread per line (reads and writes coalesce across `inner`), adding in order in double as
-// the CPU does, so float lines give the CPU's bits; few long lines leave most of the GPU idle.
+// One thread per line (reads and writes coalesce across `inner`), for lines of at most one chunk
+// and integer lines (reduce_line.h's order, so the CPU's bits).
 template <class T>
 __global__ void cumsum_lines(const T* x, int64_t lines, int64_t r, int64_t inner, reduce::CumOut<T>* y) {
   FG_GRID_LOOP(line, lines) {
     const int64_t at = line / inner * r * inner + line % inner;
-    reduce::cumsum_line<T>(x + at, y + at, r, inner);
+    reduce::cumsum_chunk<T>(x + at, y + at, r, inner);
+  }
+}
+
+// Longer float lines (review G6): one thread per chunk of every line, adjacent threads on adjacent
+// lines (coalesced across `inner`), in three launches: the chunks' totals, each line's carries (an
+// in-order scan of its totals), then every chunk's running sums from its carry; the CPU's order.
+struct Chunks {
+  int64_t lines, r, inner, count;
+  __device__ int64_t at(int64_t t) const {  // chunk t / lines of line t % lines
+    const int64_t line = t % lines;
+    return line / inner * r * inner + line % inner + t / lines * reduce::kCumsumChunk * inner;
+  }
+  __device__ int64_t length(int64_t t) const {
+    const int64_t rest = r - t / lines * reduce::kCumsumChunk;
+    return rest < reduce::kCumsumChunk ? rest : reduce::kCumsumChunk;
+  }
+  __device__ int64_t slot(int64_t t) const { return t % lines * count + t / lines; }  // (lines, count)
+};
+template <class T>
+__global__ void cumsum_chunk_totals(const T* x, Chunks c, double* totals) {
+  FG_GRID_LOOP(t, c.lines * c.count) totals[c.slot(t)] = reduce::chunk_total<T>(x + c.at(t), c.length(t), c.inner);
+}
+__global__ void cumsum_carries(double* totals, Chunks c) {
+  FG_GRID_LOOP(line, c.lines) reduce::carries_of(totals + line * c.count, c.count);
+}
+template <class T>
+__global__ void cumsum_chunks(const T* x, Chunks c, const double* carries, T* y) {
+  FG_GRID_LOOP(t, c.lines * c.count) {
+    const int64_t at = c.at(t);
+    reduce::cumsum_chunk<T>(x + at, y + at, c.length(t), c.inner, carries[c.slot(t)]);
   }
 }
 
@@ -307,6 +337,21 @@ void cumsum_cuda(const KernelEnv& env, DType dtype, const void* x, int64_t outer
       if (r >= kBlock && lines < (int64_t{1} << 16)) {
         cumsum_int_blocks<T><<<static_cast<unsigned>(lines), kBlock, 0, kernel_stream(env)>>>(
             static_cast<const T*>(x), r, inner, static_cast<int64_t*>(y));
+        return;
+      }
+    }
+    const int64_t chunks = std::is_floating_point_v<T> ? reduce::cumsum_chunks(r) : 1;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (chunks > 1) {
+        int device = 0;
+        cudaGetDevice(&device);  // the op's (run_op and plans select it)
+        Tensor totals = Tensor::temporary(env, Dims{lines * chunks}, DType::Float64, Device{DeviceType::CUDA, device});
+        double* t = static_cast<double*>(totals.data_ptr());
+        const Chunks c{lines, r, inner, chunks};
+        const T* xs = static_cast<const T*>(x);
+        cumsum_chunk_totals<T><<<grid_for(lines * chunks), kBlock, 0, kernel_stream(env)>>>(xs, c, t);
+        cumsum_carries<<<grid_for(lines), kBlock, 0, kernel_stream(env)>>>(t, c);
+        cumsum_chunks<T><<<grid_for(lines * chunks), kBlock, 0, kernel_stream(env)>>>(xs, c, t, static_cast<T*>(y));
         return;
       }
     }

@@ -30,16 +30,38 @@ FG_HD double var_divisor(int64_t r, double correction) {
   return n > 0 ? n : 0.0;
 }
 
-// The running sums of the line x[0], x[stride], ..., x[(r-1)*stride] into y's same places, added
-// in order in Acc<T>, so the CPU and CUDA give the same bits. Out: T for floats, int64 otherwise.
+// The running sums of the line x[0], x[stride], ..., x[(r-1)*stride] into y's same places. Out: T
+// for floats, int64 otherwise. Integer lines add in order (exact in any order). Float lines add in
+// double in chunks of kCumsumChunk, so that a long line is scanned in parallel (review G6): y[k] is
+// T(carry + local), local the in-order sum of k's chunk up to k and carry the in-order sum of the
+// totals of the chunks before it. The CPU and CUDA use this one order and give the same bits; a
+// line of at most one chunk is the plain running sum (carry 0).
 template <class T>
 using CumOut = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+constexpr int64_t kCumsumChunk = 1024;
 template <class T>
-FG_HD void cumsum_line(const T* x, CumOut<T>* y, int64_t r, int64_t stride) {
+FG_HD void cumsum_chunk(const T* x, CumOut<T>* y, int64_t n, int64_t stride, Acc<T> carry = 0) {
   Acc<T> acc = 0;
-  for (int64_t k = 0; k < r; ++k) {
+  for (int64_t k = 0; k < n; ++k) {
     acc += static_cast<Acc<T>>(x[k * stride]);
-    y[k * stride] = static_cast<CumOut<T>>(acc);
+    y[k * stride] = static_cast<CumOut<T>>(carry + acc);
+  }
+}
+// A chunk's total, in the order cumsum_chunk adds it.
+template <class T>
+FG_HD Acc<T> chunk_total(const T* x, int64_t n, int64_t stride) {
+  Acc<T> acc = 0;
+  for (int64_t k = 0; k < n; ++k) acc += static_cast<Acc<T>>(x[k * stride]);
+  return acc;
+}
+// Chunks of a line of r elements (floats), and the in-order exclusive scan of their totals.
+FG_HD int64_t cumsum_chunks(int64_t r) { return (r + kCumsumChunk - 1) / kCumsumChunk; }
+FG_HD void carries_of(double* totals, int64_t chunks) {
+  double carry = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    double total = totals[c];
+    totals[c] = carry;
+    carry += total;
   }
 }
 

@@ -1,6 +1,7 @@
 """cumsum against NumPy (float64 running sums, rounded once), on odd shapes, every dim, strided
-views, size-0, size-1 and 0-d tensors, integer/bool/half dtypes, inf and NaN; its gradient by
-float64 finite differences; a compiled step; the documented errors."""
+views, size-0, size-1 and 0-d tensors, integer/bool/half dtypes, inf and NaN; float lines longer
+than a chunk (1024) bitwise against a NumPy model of the chunked order; its gradient by float64
+finite differences; a compiled step; the documented errors."""
 import numpy as np
 import pytest
 
@@ -9,7 +10,8 @@ from conftest import gradcheck
 
 SHAPES_DIMS = [((7,), 0), ((3, 5), 0), ((3, 5), 1), ((3, 5), -1), ((2, 3, 4), 1), ((2, 3, 4), -3),
                ((1, 9), 1), ((9, 1), 0), ((0, 3), 0), ((3, 0), 1), ((4, 0), 0), ((2, 1, 3), 1), ((), 0), ((), -1),
-               ((1025,), 0), ((17, 300), 1)]
+               ((1024,), 0), ((17, 300), 1)]
+CHUNK = 1024
 
 
 def reference(a, dim):
@@ -20,6 +22,19 @@ def reference(a, dim):
         return np.cumsum(a.astype(np.float64), axis=dim).astype(a.dtype)
 
 
+def chunked_reference(a, dim):
+    """The order of float lines longer than a chunk: y[k] = carry + local, local the running sum
+    within k's chunk, carry the running sum of the earlier chunks' totals, all in float64."""
+    x = np.moveaxis(a.astype(np.float64), dim, -1)
+    out = np.empty_like(x)
+    carry = np.zeros(x.shape[:-1])
+    for start in range(0, x.shape[-1], CHUNK):
+        local = np.cumsum(x[..., start:start + CHUNK], axis=-1)
+        out[..., start:start + CHUNK] = carry[..., None] + local
+        carry = carry + local[..., -1]
+    return np.moveaxis(out, -1, dim).astype(a.dtype)
+
+
 @pytest.mark.parametrize("shape, dim", SHAPES_DIMS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_matches_numpy(shape, dim, dtype, device, rng):
@@ -28,6 +43,29 @@ def test_matches_numpy(shape, dim, dtype, device, rng):
     assert got.device == device and got.dtype == fg.tensor(a).dtype and got.shape == a.shape
     np.testing.assert_array_equal(got.cpu().numpy(), reference(a, dim))
     np.testing.assert_array_equal(fg.tensor(a, device=device).cumsum(dim).cpu().numpy(), reference(a, dim))
+
+
+@pytest.mark.parametrize("shape, dim", [((1025,), 0), ((5000,), 0), ((3, 2049), 1), ((2300, 3), 0), ((2, 3000, 2), 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_long_float_lines_are_summed_in_chunks(shape, dim, dtype, device, rng):
+    # Review G6: a line longer than a chunk is scanned chunk by chunk in parallel (on CUDA one
+    # thread per chunk, not per line), in one order on every device, so CPU and CUDA bits agree;
+    # within a chunk it is the running sum, so NumPy's in-order sum agrees to rounding.
+    a = np.asarray(rng.standard_normal(shape) * 10, dtype=dtype)
+    got = fg.cumsum(fg.tensor(a, device=device), dim).cpu().numpy()
+    np.testing.assert_array_equal(got, chunked_reference(a, dim))
+    np.testing.assert_allclose(got, reference(a, dim), rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-9)
+    view = fg.tensor(np.swapaxes(a, 0, -1).copy(), device=device).transpose(0, -1)  # strided lines
+    np.testing.assert_array_equal(fg.cumsum(view, dim).cpu().numpy(), got)
+
+
+def test_long_line_with_inf_and_nan(device):
+    a = np.ones(3000, np.float32)
+    a[1500] = np.inf
+    a[2500] = np.nan
+    got = fg.cumsum(fg.tensor(a, device=device), 0).cpu().numpy()
+    np.testing.assert_array_equal(got[:1500], np.arange(1, 1501, dtype=np.float32))
+    assert np.isposinf(got[1500:2500]).all() and np.isnan(got[2500:]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int8, np.bool_])

@@ -1132,7 +1132,7 @@ class Tensor:
         """
     def cumsum(self, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
         """
-        Running sums along dim, added in order in double (int64 for integer and bool input); differentiable.
+        Running sums along dim, added in double: in order within chunks of 1024 elements, each chunk from the in-order sum of the chunks before it (one order on every device, so CPU and CUDA agree bitwise; lines of at most 1024 are the plain running sum). int64 for integer and bool input; differentiable.
         """
     def data_ptr(self) -> builtins.int:
         """
@@ -2125,7 +2125,7 @@ def cpu_memory_stats() -> dict:
     """
 def cumsum(input: Tensor, dim: typing.SupportsInt | typing.SupportsIndex) -> Tensor:
     """
-    Running sums along dim, added in order in double (int64 for integer and bool input); differentiable.
+    Running sums along dim, added in double: in order within chunks of 1024 elements, each chunk from the in-order sum of the chunks before it (one order on every device, so CPU and CUDA agree bitwise; lines of at most 1024 are the plain running sum). int64 for integer and bool input; differentiable.
     """
 def div(input: typing.Any, other: typing.Any) -> Tensor:
     """
