@@ -54,7 +54,7 @@ void bind_autograd_plan(py::module_& pm) {
              return p.run(inputs, wrt);
            }, py::arg("inputs"), py::arg("wrt"),
            "Runs the forward plan; under grad mode the differentiable outputs come back attached to one node "
-           "('compiled_forward') whose backward runs the backward plan into the gradients of `wrt` (the tensors "
+           "(grad_fn <CompiledBackward>) whose backward runs the backward plan into the gradients of `wrt` (the tensors "
            "traced as wrt: parameters, then the caller's inputs that require grad).")
       .def_property_readonly("forward", &plan::AutogradPlan::forward, "The forward plan.")
       .def_property_readonly("backward", &plan::AutogradPlan::backward,

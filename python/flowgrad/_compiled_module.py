@@ -67,7 +67,7 @@ class CompiledModule:
     - under grad: a forward plan that also returns what the backward reads (activations, dropout
       masks), and a backward plan from the output gradients and those tensors to the gradients of
       the trainable parameters and of the inputs that require grad. The outputs come back attached
-      to one autograd node (``grad_fn`` ``compiled_forward``) holding the backward plan, so
+      to one autograd node (``grad_fn`` ``<CompiledBackward>``) holding the backward plan, so
       ``loss.backward()`` accumulates into ``.grad`` as eager autograd does and any optimizer
       updates the parameters in place, which the next call reads.
 
@@ -155,7 +155,8 @@ class CompiledModule:
         trainable = [p for p in params if p.requires_grad]
         differentiates = _core.is_grad_enabled() and (bool(trainable) or any(t.requires_grad for t in tensors))
         try:
-            key = (skeleton, tuple((tuple(t.shape), t.dtype, str(t.device), t.requires_grad) for t in tensors),
+            key = (skeleton, tuple((tuple(t.shape), t.dtype, str(t.device), differentiates and t.requires_grad)
+                                   for t in tensors),
                    differentiates, tuple(m.training for m in modules))
             hash(key)
         except TypeError as e:
@@ -170,6 +171,11 @@ class CompiledModule:
             entry = None
         if entry is None:
             entry = self._build(key, tensors, skeleton, differentiates, trainable, params)
+            if isinstance(entry, _Eager):  # warned only once eager ran: a model's own error raises as it is
+                out = self._eager(args, kwargs)
+                self._remember(key, entry)
+                self._warn(f"for inputs {_describe(key)}: {entry.reason}")
+                return out
         else:
             self._plans.move_to_end(key)
         if isinstance(entry, _Eager):
@@ -225,10 +231,7 @@ class CompiledModule:
         except Exception as e:  # the tracer refused the model: run it eagerly, as a graph break would
             if self._fullgraph:
                 raise
-            entry = _Eager(f"{type(e).__name__}: {e}")
-            self._remember(key, entry)
-            self._warn(f"for inputs {_describe(key)}: {entry.reason}")
-            return entry
+            return _Eager(f"{type(e).__name__}: {e}")
         self._rebuilders[key] = rebuild
         self._remember(key, entry)
         return entry
@@ -243,5 +246,5 @@ class CompiledModule:
 def _describe(key):
     """A signature as the warning shows it: the tensors' shapes and dtypes, the grad mode."""
     _, tensors, differentiates, _ = key
-    shapes = ", ".join(f"{tuple(s)} {d}" for s, d, _, _ in tensors)
+    shapes = ", ".join(f"{tuple(s)} {str(d).rsplit('.', 1)[-1]}" for s, d, _, _ in tensors)
     return f"({shapes}){' under grad' if differentiates else ''}"

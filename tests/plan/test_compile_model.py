@@ -74,7 +74,7 @@ def test_the_outputs_hang_on_one_node_and_gradients_accumulate_as_eager(rng):
     compiled = fg.compile(model)
     x = fg.tensor(rng.standard_normal((6, 45)).astype(np.float32))
     out = compiled(x)
-    assert out.requires_grad and out.grad_fn.name() == "compiled_forward"
+    assert out.requires_grad and out.grad_fn in ("<CompiledBackward>", "<Compiled_forwardBackward>")
     for m, f in ((eager, eager), (model, compiled)):  # two backward passes without zero_grad: sums
         for _ in range(2):
             (f(x) ** 2).sum().backward()
@@ -104,11 +104,19 @@ def test_gradient_reaches_inputs_that_require_grad_and_their_history(rng):
 
 def test_the_gradient_check_of_a_compiled_function_of_inputs_only():
     rng = np.random.default_rng(3)
-    f = fg.compile(lambda a, b: (a * b.exp()).tanh() @ b.t())
+    def fn(a, b):
+        return (a * b.exp()).tanh() @ b.t()
+
+    f = fg.compile(fn)
     a = fg.tensor(rng.standard_normal((3, 4)), requires_grad=True)  # float64
-    b = fg.tensor(rng.standard_normal((2, 4)), requires_grad=True)
-    assert fg.autograd.gradcheck(f, (a, b), eps=1e-6, atol=1e-6)
-    assert f.stats["plans"][-1]["kind"] == "forward+backward"
+    b = fg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    assert fg.testing.gradcheck(f, (a, b), eps=1e-6, atol=1e-6)  # backward plan vs finite differences
+    # under no_grad (the differences) requires_grad is no part of the signature: one forward plan
+    assert [r["kind"] for r in f.stats["plans"]] == ["forward+backward", "forward"]
+    got = fg.autograd.grad(f(a, b).sum(), [a, b])
+    want = fg.autograd.grad(fn(a, b).sum(), [a, b])
+    for g, w in zip(got, want):
+        close(g, w, 1e-12, 1e-12)
 
 
 class Heads(nn.Module):
@@ -137,8 +145,11 @@ def test_dict_and_tuple_outputs_keyword_arguments_and_an_integer_output(rng):
     close(outs[1]["pair"][0], outs[0]["pair"][0])
     assert outs[1]["pair"][1].tolist() == outs[0]["pair"][1].tolist() and not outs[1]["pair"][1].requires_grad
     for p, q in zip(model.parameters(), eager.parameters()):
-        close(p.grad, q.grad)
-    assert model.b.weight.grad.abs().sum().item() == 0.0  # the unused head: zeros, as eager sums
+        if q.grad is None:  # the head outside the loss: eager never reaches it, the backward plan sends zeros
+            assert p.grad.abs().sum().item() == 0.0
+        else:
+            close(p.grad, q.grad)
+    assert eager.b.weight.grad is None
     compiled(x, scale=2.0)  # another constant argument: another signature
     assert compiled.stats["traces"] == 2
 
@@ -149,7 +160,7 @@ def test_a_new_shape_traces_a_second_plan_and_the_cache_is_bounded(rng):
         compiled(fg.tensor(rng.standard_normal((n, 45)).astype(np.float32))).sum().backward()
     # 3, 4 traced; 3 hit; 5 traced and 4 dropped (least recently used); 3 hit.
     assert compiled.stats["traces"] == 3
-    assert [r["signature"][1][0][0] for r in compiled.stats["plans"]] == [(5, 45), (3, 45)]
+    assert [r["inputs"][0][0] for r in compiled.stats["plans"]] == [(5, 45), (3, 45)]
 
 
 def test_no_grad_and_inference_mode_run_a_forward_plan(rng):
@@ -205,9 +216,10 @@ def test_the_wrapper_delegates_to_the_model():
     model = mlp()
     compiled = fg.compile(model)
     assert compiled.module is model and compiled._orig_mod is model
-    assert list(compiled.parameters()) == list(model.parameters())
+    assert [hash(p) for p in compiled.parameters()] == [hash(p) for p in model.parameters()]
     assert list(compiled.state_dict()) == list(model.state_dict())
-    assert compiled[0] is model[0]
+    assert compiled.training is model.training and compiled.module.eval() is model
+    assert not compiled.training
 
 
 class HostRead(nn.Module):

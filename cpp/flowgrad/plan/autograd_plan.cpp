@@ -141,7 +141,7 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
     for (int k : grad_of) out.push_back(k < 0 ? Tensor() : got[static_cast<size_t>(k)]);
     return out;
   };
-  Tensors attached = record_custom("compiled_forward", wrt, differentiable, std::move(backward));
+  Tensors attached = record_custom("compiled", wrt, differentiable, std::move(backward));
   for (size_t j = 0; j < differentiable_.size(); ++j) all[static_cast<size_t>(differentiable_[j])] = attached[j];
   return all;
 }

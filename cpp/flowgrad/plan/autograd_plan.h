@@ -37,7 +37,7 @@ class AutogradPlan {
   AutogradPlan(Tracer& trace, const AutogradSpec& spec);
 
   // Runs the forward plan. Under grad mode its differentiable outputs come back attached to one
-  // node ("compiled_forward") whose edges go to `wrt` (the tensors the traced gradients belong
+  // node ("compiled", repr <CompiledBackward>) whose edges go to `wrt` (the tensors the traced gradients belong
   // to: the parameters, and the caller's inputs that require grad, in the order traced).
   Tensors run(const Tensors& inputs, const Tensors& wrt);
 
