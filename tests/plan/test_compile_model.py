@@ -288,3 +288,33 @@ def test_module_to_and_a_replaced_parameter_trace_again(rng):
     with fg.no_grad():
         close(compiled(x), model(x))  # the new weight, not the one traced
     assert compiled.stats["traces"] == 2
+
+
+class TinyLM(nn.Module):
+    """Embedding, a causal transformer block with dropout, LayerNorm and a head: the char-LM kind."""
+
+    def __init__(self, vocab=11, seq=5, dim=8):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Parameter(fg.randn(seq, dim) * 0.02)
+        self.block = nn.TransformerBlock(dim, 2, causal=True)
+        self.drop = nn.Dropout(0.1)
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        return self.head(self.norm(self.drop(self.block(self.tokens(idx) + self.positions)))).reshape(-1, 11)
+
+
+def test_a_char_transformer_trains_as_eager_with_adamw(rng):
+    eager, model = twins(TinyLM)
+    compiled = fg.compile(model)
+    data = [(fg.tensor(rng.integers(0, 11, (3, 5))), fg.tensor(rng.integers(0, 11, 15))) for _ in range(4)]
+    results = []
+    for m, f in ((eager, eager), (model, compiled)):
+        fg.manual_seed(5)  # the same dropout draws in both loops
+        results.append(train(m, f, fg.optim.AdamW(m.parameters(), lr=1e-2), data, F.cross_entropy))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
+    for g, w in zip(results[1][1], results[0][1]):
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert compiled.stats["traces"] == 1 and compiled.stats["eager_calls"] == 0

@@ -138,7 +138,8 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
     in.insert(in.end(), saved.begin(), saved.end());
     Tensors got = plan->run(in);
     Tensors out;
-    for (int k : grad_of) out.push_back(k < 0 ? Tensor() : got[static_cast<size_t>(k)]);
+    // Moved, not copied: a gradient only the engine holds becomes .grad as it is (no clone).
+    for (int k : grad_of) out.push_back(k < 0 ? Tensor() : std::move(got[static_cast<size_t>(k)]));
     return out;
   };
   Tensors attached = record_custom("compiled", wrt, differentiable, std::move(backward));
