@@ -10,6 +10,8 @@ from .compile import _Traced, _flatten, _named, _no_grad, _check_input_writes
 __all__ = ["CompiledModule"]
 
 _SLOT = object()  # where a tensor sits among a call's arguments
+# Module methods that return the module itself: through the wrapper they return the wrapper.
+_RETURNS_MODEL = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "requires_grad_", "apply"})
 
 
 def _split_arguments(args, kwargs):
@@ -77,8 +79,10 @@ class CompiledModule:
     after one ``UserWarning`` naming the reason, unless ``fullgraph=True`` asked for an error.
     Python control flow that does not read tensor values is frozen per signature, as in a trace.
 
-    Everything else (``parameters()``, ``state_dict()``, ``to()``, attributes) is the model's;
-    ``train()``/``eval()`` set the model's mode and return this wrapper. ``stats`` counts traces,
+    Everything else (``parameters()``, ``state_dict()``, attributes) is the model's; ``train()``,
+    ``eval()``, ``to()``, ``cuda()``, ``float()`` and the other methods that return the model
+    return this wrapper. It is not an ``nn.Module`` instance itself: register the model, not the
+    wrapper, as another module's child. ``stats`` counts traces,
     plans and eager calls."""
 
     def __init__(self, model, fullgraph=False, max_plans=8):
@@ -101,7 +105,16 @@ class CompiledModule:
         return self._orig_mod
 
     def __getattr__(self, name):
-        return getattr(self._orig_mod, name)
+        model = self.__dict__.get("_orig_mod")
+        if model is None:  # not yet initialised (copy, unpickling): no recursion through _orig_mod
+            raise AttributeError(name)
+        attr = getattr(model, name)
+        if name in _RETURNS_MODEL and callable(attr):  # model.to(...) returns the model: return this wrapper
+            def method(*args, **kwargs):
+                out = attr(*args, **kwargs)
+                return self if out is model else out
+            return method
+        return attr
 
     def train(self, mode=True):
         """Sets the model's training mode (a new mode is a new signature); returns this wrapper."""

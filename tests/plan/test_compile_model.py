@@ -218,6 +218,7 @@ def test_the_wrapper_delegates_to_the_model():
     assert compiled.module is model and compiled._orig_mod is model
     assert [hash(p) for p in compiled.parameters()] == [hash(p) for p in model.parameters()]
     assert list(compiled.state_dict()) == list(model.state_dict())
+    assert compiled.to("cpu") is compiled and compiled.float() is compiled  # as the model returns itself
     assert compiled.training is model.training and compiled.module.eval() is model
     assert not compiled.training
 
