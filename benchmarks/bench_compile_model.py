@@ -3,11 +3,13 @@ against the same loop on the uncompiled model, in one run with the same data, we
 eager's loop too when torch is installed. Also the compiled plan's fused step (fg.compile(model, loss_fn,
 optimizer, example_inputs=...)) as the ceiling a rewritten loop reaches.
 
-    python benchmarks/bench_compile_model.py [--rounds 7] [--only mlp|transformer] [--save]
+    python benchmarks/bench_compile_model.py [--rounds 7] [--only mlp|transformer] [--cpu-time] [--save]
 
 Every peer is timed in interleaved rounds with a pause before each (common.interleaved); medians,
-the load average and the instruction-set level are reported. Ratios are eager / compiled (above 1: the
-compiled loop is faster).
+the load average and the instruction-set level are reported. --cpu-time: one thread on every side,
+each round taking each peer's best process CPU time (bench_attention.cpu_time), for a machine shared
+with other jobs, where wall-clock timings mostly measure the neighbours. Ratios are eager / compiled
+(above 1: the compiled loop is faster).
 """
 import argparse
 import sys
@@ -17,6 +19,7 @@ import numpy as np
 import flowgrad as fg
 import flowgrad.nn.functional as F
 from bench_compile import D, HEADS, LAYERS, T, VOCAB, flowgrad_model, torch_model
+from bench_attention import cpu_time
 from common import interleaved, load_average, machine, save
 
 
@@ -56,7 +59,18 @@ def torch_step(case, batch, opt_name, x, y):
     return step
 
 
-def run_case(case, batch, opt_name, rounds, torch):
+def timed(peers, rounds, cpu):
+    """{name: median seconds per call}: wall-clock interleaved rounds, or rounds of best CPU times."""
+    if not cpu:
+        return {name: r["median"] for name, r in interleaved(peers, rounds).items()}
+    times = {name: [] for name in peers}
+    for _ in range(rounds):
+        for name, step in peers.items():
+            times[name].append(cpu_time(step, repeat=3, calls=2))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def run_case(case, batch, opt_name, rounds, torch, cpu):
     x, y = data(case, batch)
     eager_model, lazy_model, step_model = flowgrad_model(case), flowgrad_model(case), flowgrad_model(case)
     compiled = fg.compile(lazy_model)
@@ -67,12 +81,13 @@ def run_case(case, batch, opt_name, rounds, torch):
     if torch is not None:
         peers["torch_eager"] = torch_step(case, batch, opt_name, x, y)
     load_start = load_average()
-    times = interleaved(peers, rounds)
+    times = timed(peers, rounds, cpu)
     row = {"case": case, "batch": batch, "optimizer": opt_name, "rounds": rounds,
-           "statistic": "median of interleaved rounds", "load_average": [load_start, load_average()],
-           "isa": fg.build_config()["isa"]}
+           "statistic": "median of interleaved rounds" + (" of best process CPU times, 1 thread" if cpu else ""),
+           "load_average": [load_start, load_average()], "isa": fg.build_config()["isa"],
+           "threads": fg.get_num_threads()}
     for name in ("eager", "compile_model", "compiled_step", "torch_eager"):
-        row[f"{name}_ms"] = times[name]["median"] * 1e3 if name in times else None
+        row[f"{name}_ms"] = times[name] * 1e3 if name in times else None
     row["compile_model_vs_eager"] = row["eager_ms"] / row["compile_model_ms"]
     row["compiled_step_vs_eager"] = row["eager_ms"] / row["compiled_step_ms"]
     if row["torch_eager_ms"]:
@@ -89,7 +104,7 @@ def describe(row):
             f"(compiled step {row['compiled_step_ms']:8.3f} ms -> {row['compiled_step_vs_eager']:.2f}x)")
     if row["torch_eager_ms"]:
         line += f"  torch eager {row['torch_eager_ms']:8.3f} ms -> {row['compile_model_vs_torch_eager']:.2f}x"
-    return line + f"  | load {row['load_average'][0]}-{row['load_average'][1]}  isa {row['isa']}"
+    return line + f"  | load {row['load_average'][0]}-{row['load_average'][1]}  isa {row['isa']}  threads {row['threads']}"
 
 
 def main():
@@ -97,7 +112,10 @@ def main():
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", choices=["mlp", "transformer"], help="run one case only")
+    parser.add_argument("--cpu-time", action="store_true", help="one thread, process CPU time")
     args = parser.parse_args()
+    if args.cpu_time:
+        fg.set_num_threads(1)
     try:
         import torch
         torch.set_num_threads(fg.get_num_threads())
@@ -109,7 +127,7 @@ def main():
     for case, batch in (("mlp", 64), ("mlp", 512), ("transformer", 16)):
         if args.only in (None, case):
             for opt_name in ("sgd", "adamw"):
-                results.append(run_case(case, batch, opt_name, args.rounds, torch))
+                results.append(run_case(case, batch, opt_name, args.rounds, torch, args.cpu_time))
                 print(describe(results[-1]), flush=True)
     if args.save:
         payload = {"machine": info, "model": {"transformer": dict(vocab=VOCAB, seq=T, dim=D, heads=HEADS, layers=LAYERS)},

@@ -344,3 +344,28 @@ def test_on_every_device_the_loop_equals_eager(rng, device):
         for a, b in zip(g, w):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert compiled.stats["plans"][0]["inputs"][0][2].startswith(device)
+
+
+def test_saved_values_stay_in_the_forward_arena_which_a_loop_reuses(rng):
+    eager, model = twins(mlp)
+    compiled = fg.compile(model)
+    x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+    compiled(x).sum().backward()
+    ((_, plans),) = compiled.plans()
+    arena = plans.forward.arena().data_ptr()
+    for _ in range(3):  # backward released the saved values before each next call: one arena throughout
+        compiled(x).sum().backward()
+        assert plans.forward.arena().data_ptr() == arena
+    kept = compiled(x)  # its saved values live until its backward: the next call writes a fresh arena
+    compiled(x)         # (test_two_calls_before_one_backward_... checks the gradients of two live calls)
+    assert plans.forward.arena().data_ptr() != arena
+    del kept
+    # retain_graph: the same saved values serve two backward passes
+    for m, f in ((eager, eager), (model, compiled)):
+        for p in m.parameters():
+            p.grad = None
+        out = f(x)
+        out.sum().backward(retain_graph=True)
+        (out ** 2).sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        close(p.grad, q.grad, 1e-5, 1e-5)

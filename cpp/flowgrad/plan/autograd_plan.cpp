@@ -108,6 +108,13 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
   Tensors forward_outputs = spec.outputs;
   forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());
   forward_ = std::make_shared<Plan>(trace, PlanSpec{spec.inputs, forward_outputs, {}, spec.names, spec.watch});
+  // Saved values leave as views of the forward's arena, not copies (run() hands the arena over);
+  // a saved input is copied: a CPU plan reads it in the caller's memory, which the caller may change.
+  std::unordered_set<const Storage*> inputs;
+  for (const Tensor& x : spec.inputs) inputs.insert(x.storage().get());
+  std::vector<bool> viewed(spec.outputs.size(), false);
+  for (const Tensor& t : saved) viewed.push_back(!inputs.count(t.storage().get()));
+  forward_->view_outputs(std::move(viewed));
 
   Tensors grad_inputs = defined(spec.grad_outputs), grads = defined(spec.grads);
   if (grad_inputs.empty() || grads.empty()) return;  // nothing to differentiate: a forward plan only
@@ -116,11 +123,16 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
   int next = 0;
   for (const Tensor& g : spec.grads) grad_of_.push_back(g.defined() ? next++ : -1);
   grad_inputs.insert(grad_inputs.end(), saved.begin(), saved.end());
+  // Its own arena: the backward reads the saved values where the forward left them.
   backward_ = std::make_shared<Plan>(back, PlanSpec{grad_inputs, grads, {}, spec.names, spec.watch});
-  share_arena(*forward_, *backward_);  // never run at the same time: outputs leave as fresh tensors
 }
 
 Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
+  // An earlier call's saved values still live in the arena (no backward yet, retain_graph): this
+  // call writes a fresh one. In a training loop backward has released them, and the arena is reused.
+  if (handoff_.use_count() > 1)
+    forward_->bind_arena(Storage::allocate(forward_->arena()->bytes(), forward_->device()));
+  handoff_ = std::make_shared<int>(0);
   Tensors all = forward_->run(inputs);
   Tensors saved(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(outputs_)),
                 std::make_move_iterator(all.end()));
@@ -130,10 +142,15 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
            "was traced with ", grad_of_.size());
   Tensors differentiable;
   for (int i : differentiable_) differentiable.push_back(all[i]);
-  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_](const Tensors& output_grads) {
+  // The node holds the token with the saved values: once backward released them, the next run
+  // may write the arena again (the backward plan may still point at their bytes; it re-points
+  // at every run's inputs).
+  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_,
+                   token = handoff_](const Tensors& output_grads) {
     FG_CHECK(!grad_enabled(), Value, "compiled model: backward with create_graph=True (higher-order gradients) "
              "through a model compiled by fg.compile(model); its backward plan computes first-order gradients "
              "only. Call the model uncompiled for higher-order gradients");
+    (void)token;  // held, not read
     Tensors in = output_grads;  // the engine sends zeros for an output that got no gradient
     in.insert(in.end(), saved.begin(), saved.end());
     Tensors got = plan->run(in);

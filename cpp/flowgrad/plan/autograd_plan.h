@@ -2,7 +2,8 @@
 // under grad). The forward and its backward are traced once, together; the trace is then cut at
 // the backward's first call into two plans:
 //   forward plan:  inputs -> outputs, plus the tensors the backward reads ("saved": activations,
-//                  dropout masks, the inputs themselves), returned as fresh tensors;
+//                  dropout masks, the inputs themselves), returned as views of its arena (no
+//                  copy): a run while an earlier run's saved values live binds a fresh arena;
 //   backward plan: (one gradient per differentiable output, the saved tensors) -> the gradients
 //                  of the parameters and inputs that require grad.
 // Each run of the forward records one autograd node that holds the backward plan and that run's
@@ -52,6 +53,7 @@ class AutogradPlan {
   int64_t saved_ = 0;
   std::vector<int> differentiable_;  // outputs that get a gradient
   std::vector<int> grad_of_;         // per wrt: its backward output, or -1 (unused)
+  std::shared_ptr<int> handoff_;     // held by the saved values of the last run while they live
 };
 
 }  // namespace fg::plan
