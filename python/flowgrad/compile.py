@@ -1,4 +1,6 @@
 """fg.compile: a whole training step (forward, loss, backward, optimizer update) as one plan.
+(``fg.compile(model)`` without example inputs compiles the model lazily instead, as torch.compile
+does: _compiled_module.py.)
 
 The step is traced once: every op it runs, forward and backward and the optimizer's update ops,
 is recorded by the C++ tracer and becomes an instruction over planned memory (flowgrad._core.plan).
