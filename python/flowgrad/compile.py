@@ -677,7 +677,7 @@ def compile(model=None, loss_fn=None, optimizer=None, example_inputs=(), dynamic
     input signature (shapes, dtypes, devices, requires_grad, grad mode, training flags; at most
     `max_plans` kept): under ``fg.no_grad()``/``fg.inference_mode()`` a forward plan, under grad
     a forward plan and a backward plan that ``loss.backward()`` runs as one autograd node, so an
-    eager loop with any optimizer speeds up unchanged. A model the tracer refuses (``.item()`` of
+    eager loop with any optimizer runs on plans unchanged. A model the tracer refuses (``.item()`` of
     a computed value, a data-dependent shape) runs eagerly after a warning naming the reason.
     PyTorch's keywords: ``fullgraph=True`` raises instead of falling back; ``dynamic`` (None,
     True, False) is accepted: plans are always per input signature (static shapes), as
