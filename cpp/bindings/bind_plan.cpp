@@ -67,6 +67,7 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
 // bind_plan_explain.cpp
 std::string user_line(const std::string& skip);
 py::list explain(const plan::Plan& p);
+void bind_autograd_plan(py::module_& pm);  // bind_plan_autograd.cpp
 
 void bind_plan(py::module_& m) {
   auto pm = m.def_submodule("plan", "Compiled plans: tracer, instructions, memory plan, executor (used by fg.compile).");
@@ -218,6 +219,7 @@ void bind_plan(py::module_& m) {
               "operand that dies at the instruction making it, which then reads each value before writing its "
               "place), or None.");
 
+  bind_autograd_plan(pm);
   pm.def("nvrtc_available", [] {
     std::string why;
     bool ok = plan::nvrtc_available(&why);

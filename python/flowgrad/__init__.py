@@ -60,6 +60,7 @@ from .amp import autocast, is_autocast_enabled, get_autocast_dtype
 from ._flow import flow, FlowBuilder, Graph
 from .io import save, load, save_checkpoint, load_checkpoint
 from .compile import compile, ForwardPlan
+from ._compiled_module import CompiledModule
 from ._cache_ops import index_copy, scatter, narrow  # noqa: F811  (narrow also takes a tensor start)
 from ._generate import generate, sample_logits
 from ._einsum import einsum

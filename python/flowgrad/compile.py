@@ -1,4 +1,6 @@
 """fg.compile: a whole training step (forward, loss, backward, optimizer update) as one plan.
+(``fg.compile(model)`` without example inputs compiles the model lazily instead, as torch.compile
+does: _compiled_module.py.)
 
 The step is traced once: every op it runs, forward and backward and the optimizer's update ops,
 is recorded by the C++ tracer and becomes an instruction over planned memory (flowgrad._core.plan).
@@ -40,7 +42,7 @@ import time
 from . import _core
 from .autograd import grad as _grad
 
-__all__ = ["compile", "CompiledStep", "ForwardPlan", "Explanation"]
+__all__ = ["compile", "CompiledStep", "ForwardPlan", "Explanation"]  # and CompiledModule (_compiled_module.py)
 
 
 class _NotALoss(_core.InvalidArgumentError):
@@ -502,14 +504,7 @@ class ForwardPlan(_PlanViews):
         names = list(_named(model, "named_parameters"))
         self._plan = _core.plan.Plan(tracer, inputs, outputs, [], names, params + buffers)
         self.compile_seconds = {"trace": traced - start, "plan": time.perf_counter() - traced}
-        slots = {f"x{i}": i for i in range(len(inputs))}
-        for record in self._plan.ir():
-            written = [slots[n] for n in record["outputs"] if n in slots]
-            if written:
-                raise _core.InvalidArgumentError(
-                    f"compile: the step writes input {written[0]} in place ('{record['op']}'); a plan's inputs are "
-                    "values, so the write would not reach the caller's tensor. Hold such state in a module buffer "
-                    "(register_buffer) or a tensor made before compiling, which the plan writes in place")
+        _check_input_writes(self._plan, "compile")
 
     def __call__(self, *inputs):
         """The step's outputs for these inputs (same shapes as the example inputs), as fresh tensors
@@ -539,6 +534,17 @@ class ForwardPlan(_PlanViews):
     def __repr__(self):
         s = self._plan.stats()
         return f"<ForwardPlan {s['instructions']} instructions on {self._plan.device}, arena {s['arena_bytes']} bytes>"
+
+
+def _check_input_writes(plan, what):
+    """Raises when the plan writes one of its inputs in place: the write would not reach the caller."""
+    for record in plan.ir():
+        written = [int(n[1:]) for n in record["outputs"] if n[:1] == "x" and n[1:].isdigit()]
+        if written:
+            raise _core.InvalidArgumentError(
+                f"{what}: the step writes input {written[0]} in place ('{record['op']}'); a plan's inputs are "
+                "values, so the write would not reach the caller's tensor. Hold such state in a module buffer "
+                "(register_buffer) or a tensor made before compiling, which the plan writes in place")
 
 
 def _flatten(result, what):
@@ -656,9 +662,33 @@ def _no_grad():
     return no_grad()
 
 
-def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=False, buckets=None, bucket_dim=1,
-            pad_values=None, max_plans=8):
-    """Compiles a training step of `model` into one plan.
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_BACKENDS = (None, "inductor", "flowgrad", "eager")
+
+
+def compile(model=None, loss_fn=None, optimizer=None, example_inputs=(), dynamic=None, buckets=None, bucket_dim=1,
+            pad_values=None, max_plans=8, *, fullgraph=False, mode=None, backend=None, options=None, disable=False,
+            **unknown):
+    """Compiles `model`: lazily as PyTorch's ``torch.compile(model)`` does, or a training step of it
+    into one plan when given example inputs.
+
+    ``fg.compile(model)`` (a Module or a function; no `loss_fn`, `optimizer` or `example_inputs`)
+    returns a :class:`CompiledModule`: call it as the model. It traces at its first call for each
+    input signature (shapes, dtypes, devices, requires_grad, grad mode, training flags; at most
+    `max_plans` kept): under ``fg.no_grad()``/``fg.inference_mode()`` a forward plan, under grad
+    a forward plan and a backward plan that ``loss.backward()`` runs as one autograd node, so an
+    eager loop with any optimizer runs on plans unchanged. A model the tracer refuses (``.item()`` of
+    a computed value, a data-dependent shape) runs eagerly after a warning naming the reason.
+    PyTorch's keywords: ``fullgraph=True`` raises instead of falling back; ``dynamic`` (None,
+    True, False) is accepted: plans are always per input signature (static shapes), as
+    ``dynamic=False`` compiles in PyTorch; ``mode`` is one of PyTorch's modes ("default",
+    "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"), which build the same plans
+    here (CUDA plans are captured into CUDA graphs in every mode; nothing is autotuned);
+    ``backend`` "inductor" or "flowgrad" compiles, "eager" and ``disable=True`` return `model`
+    itself; ``options`` must be empty. ``fg.compile(**keywords)`` without a model returns a
+    decorator. Other keywords and values raise.
+
+    A training step (with `example_inputs`):
 
     With `loss_fn`, the last example input is the target: ``loss = loss_fn(model(*inputs[:-1]),
     inputs[-1])``; without it, ``model(*inputs)`` must return the loss. With `optimizer`, each
@@ -689,8 +719,33 @@ def compile(model, loss_fn=None, optimizer=None, example_inputs=(), dynamic=Fals
     gradients, and in-place writes into buffers and other tensors made before compiling (a KV
     cache) made on every call and kept across calls. ``plan.memory()`` reports its bytes.
     """
+    if unknown:
+        raise TypeError(f"compile: unknown keyword argument(s) {', '.join(sorted(unknown))}; fg.compile takes "
+                        "loss_fn, optimizer, example_inputs, dynamic, buckets, bucket_dim, pad_values, max_plans and "
+                        "PyTorch's fullgraph, mode, backend, options, disable")
+    if mode not in _MODES:
+        raise _core.InvalidArgumentError(f"compile: mode must be one of {_MODES[1:]} (PyTorch's modes), got {mode!r}")
+    if backend not in _BACKENDS:
+        raise _core.InvalidArgumentError(
+            f"compile: backend must be 'inductor' or 'flowgrad' (plans) or 'eager' (no compilation), got {backend!r}")
+    if options:
+        raise _core.InvalidArgumentError(
+            f"compile: options {sorted(options)} are PyTorch Inductor settings; flowgrad plans take none")
+    if dynamic not in (None, True, False):
+        raise _core.InvalidArgumentError(f"compile: dynamic must be None, True or False, got {dynamic!r}")
+    if model is None:  # @fg.compile(fullgraph=True) and friends: a decorator
+        return lambda fn: compile(fn, loss_fn, optimizer, example_inputs, dynamic, buckets, bucket_dim, pad_values,
+                                  max_plans, fullgraph=fullgraph, mode=mode, backend=backend, disable=disable)
+    if disable or backend == "eager":
+        return model
     if not example_inputs:
-        raise _core.InvalidArgumentError("compile: example_inputs must hold the step's inputs (e.g. (xb, yb))")
+        if loss_fn is not None or optimizer is not None or buckets is not None:
+            raise _core.InvalidArgumentError(
+                "compile: loss_fn, optimizer and buckets compile a training step and need example_inputs holding "
+                "the step's inputs (e.g. (xb, yb)); fg.compile(model) alone compiles the model lazily")
+        from ._compiled_module import CompiledModule
+        return CompiledModule(model, fullgraph, max_plans)
+    dynamic = bool(dynamic)
     try:
         return CompiledStep(model, loss_fn, optimizer, tuple(example_inputs), dynamic, buckets, bucket_dim,
                             pad_values, max_plans)

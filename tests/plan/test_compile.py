@@ -343,8 +343,9 @@ def test_loss_must_be_one_element_and_inputs_tensors():
         fg.compile(nn.Linear(4, 2), lambda out, y: out - y, example_inputs=(fg.randn(3, 4), fg.randn(3, 2)))
     # without loss_fn and optimizer, a step that returns no loss is a forward plan (tests/plan/test_forward_plans.py)
     assert isinstance(fg.compile(nn.Linear(4, 2), example_inputs=(fg.randn(3, 4),)), fg.ForwardPlan)
+    assert isinstance(fg.compile(nn.Linear(4, 2)), fg.CompiledModule)  # compiled lazily (test_compile_model.py)
     with pytest.raises(fg.InvalidArgumentError, match="example_inputs"):
-        fg.compile(nn.Linear(4, 2))
+        fg.compile(nn.Linear(4, 2), F.mse_loss)
     with pytest.raises(TypeError, match="input 0 must be a flowgrad Tensor"):
         fg.compile(nn.Linear(4, 2), example_inputs=(np.zeros((3, 4)),))
 

@@ -201,7 +201,12 @@ Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
     scratch_.capacity = scratch_.peak;
   }
   Tensors out;
-  for (const Tensor& t : output_t_) {  // fresh tensors: the next run overwrites the arena
+  for (size_t j = 0; j < output_t_.size(); ++j) {  // fresh tensors: the next run overwrites the arena
+    const Tensor& t = output_t_[j];
+    if (j < viewed_outputs.size() && viewed_outputs[j]) {
+      out.push_back(t);
+      continue;
+    }
     Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
     raw::copy_into(copy, t);
     out.push_back(copy);

@@ -199,6 +199,10 @@ class Executable {
   const Tensors& output_tensors() const { return output_t_; }  // the outputs' slots in the arena
   const Capture& capture() const { return *capture_; }
   const RunStats& run_stats() const { return run_stats_; }
+  // Outputs run() returns as views of their arena bytes instead of copies (true at their index):
+  // the caller then owns those bytes until it drops the views, and binds a fresh arena before a
+  // run while they live (AutogradPlan hands a forward's saved tensors to its backward this way).
+  std::vector<bool> viewed_outputs;
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
 
  private:

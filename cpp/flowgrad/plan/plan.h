@@ -214,6 +214,7 @@ class Plan {
   void bind_arena(std::shared_ptr<Storage> arena);
 
   const Executable& executable() const { return *exec_; }
+  void view_outputs(std::vector<bool> which) { exec_->viewed_outputs = std::move(which); }  // Executable::viewed_outputs
   const std::vector<Instruction>& instructions() const { return exec_->instructions(); }
   const std::vector<Buffer>& buffers() const { return exec_->buffers(); }
   PlanStats stats() const;  // the build's counts plus those of the program and its capture
