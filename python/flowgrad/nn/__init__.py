@@ -16,6 +16,10 @@ from .losses import (
     MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss,
 )
 from ._kv_cache import KVCache
+from ._transformer import (
+    TransformerAttention, TransformerEncoderLayer, TransformerEncoder, TransformerDecoderLayer, TransformerDecoder,
+    Transformer,
+)
 from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight)
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
