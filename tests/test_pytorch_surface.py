@@ -109,6 +109,24 @@ def test_add_module():
         m.add_module("x", 3)
 
 
+def test_container_slices():
+    seq = nn.Sequential()
+    for name in ("conv_1", "relu_1", "conv_2"):
+        seq.add_module(name, nn.Linear(2, 2) if name.startswith("conv") else nn.ReLU())
+    head = seq[:2]
+    assert isinstance(head, nn.Sequential) and [n for n, _ in head.named_children()] == ["conv_1", "relu_1"]
+    assert head[0] is seq[0] and len(seq[::-1]) == 3 and len(seq[5:]) == 0
+    x = fg.tensor([[1.0, -2.0]])
+    np.testing.assert_allclose(head(x).numpy(), np.maximum(x.numpy() @ seq[0].weight.numpy().T + seq[0].bias.numpy(), 0),
+                               rtol=1e-6)
+    layers = nn.ModuleList([nn.Linear(1, 1), nn.ReLU(), nn.Tanh()])
+    tail = layers[1:]
+    assert isinstance(tail, nn.ModuleList) and [n for n, _ in tail.named_children()] == ["0", "1"]
+    assert tail[1] is layers[2]
+    with pytest.raises(fg.IndexOutOfRangeError, match="index 3 is out of range for 3 modules"):
+        layers[3]
+
+
 def test_constructor_forms():
     relu = nn.ReLU(True)
     assert isinstance(relu, nn.ReLU) and isinstance(relu, fg._core.ReLU)
