@@ -87,6 +87,8 @@ Tensor.unique = unique
 Tensor.type = _type
 Tensor.view_as = lambda self, other: self.view(*other.shape)
 Tensor.view_as.__doc__ = "A view of self with other's shape."
+Tensor.expand_as = lambda self, other: self.expand(*other.shape)
+Tensor.expand_as.__doc__ = "self broadcast to other's shape (a view, as expand)."
 Tensor.nelement = lambda self: self.numel()
 Tensor.nelement.__doc__ = "The number of elements (numel)."
 Tensor.is_cuda = property(lambda self: self.device.type == "cuda", doc="Whether the tensor lives on a GPU.")

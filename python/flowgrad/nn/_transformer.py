@@ -11,6 +11,7 @@ import math
 from .. import _core
 from . import functional as F
 from . import init
+from ._constructors import LayerNorm
 
 __all__ = ["TransformerAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
            "TransformerDecoder", "Transformer"]
@@ -20,24 +21,8 @@ def _parameter(*shape):
     return _core._parameter(_core.empty(*shape), True)
 
 
-class _LayerNorm(_core.Module):
-    """LayerNorm over the last dim with PyTorch's bias= (bias=False: a weight only)."""
-
-    def __init__(self, d_model, eps, bias):
-        super().__init__()
-        self.normalized_shape, self.eps = (d_model,), eps
-        self.weight = _core._parameter(_core.ones(d_model), True)
-        self.bias = _core._parameter(_core.zeros(d_model), True) if bias else None
-
-    def forward(self, x):
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-
-    def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}, bias={self.bias is not None}"
-
-
 def _layer_norm(d_model, eps, bias):
-    return _core.LayerNorm(d_model, eps) if bias else _LayerNorm(d_model, eps, bias)
+    return LayerNorm(d_model, eps, bias=bias)  # bias=False: a weight only, as PyTorch's
 
 
 def _additive(mask, what, dtype):
