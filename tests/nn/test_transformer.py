@@ -4,6 +4,7 @@ formula, PyTorch's parameter names, outputs equal to PyTorch's from the same wei
 installed, float64 gradchecks and the documented errors."""
 import copy
 import math
+import re
 
 import numpy as np
 import pytest
@@ -219,6 +220,13 @@ def test_errors():
         layer(x, is_causal=True)
     with pytest.raises(fg.ShapeError, match=r"query \(4, 2, 6\) must be \(L, N, 8\)"):
         layer(fg.zeros(4, 2, 6))
+    attn = nn.TransformerAttention(8, 2)
+    for key, value in (((5, 2, 8), (4, 2, 8)), ((5, 3, 8), (5, 3, 8)), ((5, 8), (5, 8))):
+        message = f"key {key} and value {value} must match each other and the batch of query (4, 2, 8)"
+        with pytest.raises(fg.ShapeError, match=re.escape(message)):
+            attn(x, fg.zeros(*key), fg.zeros(*value))
+    with pytest.raises(fg.InvalidArgumentError, match="is_causal is a hint"):
+        nn.TransformerEncoder(layer, 1)(x, is_causal=True)
     model = nn.Transformer(8, 2, 1, 1, 8)
     with pytest.raises(fg.ShapeError, match=r"the batch number of src \(3, 2, 8\) and tgt \(3, 5, 8\) must be equal"):
         model(fg.zeros(3, 2, 8), fg.zeros(3, 5, 8))
@@ -306,3 +314,29 @@ def test_deepcopy_keeps_the_function_activation():
     layer = nn.TransformerEncoderLayer(4, 2, 4, activation=nn.GELU())
     twin = copy.deepcopy(layer)
     assert isinstance(twin.activation, fg.nn.GELU) and list(twin.state_dict()) == list(layer.state_dict())
+
+
+def test_a_compiled_training_step_equals_eager(rng):
+    def build():
+        fg.manual_seed(3)
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), 2)
+
+    x = fg.tensor(rng.standard_normal((2, 5, 8)), dtype=fg.float32)
+    y = fg.tensor(rng.standard_normal((2, 5, 8)), dtype=fg.float32)
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+
+    def loss_fn(out, target):
+        return (out - target).square().mean()
+
+    eager, compiled = build(), build()
+    eager_opt = fg.optim.SGD(eager.parameters(), lr=0.1)
+    compiled_opt = fg.optim.SGD(compiled.parameters(), lr=0.1)
+    step = fg.compile(lambda a, b: loss_fn(compiled(a, mask=mask), b), optimizer=compiled_opt, example_inputs=(x, y))
+    for _ in range(3):
+        eager_opt.zero_grad()
+        expected = loss_fn(eager(x, mask=mask), y)
+        expected.backward()
+        eager_opt.step()
+        np.testing.assert_allclose(float(step(x, y)), float(expected), rtol=1e-5)
+    for a, b in zip(eager.parameters(), compiled.parameters()):
+        fg.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -96,6 +96,11 @@ class TransformerAttention(_core.Module):
             raise _core.InvalidArgumentError("TransformerAttention: is_causal is a hint that attn_mask is the causal "
                                              "mask and needs it; make one with "
                                              "Transformer.generate_square_subsequent_mask")
+        batch = 0 if self.batch_first else 1
+        if key.shape[:-1] != value.shape[:-1] or key.ndim != query.ndim or \
+                (query.ndim == 3 and key.shape[batch] != query.shape[batch]):
+            raise _core.ShapeError(f"TransformerAttention: key {tuple(key.shape)} and value {tuple(value.shape)} "
+                                   f"must match each other and the batch of query {tuple(query.shape)}")
         unbatched = query.ndim == 2
         if unbatched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
@@ -103,9 +108,6 @@ class TransformerAttention(_core.Module):
         elif not self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         n, length, source = query.shape[0], query.shape[1], key.shape[1]
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != n:
-            raise _core.ShapeError(f"TransformerAttention: key {tuple(key.shape)} and value {tuple(value.shape)} "
-                                   f"must match each other and the query's batch {n}")
         w, b = self.in_proj_weight.chunk(3, 0), self.in_proj_bias.chunk(3, 0) if self.in_proj_bias is not None \
             else (None, None, None)
         q = self._heads(F.linear(query, w[0], b[0]), n, length)
@@ -149,8 +151,8 @@ def _activation(activation):
 class _Layer(_core.Module):
     """What the encoder and decoder layers share: the feed-forward block and its options."""
 
-    def _feed_forward_parts(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-                            norm_first, bias):
+    def _feed_forward_parts(self, d_model, nhead, dim_feedforward, dropout, activation, batch_first, norm_first,
+                            bias):
         if not 0.0 <= dropout < 1.0:
             raise _core.InvalidArgumentError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
         self.self_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first)
@@ -177,8 +179,7 @@ class TransformerEncoderLayer(_Layer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=False, norm_first=False, bias=True):
         super().__init__()
-        self._feed_forward_parts(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-                                 norm_first, bias)
+        self._feed_forward_parts(d_model, nhead, dim_feedforward, dropout, activation, batch_first, norm_first, bias)
         self.norm1 = _layer_norm(d_model, layer_norm_eps, bias)
         self.norm2 = _layer_norm(d_model, layer_norm_eps, bias)
         self.dropout1, self.dropout2 = _core.Dropout(dropout), _core.Dropout(dropout)
@@ -201,8 +202,7 @@ class TransformerDecoderLayer(_Layer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=False, norm_first=False, bias=True):
         super().__init__()
-        self._feed_forward_parts(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-                                 norm_first, bias)
+        self._feed_forward_parts(d_model, nhead, dim_feedforward, dropout, activation, batch_first, norm_first, bias)
         self.multihead_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first)
         self.norm1 = _layer_norm(d_model, layer_norm_eps, bias)
         self.norm2 = _layer_norm(d_model, layer_norm_eps, bias)
@@ -235,22 +235,12 @@ def _clones(layer, num_layers, owner):
     return _core.ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
 
 
-def _detect_is_causal(mask, is_causal, size):
-    """PyTorch's reading of is_causal=None: True when the mask is the causal mask."""
-    if is_causal is not None or mask is None:
-        return bool(is_causal)
-    if tuple(mask.shape) != (size, size):
-        return False
-    causal = Transformer.generate_square_subsequent_mask(size)
-    causal = causal != 0 if mask.dtype == _core.bool else causal.to(mask.dtype)
-    return bool((mask == causal).all().item())
-
-
 class TransformerEncoder(_core.Module):
     """PyTorch's nn.TransformerEncoder: num_layers copies of encoder_layer (layers.0, layers.1, ...,
     each starting from the same weights, as PyTorch's deep copies do) and an optional final norm.
-    ``encoder(src, mask=None, src_key_padding_mask=None, is_causal=None)``. PyTorch's
-    enable_nested_tensor and mask_check are accepted; they change no result."""
+    ``encoder(src, mask=None, src_key_padding_mask=None, is_causal=None)``: is_causal is a hint
+    that the mask is causal (the mask is applied either way; True without a mask raises).
+    PyTorch's enable_nested_tensor and mask_check are accepted; they change no result."""
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
         super().__init__()
@@ -258,9 +248,7 @@ class TransformerEncoder(_core.Module):
         self.num_layers, self.norm = num_layers, norm
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
-        size = src.shape[1 if getattr(self.layers[0], "batch_first", False) and src.ndim == 3 else 0] \
-            if len(self.layers) else 0
-        is_causal = _detect_is_causal(mask, is_causal, size)
+        is_causal = bool(is_causal)  # only a hint: the mask itself is always applied
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
@@ -279,9 +267,7 @@ class TransformerDecoder(_core.Module):
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
-        size = tgt.shape[1 if getattr(self.layers[0], "batch_first", False) and tgt.ndim == 3 else 0] \
-            if len(self.layers) else 0
-        tgt_is_causal = _detect_is_causal(tgt_mask, tgt_is_causal, size)
+        tgt_is_causal = bool(tgt_is_causal)
         x = tgt
         for layer in self.layers:
             x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
