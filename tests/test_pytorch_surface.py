@@ -3,7 +3,7 @@ unique / is_cuda / data / type, repeat copying, randint(high, size), parameters(
 zero_grad(set_to_none=), add_module, ReLU(True) / LeakyReLU(0.2, inplace=True) / Conv2d with
 pairs, Dropout(p, inplace=), LayerNorm(elementwise_affine=, bias=), MaxPool2d(padding=),
 Sequential(OrderedDict) and slices, LogSoftmax, F.relu(inplace=), fg.softmax / log_softmax / numel /
-is_tensor / as_tensor / empty_like, Tensor.expand_as, fg.cuda.manual_seed, fg.accelerator and
+is_tensor / as_tensor / empty_like, Tensor.expand_as, finfo / iinfo, Embedding.from_pretrained, fg.cuda.manual_seed, fg.accelerator and
 fg.backends."""
 import collections
 import copy
@@ -349,6 +349,35 @@ def test_inplace_activation_arguments_and_small_functions():
     assert fg.tensor([[1.0], [2.0]]).expand_as(fg.zeros(2, 3)).tolist() == [[1.0] * 3, [2.0] * 3]
 
 
+def test_finfo_iinfo():
+    f32 = fg.finfo(fg.float32)
+    assert (f32.bits, f32.eps, f32.max, f32.tiny, f32.resolution) == (32, 2.0 ** -23, (2 - 2.0 ** -23) * 2.0 ** 127,
+                                                                      2.0 ** -126, 1e-6)
+    assert fg.finfo(fg.float16).max == 65504.0 and fg.finfo(fg.float64).eps == 2.0 ** -52
+    bf16 = fg.finfo(fg.bfloat16)
+    assert (bf16.bits, bf16.eps, bf16.max, bf16.min, bf16.tiny) == (16, 2.0 ** -7, (2 - 2.0 ** -7) * 2.0 ** 127,
+                                                                    -(2 - 2.0 ** -7) * 2.0 ** 127, 2.0 ** -126)
+    assert fg.finfo().dtype == "float32"
+    assert (fg.iinfo(fg.int64).max, fg.iinfo(fg.int8).min, fg.iinfo(fg.uint8).max) == (2 ** 63 - 1, -128, 255)
+    with pytest.raises(TypeError, match="finfo: expected a floating fg.dtype, got flowgrad.int32"):
+        fg.finfo(fg.int32)
+    with pytest.raises(TypeError, match="iinfo: expected an integer fg.dtype, got flowgrad.bool"):
+        fg.iinfo(fg.bool)
+
+
+def test_embedding_from_pretrained(rng):
+    w = fg.tensor(rng.standard_normal((5, 3)), dtype=fg.float32)
+    frozen = nn.Embedding.from_pretrained(w)
+    assert isinstance(frozen, nn.Embedding) and not frozen.weight.requires_grad
+    np.testing.assert_array_equal(frozen(fg.tensor([[4, 0]])).numpy(), w.numpy()[[[4, 0]]])
+    trained = nn.Embedding.from_pretrained(w, freeze=False, padding_idx=1)
+    assert trained.weight.requires_grad and [n for n, _ in trained.named_parameters()] == ["weight"]
+    trained(fg.tensor([1, 2, 2])).sum().backward()
+    np.testing.assert_array_equal(trained.weight.grad.numpy()[:, 0], [0, 0, 2, 0, 0])  # padding_idx gets none
+    with pytest.raises(fg.ShapeError, match="Embedding.from_pretrained: embeddings must be a 2-D tensor"):
+        nn.Embedding.from_pretrained(fg.ones(3))
+
+
 @needs_torch
 def test_new_forms_match_torch(rng):
     a = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
@@ -362,3 +391,9 @@ def test_new_forms_match_torch(rng):
                                atol=1e-5)
     np.testing.assert_allclose(nn.LogSoftmax()(fg.tensor(a)).numpy(),
                                torch.nn.LogSoftmax(dim=1)(torch.tensor(a)).numpy(), rtol=1e-5, atol=1e-6)
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        ours, theirs = fg.finfo(getattr(fg, dtype)), torch.finfo(getattr(torch, dtype))
+        assert (ours.eps, ours.max, ours.min, ours.tiny, ours.resolution) == \
+            (theirs.eps, theirs.max, theirs.min, theirs.tiny, theirs.resolution), dtype
+    assert (fg.iinfo(fg.int32).max, fg.iinfo(fg.int16).min) == (torch.iinfo(torch.int32).max,
+                                                              torch.iinfo(torch.int16).min)

@@ -51,7 +51,7 @@ from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
 from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz, accelerator, backends
-from ._tensor_methods import mm, unique
+from ._tensor_methods import mm, unique, finfo, iinfo
 import types as _types
 utils = _types.ModuleType(__name__ + ".utils", "PyTorch's torch.utils path: fg.utils.data is fg.data.")
 utils.data = data

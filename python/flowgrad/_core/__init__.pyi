@@ -105,6 +105,12 @@ class Embedding(Module):
     """
     Rows of a (num_embeddings, dim) table; padding_idx: that row starts at zero and receives no gradient (PyTorch's).
     """
+    @staticmethod
+    def from_pretrained(embeddings, freeze = True, padding_idx = None):
+        """
+        An Embedding whose weight is `embeddings` (num_embeddings, embedding_dim), sharing its data
+            as PyTorch's does; freeze=True (the default) leaves it out of training (requires_grad False).
+        """
     def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         ...
     @property

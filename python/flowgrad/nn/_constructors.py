@@ -129,6 +129,20 @@ def _sequential_init_with_names(self, *args):
 _core.Sequential.__init__ = _sequential_init_with_names
 
 
+def _embedding_from_pretrained(embeddings, freeze=True, padding_idx=None):
+    """An Embedding whose weight is `embeddings` (num_embeddings, embedding_dim), sharing its data
+    as PyTorch's does; freeze=True (the default) leaves it out of training (requires_grad False)."""
+    if not isinstance(embeddings, _core.Tensor) or embeddings.ndim != 2:
+        raise _core.ShapeError(f"Embedding.from_pretrained: embeddings must be a 2-D tensor, got "
+                               f"{getattr(embeddings, 'shape', type(embeddings).__name__)}")
+    module = _core.Embedding(embeddings.shape[0], embeddings.shape[1], padding_idx)
+    module.weight = _core._parameter(embeddings.detach(), not freeze)
+    return module
+
+
+_core.Embedding.from_pretrained = staticmethod(_embedding_from_pretrained)
+
+
 class PartialLayerNorm(_core.Module):
     """What nn.LayerNorm builds with elementwise_affine=False (no parameters) or bias=False (a
     weight only): F.layer_norm over the trailing normalized_shape dims."""
