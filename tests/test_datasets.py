@@ -1,6 +1,7 @@
 """fg.data with PyTorch's data-set protocol: Dataset / IterableDataset subclasses, samplers,
 default_collate, DataLoader(dataset=..., sampler=, batch_sampler=, num_workers, collate_fn,
-drop_last, pin_memory), random_split, and the documented errors."""
+drop_last, pin_memory), random_split, ConcatDataset, SubsetRandomSampler, WeightedRandomSampler,
+and the documented errors."""
 import collections
 import threading
 
@@ -9,8 +10,8 @@ import pytest
 
 import flowgrad as fg
 from flowgrad.data import (
-    BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler, Subset, TensorDataset,
-    default_collate, random_split,
+    BatchSampler, ConcatDataset, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler, Subset,
+    SubsetRandomSampler, TensorDataset, WeightedRandomSampler, default_collate, random_split,
 )
 
 
@@ -151,3 +152,43 @@ def test_loader_errors():
         DataLoader(dataset=3)
     with pytest.raises(NotImplementedError, match="Dataset must define __getitem__"):
         Dataset()[0]
+
+
+def test_concat_dataset():
+    both = ConcatDataset([Squares(3), Subset(Squares(10), [7, 8])])
+    assert len(both) == 5 and both.cumulative_sizes == [3, 5]
+    assert [both[i][1] for i in range(5)] == [0, 1, 4, 49, 64] and both[-1][1] == 64 and both[-5][1] == 0
+    batches = list(DataLoader(both, batch_size=2))
+    assert [b[1].tolist() for b in batches] == [[0, 1], [4, 49], [64]]
+    with pytest.raises(IndexError, match="ConcatDataset: index 5 is out of range for 5 samples"):
+        both[5]
+    with pytest.raises(fg.InvalidArgumentError, match="ConcatDataset: datasets must not be empty"):
+        ConcatDataset([])
+    with pytest.raises(fg.InvalidArgumentError, match="an IterableDataset has no indices"):
+        ConcatDataset([Squares(2), Stream(3)])
+
+
+def test_subset_random_sampler():
+    indices = list(range(100, 120))
+    fg.manual_seed(5)
+    first, second = list(SubsetRandomSampler(indices)), list(SubsetRandomSampler(indices))
+    assert sorted(first) == indices and sorted(second) == indices and first != second and first != indices
+    fg.manual_seed(5)
+    assert list(SubsetRandomSampler(indices)) == first  # the global generator decides
+    loader = DataLoader(Squares(200), batch_size=8, sampler=SubsetRandomSampler(range(10)))
+    assert sorted(v for b in loader for v in b[1].tolist()) == [i * i for i in range(10)]
+
+
+def test_weighted_random_sampler():
+    fg.manual_seed(0)
+    draws = np.array(list(WeightedRandomSampler([1.0, 0.0, 3.0], 20000)))
+    counts = np.bincount(draws, minlength=3) / len(draws)
+    assert counts[1] == 0 and abs(counts[2] - 0.75) < 0.02  # binomial sd 0.003: 0.02 is 6 sd
+    distinct = list(WeightedRandomSampler(fg.tensor([1.0, 2.0, 3.0, 4.0]), 4, replacement=False))
+    assert sorted(distinct) == [0, 1, 2, 3]
+    assert len(WeightedRandomSampler([1.0, 1.0], 7)) == 7
+    with pytest.raises(fg.InvalidArgumentError, match="WeightedRandomSampler: num_samples must be a positive int, "
+                                                      "got 0"):
+        WeightedRandomSampler([1.0], 0)
+    with pytest.raises(fg.ShapeError, match=r"WeightedRandomSampler: weights must be 1-D, got shape \(1, 2\)"):
+        WeightedRandomSampler([[1.0, 2.0]], 3)

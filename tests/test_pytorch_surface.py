@@ -1,7 +1,12 @@
 """PyTorch names training scripts reach for: dtype aliases, Tensor.view_as / mm / nelement /
 unique / is_cuda / data / type, repeat copying, randint(high, size), parameters() as an iterator,
 zero_grad(set_to_none=), add_module, ReLU(True) / LeakyReLU(0.2, inplace=True) / Conv2d with
-pairs, fg.cuda.manual_seed, fg.accelerator and fg.backends."""
+pairs, Dropout(p, inplace=), LayerNorm(elementwise_affine=, bias=), MaxPool2d(padding=),
+Sequential(OrderedDict) and slices, LogSoftmax, F.relu(inplace=), fg.softmax / log_softmax / numel /
+is_tensor / as_tensor / empty_like, Tensor.expand_as, finfo / iinfo, Embedding.from_pretrained, fg.cuda.manual_seed, fg.accelerator and
+fg.backends."""
+import collections
+import copy
 import warnings
 
 import numpy as np
@@ -9,6 +14,14 @@ import pytest
 
 import flowgrad as fg
 from flowgrad import nn
+
+from conftest import gradcheck
+
+try:  # the reference implementation; CI installs no PyTorch, so those comparisons skip there
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed: the comparison with torch is skipped")
 
 
 def test_dtype_aliases():
@@ -107,6 +120,24 @@ def test_add_module():
     assert [n for n, _ in m.named_parameters()] == ["fc.weight", "fc.bias"]
     with pytest.raises(TypeError, match="add_module: int is not an fg.nn.Module"):
         m.add_module("x", 3)
+
+
+def test_container_slices():
+    seq = nn.Sequential()
+    for name in ("conv_1", "relu_1", "conv_2"):
+        seq.add_module(name, nn.Linear(2, 2) if name.startswith("conv") else nn.ReLU())
+    head = seq[:2]
+    assert isinstance(head, nn.Sequential) and [n for n, _ in head.named_children()] == ["conv_1", "relu_1"]
+    assert head[0] is seq[0] and len(seq[::-1]) == 3 and len(seq[5:]) == 0
+    x = fg.tensor([[1.0, -2.0]])
+    np.testing.assert_allclose(head(x).numpy(), np.maximum(x.numpy() @ seq[0].weight.numpy().T + seq[0].bias.numpy(), 0),
+                               rtol=1e-6)
+    layers = nn.ModuleList([nn.Linear(1, 1), nn.ReLU(), nn.Tanh()])
+    tail = layers[1:]
+    assert isinstance(tail, nn.ModuleList) and [n for n, _ in tail.named_children()] == ["0", "1"]
+    assert tail[1] is layers[2]
+    with pytest.raises(fg.IndexOutOfRangeError, match="index 3 is out of range for 3 modules"):
+        layers[3]
 
 
 def test_constructor_forms():
@@ -229,3 +260,140 @@ def test_attention_scale_and_dropout(causal, rng):
     both = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), fg.tensor(mask), 0.0, True)
     masked = F.scaled_dot_product_attention(fg.tensor(q), fg.tensor(k), fg.tensor(v), fg.tensor(mask & np.tril(mask)))
     np.testing.assert_allclose(both.numpy(), masked.numpy(), rtol=1e-10)
+
+
+def test_dropout_inplace_and_sequential_of_named_modules():
+    drop = nn.Dropout(0.25, inplace=True)
+    assert isinstance(drop, nn.Dropout) and drop.p == 0.25 and copy.deepcopy(drop).p == 0.25
+    seq = nn.Sequential(collections.OrderedDict([("fc", nn.Linear(2, 3)), ("act", nn.ReLU()), ("drop", drop)]))
+    assert [n for n, _ in seq.named_children()] == ["fc", "act", "drop"]
+    assert list(seq.state_dict()) == ["fc.weight", "fc.bias"]
+    seq.eval()
+    x = fg.tensor([[1.0, -1.0]])
+    np.testing.assert_allclose(seq(x).numpy(), np.maximum(x.numpy() @ seq.fc.weight.numpy().T + seq.fc.bias.numpy(),
+                                                          0), rtol=1e-6)
+    twin = copy.deepcopy(seq)
+    assert [n for n, _ in twin.named_children()] == ["fc", "act", "drop"]
+    with pytest.raises(TypeError, match="add_module: int is not an fg.nn.Module"):
+        nn.Sequential(collections.OrderedDict([("x", 3)]))
+
+
+def np_layer_norm(a, w, b, eps):
+    out = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + eps)
+    return out * (1 if w is None else w) + (0 if b is None else b)
+
+
+@pytest.mark.parametrize("affine, bias", [(False, True), (True, False), (False, False)])
+def test_layer_norm_without_affine_or_bias(affine, bias, rng):
+    norm = nn.LayerNorm(5, eps=1e-3, elementwise_affine=affine, bias=bias)
+    assert isinstance(norm, nn.LayerNorm) and isinstance(norm, nn.PartialLayerNorm)
+    assert list(norm.state_dict()) == (["weight"] if affine else [])
+    if affine:
+        norm.weight.data.copy_(fg.tensor(rng.standard_normal(5).astype(np.float32)))
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(norm(fg.tensor(a)).numpy(),
+                               np_layer_norm(a, norm.weight.numpy() if affine else None, None, 1e-3), rtol=1e-4,
+                               atol=1e-5)
+    assert isinstance(nn.LayerNorm(4), fg._core.LayerNorm)  # the defaults build the C++ layer
+    gradcheck(lambda x: norm.to(fg.float64)(x), rng.standard_normal((2, 5)))
+
+
+def np_max_pool(a, k, s, p):
+    padded = np.pad(a, [(0, 0), (0, 0), (p, p), (p, p)], constant_values=-np.inf)
+    h, w = (padded.shape[2] - k) // s + 1, (padded.shape[3] - k) // s + 1
+    return np.array([[[[padded[n, c, i * s:i * s + k, j * s:j * s + k].max() for j in range(w)] for i in range(h)]
+                      for c in range(a.shape[1])] for n in range(a.shape[0])])
+
+
+def test_max_pool_with_padding(rng):
+    pool = nn.MaxPool2d(3, stride=2, padding=1)  # ResNet's stem
+    assert isinstance(pool, nn.MaxPool2d) and isinstance(pool, nn.PaddedMaxPool2d)
+    a = rng.standard_normal((2, 3, 7, 6)) - 5.0  # all negative: a zero padding would win, -inf never does
+    np.testing.assert_array_equal(pool(fg.tensor(a)).numpy(), np_max_pool(a, 3, 2, 1))
+    np.testing.assert_array_equal(nn.MaxPool2d((2, 2), (2, 2))(fg.tensor(a)).numpy(), np_max_pool(a, 2, 2, 0))
+    gradcheck(pool, rng.standard_normal((1, 2, 5, 5)))
+    with pytest.raises(fg.InvalidArgumentError, match="MaxPool2d: padding 2 must be between 0 and half the kernel "
+                                                      "size 3"):
+        nn.MaxPool2d(3, padding=2)
+    with pytest.raises(fg.InvalidArgumentError, match=r"MaxPool2d: kernel_size \(2, 3\) has two values"):
+        nn.MaxPool2d((2, 3))
+    with pytest.raises(fg.InvalidArgumentError, match="dilation, return_indices and ceil_mode are not supported"):
+        nn.MaxPool2d(2, ceil_mode=True)
+
+
+def test_log_softmax_module_and_functions(rng):
+    a = rng.standard_normal((3, 4))
+    expected = a - np.log(np.exp(a).sum(1, keepdims=True))
+    np.testing.assert_allclose(nn.LogSoftmax(dim=1)(fg.tensor(a)).numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(nn.LogSoftmax()(fg.tensor(a)).numpy(), expected, rtol=1e-12)  # 2-d: dim 1
+    np.testing.assert_allclose(fg.log_softmax(fg.tensor(a), 1).numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(fg.softmax(fg.tensor(a), dim=0).numpy(), np.exp(a) / np.exp(a).sum(0), rtol=1e-12)
+    assert fg.softmax(fg.tensor(a, dtype=fg.float32), 1, dtype=fg.float64).dtype == fg.float64
+    gradcheck(lambda x: nn.LogSoftmax(0)(x), a[:, 0])
+
+
+def test_inplace_activation_arguments_and_small_functions():
+    x = fg.tensor([-2.0, 3.0])
+    assert nn.functional.relu(x, inplace=True).tolist() == [0.0, 3.0]
+    assert nn.functional.leaky_relu(x, 0.5, inplace=True).tolist() == [-1.0, 3.0]
+    assert fg.numel(fg.zeros(2, 3)) == 6 and fg.is_tensor(x) and not fg.is_tensor([1.0])
+    e = fg.empty_like(fg.zeros(2, 3, dtype=fg.int32))
+    assert e.shape == (2, 3) and e.dtype == fg.int32
+    with pytest.raises(TypeError, match="empty_like: argument 't' must be an fg.Tensor, got list"):
+        fg.empty_like([1.0])
+    a = np.arange(3.0)
+    shared = fg.as_tensor(a)
+    a[0] = 7.0  # a NumPy array without a dtype is shared, as PyTorch's as_tensor
+    assert shared.tolist() == [7.0, 1.0, 2.0]
+    assert fg.as_tensor(x) is x and fg.as_tensor([1, 2], dtype=fg.float32).dtype == fg.float32
+    assert fg.tensor([[1.0], [2.0]]).expand_as(fg.zeros(2, 3)).tolist() == [[1.0] * 3, [2.0] * 3]
+
+
+def test_finfo_iinfo():
+    f32 = fg.finfo(fg.float32)
+    assert (f32.bits, f32.eps, f32.max, f32.tiny, f32.resolution) == (32, 2.0 ** -23, (2 - 2.0 ** -23) * 2.0 ** 127,
+                                                                      2.0 ** -126, 1e-6)
+    assert fg.finfo(fg.float16).max == 65504.0 and fg.finfo(fg.float64).eps == 2.0 ** -52
+    bf16 = fg.finfo(fg.bfloat16)
+    assert (bf16.bits, bf16.eps, bf16.max, bf16.min, bf16.tiny) == (16, 2.0 ** -7, (2 - 2.0 ** -7) * 2.0 ** 127,
+                                                                    -(2 - 2.0 ** -7) * 2.0 ** 127, 2.0 ** -126)
+    assert fg.finfo().dtype == "float32"
+    assert (fg.iinfo(fg.int64).max, fg.iinfo(fg.int8).min, fg.iinfo(fg.uint8).max) == (2 ** 63 - 1, -128, 255)
+    with pytest.raises(TypeError, match="finfo: expected a floating fg.dtype, got flowgrad.int32"):
+        fg.finfo(fg.int32)
+    with pytest.raises(TypeError, match="iinfo: expected an integer fg.dtype, got flowgrad.bool"):
+        fg.iinfo(fg.bool)
+
+
+def test_embedding_from_pretrained(rng):
+    w = fg.tensor(rng.standard_normal((5, 3)), dtype=fg.float32)
+    frozen = nn.Embedding.from_pretrained(w)
+    assert isinstance(frozen, nn.Embedding) and not frozen.weight.requires_grad
+    np.testing.assert_array_equal(frozen(fg.tensor([[4, 0]])).numpy(), w.numpy()[[[4, 0]]])
+    trained = nn.Embedding.from_pretrained(w, freeze=False, padding_idx=1)
+    assert trained.weight.requires_grad and [n for n, _ in trained.named_parameters()] == ["weight"]
+    trained(fg.tensor([1, 2, 2])).sum().backward()
+    np.testing.assert_array_equal(trained.weight.grad.numpy()[:, 0], [0, 0, 2, 0, 0])  # padding_idx gets none
+    with pytest.raises(fg.ShapeError, match="Embedding.from_pretrained: embeddings must be a 2-D tensor"):
+        nn.Embedding.from_pretrained(fg.ones(3))
+
+
+@needs_torch
+def test_new_forms_match_torch(rng):
+    a = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    np.testing.assert_array_equal(nn.MaxPool2d(3, 2, 1)(fg.tensor(a)).numpy(),
+                                  torch.nn.MaxPool2d(3, 2, 1)(torch.tensor(a)).numpy())
+    theirs = torch.nn.LayerNorm(8, bias=False)
+    torch.nn.init.normal_(theirs.weight)
+    ours = nn.LayerNorm(8, bias=False)
+    ours.load_state_dict({k: fg.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    np.testing.assert_allclose(ours(fg.tensor(a)).numpy(), theirs(torch.tensor(a)).detach().numpy(), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(nn.LogSoftmax()(fg.tensor(a)).numpy(),
+                               torch.nn.LogSoftmax(dim=1)(torch.tensor(a)).numpy(), rtol=1e-5, atol=1e-6)
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        ours, theirs = fg.finfo(getattr(fg, dtype)), torch.finfo(getattr(torch, dtype))
+        assert (ours.eps, ours.max, ours.min, ours.tiny, ours.resolution) == \
+            (theirs.eps, theirs.max, theirs.min, theirs.tiny, theirs.resolution), dtype
+    assert (fg.iinfo(fg.int32).max, fg.iinfo(fg.int16).min) == (torch.iinfo(torch.int32).max,
+                                                              torch.iinfo(torch.int16).min)

@@ -51,7 +51,7 @@ from ._grad_mode import no_grad, enable_grad, set_grad_enabled, is_grad_enabled
 from . import _tensor  # noqa: F401  (installs Tensor.__repr__ and friends)
 from . import _pickle  # noqa: F401  (installs pickling and copy.deepcopy)
 from . import amp, autograd, cuda, data, distributed, nn, optim, testing, viz, accelerator, backends
-from ._tensor_methods import mm, unique
+from ._tensor_methods import mm, unique, finfo, iinfo
 import types as _types
 utils = _types.ModuleType(__name__ + ".utils", "PyTorch's torch.utils path: fg.utils.data is fg.data.")
 utils.data = data
@@ -68,6 +68,8 @@ from ._composite import (  # noqa: A004  (fg.any / fg.all shadow the builtins he
     isnan, isinf, isfinite, any, all, isclose, allclose, tril, triu, diag, outer, roll, lerp, bmm, meshgrid,
     unbind, masked_select, inference_mode, linalg, bernoulli, multinomial,
 )
+
+import numpy as _np
 
 __version__ = "0.1.0"
 
@@ -118,6 +120,45 @@ def randint(low, high=None, size=(), *, dtype=None, device=None):
     if isinstance(high, (tuple, list)) and size == ():
         low, high, size = 0, low, high
     return _core.randint(low, high, size, dtype=dtype, device=device)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    """An uninitialised tensor with t's shape (and dtype/device unless given); TypeError unless t is
+    a Tensor."""
+    shape, dtype, device = _like("empty_like", t, dtype, device)
+    return empty(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def softmax(input, dim, dtype=None):
+    """torch.softmax: F.softmax along dim (of input converted to dtype first when given)."""
+    return nn.functional.softmax(input if dtype is None else input.to(dtype), dim)
+
+
+def log_softmax(input, dim, dtype=None):
+    """torch.log_softmax: F.log_softmax along dim (of input converted to dtype first when given)."""
+    return nn.functional.log_softmax(input if dtype is None else input.to(dtype), dim)
+
+
+def numel(input):
+    """The number of elements of a tensor."""
+    return input.numel()
+
+
+def is_tensor(obj):
+    """Whether obj is an fg.Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """data as a tensor without a copy where it can be: a Tensor of that dtype and device is returned
+    as it is, a NumPy array (no dtype given) shares its memory (from_numpy); anything else is copied
+    (fg.tensor)."""
+    if isinstance(data, Tensor):
+        same = (dtype is None or dtype == data.dtype) and (device is None or _core.device(device) == data.device)
+        return data if same else data.to(dtype=dtype or data.dtype, device=device or data.device)
+    if isinstance(data, _np.ndarray) and dtype is None and device in (None, "cpu"):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
 
 
 # PyTorch's dtype aliases (defined last: `float` and `int` shadow the builtins in this module)

@@ -9,9 +9,10 @@ import math
 import numpy as np
 
 from . import _core
+from ._composite import multinomial
 
 __all__ = ["Dataset", "IterableDataset", "Subset", "random_split", "Sampler", "SequentialSampler", "RandomSampler",
-           "BatchSampler", "default_collate"]
+           "BatchSampler", "default_collate", "ConcatDataset", "SubsetRandomSampler", "WeightedRandomSampler"]
 
 
 class Dataset:
@@ -41,6 +42,30 @@ class Subset(Dataset):
 
     def __len__(self):
         return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """The samples of several map-style data sets one after another (negative indices count from
+    the end, as PyTorch's)."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise _core.InvalidArgumentError("ConcatDataset: datasets must not be empty")
+        if any(isinstance(d, IterableDataset) for d in self.datasets):
+            raise _core.InvalidArgumentError("ConcatDataset: an IterableDataset has no indices to concatenate")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"ConcatDataset: index {i} is out of range for {n} samples")
+        i = i + n if i < 0 else i
+        which = next(k for k, end in enumerate(self.cumulative_sizes) if i < end)
+        return self.datasets[which][i - (self.cumulative_sizes[which - 1] if which else 0)]
 
 
 def random_split(dataset, lengths):
@@ -104,6 +129,43 @@ class RandomSampler(Sampler):
         if len(self) <= n:
             return _core.randperm(n).narrow(0, 0, len(self))
         return _core.cat([_core.randperm(n) for _ in range(math.ceil(len(self) / n))], 0).narrow(0, 0, len(self))
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a fresh random order each iteration (global generator)."""
+
+    def __init__(self, indices):
+        super().__init__(None)
+        self.subset = list(indices)
+
+    def __len__(self):
+        return len(self.subset)
+
+    def indices(self):
+        order = _core.randperm(len(self.subset)).tolist()
+        return _core.tensor([self.subset[k] for k in order], dtype=_core.int64)
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices into weights, each drawn with probability proportional to its weight
+    (fg.multinomial: with replacement by default; without, distinct indices)."""
+
+    def __init__(self, weights, num_samples, replacement=True):
+        super().__init__(None)
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise _core.InvalidArgumentError(f"WeightedRandomSampler: num_samples must be a positive int, got "
+                                             f"{num_samples!r}")
+        self.weights = weights if isinstance(weights, _core.Tensor) else _core.tensor(weights)
+        self.weights = self.weights.to(_core.float64)
+        if self.weights.ndim != 1:
+            raise _core.ShapeError(f"WeightedRandomSampler: weights must be 1-D, got shape {tuple(self.weights.shape)}")
+        self.num_samples, self.replacement = num_samples, replacement
+
+    def __len__(self):
+        return self.num_samples
+
+    def indices(self):
+        return multinomial(self.weights, self.num_samples, self.replacement)
 
 
 class BatchSampler(Sampler):

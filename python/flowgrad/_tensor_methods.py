@@ -1,9 +1,39 @@
 """Tensor methods and functions PyTorch training scripts use, over flowgrad's ops: view_as, mm,
-nelement, unique, is_cuda, .data, type(dtype). Installed on fg.Tensor at import."""
+nelement, unique, is_cuda, .data, type(dtype), and finfo / iinfo. Installed on fg.Tensor at import."""
+import collections
+
+import numpy as np
+
 from . import _core
 from ._grad_mode import no_grad
 
-__all__ = ["mm", "unique"]
+__all__ = ["mm", "unique", "finfo", "iinfo"]
+
+_FloatInfo = collections.namedtuple("finfo", "bits eps max min tiny smallest_normal resolution dtype")
+_IntInfo = collections.namedtuple("iinfo", "bits max min dtype")
+
+
+def finfo(type=None):  # noqa: A002  (PyTorch's name)
+    """PyTorch's torch.finfo of a floating dtype (default: the default dtype): bits, eps, max, min,
+    tiny (= smallest_normal), resolution and the dtype's name. bfloat16's are its 8-bit exponent and
+    7-bit mantissa's."""
+    dtype = type or _core.get_default_dtype()
+    if not isinstance(dtype, _core.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"finfo: expected a floating fg.dtype, got {dtype!r}")
+    if dtype == _core.bfloat16:
+        largest = float((2 - 2 ** -7) * 2.0 ** 127)
+        return _FloatInfo(16, 2 ** -7, largest, -largest, 2 ** -126, 2 ** -126, 0.01, "bfloat16")
+    info = np.finfo(dtype.name)
+    return _FloatInfo(info.bits, float(info.eps), float(info.max), float(info.min), float(info.tiny),
+                      float(info.smallest_normal), 10.0 ** -info.precision, dtype.name)
+
+
+def iinfo(type):  # noqa: A002  (PyTorch's name)
+    """PyTorch's torch.iinfo of an integer dtype: bits, max, min and the dtype's name."""
+    if not isinstance(type, _core.dtype) or type.is_floating_point or type == _core.bool:
+        raise TypeError(f"iinfo: expected an integer fg.dtype, got {type!r}")
+    info = np.iinfo(type.name)
+    return _IntInfo(info.bits, int(info.max), int(info.min), type.name)
 
 Tensor = _core.Tensor
 
@@ -87,6 +117,8 @@ Tensor.unique = unique
 Tensor.type = _type
 Tensor.view_as = lambda self, other: self.view(*other.shape)
 Tensor.view_as.__doc__ = "A view of self with other's shape."
+Tensor.expand_as = lambda self, other: self.expand(*other.shape)
+Tensor.expand_as.__doc__ = "self broadcast to other's shape (a view, as expand)."
 Tensor.nelement = lambda self: self.numel()
 Tensor.nelement.__doc__ = "The number of elements (numel)."
 Tensor.is_cuda = property(lambda self: self.device.type == "cuda", doc="Whether the tensor lives on a GPU.")

@@ -7,12 +7,13 @@ import numpy as np
 
 from . import _core
 from ._datasets import (
-    BatchSampler, Dataset, DatasetBatches, IterableDataset, RandomSampler, Sampler, SequentialSampler, Subset,
-    default_collate, random_split,
+    BatchSampler, ConcatDataset, Dataset, DatasetBatches, IterableDataset, RandomSampler, Sampler, SequentialSampler,
+    Subset, SubsetRandomSampler, WeightedRandomSampler, default_collate, random_split,
 )
 
 __all__ = ["DataLoader", "DistributedSampler", "TensorDataset", "Dataset", "IterableDataset", "Subset", "random_split",
-           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "default_collate"]
+           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "default_collate", "ConcatDataset",
+           "SubsetRandomSampler", "WeightedRandomSampler"]
 
 
 def _native(array):

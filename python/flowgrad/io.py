@@ -1,6 +1,8 @@
-"""Checkpoints in the safetensors format (reader and writer in C++).
+"""Checkpoints in the safetensors format (reader and writer in C++), and fg.save / fg.load of any object.
 
-fg.save / fg.load exchange plain tensor dicts with any safetensors tool. save_checkpoint keeps
+fg.save / fg.load exchange plain tensor dicts with any safetensors tool; anything else (whole
+modules, nested containers, numbers, strings, NumPy arrays) goes into flowgrad's pickle
+container (flowgrad/_serialization.py). save_checkpoint keeps
 a whole training state in one file: model tensors under "model.", optimizer state under
 "optimizer.<param index>.<name>", and in the metadata the step, the RNG state, the optimizer's
 param_groups, the scheduler's and the data loader's state, so that training resumes exactly.
@@ -8,10 +10,13 @@ param_groups, the scheduler's and the data loader's state, so that training resu
 Loading is all-or-nothing: load_checkpoint reads and checks every part first and assigns only
 when all of them are sound; any fault in the file raises fg.CheckpointError.
 """
+import io
 import json
 import os
+import tempfile
 
 from . import _core
+from . import _serialization
 from .optim.lr_scheduler import _same_kind
 from .nn._tied import missing_keys
 
@@ -20,18 +25,101 @@ __all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
 FORMAT = "flowgrad.checkpoint/1"
 
 
-def save(tensors, path, metadata=None):
-    """Writes a {name: tensor} dict (and {str: str} metadata) to `path` atomically; tensors on a
-    device are copied to the host."""
-    _core._save(dict(tensors), os.fspath(path), metadata)
+def _is_file(f):
+    return hasattr(f, "write") or hasattr(f, "read")
 
 
-def load(path, device=None):
-    """Reads a safetensors file into a {name: tensor} dict (in the file's data order)."""
-    tensors, _ = _core._load(os.fspath(path))
+def _safetensors_bytes(tensors, metadata):
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "tensors.safetensors")
+        _core._save(tensors, path, metadata)
+        with open(path, "rb") as file:
+            return file.read()
+
+
+def save(obj, f, metadata=None, *, pickle_protocol=4):
+    """Writes `obj` to `f` (a path, or a binary file object such as io.BytesIO or an open file).
+
+    A flat {name: tensor} dict (a state_dict) is written as safetensors, which any safetensors
+    tool reads, with optional {str: str} metadata; to a path atomically. Anything else (a whole
+    module, an optimizer's state_dict, nested dicts/lists/tuples of tensors, numbers, strings,
+    NumPy arrays) is pickled into flowgrad's container: each tensor once, with its dtype, shape,
+    requires_grad, parameter mark and device (views are stored as copies; ``.grad`` is not kept).
+    Tensors on a device are read back to the host to be written."""
+    if _serialization.is_tensor_dict(obj):
+        if _is_file(f):
+            f.write(_safetensors_bytes(dict(obj), metadata))
+        else:
+            _core._save(dict(obj), os.fspath(f), metadata)
+        return
+    if metadata is not None:
+        raise _core.InvalidArgumentError("fg.save: metadata= is kept only with a {name: tensor} dict (safetensors), "
+                                         f"not with {type(obj).__name__}")
+    data = _serialization.dumps(obj, pickle_protocol)
+    if _is_file(f):
+        f.write(data)
+        return
+    path = os.fspath(f)
+    scratch = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(scratch, "wb") as file:
+            file.write(data)
+        os.replace(scratch, path)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        if isinstance(e, OSError) and os.path.exists(scratch):
+            os.remove(scratch)
+        raise _core.CheckpointError(f"fg.save: cannot create {path!r}: {e}") from e
+
+
+def _read(f):
+    """(the bytes to parse here or None for a safetensors path, a name for messages)."""
+    if _is_file(f):
+        return f.read(), repr(getattr(f, "name", type(f).__name__))
+    path = os.fspath(f)
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_serialization.MAGIC))
+            return head + file.read() if head == _serialization.MAGIC else head, f"'{path}'"
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None, f"'{path}'"  # the safetensors reader says why it cannot open it
+
+
+def _safetensors_load(f, data):
+    if not _is_file(f):  # data holds only the first bytes
+        return _core._load(os.fspath(f))[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "tensors.safetensors")
+        with open(path, "wb") as file:
+            file.write(data)
+        return _core._load(path)[0]
+
+
+def load(f, map_location=None, weights_only=None, *, device=None):
+    """Reads what fg.save wrote (a path, or a binary file object): a safetensors file as a
+    {name: tensor} dict in the file's data order, a pickled container as the saved object.
+
+    map_location moves the tensors as PyTorch's does: a device or device string (every tensor
+    there), a dict {saved location: new location} (others stay), or a callable
+    ``fn(tensor_on_cpu, saved_location)`` returning the tensor to use (None: the saved location).
+    ``device=`` is the earlier name of a device map_location. weights_only (default True, as in
+    PyTorch 2.6 and later) loads tensors, dicts, lists, tuples, sets, numbers, strings, NumPy arrays
+    and dtypes only, refusing any other class with fg.CheckpointError (also a
+    pickle.UnpicklingError); pass weights_only=False for whole modules from a file you trust."""
     if device is not None:
-        tensors = {k: v.to(device) for k, v in tensors.items()}
-    return tensors
+        if map_location is not None:
+            raise _core.InvalidArgumentError("fg.load: give map_location= or device=, not both")
+        map_location = device
+    data, name = _read(f)
+    data = data or b""
+    if data.startswith(_serialization.MAGIC):
+        return _serialization.loads(data, map_location, True if weights_only is None else weights_only, name)
+    if data.startswith(b"PK\x03\x04"):
+        raise _core.CheckpointError(f"fg.load: {name} is a zip archive (PyTorch's torch.save format?); fg.load reads "
+                                    "safetensors and what fg.save wrote (convert with safetensors.torch.save_file)")
+    tensors = _safetensors_load(f, data)
+    if map_location is None:
+        return tensors
+    return {k: _serialization.moved(t, map_location) for k, t in tensors.items()}
 
 
 def _check_graph(graph, what):

@@ -183,6 +183,9 @@ def setitem_cases():
         ([0, 3, 1], (3, 6, 4)), (np.array([4, -5]), (6, 4)), ((slice(None), np.array([[4, 0], [1, 2]])), (5, 2, 2, 4)),
         ((slice(None), 1, np.array([3, 0], dtype=np.int32)), (5, 2)),
         ((Ellipsis, [True, False, True, True]), (5, 6, 3)), (slice(2, 2), ()),
+        # PyTorch's (and NumPy's) leading size-1 dims beyond the indexed rank are dropped
+        (2, (1, 6, 4)), ((1, -2), (1, 1, 4)), (slice(1, 4), (1, 1, 1, 4)),
+        ([0, 3, 1], (1, 3, 1, 4)), ((Ellipsis, 1), (1, 1, 6)),
     ]
 
 
@@ -280,6 +283,42 @@ def test_setitem_errors():
     assert t._version == 0 and not t.numpy().any()  # nothing was written
 
 
+def test_setitem_of_one_element_takes_a_value_of_size_one_ones():
+    t = fg.zeros(2, 3)
+    t[1, 2] = fg.full((1, 1), 7.0)  # PyTorch takes it; NumPy refuses a (1, 1) array for an element
+    t[0, 0] = fg.full((1,), 5.0)
+    assert t.tolist() == [[5.0, 0.0, 0.0], [0.0, 0.0, 7.0]]
+
+
+def test_setitem_broadcast_errors_name_both_shapes():
+    t = fg.zeros(3, 4)
+    cases = [(1, (2, 4), r"\(2, 4\)", r"\(4,\)"), (1, (2, 1, 4), r"\(2, 1, 4\)", r"\(4,\)"),
+             (slice(0, 2), (3, 4), r"\(3, 4\)", r"\(2, 4\)"), ((slice(None), 0), (1, 2), r"\(2,\)", r"\(3,\)"),
+             (slice(0, 2), (1, 4, 4), r"\(4, 4\)", r"\(2, 4\)")]
+    for index, shape, value, indexed in cases:
+        with pytest.raises(fg.ShapeError, match=rf"index_put_ \(t\[index\] = value\): value of shape {value} "
+                                                rf"cannot be broadcast to the indexed shape {indexed}"):
+            t[index] = fg.ones(*shape)
+    assert t._version == 0 and not t.numpy().any()
+
+
+def test_setitem_with_leading_ones_in_a_compiled_plan(rng):
+    a, row = make(rng, (3, 4)).astype(np.float32), make(rng, (1, 4)).astype(np.float32)
+
+    def step(x, v):
+        buf = x * 1.0
+        buf[1] = v  # a (1, 4) value into a (4,) row
+        buf[0:2, None] = v[None] * 2.0  # (1, 1, 4) into (2, 1, 4)
+        return buf
+
+    expected = a.copy()
+    expected[1] = row[0]
+    expected[0:2] = row * 2.0
+    plan = fg.compile(step, example_inputs=(fg.tensor(a), fg.tensor(row)))
+    fg.testing.assert_close(plan(fg.tensor(a), fg.tensor(row)), expected)
+    fg.testing.assert_close(step(fg.tensor(a), fg.tensor(row)), expected)
+
+
 # ---- autograd through in-place ops on non-leaf tensors ----
 
 def through(op):
@@ -309,6 +348,7 @@ def test_other_in_place_gradients(rng):
     gradcheck(through(lambda z, y: z.__setitem__((slice(None), [3, 0]), y[1:3] * 2)), a, b)
     gradcheck(through(lambda z, y: z.__setitem__(fg.tensor(a > 0.5), 3.0)), a, b)
     gradcheck(through(lambda z, y: z.__setitem__(1, y)), a, b)
+    gradcheck(through(lambda z, y: z.__setitem__(slice(0, 2), y.reshape(1, 1, 4))), a, b)
 
 
 def test_in_place_on_a_plain_tensor_records_the_written_value(rng):

@@ -114,9 +114,15 @@ Tensor index_positions(const Dims& shape, std::vector<IndexItem> items) {
 
 }  // namespace
 
+// PyTorch's rule for t[index] = value: value broadcasts to the indexed shape after its leading
+// size-1 dims beyond that shape's rank are dropped (a (1, n) value fills an (n,) row).
 Tensor assign_index(const Tensor& x, const std::vector<IndexItem>& items, const Tensor& value) {
   Tensor positions = raw::device_copy(index_positions(x.shape(), items), x.device());
-  return index_put_(x, positions, value);
+  int extra = 0;
+  while (value.ndim() - extra > positions.ndim() && value.shape()[extra] == 1) ++extra;
+  if (extra == 0) return index_put_(x, positions, value);
+  std::vector<int64_t> kept(value.shape().begin() + extra, value.shape().end());
+  return index_put_(x, positions, reshape(value, kept));
 }
 
 }  // namespace fg

@@ -88,8 +88,11 @@ class Dropout(Module):
     """
     Zeroes entries with probability p in training.
     """
-    def __init__(self, p: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
-        ...
+    def __init__(self, p = 0.5, inplace = False):
+        """
+        Zeroes entries with probability p in training (scaling the rest by 1/(1-p)). inplace=True is
+            accepted and computes out of place, as nn.ReLU(True).
+        """
     @property
     def p(self) -> builtins.float:
         """
@@ -102,6 +105,12 @@ class Embedding(Module):
     """
     Rows of a (num_embeddings, dim) table; padding_idx: that row starts at zero and receives no gradient (PyTorch's).
     """
+    @staticmethod
+    def from_pretrained(embeddings, freeze = True, padding_idx = None):
+        """
+        An Embedding whose weight is `embeddings` (num_embeddings, embedding_dim), sharing its data
+            as PyTorch's does; freeze=True (the default) leaves it out of training (requires_grad False).
+        """
     def __init__(self, num_embeddings: typing.SupportsInt | typing.SupportsIndex, embedding_dim: typing.SupportsInt | typing.SupportsIndex, padding_idx: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         ...
     @property
@@ -715,8 +724,10 @@ class ModuleList(Module):
     """
     A list of registered modules.
     """
-    def __getitem__(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> Module:
-        ...
+    def __getitem__(self, index):
+        """
+        modules[i] is a child; modules[a:b] a new ModuleList of those children, numbered from 0.
+        """
     def __init__(self, modules: typing.Any = None) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
@@ -751,10 +762,14 @@ class Sequential(Module):
     """
     Runs modules in order.
     """
-    def __getitem__(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> Module:
-        ...
-    def __init__(self, *args) -> None:
-        ...
+    def __getitem__(self, index):
+        """
+        seq[i] is a child; seq[a:b] a new Sequential of those children under their names (PyTorch's).
+        """
+    def __init__(self, *args):
+        """
+        Runs modules in order: Sequential(m1, m2, ...) numbers them, Sequential(OrderedDict) names them.
+        """
     def __iter__(self) -> collections.abc.Iterator:
         ...
     def __len__(self) -> builtins.int:
@@ -1177,6 +1192,10 @@ class Tensor:
     def expand(self, *args) -> Tensor:
         """
         A broadcast view (-1 keeps a dim).
+        """
+    def expand_as(self, other):
+        """
+        self broadcast to other's shape (a view, as expand).
         """
     def expm1(self) -> Tensor:
         """

@@ -10,16 +10,22 @@ from .._core import (
     TransformerBlock, GRUCell, LSTMCell, Checkpoint, BatchNorm1d, BatchNorm2d, GroupNorm, LSTM, GRU,
 )
 from . import functional, init, parallel, utils
-from ._constructors import ReLU, Conv2d, GroupedConv2d  # PyTorch's argument forms over the C++ layers
+from ._constructors import (  # PyTorch's argument forms over the C++ layers
+    ReLU, Conv2d, GroupedConv2d, LayerNorm, PartialLayerNorm, MaxPool2d, PaddedMaxPool2d,
+)
 from . import _module_methods  # noqa: F401  (parameters() an iterator, zero_grad(set_to_none=), add_module)
 from .losses import (
     MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss,
 )
 from ._kv_cache import KVCache
+from ._transformer import (
+    TransformerAttention, TransformerEncoderLayer, TransformerEncoder, TransformerDecoderLayer, TransformerDecoder,
+    Transformer,
+)
 from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight)
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
-    Dropout2d, InstanceNorm2d, ReflectionPad2d, ReplicationPad2d, ZeroPad2d, PixelShuffle, PixelUnshuffle,
+    Dropout2d, InstanceNorm2d, ReflectionPad2d, ReplicationPad2d, ZeroPad2d, PixelShuffle, PixelUnshuffle, LogSoftmax,
 )
 
 

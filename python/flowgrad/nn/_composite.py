@@ -8,7 +8,7 @@ import math
 
 __all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "ConvTranspose2d",
            "AdaptiveAvgPool2d", "Upsample", "Dropout2d", "InstanceNorm2d", "ReflectionPad2d", "ReplicationPad2d",
-           "ZeroPad2d", "PixelShuffle", "PixelUnshuffle"]
+           "ZeroPad2d", "PixelShuffle", "PixelUnshuffle", "LogSoftmax"]
 
 
 class LeakyReLU(_core.Module):
@@ -55,6 +55,22 @@ class Softplus(_core.Module):
 
     def extra_repr(self):
         return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class LogSoftmax(_core.Module):
+    """F.log_softmax along dim as a module (dim=None: PyTorch's legacy choice, dim 0 for 0-, 1- and
+    3-d inputs and 1 otherwise)."""
+
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        dim = self.dim if self.dim is not None else (0 if x.ndim in (0, 1, 3) else 1)
+        return F.log_softmax(x, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
 
 
 class Mish(_core.Module):

@@ -1,5 +1,6 @@
 """Module methods as PyTorch has them: parameters() an iterator (next(m.parameters()) is
-idiomatic; list(...) for a list), zero_grad(set_to_none=), add_module. Installed on fg.nn.Module."""
+idiomatic; list(...) for a list), zero_grad(set_to_none=), add_module, and slices of
+Sequential / ModuleList. Installed on fg.nn.Module and the containers."""
 from .. import _core
 from .._grad_mode import no_grad
 
@@ -32,6 +33,29 @@ def add_module(self, name, module):
     self.register_module(name, module)
 
 
+_sequential_item = _core.Sequential.__getitem__
+_module_list_item = _core.ModuleList.__getitem__
+
+
+def _sequential_getitem(self, index):
+    """seq[i] is a child; seq[a:b] a new Sequential of those children under their names (PyTorch's)."""
+    if not isinstance(index, slice):
+        return _sequential_item(self, index)
+    out = _core.Sequential()
+    for name, child in list(self.named_children())[index]:
+        out.register_module(name, child)
+    return out
+
+
+def _module_list_getitem(self, index):
+    """modules[i] is a child; modules[a:b] a new ModuleList of those children, numbered from 0."""
+    if not isinstance(index, slice):
+        return _module_list_item(self, index)
+    return _core.ModuleList(list(self)[index])
+
+
 _core.Module.parameters = parameters
 _core.Module.zero_grad = zero_grad
 _core.Module.add_module = add_module
+_core.Sequential.__getitem__ = _sequential_getitem
+_core.ModuleList.__getitem__ = _module_list_getitem

@@ -11,7 +11,6 @@ from ._loss_functions import legacy_reduction as _legacy_reduction
 
 _f = _core.functional
 
-relu = _core.relu
 gelu = _core.gelu
 silu = _core.silu
 sigmoid = _core.sigmoid
@@ -40,8 +39,14 @@ one_hot = _core.one_hot
 
 
 
-def leaky_relu(input, negative_slope=0.01):
-    """input where positive, negative_slope * input elsewhere."""
+def relu(input, inplace=False):
+    """Elementwise max(x, 0). inplace=True is accepted and computes out of place (PyTorch's values;
+    flowgrad's autograd keeps the input), as nn.ReLU(True)."""
+    return _core.relu(input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """input where positive, negative_slope * input elsewhere (inplace=True computes out of place)."""
     return _core.where(input > 0, input, input * negative_slope)
 
 
