@@ -258,6 +258,12 @@ void bind_plan(py::module_& m) {
          "The example inputs as fg.compile traces them: each that does not start its storage contiguously, or "
          "shares storage with `held` (parameters, buffers, optimizer state) or an earlier input, replaced by a "
          "copy of its own (requires_grad kept); the others as they are.");
+  pm.def("shape_only", [](const std::vector<int64_t>& shape, DType dtype, const Device& device) {
+    return Tensor::shape_only(Dims(shape), dtype, device);
+  }, py::arg("shape"), py::arg("dtype"), py::arg("device"),
+         "A contiguous tensor of this shape whose storage holds no bytes (reading or writing its values raises "
+         "outside a trace): a plan can be built over it, for its statistics, without the memory (fg.generate's "
+         "dry_run plans over a KV cache made of them).");
   pm.def("kernel_calls", &kernel_calls,
          "How many kernels eager dispatch has called in this process (testing aid: compiling calls none for "
          "values computed from the step's inputs, it traces shapes only).");

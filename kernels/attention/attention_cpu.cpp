@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_cpu_rows.h"
+#include "kernels/attention/decode_attention.h"
 #include "flowgrad/base/parallel.h"
 #include "kernels/linalg/gemm.h"
 
@@ -124,6 +125,7 @@ void backward_head(const AttentionShape& s, const AttentionMask& mask, int64_t b
 
 void attention_forward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                            const AttentionOperands& x, void* stats) {
+  if (s.L == 1) return attention_decode_cpu(env, dtype, s, mask, x, stats);  // a decode step: splits of keys
   visit_float_dtype(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
     auto* st = static_cast<T*>(stats);

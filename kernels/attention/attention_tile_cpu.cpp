@@ -302,7 +302,7 @@ void tile_backward(const KernelEnv& env, const AttentionShape& s, const Attentio
 template <class T>
 void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, T* stats) {
-  switch (tile_vector_bytes()) {
+  switch (isa_vector_bytes()) {
     case 64: return tile_forward<T, 64>(env, s, mask, x, stats);
     case 32: return tile_forward<T, 32>(env, s, mask, x, stats);
     default: return tile_forward<T, 16>(env, s, mask, x, stats);
@@ -312,7 +312,7 @@ void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const
 template <class T>
 void attention_tile_backward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                              const AttentionOperands& x, const T* stats) {
-  switch (tile_vector_bytes()) {
+  switch (isa_vector_bytes()) {
     case 64: return tile_backward<T, 64>(env, s, mask, x, stats);
     case 32: return tile_backward<T, 32>(env, s, mask, x, stats);
     default: return tile_backward<T, 16>(env, s, mask, x, stats);

@@ -12,41 +12,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/common/cpu_dispatch.h"
+#include "kernels/common/vec.h"
 
 namespace fg {
 namespace {
-
-// One vector of T, W bytes (GCC/clang vector extension). Explicit vectors keep the accumulators
-// in registers: the auto-vectoriser vectorised the one-vector-wide variant along the inner dim
-// instead (-fopt-info-vec). Loads and stores go through the unaligned, aliasing variant.
-template <class T, int W>
-struct VecOf {
-  typedef T type __attribute__((vector_size(W)));
-  typedef T unaligned __attribute__((vector_size(W), aligned(sizeof(T)), may_alias));
-  typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> lane_index;
-  typedef lane_index index __attribute__((vector_size(W)));
-};
-template <class T, int W> using Vec = typename VecOf<T, W>::type;
-template <class T, int W> constexpr int64_t kLane = W / static_cast<int>(sizeof(T));
-
-// The vector width of the level in force: one register.
-inline int tile_vector_bytes() {
-  switch (cpu_isa()) {
-    case Isa::Avx512: return 64;
-    case Isa::Avx2: return 32;
-    case Isa::Generic: break;
-  }
-  return 16;
-}
-// Runs f compiled for the level whose registers are W bytes (W from tile_vector_bytes()).
-template <int W, class F>
-decltype(auto) at_width(const F& f) {
-  if constexpr (W == 64) return isa_detail::at_avx512(f);
-  else if constexpr (W == 32) return isa_detail::at_avx2(f);
-  else return f();
-}
-#define FG_AT_WIDTH(W, ...) ::fg::at_width<W>([&]() __attribute__((always_inline)) -> decltype(auto) { return __VA_ARGS__; })
 
 constexpr int64_t kRows = 8;  // rows per micro-kernel block
 // Every padded dim is a multiple of kPad: whole vectors, and whole blocks of rows.

@@ -34,9 +34,10 @@ void gemm_accumulate_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool t
 // C = A @ B + bias (N values broadcast over the rows; null: none), then, with `act`, act(C) into
 // `out` (leading dimension ldo; null: in place), C keeping the product or, with `derivative`, the
 // activation's derivative there (SgemmEpilogue), in one pass over C, where the float32 product runs
-// on flowgrad's AVX-512 kernel (sgemm.h). Returns false, writing nothing, elsewhere (another dtype
-// or CPU, a shape left to the BLAS, an empty product, an activation it lacks): the caller then adds
-// the bias and applies the activation itself.
+// on flowgrad's AVX-512 kernel (sgemm.h), or, without an activation, where it has at most kGemvRows
+// rows (float32 or float64: gemv.h, the bias added as each value is stored). Returns false, writing
+// nothing, elsewhere (another dtype or CPU, a shape left to the BLAS, an empty product, an activation
+// it lacks): the caller then adds the bias and applies the activation itself.
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc,

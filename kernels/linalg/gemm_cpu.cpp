@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "flowgrad/base/parallel.h"
+#include "kernels/linalg/gemv.h"
 #include "kernels/linalg/sgemm.h"
 
 #if defined(FLOWGRAD_HAVE_BLAS)
@@ -136,6 +137,10 @@ void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
   }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (gemv_cpu_applies(trans_a, trans_b, M, N, K))
+      return gemv_cpu<T>(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, nullptr);
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (own_sgemm(M, N, K, trans_a, trans_b))
       return sgemm_avx512(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
@@ -190,6 +195,15 @@ bool gemm_cpu_splits_k(DType dtype, bool trans_a, bool trans_b, int64_t M, int64
 bool gemm_epilogue_cpu(const KernelEnv& env, DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        const void* A, int64_t lda, const void* B, int64_t ldb, const void* bias,
                        std::optional<UnaryFn> act, void* out, int64_t ldo, void* C, int64_t ldc, bool derivative) {
+  if (!act && (dtype == DType::Float32 || dtype == DType::Float64) && gemv_cpu_applies(trans_a, trans_b, M, N, K)) {
+    if (dtype == DType::Float32)
+      gemv_cpu<float>(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb,
+                      0.f, static_cast<float*>(C), ldc, static_cast<const float*>(bias));
+    else
+      gemv_cpu<double>(trans_a, trans_b, M, N, K, static_cast<const double*>(A), lda, static_cast<const double*>(B),
+                       ldb, 0.0, static_cast<double*>(C), ldc, static_cast<const double*>(bias));
+    return true;
+  }
   if (!own_sgemm(dtype, M, N, K, trans_a, trans_b) || (act && !sgemm_activation_supported(*act))) return false;
   FG_ASSERT((!derivative || (act && out && sgemm_derivative_supported(*act))) && "gemm: a derivative it cannot keep");
   sgemm_avx512(trans_a, trans_b, M, N, K, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, 0.f,

@@ -9,6 +9,7 @@ The model's side (any fg.nn.Module):
 - ``model.kv_cache(batch, max_len)`` returns a fresh :class:`fg.nn.KVCache` for it (or pass
   ``cache=``).
 """
+import collections
 import math
 
 import numpy as np
@@ -96,25 +97,99 @@ class _Steps:
         return self.sample(logits.reshape(b, logits.shape[-1]))
 
 
-def _tokens(model, prompt, max_new_tokens, sample, cache, compiled):
-    """Yields each step's (B,) int64 device tensor of new tokens."""
+def _cache_geometry(model, batch, max_len):
+    """(bytes per device of a cache of (batch, max_len) as model.kv_cache makes it, a cache of that
+    geometry whose buffers hold no memory of their own): read from a one-row, one-position cache."""
+    if not hasattr(model, "kv_cache"):
+        raise TypeError(f"generate: {type(model).__name__} has no kv_cache(batch, max_len) method; pass cache=")
+    probe = model.kv_cache(1, 1)
+    per_position = sum(b.numel() * b.dtype.itemsize for n, b in probe.named_buffers() if n != "pos")
+    total = batch * max_len * per_position + batch * probe.pos.dtype.itemsize
+    # Keys and values of the full shape that hold no bytes (planning reads their shapes only); the
+    # positions, batch int64 values, are real.
+    for name, b in list(probe.named_buffers()):
+        setattr(probe, name, _core.zeros(batch, dtype=b.dtype, device=b.device) if name == "pos" else
+                _core.plan.shape_only([batch, probe.heads, max_len, probe.head_dim], b.dtype, b.device))
+    probe.batch, probe.max_len = batch, max_len
+    return {str(probe.pos.device): total}, probe
+
+
+def _plans(steps, tokens, lengths, batch, device):
+    prefill = ForwardPlan(steps.prefill, (tokens, lengths))
+    decode = ForwardPlan(steps.decode, (_core.zeros(batch, dtype=_core.int64, device=device),))
+    return prefill, decode
+
+
+def _footprint(model, cache_bytes, plans):
+    """{device: {"weights", "cache", "arena", "total"}} bytes: the model's parameters and buffers, the
+    cache, the plans' arenas (plan.memory(); each plan holds its own)."""
+    rows = collections.defaultdict(collections.Counter)
+    seen = set()
+    for _, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if hash(t) not in seen:
+            seen.add(hash(t))
+            rows[str(t.device)]["weights"] += t.numel() * t.dtype.itemsize
+    for device, n in cache_bytes.items():
+        rows[device]["cache"] += n
+    for plan in plans:
+        for device, held in plan.memory().items():
+            rows[device]["arena"] += held["arena"]
+    return {device: {**{key: row[key] for key in ("weights", "cache", "arena")}, "total": sum(row.values())}
+            for device, row in rows.items()}
+
+
+def _check_fits(report, max_memory):
+    """Raises fg.OutOfMemoryError naming the parts when a device's total passes max_memory (bytes, or
+    {device: bytes})."""
+    if max_memory is None:
+        return
+    for device, row in report.items():
+        bound = max_memory.get(device) if isinstance(max_memory, dict) else max_memory
+        if bound is not None and row["total"] > bound:
+            parts = ", ".join(f"{key} {row[key]}" for key in ("weights", "cache", "arena"))
+            raise _core.OutOfMemoryError(f"generate: needs {row['total']} bytes on {device} ({parts}) but "
+                                         f"max_memory allows {bound}; lower the batch, the prompt or max_new_tokens")
+
+
+def _tokens(model, prompt, max_new_tokens, sample, cache, compiled, max_memory=None, dry_run=False):
+    """Yields each step's (B,) int64 device tensor of new tokens; with dry_run, returns the bytes
+    (_footprint) instead, allocating neither the cache nor an arena."""
     device = next(iter(model.parameters())).device
     tokens, lengths, longest = _prompt_rows(prompt, device)
-    batch = tokens.shape[0]
+    batch, max_len = tokens.shape[0], longest + max_new_tokens - 1
+    if cache is None and (dry_run or max_memory is not None):
+        cache_bytes, planning_cache = _cache_geometry(model, batch, max_len)
+        _check_fits(_footprint(model, cache_bytes, ()), max_memory)  # before the cache is made
+        if dry_run:
+            with no_grad():
+                plans = _plans(_Steps(model, planning_cache, sample), tokens, lengths, batch, device)
+            report = _footprint(model, cache_bytes, plans)
+            _check_fits(report, max_memory)
+            return report
     if cache is None:
         if not hasattr(model, "kv_cache"):
             raise TypeError(f"generate: {type(model).__name__} has no kv_cache(batch, max_len) method; pass cache=")
-        cache = model.kv_cache(batch, longest + max_new_tokens - 1)
-    if cache.batch != batch or cache.max_len < longest + max_new_tokens - 1:
+        cache = model.kv_cache(batch, max_len)
+    if cache.batch != batch or cache.max_len < max_len:
         raise _core.ShapeError(f"generate: a cache of batch {cache.batch} and max_len {cache.max_len} cannot hold "
                                f"{batch} rows of up to {longest} prompt tokens and {max_new_tokens} new ones "
-                               f"(needs batch {batch}, max_len >= {longest + max_new_tokens - 1})")
+                               f"(needs batch {batch}, max_len >= {max_len})")
+    cache_bytes = {str(cache.pos.device): sum(b.numel() * b.dtype.itemsize for _, b in cache.named_buffers())}
+    if dry_run:
+        with no_grad():
+            report = _footprint(model, cache_bytes, _plans(_Steps(model, cache, sample), tokens, lengths, batch, device))
+        _check_fits(report, max_memory)
+        return report
+    return _produce(model, cache, cache_bytes, sample, tokens, lengths, max_new_tokens, compiled, max_memory)
+
+
+def _produce(model, cache, cache_bytes, sample, tokens, lengths, max_new_tokens, compiled, max_memory):
     steps = _Steps(model, cache, sample)
     with no_grad():  # not across the yields: the caller's code between tokens keeps its grad mode
         prefill, decode = steps.prefill, steps.decode
         if compiled:
-            prefill = ForwardPlan(steps.prefill, (tokens, lengths))
-            decode = ForwardPlan(steps.decode, (_core.zeros(batch, dtype=_core.int64, device=device),))
+            prefill, decode = _plans(steps, tokens, lengths, tokens.shape[0], tokens.device)
+            _check_fits(_footprint(model, cache_bytes, (prefill, decode)), max_memory)  # before they run
         token = prefill(tokens, lengths)
     yield token
     for _ in range(max_new_tokens - 1):
@@ -137,7 +212,7 @@ def _stream(produced, eos):
 
 
 def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=None, eos=None, seed=None,
-             stream=False, cache=None, compiled=True):
+             stream=False, cache=None, compiled=True, dry_run=False, max_memory=None):
     """Samples up to max_new_tokens tokens after each row of prompt from `model` (see the module
     docstring for what the model provides) over a static KV cache.
 
@@ -151,7 +226,18 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=N
     With ``compiled=True`` (default) the prefill is one plan and each new token one replay of the
     decode plan, sampling included: no host read per token except reading the tokens when
     streaming or checking for eos. Returns a (batch, n) int64 tensor of the new tokens (n <=
-    max_new_tokens); with ``stream=True``, a generator of one list of batch ints per step."""
+    max_new_tokens); with ``stream=True``, a generator of one list of batch ints per step.
+
+    Memory, known before running: ``dry_run=True`` returns ``{device: {"weights", "cache", "arena",
+    "total"}}`` bytes and runs nothing: the model's parameters and buffers; the KV cache of this batch
+    and length (its geometry read from a one-row, one-position ``model.kv_cache(1, 1)``, the full
+    cache not made); the arenas of the prefill and decode plans, planned over buffers that hold no
+    memory (planning reads shapes only) and not allocated. Kernel scratch (a few KB per plan, taken on
+    the first run) is not in it. ``max_memory`` (bytes, or ``{"cpu": bytes, "cuda:0": ...}``) bounds the
+    total per device: past it ``fg.OutOfMemoryError`` names the weights, cache and arena bytes, raised
+    before the cache is made (weights and cache) or before the plans first run (with the arenas), and
+    by dry runs alike. Without max_memory nothing is bounded ahead (the allocator's own
+    OutOfMemoryError still applies)."""
     _check_options(max_new_tokens, temperature, top_k, top_p)
     if seed is not None:
         _core.manual_seed(seed)
@@ -159,7 +245,9 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=N
     def sample(logits):
         return sample_logits(logits, temperature, top_k, top_p)
 
-    produced = _tokens(model, prompt, max_new_tokens, sample, cache, compiled)
+    produced = _tokens(model, prompt, max_new_tokens, sample, cache, compiled, max_memory, dry_run)
+    if dry_run:
+        return produced
     if stream:
         return _stream(produced, eos)
     if eos is None:

@@ -13,6 +13,7 @@ when all of them are sound; any fault in the file raises fg.CheckpointError.
 import io
 import json
 import os
+import re
 import tempfile
 
 from . import _core
@@ -20,7 +21,7 @@ from . import _serialization
 from .optim.lr_scheduler import _same_kind
 from .nn._tied import missing_keys
 
-__all__ = ["save", "load", "save_checkpoint", "load_checkpoint"]
+__all__ = ["save", "load", "save_checkpoint", "load_checkpoint", "remap_keys"]
 
 FORMAT = "flowgrad.checkpoint/1"
 
@@ -120,6 +121,55 @@ def load(f, map_location=None, weights_only=None, *, device=None):
     if map_location is None:
         return tensors
     return {k: _serialization.moved(t, map_location) for k, t in tensors.items()}
+
+
+def _patterns(patterns, what):
+    try:
+        return [re.compile(p) for p in patterns]
+    except (re.error, TypeError) as e:
+        raise _core.InvalidArgumentError(f"remap_keys: {what} holds an invalid pattern: {e}") from e
+
+
+def remap_keys(state, rules, transforms=None, drop=()):
+    r"""A copy of a {name: tensor} state (``fg.load(path)``, a state_dict) with its names rewritten, for
+    loading a checkpoint whose names differ from the model's (one trained with PyTorch):
+    ``model.load_state_dict(fg.io.remap_keys(fg.load(path), rules, transforms, drop))``.
+
+    rules: (pattern, replacement) pairs of Python regular expressions; every name goes through each
+    pair in order (``re.sub``, so rules compose; a replacement may use groups, ``r"h\.(\d+)\."`` to
+    ``r"blocks.\1."``); or a function from a name to its new name (None leaves the tensor out).
+    drop: patterns; a tensor whose original name matches one in full is left out (buffers the model
+    does not have, such as GPT-2's causal-mask ``attn.bias``).
+    transforms: {pattern: function}; a tensor whose new name matches a pattern in full is replaced by
+    function(tensor), the first matching pattern only; e.g. ``lambda w: w.t().contiguous()`` for the
+    weights of GPT-2's Conv1D layers, stored (in, out) where Linear keeps (out, in).
+
+    Raises fg.InvalidArgumentError when two names map to the same new name (naming both) or a pattern
+    does not compile."""
+    rename = rules if callable(rules) else None
+    pairs = [] if rename else list(zip(_patterns([r[0] for r in rules], "rules"), [r[1] for r in rules]))
+    dropped = _patterns(drop, "drop")
+    changes = list(zip(_patterns(list(transforms or {}), "transforms"), (transforms or {}).values()))
+    out, origin = {}, {}
+    for name, tensor in state.items():
+        if any(p.fullmatch(name) for p in dropped):
+            continue
+        new = name
+        if rename:
+            new = rename(name)
+        else:
+            for pattern, replacement in pairs:
+                new = pattern.sub(replacement, new)
+        if new is None:
+            continue
+        if new in out:
+            raise _core.InvalidArgumentError(f"remap_keys: '{origin[new]}' and '{name}' both map to '{new}'")
+        for pattern, fn in changes:
+            if pattern.fullmatch(new):
+                tensor = fn(tensor)
+                break
+        out[new], origin[new] = tensor, name
+    return out
 
 
 def _check_graph(graph, what):

@@ -8,6 +8,7 @@
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/decode_attention.h"
 
 namespace fg {
 namespace {
@@ -276,8 +277,17 @@ void flash_attention_cuda(const KernelEnv& env, TensorList in, const Tensors& ou
   const Tensor& q = in[0];
   MaskArg mask = mask_arg(env, q, in.size() > 3 ? in[3] : Tensor(), in[1].shape()[in[1].ndim() - 2]);
   Tensors x = contiguous_operands(env, in, 3, q.dtype());
-  attention_forward_cuda(env, q.dtype(), attention_shape(q, in[1], in[2], attrs), mask.mask, x[0].data_ptr(),
-                         x[1].data_ptr(), x[2].data_ptr(), out[0].data_ptr(), out[1].data_ptr());
+  AttentionShape shape = attention_shape(q, in[1], in[2], attrs);
+  if (shape.L == 1 && q.dtype() == DType::Float32) {  // a decode step: the keys split over blocks
+    Tensor partials = Tensor::temporary(env, {shape.bh * attention_decode_splits(shape.S) * (2 + shape.Ev)},
+                                        DType::Float32, q.device());
+    return attention_decode_cuda(env, shape, mask.mask, static_cast<const float*>(x[0].data_ptr()),
+                                 static_cast<const float*>(x[1].data_ptr()), static_cast<const float*>(x[2].data_ptr()),
+                                 static_cast<float*>(out[0].data_ptr()), static_cast<float*>(out[1].data_ptr()),
+                                 static_cast<float*>(partials.data_ptr()));
+  }
+  attention_forward_cuda(env, q.dtype(), shape, mask.mask, x[0].data_ptr(), x[1].data_ptr(), x[2].data_ptr(),
+                         out[0].data_ptr(), out[1].data_ptr());
 }
 
 void flash_attention_backward_cuda(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {

@@ -59,7 +59,8 @@ class KVCache(Module):
 
     def attend(self, layer, q, k, v):
         """update(layer, k, v), then scaled dot-product attention of q (batch, heads, t, head_dim)
-        over the layer's cache: (batch, heads, t, head_dim)."""
+        over the layer's cache: (batch, heads, t, head_dim). One new token (t = 1) runs the one-query
+        kernel, which reads only the keys up to each row's position (the mask, made on the device)."""
         keys, values, mask = self.update(layer, k, v)
         return _core.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 

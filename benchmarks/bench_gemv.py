@@ -1,0 +1,66 @@
+"""Single-row linears (x W^T, batch 1, and a few rows): flowgrad's linear against PyTorch's, d = 256 .. 4096,
+with and without bias, at the ISA level in force (FLOWGRAD_ISA).
+
+    python benchmarks/bench_gemv.py [--rows 1] [--dims 256 1024 4096] [--threads 1] [--rounds 7] [--save NAME]
+
+Interleaved rounds, medians; ratio = flowgrad time / PyTorch time (below 1: flowgrad faster). The PyTorch peer
+is skipped when torch is not installed (the flowgrad times still print).
+"""
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from common import interleaved, load_average, machine, save  # noqa: E402
+
+import flowgrad as fg  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1])
+    parser.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--save", default=None, help="save as benchmarks/results/bench_gemv-NAME-<date>.json")
+    args = parser.parse_args()
+    fg.set_num_threads(args.threads)
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
+    rng = np.random.default_rng(0)
+    rows = []
+    for m in args.rows:
+        for d in args.dims:
+            for bias in (False, True):
+                x = rng.standard_normal((m, d), dtype=np.float32)
+                w = rng.standard_normal((d, d), dtype=np.float32)
+                b = rng.standard_normal(d, dtype=np.float32)
+                fx, fw, fb = fg.tensor(x), fg.tensor(w), fg.tensor(b) if bias else None
+                peers = {"flowgrad": lambda: fg.nn.functional.linear(fx, fw, fb)}
+                if torch is not None:
+                    tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b) if bias else None
+                    peers["torch"] = lambda: torch.nn.functional.linear(tx, tw, tb)
+                    np.testing.assert_allclose(peers["flowgrad"]().numpy(), peers["torch"]().numpy(), rtol=1e-3,
+                                               atol=1e-3 * np.sqrt(d))
+                times = interleaved(peers, rounds=args.rounds, min_time=0.02, gap=0.05)
+                row = {"rows": m, "d": d, "bias": bias, "load": load_average(),
+                       **{name: t["median"] for name, t in times.items()}}
+                line = f"rows {m} d {d:5d} bias {bias!s:5}: flowgrad {row['flowgrad'] * 1e6:8.1f} us"
+                if torch is not None:
+                    row["ratio"] = row["flowgrad"] / row["torch"]
+                    line += f"  torch {row['torch'] * 1e6:8.1f} us  ratio {row['ratio']:.2f}"
+                print(line, flush=True)
+                rows.append(row)
+    if args.save:
+        payload = {"machine": machine(), "command": "python " + " ".join(["benchmarks/bench_gemv.py"] + sys.argv[1:]),
+                   "config": vars(args), "results": rows}
+        print("saved", save(f"bench_gemv-{args.save}", payload))
+
+
+if __name__ == "__main__":
+    main()

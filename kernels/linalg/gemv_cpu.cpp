@@ -1,0 +1,183 @@
+#include "kernels/linalg/gemv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "flowgrad/base/parallel.h"
+#include "kernels/common/vec.h"
+
+namespace fg {
+namespace {
+
+// Below this many multiply-adds one thread multiplies (waking the pool costs more).
+constexpr int64_t kSerialWork = int64_t{1} << 18;
+// Column bands of the threads start on multiples of this (whole vectors at every level).
+constexpr int64_t kBandAlign = 16;
+
+template <class T>
+struct Gemv {
+  int64_t M, N, K;
+  const T* a;            // A (M, K): A(i, k) at a[i * a_row + k * a_k]
+  int64_t a_row, a_k;
+  const T* b;            // dot form: W (N, K) rows ldb apart; row form: B (K, N) rows ldb apart
+  int64_t ldb;
+  T beta;
+  T* c;                  // C (M, N), rows ldc apart
+  int64_t ldc;
+  const T* bias;         // (N) or null
+};
+
+// ---- dot form, C = A W^T: R rows of A against V rows of W at a time, R V accumulators of L lanes
+// of K each (unrolled: an accumulator indexed by a variable lives on the stack), then their lanes.
+template <class T, int W, int R, int V>
+FG_CPU_KERNEL void dot_block(const Gemv<T>& p, int64_t j) {
+  using U = typename VecOf<T, W>::unaligned;
+  constexpr int64_t L = kLane<T, W>;
+  Vec<T, W> acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = Vec<T, W>{};
+  const T* w = p.b + j * p.ldb;
+  int64_t k = 0;
+  for (; k + L <= p.K; k += L) {
+    Vec<T, W> wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) wv[v] = *reinterpret_cast<const U*>(w + v * p.ldb + k);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec<T, W> av = *reinterpret_cast<const U*>(p.a + r * p.a_row + k);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] += av * wv[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      T sum = lane_sum<T, W>(acc[r][v]);
+      for (int64_t t = k; t < p.K; ++t) sum += p.a[r * p.a_row + t] * w[v * p.ldb + t];
+      T& out = p.c[r * p.ldc + j + v];
+      out = (p.beta != T(0) ? p.beta * out + sum : sum) + (p.bias ? p.bias[j + v] : T(0));
+    }
+}
+template <class T, int W, int R>
+FG_CPU_KERNEL void dot_columns(const Gemv<T>& p, int64_t j0, int64_t j1) {
+  // 8 accumulators: with the V rows of W and A's vector they fit 16 registers (generic, avx2).
+  constexpr int V = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+  int64_t j = j0;
+  for (; j + V <= j1; j += V) dot_block<T, W, R, V>(p, j);
+  for (; j < j1; ++j) dot_block<T, W, R, 1>(p, j);
+}
+
+// ---- row form, C += A B with B row-major: C's row segment is loaded, takes the products of four
+// rows of B (each streamed along N, contiguous), and is stored again; L columns at a time, the
+// last columns one by one. C holds beta C + bias before the first rows.
+template <class T, int W, int R>
+FG_CPU_KERNEL void row_block(const Gemv<T>& p, int64_t k, int64_t j0, int64_t j1) {
+  using U = typename VecOf<T, W>::unaligned;
+  constexpr int64_t L = kLane<T, W>, KB = 4;
+  T s[R][KB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < KB; ++q) s[r][q] = p.a[r * p.a_row + (k + q) * p.a_k];
+  const T* b = p.b + k * p.ldb;
+  int64_t j = j0;
+  for (; j + L <= j1; j += L) {
+    Vec<T, W> bv[KB];
+#pragma GCC unroll 4
+    for (int q = 0; q < KB; ++q) bv[q] = *reinterpret_cast<const U*>(b + q * p.ldb + j);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      U* out = reinterpret_cast<U*>(p.c + r * p.ldc + j);
+      Vec<T, W> y = *out;
+#pragma GCC unroll 4
+      for (int q = 0; q < KB; ++q) y += s[r][q] * bv[q];
+      *out = y;
+    }
+  }
+  for (; j < j1; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      T y = p.c[r * p.ldc + j];
+#pragma GCC unroll 4
+      for (int q = 0; q < KB; ++q) y += s[r][q] * b[q * p.ldb + j];
+      p.c[r * p.ldc + j] = y;
+    }
+}
+template <class T, int W, int R>
+FG_CPU_KERNEL void row_columns(const Gemv<T>& p, int64_t j0, int64_t j1) {
+  int64_t k = 0;
+  for (; k + 4 <= p.K; k += 4) row_block<T, W, R>(p, k, j0, j1);
+  for (; k < p.K; ++k)  // the last rows of B, one at a time
+    for (int r = 0; r < R; ++r) {
+      const T s = p.a[r * p.a_row + k * p.a_k];
+      const T* b = p.b + k * p.ldb;
+      T* c = p.c + r * p.ldc;
+      for (int64_t j = j0; j < j1; ++j) c[j] += s * b[j];
+    }
+}
+
+// Columns [j0, j1) of C at width W, M rows a template argument.
+template <class T, int W, bool Dot, int R = 1>
+FG_CPU_KERNEL void columns(const Gemv<T>& p, int64_t j0, int64_t j1) {
+  if constexpr (R < kGemvRows) {
+    if (p.M > R) return columns<T, W, Dot, R + 1>(p, j0, j1);
+  }
+  if constexpr (Dot) dot_columns<T, W, R>(p, j0, j1);
+  else row_columns<T, W, R>(p, j0, j1);
+}
+
+template <class T, bool Dot>
+void run_columns(const Gemv<T>& p, int64_t j0, int64_t j1) {
+  switch (isa_vector_bytes()) {
+    case 64: FG_AT_WIDTH(64, (columns<T, 64, Dot>(p, j0, j1))); return;
+    case 32: FG_AT_WIDTH(32, (columns<T, 32, Dot>(p, j0, j1))); return;
+    default: FG_AT_WIDTH(16, (columns<T, 16, Dot>(p, j0, j1)));
+  }
+}
+
+}  // namespace
+
+bool gemv_cpu_applies(bool, bool, int64_t M, int64_t N, int64_t K) {
+  return M >= 1 && M <= kGemvRows && N >= 1 && K >= 1;
+}
+
+template <class T>
+void gemv_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+              int64_t ldb, T beta, T* C, int64_t ldc, const T* bias) {
+  Gemv<T> p{M, N, K, A, trans_a ? 1 : lda, trans_a ? lda : 1, B, ldb, beta, C, ldc, bias};
+  std::vector<T> rows;
+  if (trans_b && trans_a) {  // the dot form reads A's rows contiguous: a copy of A (M K values)
+    rows.resize(static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) rows[i * K + k] = A[k * lda + i];
+    p.a = rows.data(), p.a_row = K, p.a_k = 1;
+  }
+  const int64_t units = (N + kBandAlign - 1) / kBandAlign;
+  const int64_t parts = in_parallel_region() || M * N * K < kSerialWork ? 1 : std::min<int64_t>(pool_threads(), units);
+  parallel_for(parts, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t j0 = std::min(N, units * q / parts * kBandAlign);
+      const int64_t j1 = std::min(N, units * (q + 1) / parts * kBandAlign);
+      if (trans_b) {
+        run_columns<T, true>(p, j0, j1);
+        continue;
+      }
+      for (int64_t i = 0; i < M; ++i)  // the row form adds onto beta C + bias
+        for (int64_t j = j0; j < j1; ++j) {
+          T& c = C[i * ldc + j];
+          c = (beta != T(0) ? beta * c : T(0)) + (bias ? bias[j] : T(0));
+        }
+      run_columns<T, false>(p, j0, j1);
+    }
+  });
+}
+
+template void gemv_cpu<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                              float, float*, int64_t, const float*);
+template void gemv_cpu<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t,
+                               double, double*, int64_t, const double*);
+
+}  // namespace fg
