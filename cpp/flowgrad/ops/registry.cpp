@@ -24,7 +24,8 @@ void each_mode(const ExecContext& c, ModeKind kind, F&& f) {
 }
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
-  if (in.empty()) return attrs.get<Device>("device");
+  // A random op's pair input may be a host pair (eager calls): its attributes name its device.
+  if (in.empty() || op.in(Group::Random)) return attrs.get<Device>("device");
   Device device = in[0].device();
   for (size_t i = 1; i < in.size(); ++i)
     FG_CHECK(in[i].device() == device, Device, op.name,

@@ -141,8 +141,6 @@ struct Builder {
       code->back().origin = c.origin;
       return;
     }
-    FG_CHECK(block_of.empty() || !c.op->in(Group::Random), Value, "compile: '", c.op->name, "' draws random numbers ",
-             "inside ", block_of, "; compiled plans do not replay random ops inside switch branches or loop bodies yet");
     check_supported(c);
     if (c.op->in(Group::InPlace)) check_in_place(c);
     if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
@@ -160,7 +158,6 @@ struct Builder {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
       ins.out.push_back(value_of(t, it != buffer_of.end() ? it->second : add_buffer(BufferKind::Arena, t, next_name())));
     }
-    if (c.op->in(Group::Random)) draw_from_pair(ins, c);
     if (!widens(c)) return code->push_back(std::move(ins));
     std::vector<Instr> narrow;
     for (size_t i = 0; i < c.in.size(); ++i) {
@@ -187,7 +184,7 @@ struct Builder {
     };
     if (tb.kind == BranchKind::Switch) r.selector = value(tb.selector);
     for (auto [from, to] : {std::pair{&tb.init, &r.init}, {&tb.carried, &r.carried}, {&tb.stash, &r.stash},
-                            {&tb.count, &r.count}, {&tb.step_input, &r.step_input}})
+                            {&tb.count, &r.count}, {&tb.step_input, &r.step_input}, {&tb.iteration, &r.iteration}})
       if (from->defined()) *to = value(*from);
     if (tb.loop) {
       r.loop = tb.loop->id;
@@ -240,34 +237,20 @@ struct Builder {
     else block.push_back({&op_def(OpId::contiguous), {}, {v}, {target}});
   }
 
-  // A random call reads the step's pair and draws its counters from base + the distance of its
-  // traced draw from the step's first one (its seed comes from the pair too).
-  void draw_from_pair(Instr& ins, const TracedCall& c) {
-    auto seed = static_cast<uint64_t>(c.attrs.i("seed"));
-    auto offset = static_cast<uint64_t>(c.attrs.i("offset"));
-    auto n = static_cast<uint64_t>(c.out[0].numel());
-    FG_CHECK(seed == trace.rng_start.seed && offset >= trace.rng_start.offset && offset + n <= trace.rng_end.offset,
-             Value, "compile: '", c.op->name, "' draws from a derived random stream (a random op inside a "
-             "multi-branch graph level); compiled plans replay draws from the global generator only");
-    ins.in.push_back(program.whole(program.philox));
-    ins.attrs.set("seed", int64_t{0});
-    ins.attrs.set("offset", static_cast<int64_t>(offset - trace.rng_start.offset));
-  }
-
   std::string name_of(const Tensor& t) const {
     auto it = names.find(t.storage().get());
     return it != names.end() ? it->second : fg::describe(t);
   }
 };
 
-// A step that draws gets its {seed, base} pair, which lowering binds and the executable writes
-// before a run when the host generator moved elsewhere (Executable::sync_rng).
-void declare_philox(Program& p, const Tracer& trace, std::vector<std::shared_ptr<Storage>>& storages) {
-  auto random = [](const TracedCall& c) { return c.op && c.op->in(Group::Random); };
-  if (std::none_of(trace.calls.begin(), trace.calls.end(), random)) return;  // inside blocks they raise
-  p.philox = p.add_buffer({BufferKind::External, "philox", 2 * sizeof(int64_t), p.device, DType::Int64});
-  p.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
-  storages.emplace_back();
+// A step that draws gets its {seed, base} pair: the tracer's pair tensor, which every random call
+// (or the philox_derive of its stream) reads. Lowering binds it and the executable writes it before
+// a run when the host generator moved elsewhere (Executable::sync_rng).
+void declare_philox(Builder& b) {
+  if (!b.trace.philox.defined()) return;
+  Program& p = b.program;
+  p.philox = b.add_buffer(BufferKind::External, b.trace.philox, "philox");
+  p.buffers[p.philox].bytes = 2 * sizeof(int64_t);
 }
 
 // The step's last instruction: base += rng_advance, so the next run draws the next counters.
@@ -351,7 +334,9 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     program.buffers[id].bytes = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
     program.inputs.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
   }
-  declare_philox(program, trace, storages);
+  declare_philox(b);
+  // What the step takes of the generator, drawn or not (levels, switches and loops fork it once).
+  program.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
   Stopwatch clock;
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];
