@@ -170,17 +170,21 @@ def test_the_plan_derives_each_streams_pair_inside_its_block():
     assert len(pairs) == 1 and pairs[0]["kind"] == "external"
 
 
-def test_a_lazily_compiled_step_draws_what_an_eager_step_draws_from_the_same_seed():
-    """fg.compile without example inputs traces at the first call and puts the generator back, so
-    the first compiled call draws from where an eager call would."""
+def test_compiling_after_seeding_leaves_the_generator_where_the_seed_put_it():
+    """fg.compile traces the step once (its draws are reserved while tracing) and puts the
+    generator back, so steps compiled right after fg.manual_seed draw what eager steps draw from
+    that seed, and the generator ends where the eager steps left it."""
     xs, ys = batches("cpu", 4)
-    g, opt = make("switch", "cpu")
+    g, opt = make("nested", "cpu")
     eager = eager_training(g, opt, xs, ys, seed=3)
-    cg, copt = make("switch", "cpu")
+    state = fg.get_rng_state()
+    cg, copt = make("nested", "cpu")
     fg.manual_seed(3)
-    step = fg.compile(cg, F.cross_entropy, copt)
+    step = fg.compile(cg, F.cross_entropy, copt, example_inputs=(xs[0], ys[0]))
+    assert fg.get_rng_state() == (3, 0)
     compiled = [step(x, y).item() for x, y in zip(xs, ys)]
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    assert fg.get_rng_state() == state
 
 
 def test_a_step_without_draws_still_moves_the_generator_as_eager_steps_do():

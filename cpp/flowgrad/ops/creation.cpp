@@ -182,7 +182,10 @@ double item(const Tensor& x) {
   return visit_dtype(x.dtype(), [&](auto tag) { return static_cast<double>(*static_cast<const decltype(tag)*>(at)); });
 }
 
+// Kernels without half variants (arange, linspace, random fills) compute float16/bfloat16 in
+// float32 and a cast op narrows: the op stream eager code runs and plans record.
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(arange(start, end, step, DType::Float32, device), dtype);
   FG_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end), Value,
            "arange: start, end and step must be finite and step non-zero (got ", start, ", ", end,
            ", ", step, ")");
@@ -191,6 +194,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
                                 {"device", device}});
 }
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(linspace(start, end, steps, DType::Float32, device), dtype);
   FG_CHECK(steps >= 0, Value, "linspace: steps must be >= 0, got ", steps);
   return run_op1(k_linspace, {}, {{"n", steps}, {"start", start}, {"end", end}, {"dtype", dtype},
                                   {"device", device}});
@@ -199,14 +203,17 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
   return run_op1(k_eye, {}, {{"shape", Dims{n, m}}, {"dtype", dtype}, {"device", device}});
 }
 Tensor rand(const Dims& shape, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(rand(shape, DType::Float32, device), dtype);
   auto [pair, attrs] = random_call(shape, dtype, device, 0, 0);
   return run_op1(k_rand, {pair}, attrs);
 }
 Tensor randn(const Dims& shape, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(randn(shape, DType::Float32, device), dtype);
   auto [pair, attrs] = random_call(shape, dtype, device, 0, 0);
   return run_op1(k_randn, {pair}, attrs);
 }
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(randint(low, high, shape, DType::Float32, device), dtype);
   auto [pair, attrs] = random_call(shape, dtype, device, low, high);
   return run_op1(k_randint, {pair}, attrs);
 }

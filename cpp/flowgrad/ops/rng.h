@@ -41,8 +41,9 @@ RngDraw rng_draw(uint64_t counters, Device device);
 // when the plan runs; eager code adds the iteration to `key` itself.
 RngState derive_stream(RngState base, uint64_t key, const Tensor& index = {});
 
-// Takes `counters` counters of this thread's stream for a construct that derives streams from its
-// state (levels, switches, loops): the state before, so two constructs never derive the same streams.
+// Takes one counter of this thread's stream for a construct that derives streams from its state (a
+// parallel level, a switch, a while_/until loop) and returns the state before, so no two constructs
+// derive the same streams.
 RngState rng_fork();
 
 }  // namespace fg

@@ -89,50 +89,6 @@ struct Builder {
     FG_CHECK(!(c.op->in(Group::HostSync) && on_cuda), Value, "compile: '", c.op->name, "' reads device values on "
              "the host (index validation) on every call; a compiled CUDA step cannot contain a host sync. Run "
              "this op outside the compiled step, or compile on the CPU");
-    FG_CHECK(!(widens(c) && c.op->in(Group::InPlace)), DType, "compile: '", c.op->name, "' writes a float16/"
-             "bfloat16 tensor in place through float32 copies; compiled plans do not support that (use the "
-             "out-of-place op, or compile in float32)");
-  }
-
-  // Whether the op's kernel computes float16/bfloat16 through float32 (no kHalfNative): eager
-  // run_op widens its half inputs and narrows its outputs with hidden copies; a plan makes them
-  // cast instructions around the call (record), so the memory planner sees their bytes.
-  static bool widens(const TracedCall& c) {
-    if (c.op->flags & kHalfNative) return false;
-    auto half = [](const Tensor& t) { return is_half(t.dtype()); };
-    return std::any_of(c.in.begin(), c.in.end(), half) || std::any_of(c.out.begin(), c.out.end(), half);
-  }
-
-  // A float32 arena value of t's shape: the widened twin of a half input or output. A constant's
-  // twin holds its values (constant folding turns the cast into that buffer).
-  Value wide_twin(const Tensor& t) {
-    Tensor wide = t.storage()->is_shape_only() ? Tensor::shape_only(t.shape(), DType::Float32, t.device())
-                                               : raw::contiguous(raw::converted(t, DType::Float32));
-    return value_of(wide, add_buffer(BufferKind::Arena, wide, next_name()));
-  }
-  Instr cast_to(DType dtype, const Value& from, const Value& to, const Instr& of) const {
-    Instr cast{&op_def(OpId::cast), Attrs{{"dtype", dtype}}, {from}, {to}};
-    cast.phase = of.phase;
-    cast.origin = of.origin;
-    cast.scope = of.scope;
-    return cast;
-  }
-
-  // A plan calls an in-place op's kernel on its target directly: that is what eager code does
-  // only when the target is contiguous (or the op is copy_, whose kernel writes any layout: an
-  // optimizer writing back a transposed weight) and of the result dtype and no other input
-  // aliases it.
-  void check_in_place(const TracedCall& c) {
-    const Tensor& target = c.in[0];
-    Specs specs = c.op->shape_rule(c.in, c.attrs);
-    bool aliased = false;
-    for (size_t i = 1; i < c.in.size(); ++i)
-      aliased |= c.in[i].storage() == target.storage() &&
-                 (c.in[i].offset() != target.offset() || c.in[i].strides() != target.strides());
-    const bool layout = target.is_contiguous() || c.op->id == OpId::copy_;
-    FG_CHECK(layout && specs[0].dtype == target.dtype() && !aliased, Value, "compile: '", c.op->name,
-             "' writes ", fg::describe(target), " through a cast, a strided target or an overlapping input; "
-             "compiled plans support in-place ops on contiguous targets of the result dtype only");
   }
 
   void record(const TracedCall& c, Phase phase) {
@@ -141,8 +97,9 @@ struct Builder {
       code->back().origin = c.origin;
       return;
     }
+    // Half widening and in-place writes through a temporary are ops of the trace already
+    // (ops/decompose.h): every call here runs its kernel as recorded.
     check_supported(c);
-    if (c.op->in(Group::InPlace)) check_in_place(c);
     if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
     Instr ins{c.op, c.attrs};
     ins.phase = phase;
@@ -158,22 +115,7 @@ struct Builder {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
       ins.out.push_back(value_of(t, it != buffer_of.end() ? it->second : add_buffer(BufferKind::Arena, t, next_name())));
     }
-    if (!widens(c)) return code->push_back(std::move(ins));
-    std::vector<Instr> narrow;
-    for (size_t i = 0; i < c.in.size(); ++i) {
-      if (!is_half(c.in[i].dtype())) continue;
-      Value wide = wide_twin(c.in[i]);
-      code->push_back(cast_to(DType::Float32, ins.in[i], wide, ins));
-      ins.in[i] = wide;
-    }
-    for (size_t i = 0; i < c.out.size(); ++i) {
-      if (!is_half(c.out[i].dtype())) continue;
-      Value wide = wide_twin(c.out[i]);
-      narrow.push_back(cast_to(c.out[i].dtype(), wide, ins.out[i], ins));
-      ins.out[i] = wide;
-    }
     code->push_back(std::move(ins));
-    for (Instr& cast : narrow) code->push_back(std::move(cast));
   }
 
   // The region's own values: selector, loop state, accumulators.

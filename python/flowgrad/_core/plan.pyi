@@ -6,7 +6,22 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
+__all__: list[str] = ['OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
+class OpLog:
+    """
+    Testing aid: as a context manager, notes the name of every op this thread runs (eagerly, kernels and all) in `ops`.
+    """
+    def __enter__(self) -> OpLog:
+        ...
+    def __exit__(self, *args) -> bool:
+        ...
+    def __init__(self) -> None:
+        ...
+    @property
+    def ops(self) -> list[str]:
+        """
+        The ops run inside the block, in order.
+        """
 class Plan:
     """
     A traced step as instructions over planned memory.
