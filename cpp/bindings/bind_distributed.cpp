@@ -84,7 +84,16 @@ void bind_distributed(py::module_& m) {
         r.prepare_for_backward(tensors_of(outputs, "DistributedDataParallel outputs"), find_unused);
       }, py::arg("outputs"), py::arg("find_unused"), "Arms the gradient hooks for the next backward.")
       .def_property_readonly("bucket_indices", &dist::Reducer::bucket_indices,
-                             "Parameter indices of each bucket, in launch order.");
+                             "Parameter indices of each bucket, in launch order.")
+      .def("average", [](const dist::Reducer& r, const py::handle& params, const py::handle& grads) {
+        Tensors out = r.average(tensors_of(params, "average: params"), tensors_of(grads, "average: grads"));
+        py::list result;
+        for (const Tensor& t : out) result.append(t.defined() ? py::cast(t) : py::none());
+        return result;
+      }, py::arg("params"), py::arg("grads"),
+           "The gradients of `params` (some of this reducer's parameters) averaged over the group by registry ops, "
+           "per bucket as backward averages them: packed into one flat tensor, one in-place all_reduce_ ('avg'), "
+           "then views of it. A None gradient stays None (its parameter adds zeros to its bucket).");
 }
 
 }  // namespace fg::py_bind

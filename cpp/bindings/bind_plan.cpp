@@ -62,6 +62,15 @@ py::list records(const plan::Plan& p, const std::vector<plan::Instruction>& code
   return out;
 }
 
+// A trace mode that runs every kernel and notes each op's name (testing aid: the op stream eager
+// code runs, to hold against a plan's).
+class OpLog : public OpObserver {
+ public:
+  void on_op(const OpDef& op, TensorList, const Tensors&, const Attrs&) override { ops.emplace_back(op.name); }
+  std::vector<std::string> ops;
+  std::optional<ModeGuard> guard;
+};
+
 }  // namespace
 
 // bind_plan_explain.cpp
@@ -264,6 +273,13 @@ void bind_plan(py::module_& m) {
          "A contiguous tensor of this shape whose storage holds no bytes (reading or writing its values raises "
          "outside a trace): a plan can be built over it, for its statistics, without the memory (fg.generate's "
          "dry_run plans over a KV cache made of them).");
+  py::class_<OpLog>(pm, "OpLog", "Testing aid: as a context manager, notes the name of every op this thread runs "
+                                 "(eagerly, kernels and all) in `ops`.")
+      .def(py::init<>())
+      .def("__enter__", [](OpLog& log) -> OpLog& { log.guard.emplace(&log); return log; },
+           py::return_value_policy::reference)
+      .def("__exit__", [](OpLog& log, py::args) { log.guard.reset(); return false; })
+      .def_readonly("ops", &OpLog::ops, "The ops run inside the block, in order.");
   pm.def("kernel_calls", &kernel_calls,
          "How many kernels eager dispatch has called in this process (testing aid: compiling calls none for "
          "values computed from the step's inputs, it traces shapes only).");

@@ -29,8 +29,8 @@ FG_HD double linspace_element(double start, double end, int64_t n, int64_t i) {
 
 enum class RandomKind : uint8_t { Uniform, Normal, Integer };
 // Where a random fill's counters start: element i takes Philox(counter = offset + i, key = seed).
-// With `pair` (a compiled plan's {seed, base} in the device's memory, read when the kernel runs)
-// the key is pair[0] and the counter pair[1] + offset + i.
+// With `pair` (a random op's {seed, base} input in the device's memory, read when the kernel runs:
+// a compiled plan's pair or one derived from it) the key is pair[0] and the counter pair[1] + offset + i.
 struct PhiloxStart {
   uint64_t seed = 0, offset = 0;
   const uint64_t* pair = nullptr;
@@ -41,6 +41,23 @@ void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart 
 // philox_advance_: pair[1] += by on a {seed, base} pair in the device's memory, so a plan's next
 // run (a CUDA graph replay included) draws the next counters without host work.
 void advance_philox_cpu(const KernelEnv& env, uint64_t* pair, uint64_t by);
+
+// A derived stream's seed (a parallel graph level's branch, a switch branch, a loop iteration): the
+// SplitMix64 finaliser of the parent stream's seed and offset and the key, so sibling streams are
+// independent and none shares counters with its parent.
+FG_HD uint64_t philox_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+FG_HD uint64_t derived_seed(uint64_t seed, uint64_t offset, uint64_t key) {
+  return philox_mix(seed ^ philox_mix(offset) ^ philox_mix(key));
+}
+// philox_derive: out = {derived_seed(pair[0], pair[1] + offset, key + index[0]), 0}, the pair of the
+// stream derived from the one `pair` + offset stands at (index: a loop's iteration, or null for 0).
+void derive_philox_cpu(const KernelEnv& env, const uint64_t* pair, uint64_t offset, uint64_t key, const int64_t* index,
+                       uint64_t* out);  // pair, out: (2); index: () or null
 
 // Element i of a random tensor of T, the same on every device (CPU and CUDA share it).
 template <class T>
@@ -66,5 +83,7 @@ void eye_cuda(const KernelEnv& env, DType dtype, int64_t rows, int64_t cols, voi
 void random_cuda(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart start, int64_t n, int64_t low,
                  int64_t high, void* out);
 void advance_philox_cuda(const KernelEnv& env, uint64_t* pair, uint64_t by);
+void derive_philox_cuda(const KernelEnv& env, const uint64_t* pair, uint64_t offset, uint64_t key, const int64_t* index,
+                        uint64_t* out);
 
 }  // namespace fg

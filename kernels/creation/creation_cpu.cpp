@@ -57,4 +57,11 @@ void random_cpu(const KernelEnv& env, RandomKind kind, DType dtype, PhiloxStart 
 
 void advance_philox_cpu(const KernelEnv& env, uint64_t* pair, uint64_t by) { pair[1] += by; }
 
+void derive_philox_cpu(const KernelEnv&, const uint64_t* pair, uint64_t offset, uint64_t key, const int64_t* index,
+                       uint64_t* out) {
+  const uint64_t k = key + (index ? static_cast<uint64_t>(*index) : 0);
+  out[0] = derived_seed(pair[0], pair[1] + offset, k);
+  out[1] = 0;
+}
+
 }  // namespace fg

@@ -28,6 +28,13 @@ __global__ void random_pair_kernel(RandomKind kind, const uint64_t* pair, uint64
 
 __global__ void advance_pair(uint64_t* pair, uint64_t by) { pair[1] += by; }  // pair: (2)
 
+__global__ void derive_pair(const uint64_t* pair, uint64_t offset, uint64_t key, const int64_t* index,
+                            uint64_t* out) {  // pair, out: (2); index: () or null
+  const uint64_t k = key + (index ? static_cast<uint64_t>(*index) : 0);
+  out[0] = derived_seed(pair[0], pair[1] + offset, k);
+  out[1] = 0;
+}
+
 template <class T>
 __global__ void arange_kernel(double start, double step, int64_t n, T* out) {
   FG_GRID_LOOP(i, n) out[i] = static_cast<T>(arange_element(start, step, i));
@@ -48,6 +55,12 @@ __global__ void eye_kernel(int64_t rows, int64_t cols, T* out) {  // (rows, cols
 void advance_philox_cuda(const KernelEnv& env, uint64_t* pair, uint64_t by) {
   advance_pair<<<1, 1, 0, kernel_stream(env)>>>(pair, by);
   check_launch("philox_advance_");
+}
+
+void derive_philox_cuda(const KernelEnv& env, const uint64_t* pair, uint64_t offset, uint64_t key, const int64_t* index,
+                        uint64_t* out) {
+  derive_pair<<<1, 1, 0, kernel_stream(env)>>>(pair, offset, key, index, out);
+  check_launch("philox_derive");
 }
 
 void arange_cuda(const KernelEnv& env, DType dtype, double start, double step, int64_t n, void* out) {

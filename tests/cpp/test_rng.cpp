@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "flowgrad/ops/ops.h"
+#include "flowgrad/ops/rng.h"
 #include "flowgrad/plan/analysis.h"
 #include "flowgrad/plan/passes/passes.h"
 
@@ -24,8 +26,8 @@ struct PairProgram {
     drawn = p.whole(out);
   }
   Instr rand(int64_t offset) const {
-    Attrs attrs{{"shape", Dims{12}}, {"dtype", DType::Float32}, {"device", cpu_device()}, {"seed", int64_t{0}},
-                {"offset", offset}, {"low", int64_t{0}}, {"high", int64_t{0}}};
+    Attrs attrs{{"shape", Dims{12}}, {"dtype", DType::Float32}, {"device", cpu_device()}, {"offset", offset},
+                {"low", int64_t{0}}, {"high", int64_t{0}}};
     return {&op_def(OpId::rand), attrs, {pair}, {drawn}};
   }
   Instr advance() const { return {&op_def(OpId::philox_advance_), Attrs{{"by", p.rng_advance}}, {pair}, {pair}}; }
@@ -71,19 +73,35 @@ Tensor pair_tensor(uint64_t seed, uint64_t base) {
   return t;
 }
 
-Attrs random_attrs(int64_t seed, int64_t offset) {
-  return {{"shape", Dims{5, 3}}, {"dtype", DType::Float64}, {"device", cpu_device()}, {"seed", seed},
-          {"offset", offset}, {"low", int64_t{0}}, {"high", int64_t{0}}};
+Attrs random_attrs(int64_t offset) {
+  return {{"shape", Dims{5, 3}}, {"dtype", DType::Float64}, {"device", cpu_device()}, {"offset", offset},
+          {"low", int64_t{0}}, {"high", int64_t{0}}};
 }
 
 TEST(PhiloxPair, ADrawFromThePairEqualsTheEagerDrawAtBasePlusOffset) {
   for (OpId op : {OpId::rand, OpId::randn}) {
-    Tensor from_pair = run_op1(op_def(op), {pair_tensor(77, 1000)}, random_attrs(0, 40));
-    Tensor eager = run_op1(op_def(op), {}, random_attrs(77, 1040));
-    Tensor shifted = run_op1(op_def(op), {}, random_attrs(77, 1041));
+    Tensor from_pair = run_op1(op_def(op), {pair_tensor(77, 1000)}, random_attrs(40));
+    Tensor eager = run_op1(op_def(op), {pair_tensor(77, 1040)}, random_attrs(0));
+    Tensor shifted = run_op1(op_def(op), {pair_tensor(77, 1041)}, random_attrs(0));
     EXPECT_EQ(std::memcmp(from_pair.data_ptr(), eager.data_ptr(), 15 * sizeof(double)), 0);
     EXPECT_NE(std::memcmp(from_pair.data_ptr(), shifted.data_ptr(), 15 * sizeof(double)), 0);
   }
+}
+
+// philox_derive computes on a pair what derive_stream computes on the host: the seed of the
+// stream derived with key (+ the index input) from the pair's base + offset, counters from 0.
+TEST(PhiloxPair, TheDeriveOpMakesTheHostsDerivedStream) {
+  auto derive = [](TensorList in, int64_t key, int64_t offset) {
+    Tensor out = run_op1(op_def(OpId::philox_derive), in, Attrs{{"key", key}, {"offset", offset}});
+    return std::pair{out.data<uint64_t>()[0], out.data<uint64_t>()[1]};
+  };
+  const RngState host = derive_stream(RngState{77, 1003}, 9);
+  EXPECT_EQ(derive({pair_tensor(77, 1000)}, 9, 3), std::pair(host.seed, host.offset));
+  EXPECT_EQ(host.offset, 0u);
+  Tensor index = full(Dims{}, 4, DType::Int64, cpu_device());
+  EXPECT_EQ(derive({pair_tensor(77, 1003), index}, 5, 0), std::pair(host.seed, uint64_t{0}));  // 5 + 4
+  EXPECT_NE(derive({pair_tensor(77, 1003)}, 5, 0).first, host.seed);
+  EXPECT_NE(derive({pair_tensor(78, 1003)}, 9, 0).first, host.seed);
 }
 
 TEST(PhiloxPair, TheAdvanceMovesTheBaseAndKeepsTheSeed) {
@@ -100,7 +118,7 @@ TEST(PhiloxPair, AnythingButAnInt64PairIsRefusedByName) {
     FAIL() << "a 3-element pair was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Value);
-    EXPECT_NE(std::string(e.what()).find("philox_advance_: expected a compiled plan's {seed, base} pair"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("philox_advance_: expected a {seed, base} pair"), std::string::npos)
         << e.what();
   }
   try {
@@ -111,12 +129,20 @@ TEST(PhiloxPair, AnythingButAnInt64PairIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find("philox_advance_: by must be >= 0, got -1"), std::string::npos) << e.what();
   }
   try {
-    run_op(op_def(OpId::rand), {Tensor::empty(Dims{2}, DType::Float32, cpu_device())}, random_attrs(0, 0));
+    run_op(op_def(OpId::rand), {Tensor::empty(Dims{2}, DType::Float32, cpu_device())}, random_attrs(0));
     FAIL() << "a float32 pair was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Value);
-    EXPECT_NE(std::string(e.what()).find("rand: expected a compiled plan's {seed, base} pair"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("rand: expected a {seed, base} pair"), std::string::npos)
         << e.what();
+  }
+  try {
+    run_op(op_def(OpId::randn), {}, random_attrs(0));
+    FAIL() << "a draw without a pair was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Value);
+    EXPECT_NE(std::string(e.what()).find("randn: expected a {seed, base} pair, one contiguous int64 tensor of shape "
+                                         "(2,); got 0 inputs"), std::string::npos) << e.what();
   }
 }
 

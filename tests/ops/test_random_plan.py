@@ -69,3 +69,25 @@ def test_a_plan_without_random_calls_has_no_pair_and_no_advance():
     assert "philox_advance_" not in [r["op"] for r in plan.ir()]
     assert "philox" not in [b["name"] for b in plan.buffers()]
     np.testing.assert_array_equal(plan.run([x])[0].numpy(), np.full(4, 2, np.float32))
+
+
+def test_philox_derive_gives_each_branch_of_a_parallel_level_its_own_stream():
+    """The branches of a parallel level draw from streams derived from the step's pair: one
+    philox_derive per branch reads the pair (key: the branch's node id; offset: where the level
+    forked the generator), and the plan draws what eager branches draw."""
+    fg.manual_seed(0)
+    g = (fg.FlowBuilder(fg.nn.Linear(4, 6)).split(fg.nn.Dropout(0.5), fg.nn.Dropout(0.5), fg.nn.Dropout(0.25))
+         .merge(fg.flow.Add()).build())
+    x = fg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    plan = compiled(lambda t: (g(t),), x)
+    derives = [r for r in plan.ir() if r["op"] == "philox_derive"]
+    assert len(derives) == 3 and all(r["inputs"] == ["philox"] for r in derives)
+    keys = {re.search(r"\bkey=(\d+)", r["attrs"]).group(1) for r in derives}
+    assert len(keys) == 3
+    assert all(re.search(r"\boffset=0\b", r["attrs"]) for r in derives)  # the level forks at the step's base
+    for seed in (3, 4):
+        fg.manual_seed(seed)
+        with fg.no_grad():
+            want = g(x).numpy()
+        fg.manual_seed(seed)
+        np.testing.assert_array_equal(plan.run([x])[0].numpy(), want)

@@ -24,8 +24,8 @@ enum class Group : uint32_t {
   Comparison = 1u << 3,     // returns bool
   Bitwise = 1u << 4,        // bool and integer operands only
   View = 1u << 5,           // output aliases input 0's storage; no kernel runs
-  Random = 1u << 6,         // draws Philox counters: eager calls at the host generator's offset
-                            // (attributes), plan calls past the plan's {seed, base} pair (an input)
+  Random = 1u << 6,         // draws Philox counters past its {seed, base} pair input: a host pair
+                            // from the generator eagerly, the plan's pair (or one derived from it) in plans
   DataDependent = 1u << 7,  // output shape depends on input values: never captured
   HostSync = 1u << 8,       // on CUDA the kernel reads device values on the host (nonzero's count):
                             // a sync, so a compiled CUDA step refuses the op. Index validation is

@@ -1,9 +1,12 @@
 #include "flowgrad/distributed/reducer.h"
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_set>
 
 #include "flowgrad/autograd/autograd.h"
+#include "flowgrad/distributed/collective_ops.h"
+#include "flowgrad/ops/ops.h"
 #include "flowgrad/ops/raw.h"
 
 namespace fg::dist {
@@ -31,11 +34,27 @@ std::unordered_set<const TensorImpl*> reachable_leaves(const Tensors& outputs) {
   return leaves;
 }
 
-Tensor slot(const Tensor& flat, const Tensor& param, int64_t offset) {
-  return flat.alias(param.shape(), contiguous_strides(param.shape()), offset);
-}
-
 }  // namespace
+
+Tensors average(const Tensors& params, const Tensors& grads, const std::vector<std::vector<int64_t>>& buckets) {
+  Tensors out = grads;
+  if (group().size() == 1) return out;  // an average over one process changes nothing
+  for (const std::vector<int64_t>& bucket : buckets) {
+    Tensors parts;
+    for (int64_t i : bucket) {
+      const Tensor& g = grads[i];  // no gradient on this rank: it adds nothing to the sum
+      parts.push_back(reshape(g.defined() ? g : zeros(params[i].shape(), params[i].dtype(), params[i].device()), {-1}));
+    }
+    Tensor flat = all_reduce_(cat(parts, 0), ReduceOp::Avg);
+    int64_t offset = 0;
+    for (int64_t i : bucket) {
+      const int64_t n = params[i].numel();
+      if (grads[i].defined()) out[i] = reshape(narrow(flat, 0, offset, n), params[i].shape().vec());
+      offset += n;
+    }
+  }
+  return out;
+}
 
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, int64_t bucket_bytes)
     : params_(std::move(params)), names_(std::move(names)) {
@@ -56,14 +75,9 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, int
       bytes = 0;
     }
     Bucket& b = buckets_.back();
-    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params_[b.params.back()].numel());
     b.params.push_back(i);
     bucket_of_[i] = static_cast<int64_t>(buckets_.size()) - 1;
     bytes += size;
-  }
-  for (Bucket& b : buckets_) {
-    const Tensor& last = params_[b.params.back()];
-    b.flat = Tensor::empty({b.offsets.back() + last.numel()}, last.dtype(), last.device());
   }
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(bucket_of_[i] < 0 ? -1 : add_grad_ready_hook(params_[i], [this, i] { mark_ready(i); }));
@@ -77,6 +91,21 @@ Reducer::~Reducer() {
 std::vector<std::vector<int64_t>> Reducer::bucket_indices() const {
   std::vector<std::vector<int64_t>> out;
   for (const Bucket& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+Tensors Reducer::average(const Tensors& params, const Tensors& grads) const {
+  FG_CHECK(params.size() == grads.size(), Value, "DistributedDataParallel: average got ", params.size(),
+           " parameters and ", grads.size(), " gradients");
+  Tensors all(params_.size());
+  std::vector<int64_t> given(params_.size(), -1);  // per parameter of the reducer: its index in `params`
+  for (size_t k = 0; k < params.size(); ++k)
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].impl() == params[k].impl()) all[i] = grads[k], given[i] = static_cast<int64_t>(k);
+  Tensors averaged = dist::average(params_, all, bucket_indices());
+  Tensors out = grads;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (given[i] >= 0) out[given[i]] = averaged[i];
   return out;
 }
 
@@ -110,16 +139,19 @@ void Reducer::mark_ready(int64_t index) {
 }
 
 void Reducer::launch_ready_buckets() {
+  GradModeGuard no_grad(false);  // inside backward: the average records nothing
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      const Tensor& p = params_[b.params[k]];
-      Tensor view = slot(b.flat, p, b.offsets[k]);
-      Tensor g = grad_of(p);
-      if (g.defined()) raw::copy_into(view, g);
-      else raw::fill(view, 0.0);  // no gradient on this rank: it adds nothing to the sum
+    Tensors params, grads;
+    for (int64_t i : b.params) {
+      const Tensor& p = params_[i];
+      Tensor g = grad_of(p);  // none on this rank: zeros, so its .grad still gets the others' average
+      params.push_back(p);
+      grads.push_back(g.defined() ? g : zeros(p.shape(), p.dtype(), p.device()));
     }
-    b.work = group().all_reduce(b.flat, ReduceOp::Avg);
+    std::vector<int64_t> all(b.params.size());
+    std::iota(all.begin(), all.end(), int64_t{0});
+    b.averaged = dist::average(params, grads, {all});
   }
   if (next_launch_ == buckets_.size()) finish();
 }
@@ -127,20 +159,18 @@ void Reducer::launch_ready_buckets() {
 void Reducer::finish() {
   armed_ = false;
   for (Bucket& b : buckets_) {
-    b.work->wait();
-    b.work.reset();
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params_[b.params[k]];
-      Tensor view = slot(b.flat, p, b.offsets[k]);
       Tensor g = grad_of(p);
       if (g.defined()) {
-        raw::copy_into(g, view);
+        raw::copy_into(g, b.averaged[k]);
       } else {
         g = Tensor::empty(p.shape(), p.dtype(), p.device());
-        raw::copy_into(g, view);
+        raw::copy_into(g, b.averaged[k]);
         set_grad(p, g);
       }
     }
+    b.averaged.clear();
   }
 }
 

@@ -1,10 +1,10 @@
 // Gradient averaging for data-parallel training (DistributedDataParallel). Parameters are laid
 // out in buckets of about `bucket_bytes`, in reverse registration order (roughly the order in
 // which backward finalises their gradients). A grad-ready hook on each parameter counts down its
-// bucket; a full bucket is packed into one flat buffer and its all-reduce launched at once, so
-// communication overlaps the rest of backward. Buckets launch strictly in order, so every rank
-// issues the same collectives in the same order. When the last bucket is launched, the reducer
-// waits for all of them and writes the averaged gradients back into .grad.
+// bucket; a full bucket is averaged at once (average below), so buckets finish while backward
+// goes on. Buckets run strictly in order, so every rank issues the same collectives in the same
+// order. After the last bucket the reducer writes the averaged gradients back into .grad. A
+// compiled step calls the same average on the gradients it traced (Reducer::average).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,6 +13,13 @@
 #include "flowgrad/ops/registry.h"
 
 namespace fg::dist {
+
+// The data-parallel gradient average as ops, one implementation for eager and traced steps: per
+// bucket (indices into `params`), the bucket's gradients flattened and packed into one tensor
+// (cat; an undefined gradient adds zeros shaped like its parameter), one all_reduce_ ('avg'),
+// then views of the result in each gradient's shape. Returns `grads` with every bucketed one
+// averaged (an undefined one stays undefined).
+Tensors average(const Tensors& params, const Tensors& grads, const std::vector<std::vector<int64_t>>& buckets);
 
 class Reducer {
  public:
@@ -27,14 +34,15 @@ class Reducer {
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // The parameter indices of each bucket, in launch order.
   std::vector<std::vector<int64_t>> bucket_indices() const;
+  // The average of the gradients of `params` (some of this reducer's parameters, any order) over
+  // the group, bucket by bucket as backward averages them: what a compiled step records.
+  Tensors average(const Tensors& params, const Tensors& grads) const;
 
  private:
   struct Bucket {
     std::vector<int64_t> params;
-    std::vector<int64_t> offsets;  // element offset of each parameter in `flat`
-    Tensor flat;
     int64_t pending = 0;
-    WorkPtr work;
+    Tensors averaged;  // per parameter of the bucket, once it ran
   };
 
   void mark_ready(int64_t index);

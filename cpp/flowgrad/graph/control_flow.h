@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "flowgrad/core/context.h"  // RngState
 #include "flowgrad/nn/module.h"
 
 namespace fg::graph {
@@ -17,6 +18,7 @@ using CallModule = std::function<Tensor(const std::shared_ptr<nn::Module>&, cons
 struct SwitchCall {
   std::string node;  // "node 3 (switch(...))" for messages
   Tensor selector;   // the selector's one-element output
+  RngState rng;      // branch b draws from derive_stream(rng, kSwitchStreams + b) (ops/rng.h)
   Tensor x;
   std::vector<std::shared_ptr<nn::Module>> branches;
   CallModule call;
@@ -26,6 +28,7 @@ struct LoopCall {
   std::string node;
   bool until;        // halt after the body (until) or before it (while_)
   int64_t max_iter;
+  RngState rng;      // iteration i's body draws from derive_stream(rng, kLoopStreams + i), its halt kHaltStreams + i
   Tensor x;
   Tensors refs;      // extra body inputs (using)
   std::shared_ptr<nn::Module> body, halt;

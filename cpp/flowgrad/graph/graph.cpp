@@ -11,6 +11,7 @@
 #include "flowgrad/graph/control_flow.h"
 #include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
+#include "flowgrad/ops/rng.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg::graph {
@@ -31,13 +32,6 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 // SplitMix64 finaliser: decorrelates the per-node random streams of a parallel level.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::string dot_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -349,23 +343,32 @@ Tensors Graph::ref_values(const Node& node, const Run& run, const Tensor& like) 
 }
 
 Tensor Graph::run_loop(const Node& node, int id, Tensor x, const Tensors& refs, Run& run) {
-  if (ControlFlow* cf = control_flow(); cf && node.loop_mode != LoopMode::For)
-    return cf->run_loop({node.name(id), node.loop_mode == LoopMode::Until, node.count, x, refs, node.modules[0],
+  // A while_/until loop's iterations draw from streams derived from its start, as its compiled
+  // form does (the plan runs one traced body per iteration); a for-loop is unrolled when traced.
+  const bool derived = node.loop_mode != LoopMode::For;
+  const RngState rng = derived ? rng_fork() : RngState{};
+  if (ControlFlow* cf = control_flow(); cf && derived)
+    return cf->run_loop({node.name(id), node.loop_mode == LoopMode::Until, node.count, rng, x, refs, node.modules[0],
                          node.modules[1], [this, id](const ModulePtr& m, const Tensors& in) { return call(m, in, id); }});
   Tensors& trace = run.traces[id];
-  auto halted = [&](const Tensor& v) { return item(call(node.modules[1], {v}, id)) > 0; };
-  auto step = [&](const Tensor& v) {
+  auto halted = [&](const Tensor& v, int64_t i) {
+    RngStream stream(derive_stream(rng, kHaltStreams + static_cast<uint64_t>(i)));
+    return item(call(node.modules[1], {v}, id)) > 0;
+  };
+  auto step = [&](const Tensor& v, int64_t i) {
     run.check_stop("between loop iterations");
     Tensors in{v};
     in.insert(in.end(), refs.begin(), refs.end());
+    std::optional<RngStream> stream;
+    if (derived) stream.emplace(derive_stream(rng, kLoopStreams + static_cast<uint64_t>(i)));
     Tensor y = call(node.modules[0], in, id);
     trace.push_back(detach(y));
     return y;
   };
   for (int64_t i = 0; i < node.count; ++i) {
-    if (node.loop_mode == LoopMode::While && halted(x)) break;
-    x = step(x);
-    if (node.loop_mode == LoopMode::Until && halted(x)) break;
+    if (node.loop_mode == LoopMode::While && halted(x, i)) break;
+    x = step(x, i);
+    if (node.loop_mode == LoopMode::Until && halted(x, i)) break;
   }
   return x;
 }
@@ -447,13 +450,16 @@ Tensor Graph::run_node(int id, Run& run) {
         Tensor chosen = call(n.modules[0], with_refs({x}), id);
         FG_CHECK(chosen.numel() == 1, Shape, n.name(id), ": the selector must return one branch index, got shape ",
                  to_string(chosen.shape()));
+        // Each branch draws from its own stream, as in the compiled switch (one block per branch).
+        const RngState rng = rng_fork();
         if (ControlFlow* cf = control_flow())
-          return cf->run_switch({n.name(id), chosen, x, {n.modules.begin() + 1, n.modules.end()},
+          return cf->run_switch({n.name(id), chosen, rng, x, {n.modules.begin() + 1, n.modules.end()},
                                  [this, id](const ModulePtr& m, const Tensors& in) { return call(m, in, id); }});
         double v = item(chosen);
         int64_t branches = static_cast<int64_t>(n.modules.size()) - 1, index = static_cast<int64_t>(v);
         FG_CHECK(v == static_cast<double>(index) && index >= 0 && index < branches, Index, n.name(id),
                  ": the selector chose branch ", v, " but there are ", branches, " branches");
+        RngStream stream(derive_stream(rng, kSwitchStreams + static_cast<uint64_t>(index)));
         return call(n.modules[index + 1], {x}, id);
       }
       case NodeKind::Loop: return run_loop(n, id, x, refs, run);
@@ -478,8 +484,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
   // Independent nodes: each draws random numbers from its own stream, derived from the
   // generator state at the level's start, so results do not depend on scheduling and match
   // sequential execution exactly.
-  RngState base = rng_state();
-  set_rng_state({base.seed, base.offset + 1});
+  const RngState base = rng_fork();
   const ExecContext caller = context();  // each task runs under it: autocast, grad and anomaly modes...
   std::vector<std::exception_ptr> errors(ids.size());
   // On CUDA each branch queues its kernels on a stream of its own, forked from and joined to the
@@ -493,7 +498,7 @@ void Graph::run_level(const std::vector<int>& ids, Run& run) {
     std::optional<cuda::DeviceGuard> on_device;  // a pool thread's current device is cuda:0
     std::optional<cuda::StreamGuard> on_branch;
     if (fork) on_device.emplace(fork->device()), on_branch.emplace(fork->device(), fork->branch(i));
-    RngStream stream(RngState{mix(base.seed ^ mix(base.offset) ^ mix(static_cast<uint64_t>(ids[i]))), 0});
+    RngStream stream(derive_stream(base, static_cast<uint64_t>(ids[i])));
     try {
       timed(ids[i]);
     } catch (...) {

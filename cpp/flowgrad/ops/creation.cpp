@@ -4,7 +4,9 @@
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/runtime.h"
 #include "flowgrad/ops/raw.h"
+#include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/ops.h"
+#include "flowgrad/ops/rng.h"
 #include "kernels/creation/creation.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -50,17 +52,18 @@ const OpDef k_eye{.id = OpId::eye, .name = "eye", .family = Family::Creation, .f
                   .shape_rule = full_shape, .cpu = eye_kernel<eye_cpu>, .cuda = FG_CUDA(eye_kernel<eye_cuda>),
                   .not_differentiable = "creation op"};
 
-// A compiled plan's {seed, base} pair: the one input of philox_advance_, and of a random call in a plan.
-void check_pair(const char* op, TensorList in) {
-  FG_CHECK(in.size() == 1 && in[0].dtype() == DType::Int64 && in[0].shape() == Dims{2} && in[0].is_contiguous(), Value,
-           op, ": expected a compiled plan's {seed, base} pair, one contiguous int64 tensor of shape (2,); got ",
-           in.size() == 1 ? describe(in[0]) : std::to_string(in.size()) + " inputs");
+// A {seed, base} pair: the one input of a random op and of philox_advance_, the first of philox_derive.
+void check_pair(const char* op, TensorList in, size_t max_inputs = 1) {
+  const bool counted = !in.empty() && in.size() <= max_inputs;
+  FG_CHECK(counted && in[0].dtype() == DType::Int64 && in[0].shape() == Dims{2} && in[0].is_contiguous(), Value, op,
+           ": expected a {seed, base} pair, one contiguous int64 tensor of shape (2,); got ",
+           counted ? describe(in[0]) : std::to_string(in.size()) + " inputs");
 }
 
 template <RandomKind Kind>
 Specs random_shape(TensorList in, const Attrs& attrs) {
   const char* name = Kind == RandomKind::Uniform ? "rand" : Kind == RandomKind::Normal ? "randn" : "randint";
-  if (!in.empty()) check_pair(name, in);
+  check_pair(name, in);
   DType dt = attrs.get<DType>("dtype");
   if (Kind == RandomKind::Integer) {
     FG_CHECK(dt != DType::Bool, DType, "randint: dtype must not be bool");
@@ -71,13 +74,15 @@ Specs random_shape(TensorList in, const Attrs& attrs) {
   }
   return full_shape(in, attrs);
 }
-// Eager calls draw at their seed and offset attributes; a plan's calls read the plan's pair (their
-// one input) and draw `offset` counters past its base.
+// Draws `offset` counters past the pair's base: a host pair (eager calls) is read here, a pair in
+// the device's memory (plans) when the kernel runs.
 template <RandomKind Kind, decltype(&random_cpu) Run>
 void random_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   bool integer = Kind == RandomKind::Integer;
-  PhiloxStart start{static_cast<uint64_t>(attrs.i("seed")), static_cast<uint64_t>(attrs.i("offset")),
-                    in.empty() ? nullptr : static_cast<const uint64_t*>(in[0].data_ptr())};
+  const auto* pair = static_cast<const uint64_t*>(in[0].data_ptr());
+  const auto offset = static_cast<uint64_t>(attrs.i("offset"));
+  PhiloxStart start = in[0].device().is_cpu() ? PhiloxStart{pair[0], pair[1] + offset, nullptr}
+                                              : PhiloxStart{0, offset, pair};
   Run(env, Kind, out[0].dtype(), start, out[0].numel(), integer ? attrs.i("low") : 0, integer ? attrs.i("high") : 0,
       out[0].data_ptr());
 }
@@ -110,14 +115,39 @@ const OpDef k_philox_advance_{.id = OpId::philox_advance_, .name = "philox_advan
                               .cuda = FG_CUDA(philox_advance_kernel<advance_philox_cuda>),
                               .not_differentiable = "moves a random counter"};
 
-// Reserves numel Philox counters so the next random tensor continues the stream.
-Attrs random_attrs(const Dims& shape, DType dtype, Device device, int64_t low, int64_t high) {
-  int64_t n = checked_numel(shape);
-  RngState state = rng_state();
-  uint64_t offset = rng_reserve(static_cast<uint64_t>(n));
-  return {{"shape", shape}, {"dtype", dtype}, {"device", device},
-          {"seed", static_cast<int64_t>(state.seed)}, {"offset", static_cast<int64_t>(offset)},
-          {"low", low}, {"high", high}};
+// A derived stream's {seed, 0} pair (ops/rng.h): how a plan computes what derive_stream computes on
+// the host. Input 1, when present, is an int64 scalar added to the key (a loop's iteration).
+Specs philox_derive_shape(TensorList in, const Attrs&) {
+  check_pair("philox_derive", in, 2);
+  FG_CHECK(in.size() == 1 || (in[1].dtype() == DType::Int64 && in[1].numel() == 1), Value,
+           "philox_derive: the index must be one int64 value, got ", describe(in[1]));
+  return {{Dims{2}, DType::Int64}};
+}
+template <decltype(&derive_philox_cpu) Run>
+void philox_derive_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Run(env, static_cast<const uint64_t*>(in[0].data_ptr()), static_cast<uint64_t>(attrs.i("offset")),
+      static_cast<uint64_t>(attrs.i("key")), in.size() == 2 ? static_cast<const int64_t*>(in[1].data_ptr()) : nullptr,
+      static_cast<uint64_t*>(out[0].data_ptr()));
+}
+const OpDef k_philox_derive{.id = OpId::philox_derive, .name = "philox_derive", .family = Family::Creation,
+                            .shape_rule = philox_derive_shape, .cpu = philox_derive_kernel<derive_philox_cpu>,
+                            .cuda = FG_CUDA(philox_derive_kernel<derive_philox_cuda>),
+                            .not_differentiable = "derives a random stream"};
+
+// A host pair {seed, offset}: what an eager random call reads.
+Tensor host_pair(RngState at) {
+  Tensor pair = Tensor::empty(Dims{2}, DType::Int64, cpu_device());
+  auto* v = static_cast<uint64_t*>(pair.data_ptr());
+  v[0] = at.seed;
+  v[1] = at.offset;
+  return pair;
+}
+
+// A random op's attributes and its pair: numel counters of this thread's stream.
+std::pair<Tensor, Attrs> random_call(const Dims& shape, DType dtype, Device device, int64_t low, int64_t high) {
+  RngDraw draw = rng_draw(static_cast<uint64_t>(checked_numel(shape)), device);
+  return {draw.pair, {{"shape", shape}, {"dtype", dtype}, {"device", device}, {"offset", draw.offset},
+                      {"low", low}, {"high", high}}};
 }
 
 }  // namespace
@@ -131,6 +161,7 @@ FG_REGISTER(rand);
 FG_REGISTER(randn);
 FG_REGISTER(randint);
 FG_REGISTER(philox_advance_);
+FG_REGISTER(philox_derive);
 
 Tensor full(const Dims& shape, double value, DType dtype, Device device) {
   return run_op1(k_full, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}, {"device", device}});
@@ -151,7 +182,10 @@ double item(const Tensor& x) {
   return visit_dtype(x.dtype(), [&](auto tag) { return static_cast<double>(*static_cast<const decltype(tag)*>(at)); });
 }
 
+// Kernels without half variants (arange, linspace, random fills) compute float16/bfloat16 in
+// float32 and a cast op narrows: the op stream eager code runs and plans record.
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(arange(start, end, step, DType::Float32, device), dtype);
   FG_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end), Value,
            "arange: start, end and step must be finite and step non-zero (got ", start, ", ", end,
            ", ", step, ")");
@@ -160,6 +194,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
                                 {"device", device}});
 }
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
+  if (is_half(dtype)) return cast(linspace(start, end, steps, DType::Float32, device), dtype);
   FG_CHECK(steps >= 0, Value, "linspace: steps must be >= 0, got ", steps);
   return run_op1(k_linspace, {}, {{"n", steps}, {"start", start}, {"end", end}, {"dtype", dtype},
                                   {"device", device}});
@@ -168,25 +203,40 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
   return run_op1(k_eye, {}, {{"shape", Dims{n, m}}, {"dtype", dtype}, {"device", device}});
 }
 Tensor rand(const Dims& shape, DType dtype, Device device) {
-  return run_op1(k_rand, {}, random_attrs(shape, dtype, device, 0, 0));
+  if (is_half(dtype)) return cast(rand(shape, DType::Float32, device), dtype);
+  auto [pair, attrs] = random_call(shape, dtype, device, 0, 0);
+  return run_op1(k_rand, {pair}, attrs);
 }
 Tensor randn(const Dims& shape, DType dtype, Device device) {
-  return run_op1(k_randn, {}, random_attrs(shape, dtype, device, 0, 0));
+  if (is_half(dtype)) return cast(randn(shape, DType::Float32, device), dtype);
+  auto [pair, attrs] = random_call(shape, dtype, device, 0, 0);
+  return run_op1(k_randn, {pair}, attrs);
 }
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device) {
-  return run_op1(k_randint, {}, random_attrs(shape, dtype, device, low, high));
+  if (is_half(dtype)) return cast(randint(low, high, shape, DType::Float32, device), dtype);
+  auto [pair, attrs] = random_call(shape, dtype, device, low, high);
+  return run_op1(k_randint, {pair}, attrs);
 }
 
-}  // namespace fg
+RngDraw rng_draw(uint64_t counters, Device device) {
+  const RngState at{rng_state().seed, rng_reserve(counters)};
+  if (auto* source = innermost_trace_as<RngSource>()) return source->pair_at(at, device);
+  return {host_pair(at), 0};
+}
 
-namespace fg {
+RngState derive_stream(RngState base, uint64_t key, const Tensor& index) {
+  const RngState derived{derived_seed(base.seed, base.offset, key), 0};
+  if (auto* source = innermost_trace_as<RngSource>()) source->on_derived(base, key, index, derived);
+  return derived;
+}
+
+RngState rng_fork() { return {rng_state().seed, rng_reserve(1)}; }
 
 Tensor randperm(int64_t n, uint64_t seed, uint64_t offset, Device device) {
   FG_CHECK(n >= 0, Value, "randperm: n must be >= 0, got ", n);
-  Attrs attrs{{"shape", Dims{n}}, {"dtype", DType::Float64}, {"device", device},
-              {"seed", static_cast<int64_t>(seed)}, {"offset", static_cast<int64_t>(offset)},
+  Attrs attrs{{"shape", Dims{n}}, {"dtype", DType::Float64}, {"device", device}, {"offset", int64_t{0}},
               {"low", int64_t{0}}, {"high", int64_t{0}}};
-  return sort(run_op1(k_rand, {}, attrs), 0, false).second;
+  return sort(run_op1(k_rand, {host_pair({seed, offset})}, attrs), 0, false).second;
 }
 
 }  // namespace fg

@@ -1,7 +1,7 @@
 // In-place ops that have no out-of-place twin in an elementwise family: fill_, copy_,
 // masked_fill_ and index_put_ (the op behind t[idx] = value). Each is in the InPlace group: run_op hands the
-// kernel input 0 as its output (or a temporary copied back), checks that the target may be
-// written, and bumps its version. Elementwise twins (add_, mul_, ...) live in elementwise.cpp.
+// kernel input 0 as its output (a target it cannot write directly is written through a temporary
+// by ops: ops/decompose.h), checks that the target may be written, and bumps its version. Elementwise twins (add_, mul_, ...) live in elementwise.cpp.
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/elementwise/elementwise.h"

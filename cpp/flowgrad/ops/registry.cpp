@@ -7,8 +7,8 @@
 
 #include "flowgrad/core/runtime.h"
 #include "flowgrad/cuda/stream.h"
+#include "flowgrad/ops/decompose.h"
 #include "flowgrad/ops/dispatch.h"
-#include "flowgrad/ops/raw.h"
 
 namespace fg {
 namespace {
@@ -24,7 +24,8 @@ void each_mode(const ExecContext& c, ModeKind kind, F&& f) {
 }
 
 Device op_device(const OpDef& op, TensorList in, const Attrs& attrs) {
-  if (in.empty()) return attrs.get<Device>("device");
+  // A random op's pair input may be a host pair (eager calls): its attributes name its device.
+  if (in.empty() || op.in(Group::Random)) return attrs.get<Device>("device");
   Device device = in[0].device();
   for (size_t i = 1; i < in.size(); ++i)
     FG_CHECK(in[i].device() == device, Device, op.name,
@@ -40,34 +41,18 @@ Tensors allocate(const Specs& specs, Device device) {
   return out;
 }
 
-bool any_half(TensorList in, const Specs& specs) {
-  for (const Tensor& t : in)
-    if (is_half(t.dtype())) return true;
-  for (const TensorSpec& s : specs)
-    if (is_half(s.dtype)) return true;
-  return false;
-}
-
 using Kernel = decltype(OpDef::cpu);
 
-// Kernels compute float16/bfloat16 through float32 unless they handle them: widen, run, narrow.
+// The kernel on fresh outputs. Its inputs have dtypes it computes in: a half call of an op without
+// half kernels was widened into ops before (decompose.h).
 Tensors run_kernel(const OpDef& op, Kernel kernel, const KernelEnv& env, Device device, TensorList in,
                    const Specs& specs, const Attrs& attrs) {
   g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
-  if ((op.flags & kHalfNative) || !any_half(in, specs)) {
-    Tensors out = allocate(specs, device);
-    kernel(env, in, out, attrs);
-    return out;
-  }
-  Tensors wide_in;
-  for (const Tensor& t : in) wide_in.push_back(is_half(t.dtype()) ? raw::converted(t, DType::Float32) : t);
-  Specs wide_specs = specs;
-  for (TensorSpec& s : wide_specs)
-    if (is_half(s.dtype)) s.dtype = DType::Float32;
-  Tensors wide_out = allocate(wide_specs, device);
-  kernel(env, wide_in, wide_out, attrs);
-  Tensors out;
-  for (size_t i = 0; i < specs.size(); ++i) out.push_back(raw::converted(wide_out[i], specs[i].dtype));
+  Tensors out = allocate(specs, device);
+  FG_CHECK((op.flags & kHalfNative) || std::none_of(out.begin(), out.end(), [](const Tensor& t) { return is_half(t.dtype()); }),
+           Runtime, "internal error: '", op.name, "' has no float16/bfloat16 kernel but makes ", describe(out[0]),
+           " from inputs that are not half (its front function computes in float32 and casts)");
+  kernel(env, in, out, attrs);
   return out;
 }
 
@@ -96,9 +81,9 @@ Dispatch dispatch_of(const ExecContext& c, const OpDef& op, TensorList in) {
   return Dispatch::Kernel;
 }
 
-// Output 0 is input 0: the kernel writes the target directly when it is contiguous and of the
-// result dtype, else into a temporary that is copied back (cast). Inputs sharing the target's
-// memory are read from a copy, so x[1:] += x[:-1] sees the values from before the write.
+// Output 0 is input 0, which the kernel writes directly. A target it cannot write (strided, of
+// another dtype than the result, half for an op without half kernels, overlapped by another input:
+// x[1:] += x[:-1]) is written through a temporary by ops (decompose.h: op -> copy_).
 // ShapesOnly (tracing) checks and records the write without making it.
 
 Tensors run_in_place(const ExecContext& c, const OpDef& op, Kernel kernel, const KernelEnv& env, TensorList in,
@@ -113,22 +98,11 @@ Tensors run_in_place(const ExecContext& c, const OpDef& op, Kernel kernel, const
   each_mode(c, ModeKind::InPlaceCheck, [&](DispatchMode& m) {
     if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
   });
+  // After the checks, so a refused write names the caller's op.
+  if (needs_temporary(op, in, specs)) return run_via_temporary(op, in, attrs, specs);
   if (dispatch == Dispatch::Kernel) {
-    Tensors copies;  // only when an input shares the target's memory: it is read from a copy
-    for (size_t i = 1; i < in.size(); ++i)
-      if (in[i].storage() == target.storage()) {
-        if (copies.empty()) copies = in.vec();
-        copies[i] = raw::clone(in[i]);
-      }
-    TensorList args = copies.empty() ? in : TensorList(copies);
-    bool direct = target.is_contiguous() && specs[0].dtype == target.dtype() &&
-                  ((op.flags & kHalfNative) || !any_half(in, specs));
-    if (direct) {
-      g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
-      kernel(env, args, Tensors{target}, attrs);
-    } else {
-      raw::copy_into(target, run_kernel(op, kernel, env, target.device(), args, specs, attrs)[0]);
-    }
+    g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
+    kernel(env, in, Tensors{target}, attrs);
   }
   bump_version(target);
   Tensors out{target};
@@ -262,6 +236,7 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   const KernelEnv env = current_env(device);  // after the guard: the stream of the op's device
   if (op.in(Group::InPlace))
     return run_in_place(c, op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
+  if (widens(op, in)) return run_widened(op, in, attrs, specs);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs(i)) check_writable(in[i], op.name);
   Tensors out;

@@ -37,7 +37,7 @@ class Attrs {
   bool b(const char* name) const { return get<bool>(name); }
   const Dims& dims(const char* name) const { return get<Dims>(name); }
   std::string str() const;
-  // Replaces the value of an existing attribute (a compiled plan's random calls take their offset).
+  // Replaces the value of an existing attribute (a pass rewriting a call: fuse_add_norm's accumulate).
   void set(const char* name, AttrValue value);
 
  private:

@@ -27,7 +27,7 @@ void loop_reads(const Instr& ins, const Visit& fn) {
 }
 void loop_writes(const Instr& ins, const Visit& fn) {
   const Region& r = ins.region;
-  each(fn, {&r.carried, &r.stash, &r.count});
+  each(fn, {&r.carried, &r.stash, &r.count, &r.iteration});
 }
 void backward_reads(const Instr& ins, const Visit& fn) {
   const Region& r = ins.region;
@@ -35,7 +35,7 @@ void backward_reads(const Instr& ins, const Visit& fn) {
 }
 void backward_writes(const Instr& ins, const Visit& fn) {
   const Region& r = ins.region;
-  each(fn, {&r.carried, &r.step_input});
+  each(fn, {&r.carried, &r.step_input, &r.iteration});
   for (const Value& v : r.zeroed) fn(v);
 }
 
@@ -100,7 +100,7 @@ DefUse def_use(const Program& p) {
 
 std::vector<Value*> region_values(Region& r) {
   std::vector<Value*> out;
-  for (Value* v : {&r.selector, &r.init, &r.carried, &r.stash, &r.count, &r.step_input})
+  for (Value* v : {&r.selector, &r.init, &r.carried, &r.stash, &r.count, &r.step_input, &r.iteration})
     if (v->buffer >= 0) out.push_back(v);
   for (Value& v : r.zeroed) out.push_back(&v);
   return out;

@@ -44,7 +44,7 @@ void Executable::bind_branch(Branch& b) {
   for (auto& block : b.blocks)
     for (Instruction& ins : block) bind_instruction(ins);
   for (auto [v, t] : {std::pair{&b.selector, &b.selector_t}, {&b.init, &b.init_t}, {&b.carried, &b.carried_t},
-                      {&b.count, &b.count_t}, {&b.step_input, &b.step_input_t}})
+                      {&b.count, &b.count_t}, {&b.step_input, &b.step_input_t}, {&b.iteration, &b.iteration_t}})
     if (v->buffer >= 0) *t = tensor(*v);
   b.zeroed_t.clear();
   for (const Value& v : b.zeroed) b.zeroed_t.push_back(tensor(v));
@@ -79,6 +79,9 @@ void Executable::run_branch(Instruction& ins) {
     case BranchKind::Until: {
       bool until = b.kind == BranchKind::Until;
       const size_t halt = until ? 1 : 0, body = until ? 0 : 1;
+      auto at = [&](int64_t n) {  // the iteration the blocks' random streams derive from
+        if (b.iteration.buffer >= 0) raw::fill(env_, b.iteration_t, static_cast<double>(n));
+      };
       auto halted = [&] {
         run_block(b, halt);
         return item(b.selector_t) > 0;
@@ -86,6 +89,7 @@ void Executable::run_branch(Instruction& ins) {
       raw::copy_into(env_, b.carried_t, b.init_t);
       int64_t n = 0;
       while (n < b.max_iter) {
+        at(n);
         if (!until && halted()) break;
         raw::copy_into(env_, b.stash_rows[n], b.carried_t);
         run_block(b, body);
@@ -102,6 +106,7 @@ void Executable::run_branch(Instruction& ins) {
       for (const Tensor& t : b.zeroed_t) raw::fill(env_, t, 0);
       for (int64_t k = n - 1; k >= 0; --k) {
         raw::copy_into(env_, b.step_input_t, b.stash_rows[k]);
+        if (b.iteration.buffer >= 0) raw::fill(env_, b.iteration_t, static_cast<double>(k));
         run_block(b, 0);
       }
       b.taken = n > 0 ? 0 : -1;

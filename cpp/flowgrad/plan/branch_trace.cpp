@@ -69,9 +69,13 @@ Tensor Tracer::run_switch(const graph::SwitchCall& c) {
   Tensors xs, ys;
   std::vector<Tensors> params;
   Tensors all;
-  for (const auto& branch : c.branches) {
+  for (size_t b = 0; b < c.branches.size(); ++b) {
+    const std::shared_ptr<nn::Module>& branch = c.branches[b];
     Tensor xb = leaf(c.x, x_grad);
-    ys.push_back(in_block(*this, fwd->blocks, [&] { return c.call(branch, {xb}); }));
+    ys.push_back(in_block(*this, fwd->blocks, [&] {
+      RngStream stream(derive_stream(c.rng, kSwitchStreams + b));  // as the eager switch (graph.cpp)
+      return c.call(branch, {xb});
+    }));
     xs.push_back(xb);
     params.push_back(trainable(*branch));
     for (const Tensor& p : params.back())
@@ -132,14 +136,23 @@ Tensor Tracer::run_loop(const graph::LoopCall& c) {
   for (int64_t d : c.x.shape()) rows.push_back(d);
   fwd->stash = Tensor::shape_only(rows, c.x.dtype(), c.x.device());
   fwd->count = Tensor::shape_only(Dims{}, DType::Int64, c.x.device());
+  fwd->iteration = Tensor::shape_only(Dims{}, DType::Int64, c.x.device());
   Tensor y;
   {
     GradModeGuard no_grad(false);
     Tensors body_in{detach(fwd->carried)};
     for (const Tensor& r : c.refs) body_in.push_back(detach(r));
     std::vector<std::vector<TracedCall>> halt, body;
-    fwd->selector = in_block(*this, halt, [&] { return c.call(c.halt, {detach(fwd->carried)}); });
-    y = in_block(*this, body, [&] { return c.call(c.body, body_in); });
+    // Each iteration's halt and body draw from streams derived from the loop's start and the
+    // iteration the plan writes before them (eager loops derive the same: graph.cpp).
+    fwd->selector = in_block(*this, halt, [&] {
+      RngStream stream(derive_stream(c.rng, kHaltStreams, fwd->iteration));
+      return c.call(c.halt, {detach(fwd->carried)});
+    });
+    y = in_block(*this, body, [&] {
+      RngStream stream(derive_stream(c.rng, kLoopStreams, fwd->iteration));
+      return c.call(c.body, body_in);
+    });
     FG_CHECK(fwd->selector.numel() == 1, Shape, c.node, ": the halt must return one value, got shape ",
              to_string(fwd->selector.shape()));
     FG_CHECK(y.shape() == c.x.shape() && y.dtype() == c.x.dtype(), Graph, c.node, ": a compiled while_/until body ",
@@ -150,6 +163,8 @@ Tensor Tracer::run_loop(const graph::LoopCall& c) {
     fwd->results = {c.until ? carry : Results{}, c.until ? Results{} : carry};
   }
   fwd->owned = {fwd->carried, fwd->stash, fwd->count};
+  if (reads_index(fwd->iteration)) fwd->owned.push_back(fwd->iteration);
+  else fwd->iteration = Tensor();
   add_branch(fwd);
   Tensors params = trainable(*c.body);
   Tensors inputs{c.x};
@@ -172,6 +187,7 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   bwd->init = grad;
   bwd->carried = stand_in(c.x);
   bwd->step_input = stand_in(c.x);
+  bwd->iteration = Tensor::shape_only(Dims{}, DType::Int64, c.x.device());
   Tensors targets{leaf(bwd->step_input, true)}, body_in = targets;
   for (const Tensor& r : c.refs) {
     body_in.push_back(leaf(r, requires_grad(r)));
@@ -180,6 +196,7 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   targets.insert(targets.end(), params.begin(), params.end());
   std::vector<std::vector<TracedCall>> blocks;
   Tensors grads = in_block(*this, blocks, [&] {
+    RngStream stream(derive_stream(c.rng, kLoopStreams, bwd->iteration));  // the forward iteration's draws
     GradModeGuard on(true);
     return gradients(c.call(c.body, body_in), targets, bwd->carried);
   });
@@ -206,6 +223,8 @@ Tensors Tracer::loop_backward(const std::shared_ptr<TracedBranch>& forward, cons
   results.push_back({grads[0], bwd->carried, false});  // last: the reads of the carried gradient are done
   bwd->results = {std::move(results)};
   bwd->owned = {bwd->carried, bwd->step_input};
+  if (reads_index(bwd->iteration)) bwd->owned.push_back(bwd->iteration);
+  else bwd->iteration = Tensor();
   bwd->owned.insert(bwd->owned.end(), bwd->zeroed.begin(), bwd->zeroed.end());
   add_branch(bwd);
   return result;

@@ -89,50 +89,6 @@ struct Builder {
     FG_CHECK(!(c.op->in(Group::HostSync) && on_cuda), Value, "compile: '", c.op->name, "' reads device values on "
              "the host (index validation) on every call; a compiled CUDA step cannot contain a host sync. Run "
              "this op outside the compiled step, or compile on the CPU");
-    FG_CHECK(!(widens(c) && c.op->in(Group::InPlace)), DType, "compile: '", c.op->name, "' writes a float16/"
-             "bfloat16 tensor in place through float32 copies; compiled plans do not support that (use the "
-             "out-of-place op, or compile in float32)");
-  }
-
-  // Whether the op's kernel computes float16/bfloat16 through float32 (no kHalfNative): eager
-  // run_op widens its half inputs and narrows its outputs with hidden copies; a plan makes them
-  // cast instructions around the call (record), so the memory planner sees their bytes.
-  static bool widens(const TracedCall& c) {
-    if (c.op->flags & kHalfNative) return false;
-    auto half = [](const Tensor& t) { return is_half(t.dtype()); };
-    return std::any_of(c.in.begin(), c.in.end(), half) || std::any_of(c.out.begin(), c.out.end(), half);
-  }
-
-  // A float32 arena value of t's shape: the widened twin of a half input or output. A constant's
-  // twin holds its values (constant folding turns the cast into that buffer).
-  Value wide_twin(const Tensor& t) {
-    Tensor wide = t.storage()->is_shape_only() ? Tensor::shape_only(t.shape(), DType::Float32, t.device())
-                                               : raw::contiguous(raw::converted(t, DType::Float32));
-    return value_of(wide, add_buffer(BufferKind::Arena, wide, next_name()));
-  }
-  Instr cast_to(DType dtype, const Value& from, const Value& to, const Instr& of) const {
-    Instr cast{&op_def(OpId::cast), Attrs{{"dtype", dtype}}, {from}, {to}};
-    cast.phase = of.phase;
-    cast.origin = of.origin;
-    cast.scope = of.scope;
-    return cast;
-  }
-
-  // A plan calls an in-place op's kernel on its target directly: that is what eager code does
-  // only when the target is contiguous (or the op is copy_, whose kernel writes any layout: an
-  // optimizer writing back a transposed weight) and of the result dtype and no other input
-  // aliases it.
-  void check_in_place(const TracedCall& c) {
-    const Tensor& target = c.in[0];
-    Specs specs = c.op->shape_rule(c.in, c.attrs);
-    bool aliased = false;
-    for (size_t i = 1; i < c.in.size(); ++i)
-      aliased |= c.in[i].storage() == target.storage() &&
-                 (c.in[i].offset() != target.offset() || c.in[i].strides() != target.strides());
-    const bool layout = target.is_contiguous() || c.op->id == OpId::copy_;
-    FG_CHECK(layout && specs[0].dtype == target.dtype() && !aliased, Value, "compile: '", c.op->name,
-             "' writes ", fg::describe(target), " through a cast, a strided target or an overlapping input; "
-             "compiled plans support in-place ops on contiguous targets of the result dtype only");
   }
 
   void record(const TracedCall& c, Phase phase) {
@@ -141,10 +97,9 @@ struct Builder {
       code->back().origin = c.origin;
       return;
     }
-    FG_CHECK(block_of.empty() || !c.op->in(Group::Random), Value, "compile: '", c.op->name, "' draws random numbers ",
-             "inside ", block_of, "; compiled plans do not replay random ops inside switch branches or loop bodies yet");
+    // Half widening and in-place writes through a temporary are ops of the trace already
+    // (ops/decompose.h): every call here runs its kernel as recorded.
     check_supported(c);
-    if (c.op->in(Group::InPlace)) check_in_place(c);
     if (c.op->in(Group::View)) return;  // folded: the output is a layout over input 0's buffer
     Instr ins{c.op, c.attrs};
     ins.phase = phase;
@@ -160,23 +115,7 @@ struct Builder {
       auto it = buffer_of.find(t.storage().get());  // in place: an input's buffer
       ins.out.push_back(value_of(t, it != buffer_of.end() ? it->second : add_buffer(BufferKind::Arena, t, next_name())));
     }
-    if (c.op->in(Group::Random)) draw_from_pair(ins, c);
-    if (!widens(c)) return code->push_back(std::move(ins));
-    std::vector<Instr> narrow;
-    for (size_t i = 0; i < c.in.size(); ++i) {
-      if (!is_half(c.in[i].dtype())) continue;
-      Value wide = wide_twin(c.in[i]);
-      code->push_back(cast_to(DType::Float32, ins.in[i], wide, ins));
-      ins.in[i] = wide;
-    }
-    for (size_t i = 0; i < c.out.size(); ++i) {
-      if (!is_half(c.out[i].dtype())) continue;
-      Value wide = wide_twin(c.out[i]);
-      narrow.push_back(cast_to(c.out[i].dtype(), wide, ins.out[i], ins));
-      ins.out[i] = wide;
-    }
     code->push_back(std::move(ins));
-    for (Instr& cast : narrow) code->push_back(std::move(cast));
   }
 
   // The region's own values: selector, loop state, accumulators.
@@ -187,7 +126,7 @@ struct Builder {
     };
     if (tb.kind == BranchKind::Switch) r.selector = value(tb.selector);
     for (auto [from, to] : {std::pair{&tb.init, &r.init}, {&tb.carried, &r.carried}, {&tb.stash, &r.stash},
-                            {&tb.count, &r.count}, {&tb.step_input, &r.step_input}})
+                            {&tb.count, &r.count}, {&tb.step_input, &r.step_input}, {&tb.iteration, &r.iteration}})
       if (from->defined()) *to = value(*from);
     if (tb.loop) {
       r.loop = tb.loop->id;
@@ -240,34 +179,20 @@ struct Builder {
     else block.push_back({&op_def(OpId::contiguous), {}, {v}, {target}});
   }
 
-  // A random call reads the step's pair and draws its counters from base + the distance of its
-  // traced draw from the step's first one (its seed comes from the pair too).
-  void draw_from_pair(Instr& ins, const TracedCall& c) {
-    auto seed = static_cast<uint64_t>(c.attrs.i("seed"));
-    auto offset = static_cast<uint64_t>(c.attrs.i("offset"));
-    auto n = static_cast<uint64_t>(c.out[0].numel());
-    FG_CHECK(seed == trace.rng_start.seed && offset >= trace.rng_start.offset && offset + n <= trace.rng_end.offset,
-             Value, "compile: '", c.op->name, "' draws from a derived random stream (a random op inside a "
-             "multi-branch graph level); compiled plans replay draws from the global generator only");
-    ins.in.push_back(program.whole(program.philox));
-    ins.attrs.set("seed", int64_t{0});
-    ins.attrs.set("offset", static_cast<int64_t>(offset - trace.rng_start.offset));
-  }
-
   std::string name_of(const Tensor& t) const {
     auto it = names.find(t.storage().get());
     return it != names.end() ? it->second : fg::describe(t);
   }
 };
 
-// A step that draws gets its {seed, base} pair, which lowering binds and the executable writes
-// before a run when the host generator moved elsewhere (Executable::sync_rng).
-void declare_philox(Program& p, const Tracer& trace, std::vector<std::shared_ptr<Storage>>& storages) {
-  auto random = [](const TracedCall& c) { return c.op && c.op->in(Group::Random); };
-  if (std::none_of(trace.calls.begin(), trace.calls.end(), random)) return;  // inside blocks they raise
-  p.philox = p.add_buffer({BufferKind::External, "philox", 2 * sizeof(int64_t), p.device, DType::Int64});
-  p.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
-  storages.emplace_back();
+// A step that draws gets its {seed, base} pair: the tracer's pair tensor, which every random call
+// (or the philox_derive of its stream) reads. Lowering binds it and the executable writes it before
+// a run when the host generator moved elsewhere (Executable::sync_rng).
+void declare_philox(Builder& b) {
+  if (!b.trace.philox.defined()) return;
+  Program& p = b.program;
+  p.philox = b.add_buffer(BufferKind::External, b.trace.philox, "philox");
+  p.buffers[p.philox].bytes = 2 * sizeof(int64_t);
 }
 
 // The step's last instruction: base += rng_advance, so the next run draws the next counters.
@@ -351,7 +276,9 @@ Plan::Plan(Tracer& trace, const PlanSpec& spec) {
     program.buffers[id].bytes = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
     program.inputs.push_back({id, 0, x.shape(), contiguous_strides(x.shape()), x.dtype()});
   }
-  declare_philox(program, trace, storages);
+  declare_philox(b);
+  // What the step takes of the generator, drawn or not (levels, switches and loops fork it once).
+  program.rng_advance = static_cast<int64_t>(trace.rng_end.offset - trace.rng_start.offset);
   Stopwatch clock;
   for (size_t i = 0; i < trace.calls.size(); ++i) {
     const TracedCall& c = trace.calls[i];

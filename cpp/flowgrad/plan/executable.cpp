@@ -218,7 +218,10 @@ Tensors Executable::run(const Tensors& inputs, std::vector<double>* ms) {
 // On CUDA the write is a copy queued before the step's kernels, from pinned staging (no host wait); a step that threw
 // leaves philox_holds_ at what was written, so the next run writes again if it moved.
 void Executable::sync_rng() {
-  if (philox_ < 0) return;
+  if (philox_ < 0) {  // nothing to write; the generator still moves on as an eager step moves it
+    if (rng_advance_ > 0) rng_reserve(static_cast<uint64_t>(rng_advance_));
+    return;
+  }
   const RngState want{rng_state().seed, rng_reserve(static_cast<uint64_t>(rng_advance_))};
   if (philox_holds_ && philox_holds_->seed == want.seed && philox_holds_->offset == want.offset) return;
   const uint64_t pair[2] = {want.seed, want.offset};

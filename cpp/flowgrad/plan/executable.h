@@ -66,7 +66,7 @@ struct Branch : Region {
   BranchKind kind;
   std::vector<std::vector<Instruction>> blocks;
   // bound by Executable::bind
-  Tensor selector_t, init_t, carried_t, count_t, step_input_t;
+  Tensor selector_t, init_t, carried_t, count_t, step_input_t, iteration_t;
   Tensors stash_rows, zeroed_t;
   int taken = -1;  // last run: the block a switch took, 0 when a loop ran its body at least once
   std::vector<int64_t> runs;  // per block: how many runs took it (switch, guard) or iterations (loops)

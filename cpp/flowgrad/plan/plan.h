@@ -26,6 +26,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "flowgrad/nn/call_scope.h"
 #include "flowgrad/ops/dispatch.h"
 #include "flowgrad/ops/registry.h"
+#include "flowgrad/ops/rng.h"
 #include "flowgrad/plan/executable.h"
 #include "flowgrad/plan/memory.h"
 #include "flowgrad/plan/program.h"
@@ -75,6 +77,9 @@ struct TracedBranch {
   // Loops: the carried value starts as `init` (x forward, the output's gradient backward); the
   // forward saves each iteration's input in `stash` and the iteration count in `count`.
   Tensor init, carried, stash, count, step_input;
+  // Loops whose blocks draw: the iteration the executor writes before each block, which their
+  // random streams derive from (ops/rng.h); undefined when no block draws.
+  Tensor iteration;
   Tensors zeroed;  // LoopBackward: accumulators cleared before the first iteration
   std::shared_ptr<TracedBranch> loop;  // LoopBackward: its forward loop
   int id = -1;      // set by the builder
@@ -88,7 +93,7 @@ struct TracedBranch {
 // `locate` gives at each op and module call (the bindings read the Python stack when the calling
 // thread holds the interpreter; "" keeps the last line, e.g. inside a C++ layer). Other threads'
 // ops are neither traced nor affected.
-class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObserver {
+class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObserver, public RngSource {
  public:
   Tracer();
   ~Tracer() override;
@@ -103,6 +108,8 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   Tensor run_loop(const graph::LoopCall& c) override;
   void enter(const nn::Module& m) override;
   void leave() override;
+  RngDraw pair_at(RngState at, Device device) override;
+  void on_derived(RngState base, uint64_t key, const Tensor& index, RngState derived) override;
 
   // Calls go to a new block until end_block returns them.
   void begin_block();
@@ -124,8 +131,28 @@ class Tracer : public OpObserver, public graph::ControlFlow, public nn::CallObse
   std::function<std::string()> locate;
   void note_source();  // asks locate now (e.g. before a call that runs ops without the interpreter)
   RngState rng_start, rng_end;
+  // The step's {seed, base} pair (the plan's "philox" buffer): what the generator holds at
+  // rng_start when the plan runs. Undefined when the step draws nothing.
+  Tensor philox;
 
  private:
+  // A stream derived while tracing (derive_stream), by its seed, and the pair tensor made for it in
+  // a block (valid in that block and the blocks inside it).
+  struct DerivedStream {
+    RngState base;
+    uint64_t key;
+    Tensor index;
+    Tensor pair;
+    uint64_t block = 0;
+  };
+  Tensor derived_pair(DerivedStream& s, Device device);
+  bool reads_index(const Tensor& index) const;  // whether a derived pair read this loop iteration
+  bool in_open_block(uint64_t block) const;
+  std::unordered_map<uint64_t, DerivedStream> derived_;
+  std::vector<uint64_t> open_ids_;  // per open block: its number (0 is the top level)
+  uint64_t blocks_made_ = 0;
+  std::unordered_set<const Storage*> indices_read_;  // loop iterations a derived pair read
+
   Tensors switch_backward(const std::shared_ptr<TracedBranch>& forward, const Tensors& xs, const Tensors& ys,
                          const std::vector<Tensors>& params, const Tensors& all_params, const Tensor& grad);
   Tensors loop_backward(const std::shared_ptr<TracedBranch>& forward, const graph::LoopCall& c,

@@ -65,6 +65,10 @@ struct Region {
   // Loops: the carried value starts as `init`; the forward saves each iteration's input in
   // `stash` (max_iter rows) and the iteration count in `count`.
   Value init{}, carried{}, stash{}, count{}, step_input{};
+  // Loops whose blocks draw: the iteration (int64 scalar) written before each block runs, which
+  // their random streams derive from (forward: n before the halt and body of iteration n;
+  // LoopBackward: k before the body's recomputation for iteration k).
+  Value iteration{};
   std::vector<Value> zeroed;  // LoopBackward: accumulators cleared before the first iteration
   int loop = -1;              // LoopBackward: its forward loop's region id
   std::vector<std::pair<int, int>> guard;  // Guard: runs when region .first took block .second
@@ -107,8 +111,10 @@ struct Program {
   std::vector<GradDecl> grads;
   int regions = 0;  // region ids issued
   // A step that draws: its random calls read buffer `philox` ("philox", External, int64 (2,): the
-  // {seed, base} pair) and draw counters base + their offset attribute; its last instruction,
-  // philox_advance_, moves base on by `rng_advance`, the counters one step draws. -1 and 0 otherwise.
+  // {seed, base} pair), or a pair philox_derive made from it, and draw counters past that base
+  // (their offset attribute); its last instruction, philox_advance_, moves base on by
+  // `rng_advance`, the counters one step takes of the generator (also without draws: a graph's
+  // levels, switches and loops fork it). philox is -1 when nothing draws.
   int philox = -1;
   int64_t rng_advance = 0;
 

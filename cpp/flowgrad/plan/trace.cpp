@@ -74,13 +74,59 @@ void Tracer::on_op(const OpDef& op, TensorList in, const Tensors& out, const Att
     if (auto node = t.defined() ? grad_fn(t) : nullptr) node_origins.emplace(node.get(), at);
 }
 
-void Tracer::begin_block() { open_.emplace_back(); }
+void Tracer::begin_block() {
+  open_.emplace_back();
+  open_ids_.push_back(++blocks_made_);
+}
 
 std::vector<TracedCall> Tracer::end_block() {
   std::vector<TracedCall> block = std::move(open_.back());
   open_.pop_back();
+  open_ids_.pop_back();
   return block;
 }
+
+// ---- random streams as pairs ----
+
+// A draw from the step's generator reads the plan's pair, `at.offset - rng_start.offset` past its
+// base; a draw from a derived stream reads that stream's pair, made by philox_derive from its
+// parent's pair where the draw is traced (a pair made in another block may not have run).
+RngDraw Tracer::pair_at(RngState at, Device device) {
+  auto found = derived_.find(at.seed);
+  if (found != derived_.end()) return {derived_pair(found->second, device), static_cast<int64_t>(at.offset)};
+  FG_CHECK(at.seed == rng_start.seed && at.offset >= rng_start.offset, Value, "compile: a random op draws from "
+           "a generator state the step set itself (fg.manual_seed or fg.set_rng_state inside the traced step); "
+           "compiled plans replay draws from the step's generator and the streams derived from it. Seed before "
+           "calling the step");
+  if (!philox.defined()) philox = Tensor::shape_only(Dims{2}, DType::Int64, device);
+  FG_CHECK(philox.device() == device, Device, "compile: the step draws random numbers on ", philox.device().str(),
+           " and on ", device.str(), "; a plan draws on one device");
+  return {philox, static_cast<int64_t>(at.offset - rng_start.offset)};
+}
+
+void Tracer::on_derived(RngState base, uint64_t key, const Tensor& index, RngState derived) {
+  derived_[derived.seed] = DerivedStream{base, key, index, Tensor(), 0};
+}
+
+bool Tracer::in_open_block(uint64_t block) const {
+  return block == 0 || std::find(open_ids_.begin(), open_ids_.end(), block) != open_ids_.end();
+}
+
+Tensor Tracer::derived_pair(DerivedStream& s, Device device) {
+  if (s.pair.defined() && in_open_block(s.block)) return s.pair;
+  RngDraw parent = pair_at(s.base, device);
+  Tensors in{parent.pair};
+  if (s.index.defined()) {
+    in.push_back(s.index);
+    indices_read_.insert(s.index.storage().get());
+  }
+  s.pair = run_op1(op_def(OpId::philox_derive), in,
+                   {{"key", static_cast<int64_t>(s.key)}, {"offset", parent.offset}});
+  s.block = open_ids_.empty() ? 0 : open_ids_.back();
+  return s.pair;
+}
+
+bool Tracer::reads_index(const Tensor& index) const { return indices_read_.count(index.storage().get()) > 0; }
 
 void Tracer::add_branch(std::shared_ptr<TracedBranch> branch) {
   (open_.empty() ? calls : open_.back()).push_back({nullptr, {}, {}, branch->owned, std::move(branch), origin()});

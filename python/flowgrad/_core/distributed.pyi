@@ -13,6 +13,10 @@ class Reducer:
     """
     def __init__(self, params: collections.abc.Sequence[flowgrad._core.Tensor], names: collections.abc.Sequence[str], bucket_bytes: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    def average(self, params: typing.Any, grads: typing.Any) -> list:
+        """
+        The gradients of `params` (some of this reducer's parameters) averaged over the group by registry ops, per bucket as backward averages them: packed into one flat tensor, one in-place all_reduce_ ('avg'), then views of it. A None gradient stays None (its parameter adds zeros to its bucket).
+        """
     def prepare_for_backward(self, outputs: typing.Any, find_unused: bool) -> None:
         """
         Arms the gradient hooks for the next backward.

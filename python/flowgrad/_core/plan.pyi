@@ -6,7 +6,22 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault', 'shape_only']
+__all__: list[str] = ['OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
+class OpLog:
+    """
+    Testing aid: as a context manager, notes the name of every op this thread runs (eagerly, kernels and all) in `ops`.
+    """
+    def __enter__(self) -> OpLog:
+        ...
+    def __exit__(self, *args) -> bool:
+        ...
+    def __init__(self) -> None:
+        ...
+    @property
+    def ops(self) -> list[str]:
+        """
+        The ops run inside the block, in order.
+        """
 class Plan:
     """
     A traced step as instructions over planned memory.
@@ -169,8 +184,4 @@ def nvrtc_available() -> tuple[bool, str]:
 def set_fused_fault(stage: str) -> None:
     """
     Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches), or drop them silently while a graph is captured ('drop_in_capture': neither run nor counted, caught only because the self-check poisons the arena); 'none' restores.
-    """
-def shape_only(shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], dtype: flowgrad._core.dtype, device: flowgrad._core.device) -> flowgrad._core.Tensor:
-    """
-    A contiguous tensor of this shape whose storage holds no bytes (reading or writing its values raises outside a trace): a plan can be built over it, for its statistics, without the memory (fg.generate's dry_run plans over a KV cache made of them).
     """

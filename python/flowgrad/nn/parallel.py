@@ -52,32 +52,15 @@ class DistributedDataParallel(_core.Module):
         """For compiling a step (fg.compile uses it): a block to trace the step in, yielding
         ``average(params, grads) -> grads``. Inside it the forward arms no backward hooks (so
         ``autograd.grad`` leaves .grad alone), and `average` returns the gradients averaged over
-        ranks by registry ops a tracer records: per bucket of the eager reducer, the gradients
-        packed into one flat tensor, one in-place ``all_reduce_`` ('avg'), then views of it. A
-        None gradient stays None (its parameter adds zeros to its bucket). Inside ``no_sync()``
+        ranks by registry ops a tracer records, the C++ average the eager reducer runs too: per
+        bucket, the gradients packed into one flat tensor, one in-place all-reduce ('avg'), then
+        views of it. A None gradient stays None (its parameter adds zeros to its bucket). Inside ``no_sync()``
         `average` returns the gradients as they are: no all-reduce is traced."""
         previous, self._sync = self._sync, False
         try:
-            yield self._average_traced if previous else _local
+            yield self._reducer.average if previous else _local
         finally:
             self._sync = previous
-
-    def _average_traced(self, params, grads):
-        if _d.world_size() == 1:
-            return grads
-        given = {hash(p): g for p, g in zip(params, grads)}
-        synced = self._reducer_params
-        for bucket in self._reducer.bucket_indices:
-            parts = [given.get(hash(synced[i])) for i in bucket]
-            parts = [_zeros_like(synced[i]) if g is None else g for i, g in zip(bucket, parts)]  # adds nothing
-            flat = _d.all_reduce_(_core.cat([g.reshape(-1) for g in parts]), "avg")
-            offset = 0
-            for i, g in zip(bucket, parts):
-                p = synced[i]
-                if hash(p) in given:
-                    given[hash(p)] = flat[offset:offset + g.numel()].reshape(g.shape)
-                offset += g.numel()
-        return [given[hash(p)] for p in params]
 
     @property
     def syncs_gradients(self):
@@ -98,5 +81,3 @@ def _local(params, grads):
     return grads
 
 
-def _zeros_like(t):
-    return _core.zeros(tuple(t.shape), dtype=t.dtype, device=t.device)

@@ -1,0 +1,55 @@
+"""One op stream: an eager step and its compiled plan run the same ops. Half widening (cast ->
+op -> cast) and in-place writes through a temporary (op -> copy_) are ordinary op calls eagerly
+(ops/decompose.h), so the trace holds them and the plan builder adds nothing of its own. With the
+optional passes off, a plan is its trace less the view ops it folds into layouts."""
+import numpy as np
+import pytest
+
+import flowgrad as fg
+import flowgrad.nn.functional as F
+from flowgrad import nn
+
+# The op table's View rows: a plan folds them into its buffers' layouts, so they are no instructions.
+VIEWS = {"view", "permute", "expand", "slice"}
+# Every optional pass (FLOWGRAD_PLAN_SKIP), so the plan keeps each traced call as it was recorded.
+NO_PASSES = "cse,constant_folding,dead_code,transpose_folding,fuse_epilogues,fuse_add_norm,pair_gemms,fusion"
+
+
+class Net(nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        fg.manual_seed(0)
+        self.inner = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 6)).to(dtype)
+
+    def forward(self, x):
+        y = self.inner(x) * 1.0
+        y[:, 1:].relu_()  # a strided in-place write, of a half tensor by an op without half kernels
+        return F.softmax(y, -1)
+
+
+@pytest.mark.parametrize("dtype", [fg.bfloat16, fg.float16])
+def test_an_eager_half_forward_and_its_plan_run_the_same_ops(dtype, monkeypatch):
+    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", NO_PASSES)
+    model = Net(dtype)
+    for p in model.parameters():  # nothing to train: a forward plan
+        p.requires_grad = False
+    x = fg.randn(5, 12).to(dtype)
+    plan = fg.compile(model, example_inputs=(x,))
+    with fg.no_grad(), fg._core.plan.OpLog() as log:
+        want = model(x)
+    eager = [op for op in log.ops if op not in VIEWS]
+    planned = [r["op"] for r in plan._plan.ir()]
+    assert planned == eager
+    assert eager.count("cast") >= 4 and "copy_" in eager and "relu_" in eager
+    np.testing.assert_array_equal(plan(x).float().numpy(), want.float().numpy())
+
+
+def test_the_op_log_sees_the_rewrites_and_only_its_own_thread():
+    x = fg.randn(4, 6).to(fg.bfloat16)
+    t = fg.zeros(6, 4)
+    with fg._core.plan.OpLog() as log:
+        x.tanh()
+        t.t().add_(fg.ones(4, 6))
+    # tanh has no half kernel: widened; add_ on a transposed target: through a temporary
+    assert log.ops == ["cast", "tanh", "cast", "permute", "full", "contiguous", "add_", "copy_"]
+    np.testing.assert_array_equal(t.numpy(), np.ones((6, 4), np.float32))
