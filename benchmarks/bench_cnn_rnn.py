@@ -5,7 +5,9 @@ each peer, medians of the rounds), the load average and the instruction-set leve
 
     python benchmarks/bench_cnn_rnn.py [--save] [--rounds N] [--cases cnn,lstm,gru] [--no-torch-compile]
                                        [--threads N] [--tag NAME]
-    FLOWGRAD_ISA=avx2 python benchmarks/bench_cnn_rnn.py --save    # each level on one machine
+    FLOWGRAD_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell python benchmarks/bench_cnn_rnn.py --save
+    FLOWGRAD_ISA=generic ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott python benchmarks/bench_cnn_rnn.py --save
+(each level on one machine, PyTorch and OpenBLAS held to the same level).
 
 Cases (issue 36):
   cnn   3 x (Conv2d 3x3 pad 1 + BatchNorm2d + ReLU) with 16, 32, 32 channels, MaxPool2d(2), Linear
@@ -22,6 +24,7 @@ machine shared with other jobs, 1 thread each keeps the neighbours' load from de
 OpenBLAS keep their own dispatch (ATEN_CPU_CAPABILITY / OPENBLAS_CORETYPE steer theirs).
 """
 import argparse
+import os
 
 import numpy as np
 
@@ -162,7 +165,9 @@ def main():
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, load {load_average()}, "
           f"PyTorch {torch.__version__ if torch else 'absent'}"
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
-    results = {"machine": machine(), "isa": isa, "rounds": args.rounds, "statistic": "median of interleaved rounds",
+    results = {"machine": machine(), "isa": isa,
+               "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None,
+               "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "rounds": args.rounds, "statistic": "median of interleaved rounds",
                "cnn": CNN, "rnn": RNN, "cases": {}}
     for case in args.cases.split(","):
         load_start = load_average()
