@@ -10,7 +10,7 @@ import pytest
 import flowgrad as fg
 from flowgrad import nn
 
-from conftest import as_float64, assert_compiled_trains_like_eager, check_parameter_grads
+from conftest import as_float64, assert_compiled_trains_like_eager, check_parameter_grads, on
 
 
 def strided(a):
@@ -172,6 +172,28 @@ def test_kernel_count_does_not_grow_with_the_sequence(kind):
         return fg._core.plan.kernel_calls() - before
 
     assert kernels(3) == kernels(40)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_device_matches_the_cpu_forward_and_backward(rng, device, kind):
+    """The device's kernels (CUDA: cuBLAS per step and the gate kernels) against the CPU's, values and
+    gradients of the input, the initial state and every parameter."""
+    args = dict(input_size=3, hidden_size=37, num_layers=2, bidirectional=True, batch_first=True)
+    ref = getattr(nn, kind)(**args)
+    ours = getattr(nn, kind)(**args)
+    ours.load_state_dict(ref.state_dict())
+    ours = ours.to(device)
+    x, h0 = rng.normal(size=(5, 9, 3)).astype(np.float32), rng.normal(size=(4, 5, 37)).astype(np.float32)
+    results = []
+    for module, dev in ((ref, "cpu"), (ours, device)):
+        xs, hs = on(dev, fg.tensor(x)), on(dev, fg.tensor(h0))
+        xs.requires_grad, hs.requires_grad = True, True
+        state = (hs, hs * 0.5) if kind == "LSTM" else hs
+        out = module(xs, state)[0]
+        (out * out).sum().backward()
+        results.append([out, xs.grad, hs.grad] + [p.grad for p in module.parameters()])
+    for got, want in zip(results[1], results[0]):
+        fg.testing.assert_close(got.cpu(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 
 class Tagger(nn.Module):
