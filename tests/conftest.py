@@ -171,3 +171,36 @@ def assert_compiled_trains_like_eager(build, loss_fn, batches, before_step=None,
     for p, q in zip(model.parameters(), eager.parameters()):
         np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=rtol, atol=atol)
     return model
+
+
+def as_float64(module):
+    """The module with float64 parameters and floating buffers (for gradchecks)."""
+    with fg.no_grad():
+        for name, p in module.named_parameters():
+            setattr(module, name, fg.nn.Parameter(p.double()))
+        for name, b in module.named_buffers():
+            if b.dtype.is_floating_point:
+                setattr(module, name, b.double())
+    return module
+
+
+def check_parameter_grads(fn, params, eps=1e-6):
+    """Autograd's gradients of sum(fn() * P) w.r.t. each parameter against float64 central
+    differences taken by perturbing the parameter in place."""
+    proj = fg.tensor(np.random.default_rng(0).standard_normal(fn().shape), dtype=fg.float64)
+    for p in params:
+        p.grad = None
+    (fn() * proj).sum().backward()
+    for p in params:
+        base = p.detach().numpy().copy()
+        numeric = np.zeros_like(base)
+        for idx in np.ndindex(base.shape):
+            for sign in (1, -1):
+                v = base.copy()
+                v[idx] += sign * eps
+                with fg.no_grad():
+                    p.copy_(fg.tensor(v, dtype=fg.float64))
+                    numeric[idx] += sign * float((fn() * proj).sum().item()) / (2 * eps)
+        with fg.no_grad():
+            p.copy_(fg.tensor(base, dtype=fg.float64))
+        np.testing.assert_allclose(p.grad.numpy(), numeric, rtol=1e-4, atol=1e-6)

@@ -283,6 +283,27 @@ void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* 
   });
 }
 
+namespace {
+
+// The output columns ox whose input column ox * stride - pad + k lies inside [0, w): [lo, hi).
+// Outside it a column reads padding; inside, the loops below run without a bounds test (for
+// stride 1 a row is one contiguous copy or add).
+struct InsideColumns {
+  int64_t lo, hi;
+  InsideColumns(int64_t out_w, int64_t w, int64_t stride, int64_t pad, int64_t k) {
+    int64_t first = pad - k, last = w - 1 + pad - k;  // ox * stride must lie in [first, last]
+    hi = last < 0 ? 0 : std::min(out_w, last / stride + 1);
+    lo = std::min(hi, first <= 0 ? int64_t{0} : (first + stride - 1) / stride);
+  }
+};
+
+template <class T>
+void accumulate_row(T* __restrict dst, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
 void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
   visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
@@ -295,13 +316,20 @@ void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
         for (int64_t ki = 0; ki < g.kh; ++ki)
           for (int64_t kj = 0; kj < g.kw; ++kj) {
             T* out = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
+            const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
             for (int64_t oy = 0; oy < g.out_h; ++oy) {
+              T* row = out + oy * g.out_w;
               int64_t iy = oy * g.stride_h - g.pad_h + ki;
-              for (int64_t ox = 0; ox < g.out_w; ++ox) {
-                int64_t ix = ox * g.stride_w - g.pad_w + kj;
-                bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-                out[oy * g.out_w + ox] = inside ? img[iy * g.w + ix] : T(0);
+              if (iy < 0 || iy >= g.h) {
+                std::fill(row, row + g.out_w, T(0));
+                continue;
               }
+              std::fill(row, row + in.lo, T(0));
+              const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
+              if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
+              else
+                for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
+              std::fill(row + in.hi, row + g.out_w, T(0));
             }
           }
       }
@@ -322,13 +350,15 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
         for (int64_t ki = 0; ki < g.kh; ++ki)
           for (int64_t kj = 0; kj < g.kw; ++kj) {
             const T* in = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
+            const InsideColumns inside(g.out_w, g.w, g.stride_w, g.pad_w, kj);
             for (int64_t oy = 0; oy < g.out_h; ++oy) {
               int64_t iy = oy * g.stride_h - g.pad_h + ki;
               if (iy < 0 || iy >= g.h) continue;
-              for (int64_t ox = 0; ox < g.out_w; ++ox) {
-                int64_t ix = ox * g.stride_w - g.pad_w + kj;
-                if (ix >= 0 && ix < g.w) img[iy * g.w + ix] += in[oy * g.out_w + ox];
-              }
+              const T* src = in + oy * g.out_w + inside.lo;
+              T* dst = img + iy * g.w + inside.lo * g.stride_w - g.pad_w + kj;
+              if (g.stride_w == 1) accumulate_row(dst, src, inside.hi - inside.lo);
+              else
+                for (int64_t ox = inside.lo; ox < inside.hi; ++ox) dst[(ox - inside.lo) * g.stride_w] += src[ox - inside.lo];
             }
           }
       }

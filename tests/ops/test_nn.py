@@ -125,6 +125,22 @@ def np_conv2d(x, w, b, stride, padding):
     return out + (0 if b is None else b.reshape(1, -1, 1, 1))
 
 
+# (stride, padding, image): whole rows and columns of padding (padding 4 around a 2x3 image), a
+# padded width the stride does not divide, float32 as well as float64
+@pytest.mark.parametrize("stride,padding,image", [(1, 0, (7, 6)), (2, 1, (7, 6)), (3, 2, (7, 6)), (1, 4, (2, 3)),
+                                                  (2, 3, (5, 9)), (1, 1, (32, 33))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_matches_direct_convolution_at_each_geometry(rng, stride, padding, image, dtype):
+    x, w, b = make(rng, (2, 3, *image)), make(rng, (4, 3, 3, 2)), make(rng, (4,))
+    got = F.conv2d(*(fg.tensor(a.astype(dtype)) for a in (x, w, b)), stride=stride, padding=padding)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    fg.testing.assert_close(got, np_conv2d(x, w, b, stride, padding), **tol)
+    y = make(rng, tuple(F.unfold(f64(x), (3, 2), padding=padding, stride=stride).shape))
+    back = F.fold(f64(y), image, (3, 2), padding=padding, stride=stride)  # col2im, adjoint of im2col
+    cols = F.unfold(f64(x), (3, 2), padding=padding, stride=stride)
+    assert abs((cols.numpy() * y).sum() - (x * back.numpy()).sum()) < 1e-9
+
+
 @pytest.mark.parametrize("stride,padding", [(1, 0), (2, 1), (3, 2)])
 def test_conv2d_matches_direct_convolution(rng, stride, padding):
     x, w, b = make(rng, (2, 3, 7, 6)), make(rng, (4, 3, 3, 2)), make(rng, (4,))

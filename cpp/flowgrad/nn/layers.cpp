@@ -235,6 +235,17 @@ Tensor state_or_zeros(const Tensors& in, size_t i, const Tensor& x, int64_t hidd
   shape.push_back(hidden);
   return zeros(Dims(shape), x.dtype(), x.device());
 }
+// A cell's step as a sequence op's: the input projection (..., G) as one step (1, batch, G) and a
+// state (..., H) as (batch, H), each batch counted from the tensor's own size, so that a state
+// that does not match the input reaches the op's shape check.
+Tensor one_step(const Tensor& gi) {
+  int64_t width = gi.shape().back();
+  return reshape(gi, {1, width ? gi.numel() / width : 0, width});
+}
+Tensor rows(const Tensor& state) {
+  int64_t width = state.ndim() ? state.shape().back() : 1;
+  return reshape(state, {width ? state.numel() / width : 0, width});
+}
 }  // namespace
 
 GRUCell::GRUCell(int64_t in, int64_t hidden) : Module("GRUCell"), input_size(in), hidden_size(hidden) {
@@ -243,8 +254,9 @@ GRUCell::GRUCell(int64_t in, int64_t hidden) : Module("GRUCell"), input_size(in)
 Tensors GRUCell::forward(const Tensors& in) {
   const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size);
-  return {gru_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")),
-                   linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), h)};
+  Tensor gi = one_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")));
+  Tensor y = gru_sequence(gi, rows(h), param(*this, "weight_hh"), param(*this, "bias_hh"), false);
+  return {reshape(y, h.shape().vec())};
 }
 std::optional<Config> GRUCell::config() const {
   return Config{{"input_size", input_size}, {"hidden_size", hidden_size}};
@@ -257,9 +269,9 @@ LSTMCell::LSTMCell(int64_t in, int64_t hidden) : Module("LSTMCell"), input_size(
 Tensors LSTMCell::forward(const Tensors& in) {
   const Tensor& x = typed_input(in, 0, type_name_, param(*this, "weight_ih"));
   Tensor h = state_or_zeros(in, 1, x, hidden_size), c = state_or_zeros(in, 2, x, hidden_size);
-  auto [h_next, c_next] = lstm_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")),
-                                    linear(h, param(*this, "weight_hh"), param(*this, "bias_hh")), c);
-  return {h_next, c_next};
+  Tensor gi = one_step(linear(x, param(*this, "weight_ih"), param(*this, "bias_ih")));
+  Tensors states = lstm_sequence(gi, rows(h), rows(c), param(*this, "weight_hh"), param(*this, "bias_hh"), false);
+  return {reshape(states[0], h.shape().vec()), reshape(states[1], c.shape().vec())};
 }
 std::optional<Config> LSTMCell::config() const {
   return Config{{"input_size", input_size}, {"hidden_size", hidden_size}};

@@ -66,13 +66,20 @@ Tensors BatchNorm::forward(const Tensors& in) {
   if (training_ || !have_running) {
     FG_CHECK(!training_ || count > 1, Shape, type_name_, ": expected more than 1 value per channel when ",
              "training, got input ", to_string(x.shape()));
-    Tensor y = normalize(x, dims, eps);
+    // The batch statistics once (two reductions), then one scale and shift per channel: y = x *
+    // scale + shift is one multiply and one add over x (PyTorch's CPU kernel's form), which compiled
+    // plans fuse with a ReLU that follows, and the running update reuses the statistics.
+    Tensor batch_mean = mean(x, dims, true), batch_var = var(x, dims, true, 0.0);
+    Tensor scale = rsqrt(batch_var + eps), w = param(*this, "weight"), b = param(*this, "bias");
+    if (w.defined()) scale = scale * per_channel(w, x.ndim());
+    Tensor shift = b.defined() ? per_channel(b, x.ndim()) - batch_mean * scale : neg(batch_mean * scale);
     if (training_ && have_running) {
-      Tensor batch = detach(x);
-      Tensor batch_mean = mean(batch, dims, false);
-      update_running_stats(batch_mean, var(batch, dims, false, 1.0));
+      Dims channels{num_features};
+      double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
+      update_running_stats(reshape(detach(batch_mean), channels.vec()),
+                           reshape(detach(batch_var), channels.vec()) * unbiased);
     }
-    return {affine_of(*this, y)};
+    return {x * scale + shift};
   }
   Tensor y = (x - per_channel(*running_mean, x.ndim())) * rsqrt(per_channel(*running_var, x.ndim()) + eps);
   return {affine_of(*this, y)};

@@ -14,19 +14,6 @@ using detail::py_bool;
 using detail::str;
 using detail::uniform_tensor;
 
-Tensor gru_step(const Tensor& gi, const Tensor& gh, const Tensor& h) {
-  Tensors i = chunk(gi, 3, -1), g = chunk(gh, 3, -1);
-  Tensor r = sigmoid(i[0] + g[0]), z = sigmoid(i[1] + g[1]);
-  Tensor n = tanh(i[2] + r * g[2]);
-  return (1.0 - z) * n + z * h;
-}
-
-std::pair<Tensor, Tensor> lstm_step(const Tensor& gi, const Tensor& gh, const Tensor& c) {
-  Tensors g = chunk(gi + gh, 4, -1);
-  Tensor c_next = sigmoid(g[1]) * c + sigmoid(g[0]) * tanh(g[2]);
-  return {sigmoid(g[3]) * tanh(c_next), c_next};
-}
-
 Recurrent::Recurrent(CellKind k, int64_t in, int64_t hidden, int64_t layers, bool b, bool first, double p, bool bidi)
     : Module(k == CellKind::LSTM ? "LSTM" : "GRU"), kind(k), input_size(in), hidden_size(hidden),
       num_layers(layers), bias(b), batch_first(first), dropout(p), bidirectional(bidi) {
@@ -49,16 +36,16 @@ Recurrent::Recurrent(CellKind k, int64_t in, int64_t hidden, int64_t layers, boo
 Tensor Recurrent::run_direction(const Tensor& x, const std::string& suffix, bool reverse, Tensor& h, Tensor& c) const {
   Tensor gi = linear(x, param(*this, "weight_ih" + suffix), param(*this, "bias_ih" + suffix));  // all steps at once
   Tensor w_hh = param(*this, "weight_hh" + suffix), b_hh = param(*this, "bias_hh" + suffix);
-  int64_t steps = x.shape()[0];
-  Tensors outputs(static_cast<size_t>(steps));
-  for (int64_t s = 0; s < steps; ++s) {
-    int64_t t = reverse ? steps - 1 - s : s;
-    Tensor gh = linear(h, w_hh, b_hh);
-    if (kind == CellKind::LSTM) std::tie(h, c) = lstm_step(select(gi, 0, t), gh, c);
-    else h = gru_step(select(gi, 0, t), gh, h);
-    outputs[static_cast<size_t>(t)] = h;
+  int64_t last = reverse ? 0 : x.shape()[0] - 1;
+  if (kind == CellKind::GRU) {
+    Tensor y = gru_sequence(gi, h, w_hh, b_hh, reverse);
+    h = select(y, 0, last);
+    return y;
   }
-  return stack(outputs, 0);
+  Tensors states = lstm_sequence(gi, h, c, w_hh, b_hh, reverse);
+  h = select(states[0], 0, last);
+  c = select(states[1], 0, last);
+  return states[0];
 }
 
 Tensors Recurrent::forward(const Tensors& in) {

@@ -1,6 +1,8 @@
 // Multi-step, multi-layer LSTM and GRU with PyTorch's layout, gate order (i, f, g, o and r, z, n)
 // and parameter names (weight_ih_l0, bias_hh_l1_reverse, ...), so state_dicts exchange with
-// PyTorch. Built from registered ops: every device, autograd through time.
+// PyTorch. Each layer direction is one lstm_sequence / gru_sequence op over every step after one
+// input projection for all steps (ops/rnn.cpp), on every device, with the backward through time
+// as one op.
 #pragma once
 #include <utility>
 
@@ -9,11 +11,6 @@
 namespace fg::nn {
 
 enum class CellKind : uint8_t { LSTM, GRU };
-
-// One step of each cell from the two projections gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh
-// (GRUCell and LSTMCell use them too).
-Tensor gru_step(const Tensor& gi, const Tensor& gh, const Tensor& h);
-std::pair<Tensor, Tensor> lstm_step(const Tensor& gi, const Tensor& gh, const Tensor& c);  // (h', c')
 
 class Recurrent : public Module {
  public:

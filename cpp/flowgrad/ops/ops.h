@@ -149,6 +149,14 @@ Tensor im2col(const Tensor& x, int64_t kh, int64_t kw, int64_t stride, int64_t p
 Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t kw,
               int64_t stride, int64_t padding);
 
+// Recurrent sequences (ops/rnn.cpp), PyTorch's gate order: gi (T, N, 4H or 3H) is x W_ih^T + b_ih of
+// every step, h0 and c0 (N, H) the state before the first step, w_hh (4H or 3H, H), b_hh (4H or 3H)
+// or undefined; `reverse` runs the steps from T - 1 down. LSTM: {h, c} after each step, (T, N, H)
+// each; GRU: h after each step (T, N, H).
+Tensors lstm_sequence(const Tensor& gi, const Tensor& h0, const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh,
+                      bool reverse);
+Tensor gru_sequence(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh, bool reverse);
+
 // composites (built from the ops above; no registry entry of their own)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor dropout(const Tensor& x, double p, bool training);

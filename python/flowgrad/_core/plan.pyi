@@ -6,7 +6,38 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault']
+__all__: list[str] = ['AutogradPlan', 'OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault', 'shape_only', 'trace_gradients']
+class AutogradPlan:
+    """
+    A traced forward and backward cut into a forward plan (which also returns the tensors the backward reads) and a backward plan (output gradients and those tensors in, parameter and input gradients out); each forward run under grad records one autograd node holding the backward plan.
+    """
+    def __init__(self, tracer: Tracer, inputs: collections.abc.Sequence[flowgrad._core.Tensor], outputs: collections.abc.Sequence[flowgrad._core.Tensor], grad_outputs: collections.abc.Sequence[flowgrad._core.Tensor | None], grads: collections.abc.Sequence[flowgrad._core.Tensor | None], names: collections.abc.Sequence[tuple[str, flowgrad._core.Tensor]], watch: collections.abc.Sequence[flowgrad._core.Tensor]) -> None:
+        """
+        Builds both plans from a finished trace whose backward trace_gradients traced: `grad_outputs` and `grads` are what it returned; watched tensors must keep their storage.
+        """
+    def run(self, inputs: collections.abc.Sequence[flowgrad._core.Tensor], wrt: collections.abc.Sequence[flowgrad._core.Tensor]) -> list[flowgrad._core.Tensor]:
+        """
+        Runs the forward plan; under grad mode the differentiable outputs come back attached to one node (grad_fn <CompiledBackward>) whose backward runs the backward plan into the gradients of `wrt` (the tensors traced as wrt: parameters, then the caller's inputs that require grad).
+        """
+    def up_to_date(self) -> bool:
+        """
+        False once a watched tensor's storage was replaced.
+        """
+    @property
+    def backward(self) -> Plan:
+        """
+        The backward plan, or None when no output is differentiable.
+        """
+    @property
+    def forward(self) -> Plan:
+        """
+        The forward plan.
+        """
+    @property
+    def saved(self) -> int:
+        """
+        How many tensors the forward plan hands the backward plan (activations, masks, inputs).
+        """
 class OpLog:
     """
     Testing aid: as a context manager, notes the name of every op this thread runs (eagerly, kernels and all) in `ops`.
@@ -184,4 +215,12 @@ def nvrtc_available() -> tuple[bool, str]:
 def set_fused_fault(stage: str) -> None:
     """
     Testing aid: make the driver reject every fused CUDA kernel from now on, at 'load' (an image that is no module) or 'launch' (a grid of 0 blocks), to exercise the fallback to unfused launches; or launch them on the legacy default stream ('legacy_stream', the bug the capture self-check catches), or drop them silently while a graph is captured ('drop_in_capture': neither run nor counted, caught only because the self-check poisons the arena); 'none' restores.
+    """
+def shape_only(shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], dtype: flowgrad._core.dtype, device: flowgrad._core.device) -> flowgrad._core.Tensor:
+    """
+    A contiguous tensor of this shape whose storage holds no bytes (reading or writing its values raises outside a trace): a plan can be built over it, for its statistics, without the memory (fg.generate's dry_run plans over a KV cache made of them).
+    """
+def trace_gradients(tracer: Tracer, outputs: collections.abc.Sequence[flowgrad._core.Tensor], wrt: collections.abc.Sequence[flowgrad._core.Tensor]) -> tuple[list[flowgrad._core.Tensor | None], list[flowgrad._core.Tensor | None]]:
+    """
+    Inside a trace, after the forward: marks where the backward starts, makes one shape-only gradient per output that is floating and requires grad (None for the others) and traces the gradients of `wrt` from them. Returns (output gradients, gradients of wrt: None where unused).
     """

@@ -1,0 +1,73 @@
+// The gate math of one element j of one batch row, written once for the CPU loops (rnn_cpu.cpp)
+// and the CUDA kernels (rnn_cuda.cu). A row holds the gates side by side: gate k of hidden unit
+// j is at k * H + j. `pre` is the recurrent product h_{t-1} W_hh^T + b_hh of the row; the forward
+// functions overwrite it with the activated gates, which the backward functions read.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/functors.h"
+
+namespace fg::rnn {
+
+// Step k of a sequence loop runs time index at(k); its state comes from the step before(k), or
+// from h0 / c0 for k == 0.
+struct StepOrder {
+  bool reverse;
+  int64_t steps;
+  int64_t at(int64_t k) const { return reverse ? steps - 1 - k : k; }
+  int64_t before(int64_t k) const { return reverse ? steps - k : k - 1; }
+};
+
+template <class T>
+FG_HD void lstm_forward_at(int64_t j, int64_t H, const T* gi, T* pre, const T* c_prev, T* c, T* h) {
+  T i = fn::Sigmoid{}(gi[j] + pre[j]), f = fn::Sigmoid{}(gi[H + j] + pre[H + j]);
+  T g = fn::Tanh{}(gi[2 * H + j] + pre[2 * H + j]), o = fn::Sigmoid{}(gi[3 * H + j] + pre[3 * H + j]);
+  T c_next = f * c_prev[j] + i * g;
+  c[j] = c_next;
+  h[j] = o * fn::Tanh{}(c_next);
+  pre[j] = i, pre[H + j] = f, pre[2 * H + j] = g, pre[3 * H + j] = o;
+}
+
+// dh_carry and dc_carry hold the gradients reaching h_t and c_t from step t + 1; dc_carry is
+// overwritten with c_{t-1}'s (dh_carry's is the GEMM dgates W_hh that follows).
+template <class T>
+FG_HD void lstm_backward_at(int64_t j, int64_t H, const T* dy, const T* dcs, const T* gates, const T* c,
+                            const T* c_prev, const T* dh_carry, T* dc_carry, T* dgates) {
+  T i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
+  T dh = dy[j] + dh_carry[j], tc = fn::Tanh{}(c[j]);
+  T dc = dcs[j] + dc_carry[j] + dh * o * (T(1) - tc * tc);
+  dgates[j] = dc * g * i * (T(1) - i);
+  dgates[H + j] = dc * c_prev[j] * f * (T(1) - f);
+  dgates[2 * H + j] = dc * i * (T(1) - g * g);
+  dgates[3 * H + j] = dh * tc * o * (T(1) - o);
+  dc_carry[j] = dc * f;
+}
+
+template <class T>
+FG_HD void gru_forward_at(int64_t j, int64_t H, const T* gi, T* pre, const T* h_prev, T* ghn, T* h) {
+  T r = fn::Sigmoid{}(gi[j] + pre[j]), z = fn::Sigmoid{}(gi[H + j] + pre[H + j]);
+  T gh_n = pre[2 * H + j];
+  T n = fn::Tanh{}(gi[2 * H + j] + r * gh_n);
+  ghn[j] = gh_n;
+  h[j] = (T(1) - z) * n + z * h_prev[j];
+  pre[j] = r, pre[H + j] = z, pre[2 * H + j] = n;
+}
+
+// dh_carry holds the gradient reaching h_t from step t + 1 and is overwritten with the part of
+// h_{t-1}'s that does not pass through W_hh (dh z); the GEMM dgh W_hh is added to it after.
+template <class T>
+FG_HD void gru_backward_at(int64_t j, int64_t H, const T* dy, const T* gates, const T* ghn, const T* h_prev,
+                           T* dh_carry, T* dgi, T* dgh) {
+  T r = gates[j], z = gates[H + j], n = gates[2 * H + j];
+  T dh = dy[j] + dh_carry[j];
+  T dn = dh * (T(1) - z) * (T(1) - n * n);
+  T dr = dn * ghn[j] * r * (T(1) - r);
+  T dz = dh * (h_prev[j] - n) * z * (T(1) - z);
+  dgi[j] = dgh[j] = dr;
+  dgi[H + j] = dgh[H + j] = dz;
+  dgi[2 * H + j] = dn;
+  dgh[2 * H + j] = dn * r;
+  dh_carry[j] = dh * z;
+}
+
+}  // namespace fg::rnn

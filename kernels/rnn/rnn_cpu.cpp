@@ -1,0 +1,202 @@
+#include "kernels/rnn/rnn.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "flowgrad/base/errors.h"
+#include "flowgrad/base/parallel.h"
+#include "kernels/common/cpu_dispatch.h"
+#include "kernels/linalg/gemm.h"
+#include "kernels/rnn/rnn_cells.h"
+
+namespace fg {
+namespace {
+
+using rnn::StepOrder;
+
+// Batch rows per thread: the gate math is a few exp/tanh polynomials per element (fn::Costly).
+int64_t row_grain(int64_t gate_width) {
+  return std::max<int64_t>(1, kParallelGrain / (fn::Costly::kCost * gate_width));
+}
+
+// pre (N, G) = h (N, H) W (G, H)^T + b (G, broadcast; null: none).
+template <class T>
+void recurrent_product(const KernelEnv& env, DType dtype, const T* h, const T* w, const T* b, T* pre, int64_t N,
+                       int64_t G, int64_t H) {
+  if (!b) return gemm_cpu(env, dtype, false, true, N, G, H, h, H, w, H, pre, G);
+  for (int64_t r = 0; r < N; ++r) std::memcpy(pre + r * G, b, static_cast<size_t>(G) * sizeof(T));
+  gemm_accumulate_cpu(env, dtype, false, true, N, G, H, h, H, w, H, pre, G);
+}
+
+// One batch row each: restrict parameters, so that the loop over hidden units vectorises.
+template <class T>
+FG_CPU_KERNEL void lstm_forward_row(int64_t H, const T* __restrict gi, T* __restrict pre, const T* __restrict c_prev,
+                                    T* __restrict c, T* __restrict h) {
+  for (int64_t j = 0; j < H; ++j) rnn::lstm_forward_at(j, H, gi, pre, c_prev, c, h);
+}
+template <class T>
+FG_CPU_KERNEL void lstm_backward_row(int64_t H, const T* __restrict dy, const T* __restrict dcs,
+                                     const T* __restrict gates, const T* __restrict c, const T* __restrict c_prev,
+                                     const T* __restrict dh_carry, T* __restrict dc_carry, T* __restrict dgates) {
+  for (int64_t j = 0; j < H; ++j) rnn::lstm_backward_at(j, H, dy, dcs, gates, c, c_prev, dh_carry, dc_carry, dgates);
+}
+template <class T>
+FG_CPU_KERNEL void gru_forward_row(int64_t H, const T* __restrict gi, T* __restrict pre, const T* __restrict h_prev,
+                                   T* __restrict ghn, T* __restrict h) {
+  for (int64_t j = 0; j < H; ++j) rnn::gru_forward_at(j, H, gi, pre, h_prev, ghn, h);
+}
+template <class T>
+FG_CPU_KERNEL void gru_backward_row(int64_t H, const T* __restrict dy, const T* __restrict gates,
+                                    const T* __restrict ghn, const T* __restrict h_prev, T* __restrict dh_carry,
+                                    T* __restrict dgi, T* __restrict dgh) {
+  for (int64_t j = 0; j < H; ++j) rnn::gru_backward_at(j, H, dy, gates, ghn, h_prev, dh_carry, dgi, dgh);
+}
+
+template <class T>
+FG_CPU_KERNEL void lstm_forward_rows(int64_t r0, int64_t r1, int64_t H, const T* gi, T* pre, const T* c_prev, T* c,
+                                     T* h) {
+  for (int64_t r = r0; r < r1; ++r)
+    lstm_forward_row(H, gi + r * 4 * H, pre + r * 4 * H, c_prev + r * H, c + r * H, h + r * H);
+}
+template <class T>
+FG_CPU_KERNEL void lstm_backward_rows(int64_t r0, int64_t r1, int64_t H, const T* dy, const T* dcs, const T* gates,
+                                      const T* c, const T* c_prev, const T* dh_carry, T* dc_carry, T* dgates) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * H;
+    lstm_backward_row(H, dy + o, dcs + o, gates + 4 * o, c + o, c_prev + o, dh_carry + o, dc_carry + o, dgates + 4 * o);
+  }
+}
+template <class T>
+FG_CPU_KERNEL void gru_forward_rows(int64_t r0, int64_t r1, int64_t H, const T* gi, T* pre, const T* h_prev, T* ghn,
+                                    T* h) {
+  for (int64_t r = r0; r < r1; ++r)
+    gru_forward_row(H, gi + r * 3 * H, pre + r * 3 * H, h_prev + r * H, ghn + r * H, h + r * H);
+}
+template <class T>
+FG_CPU_KERNEL void gru_backward_rows(int64_t r0, int64_t r1, int64_t H, const T* dy, const T* gates, const T* ghn,
+                                     const T* h_prev, T* dh_carry, T* dgi, T* dgh) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * H;
+    gru_backward_row(H, dy + o, gates + 3 * o, ghn + o, h_prev + o, dh_carry + o, dgi + 3 * o, dgh + 3 * o);
+  }
+}
+
+template <class T>
+void lstm_forward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* gi, const T* h0,
+                        const T* c0, const T* w, const T* b, T* y, T* cs, T* gates) {
+  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
+  for (int64_t k = 0; k < s.steps; ++k) {
+    const int64_t t = order.at(k), prev = order.before(k);
+    const T* h_prev = k ? y + prev * state : h0;
+    const T* c_prev = k ? cs + prev * state : c0;
+    T* pre = gates + t * N * G;
+    recurrent_product(env, dtype, h_prev, w, b, pre, N, G, H);
+    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
+      FG_AT_ISA(lstm_forward_rows<T>(r0, r1, H, gi + t * N * G, pre, c_prev, cs + t * state, y + t * state));
+    });
+  }
+}
+
+template <class T>
+void lstm_backward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* dy, const T* dcs,
+                         const T* gates, const T* cs, const T* c0, const T* w, T* dgates, T* dh0, T* dc0) {
+  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
+  std::fill(dh0, dh0 + state, T(0));  // the carries: zero past the last step
+  std::fill(dc0, dc0 + state, T(0));
+  for (int64_t k = s.steps - 1; k >= 0; --k) {
+    const int64_t t = order.at(k), prev = order.before(k);
+    const T* c_prev = k ? cs + prev * state : c0;
+    T* dg = dgates + t * N * G;
+    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
+      FG_AT_ISA(lstm_backward_rows<T>(r0, r1, H, dy + t * state, dcs + t * state, gates + t * N * G,
+                                      cs + t * state, c_prev, dh0, dc0, dg));
+    });
+    gemm_cpu(env, dtype, false, false, N, H, G, dg, G, w, H, dh0, H);  // h_{t-1}'s gradient
+  }
+}
+
+template <class T>
+void gru_forward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* gi, const T* h0,
+                       const T* w, const T* b, T* y, T* gates, T* ghn) {
+  const int64_t N = s.batch, H = s.hidden, G = 3 * H, state = N * H;
+  for (int64_t k = 0; k < s.steps; ++k) {
+    const int64_t t = order.at(k), prev = order.before(k);
+    const T* h_prev = k ? y + prev * state : h0;
+    T* pre = gates + t * N * G;
+    recurrent_product(env, dtype, h_prev, w, b, pre, N, G, H);
+    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
+      FG_AT_ISA(gru_forward_rows<T>(r0, r1, H, gi + t * N * G, pre, h_prev, ghn + t * state, y + t * state));
+    });
+  }
+}
+
+template <class T>
+void gru_backward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* dy, const T* gates,
+                        const T* ghn, const T* y, const T* h0, const T* w, T* dgi, T* dgh, T* dh0) {
+  const int64_t N = s.batch, H = s.hidden, G = 3 * H, state = N * H;
+  std::fill(dh0, dh0 + state, T(0));
+  for (int64_t k = s.steps - 1; k >= 0; --k) {
+    const int64_t t = order.at(k), prev = order.before(k);
+    const T* h_prev = k ? y + prev * state : h0;
+    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
+      FG_AT_ISA(gru_backward_rows<T>(r0, r1, H, dy + t * state, gates + t * N * G, ghn + t * state, h_prev, dh0,
+                                     dgi + t * N * G, dgh + t * N * G));
+    });
+    gemm_accumulate_cpu(env, dtype, false, false, N, H, G, dgh + t * N * G, G, w, H, dh0, H);
+  }
+}
+
+template <class T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+void lstm_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes s, const void* gi, const void* h0,
+                       const void* c0, const void* w_hh, const void* b_hh, void* y, void* cs, void* gates) {
+  if (s.batch == 0) return;
+  visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
+    using T = decltype(zero);
+    lstm_forward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(gi), as<T>(h0), as<T>(c0), as<T>(w_hh),
+                          as<T>(b_hh), as<T>(y), as<T>(cs), as<T>(gates));
+  });
+}
+
+void lstm_sequence_backward_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes s, const void* dy,
+                                const void* dcs, const void* gates, const void* cs, const void* c0,
+                                const void* w_hh, void* dgates, void* dh0, void* dc0) {
+  if (s.batch == 0) return;
+  visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
+    using T = decltype(zero);
+    lstm_backward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(dy), as<T>(dcs), as<T>(gates), as<T>(cs),
+                           as<T>(c0), as<T>(w_hh), as<T>(dgates), as<T>(dh0), as<T>(dc0));
+  });
+}
+
+void gru_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes s, const void* gi, const void* h0,
+                      const void* w_hh, const void* b_hh, void* y, void* gates, void* ghn) {
+  if (s.batch == 0) return;
+  visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
+    using T = decltype(zero);
+    gru_forward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh),
+                         as<T>(y), as<T>(gates), as<T>(ghn));
+  });
+}
+
+void gru_sequence_backward_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes s, const void* dy,
+                               const void* gates, const void* ghn, const void* y, const void* h0, const void* w_hh,
+                               void* dgi, void* dgh, void* dh0) {
+  if (s.batch == 0) return;
+  visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
+    using T = decltype(zero);
+    gru_backward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(dy), as<T>(gates), as<T>(ghn), as<T>(y),
+                          as<T>(h0), as<T>(w_hh), as<T>(dgi), as<T>(dgh), as<T>(dh0));
+  });
+}
+
+}  // namespace fg
