@@ -98,8 +98,9 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
                     std::make_move_iterator(trace.calls.end()));
   trace.calls.resize(cut);
   back.first_serial = trace.first_serial;
-  back.rng_start = trace.rng_start;
-  back.rng_end = trace.rng_end;
+  // The forward takes the step's counters of the generator; the backward takes none (a dropout
+  // backward reads its saved mask), or each step would move the generator twice as far as eager.
+  back.rng_start = back.rng_end = trace.rng_end;
   back.host_reads = trace.host_reads;
   back.origins = trace.origins;
   back.backward_start = 0;
