@@ -35,7 +35,7 @@ import numpy as np
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from common import SWITCH_GAP, interleaved, machine, save
+from common import SWITCH_GAP, interleaved, machine, save, torch_peer
 
 CASES = [  # (batch, heads, L, S, head dim, causal)
     (16, 4, 64, 64, 32, True), (16, 4, 128, 128, 32, True), (16, 4, 256, 256, 32, True),
@@ -176,11 +176,7 @@ def main():
     args = parser.parse_args()
     if args.cpu_time:
         fg.set_num_threads(1)
-    try:
-        import torch
-        torch.set_num_threads(fg.get_num_threads())
-    except ImportError:
-        torch = None
+    torch = torch_peer()
     if args.sweep:
         raise SystemExit(sweep(args, torch))
     rng = np.random.default_rng(0)

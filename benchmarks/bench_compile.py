@@ -27,7 +27,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import SWITCH_GAP, interleaved, load_average, machine, save, transformer_lm
+from common import SWITCH_GAP, interleaved, load_average, machine, save, torch_peer, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -310,11 +310,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", choices=["chain", "mlp", "transformer"], help="run one case only")
     args = parser.parse_args()
-    try:
-        import torch
-        torch.set_num_threads(fg.get_num_threads())
-    except ImportError:
-        torch = None
+    torch = torch_peer()
     info = machine()
     print(f"machine: {info}")
     results = [chain_per_op(args.rounds)] if args.only in (None, "chain") else []

@@ -20,7 +20,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from bench_compile import D, HEADS, LAYERS, T, VOCAB, flowgrad_model, torch_model
 from bench_attention import cpu_time
-from common import interleaved, load_average, machine, save
+from common import interleaved, load_average, machine, save, torch_peer
 
 
 def data(case, batch):
@@ -116,11 +116,7 @@ def main():
     args = parser.parse_args()
     if args.cpu_time:
         fg.set_num_threads(1)
-    try:
-        import torch
-        torch.set_num_threads(fg.get_num_threads())
-    except ImportError:
-        torch = None
+    torch = torch_peer()
     info = machine()
     print(f"machine: {info}")
     results = []

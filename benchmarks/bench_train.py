@@ -151,12 +151,8 @@ def main():
     if args.child:
         return child(args.child[0], args.child[1], int(args.child[2]))
     import flowgrad as fg
-    from common import machine, save
-    try:
-        import torch
-        torch.set_num_threads(fg.get_num_threads())
-    except ImportError:
-        torch = None
+    from common import machine, save, torch_peer
+    torch = torch_peer()
     info = machine()
     print(f"machine: {info}")
     results = []

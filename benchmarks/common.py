@@ -78,6 +78,17 @@ def interleaved(peers, rounds=7, min_time=0.05, gap=SWITCH_GAP):
     return {name: {"median": statistics.median(values), "samples": values} for name, values in samples.items()}
 
 
+def torch_peer():
+    """PyTorch on flowgrad's thread count, or None when it is not installed (its peer is skipped)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    import flowgrad as fg
+    torch.set_num_threads(fg.get_num_threads())
+    return torch
+
+
 def load_average():
     return round(os.getloadavg()[0], 2)
 
