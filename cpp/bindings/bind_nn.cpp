@@ -13,7 +13,7 @@ using nn::Module;
 namespace {
 
 // A module argument of a container; None and other objects are TypeErrors.
-std::shared_ptr<Module> module_arg(const py::handle& h, const char* container, size_t i) {
+std::shared_ptr<Module> container_child(const py::handle& h, const char* container, size_t i) {
   if (!py::isinstance<Module>(h))
     throw py::type_error(std::string(container) + ": argument " + std::to_string(i) + " must be a Module, got " +
                          Py_TYPE(h.ptr())->tp_name);
@@ -139,7 +139,7 @@ py::object module_getattr(py::object self, const std::string& name) {
 template <class Container>
 void bind_container(py::class_<Container, Module, py::smart_holder>& cls) {
   cls.def("append", [](Container& c, const py::object& m) {
-    c.append(module_arg(m, c.type_name().c_str(), c.named_children().size()));
+    c.append(container_child(m, c.type_name().c_str(), c.named_children().size()));
   }, py::arg("module"), "Adds a module at the end.")
       .def("__len__", [](const Container& c) { return c.named_children().size(); })
       .def("__getitem__", [](const Container& c, int64_t i) {
@@ -351,7 +351,7 @@ void bind_nn(py::module_& m) {
   py::class_<nn::Sequential, Module, py::smart_holder> seq(nn, "Sequential", "Runs modules in order.");
   seq.def(py::init([](py::args modules) {
     auto s = std::make_shared<nn::Sequential>();
-    for (py::handle h : modules) s->append(module_arg(h, "Sequential", s->named_children().size()));
+    for (py::handle h : modules) s->append(container_child(h, "Sequential", s->named_children().size()));
     return s;
   }));
   bind_container(seq);
@@ -359,7 +359,7 @@ void bind_nn(py::module_& m) {
   list.def(py::init([](const py::object& modules) {
     auto l = std::make_shared<nn::ModuleList>();
     if (!modules.is_none())
-      for (py::handle h : modules) l->append(module_arg(h, "ModuleList", l->named_children().size()));
+      for (py::handle h : modules) l->append(container_child(h, "ModuleList", l->named_children().size()));
     return l;
   }), py::arg("modules") = py::none());
   bind_container(list);
