@@ -1,5 +1,6 @@
 """One op stream: an eager step and its compiled plan run the same ops. Half widening (cast ->
-op -> cast) and in-place writes through a temporary (op -> copy_) are ordinary op calls eagerly
+op -> cast), mixed-dtype promotion (cast -> op) and in-place writes through a temporary (op ->
+copy_) are ordinary op calls eagerly
 (ops/decompose.h), so the trace holds them and the plan builder adds nothing of its own. With the
 optional passes off, a plan is its trace less the view ops it folds into layouts."""
 import numpy as np
