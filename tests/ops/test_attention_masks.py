@@ -37,8 +37,9 @@ def attend_and_compare(device, dtype, tol, arrays, mask, causal=False):
     for t in lo:
         t.requires_grad = True
     tm = on(device, fg.tensor(mask).to(dtype))
-    out = F.scaled_dot_product_attention(*lo, attn_mask=tm, is_causal=causal)
-    assert out.grad_fn == "<Flash_attentionBackward>"
+    with fg._core.plan.OpLog() as log:
+        out = F.scaled_dot_product_attention(*lo, attn_mask=tm, is_causal=causal)
+    assert "flash_attention" in log.ops  # the fused op (on the CPU a half call widens into casts around it)
     wide = [fg.tensor(t.float().cpu().numpy().astype(np.float64), requires_grad=True) for t in lo]
     wide_mask = fg.tensor(tm.float().cpu().numpy().astype(np.float64))
     got = out.float().cpu().numpy()

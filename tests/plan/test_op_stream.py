@@ -1,5 +1,6 @@
 """One op stream: an eager step and its compiled plan run the same ops. Half widening (cast ->
-op -> cast) and in-place writes through a temporary (op -> copy_) are ordinary op calls eagerly
+op -> cast), mixed-dtype promotion (cast -> op) and in-place writes through a temporary (op ->
+copy_) are ordinary op calls eagerly
 (ops/decompose.h), so the trace holds them and the plan builder adds nothing of its own. With the
 optional passes off, a plan is its trace less the view ops it folds into layouts."""
 import numpy as np
@@ -53,3 +54,63 @@ def test_the_op_log_sees_the_rewrites_and_only_its_own_thread():
     # tanh has no half kernel: widened; add_ on a transposed target: through a temporary
     assert log.ops == ["cast", "tanh", "cast", "permute", "full", "contiguous", "add_", "copy_"]
     np.testing.assert_array_equal(t.numpy(), np.ones((6, 4), np.float32))
+
+
+class Step(nn.Module):
+    """A half training step as mixed precision runs one: float32 parameters, autocast to `dtype`
+    inside. A uint8 tensor added to the half input, a masked attention (an additive float32 mask)
+    and a layer norm with float32 parameters on a half input are mixed-dtype calls that Promote and
+    Widen turn into casts, in the forward, the backward and the update alike."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        fg.manual_seed(0)
+        self.dtype = dtype
+        self.proj = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x, pos, mask):
+        with fg.autocast("cpu", dtype=self.dtype):
+            h = x + pos  # half + uint8
+            q, k, v = self.proj(h).chunk(3, -1)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.head(F.layer_norm(a, (8,), self.norm.weight, self.norm.bias))
+
+
+@pytest.mark.parametrize("dtype", [fg.bfloat16, fg.float16])
+def test_an_eager_half_training_step_and_its_plan_run_the_same_ops(dtype, monkeypatch):
+    monkeypatch.setenv("FLOWGRAD_PLAN_SKIP", NO_PASSES)
+    x = (fg.randn(2, 4, 8) * 0.5).to(dtype)
+    pos = fg.tensor((np.arange(32).reshape(4, 8) % 3).astype(np.uint8))
+    mask = fg.tensor(np.triu(np.full((4, 4), -1e4, np.float32), 1))
+    y = fg.tensor(np.arange(8).reshape(2, 4) % 5)
+
+    def loss_fn(out, target):
+        return F.cross_entropy(out.float().reshape(-1, 5), target.reshape(-1))
+
+    eager, compiled = Step(dtype), Step(dtype)
+    opt_e = fg.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = fg.optim.SGD(compiled.parameters(), lr=0.1)
+    for model, opt in ((eager, opt_e), (compiled, opt_c)):  # a first step makes the optimizer's tensors
+        loss_fn(model(x, pos, mask), y).backward()
+        opt.step()
+        opt.zero_grad()
+    step = fg.compile(compiled, loss_fn, opt_c, example_inputs=(x, pos, mask, y))
+    with fg._core.plan.OpLog() as log:
+        loss = loss_fn(eager(x, pos, mask), y)
+        loss.backward()
+        opt_e.step()
+    eager_ops = [op for op in log.ops if op not in VIEWS]
+    rows = step.ir()
+    planned = [r["op"] for r in rows]
+    assert planned == eager_ops
+    for op in ("flash_attention", "flash_attention_backward", "layer_norm", "norm_backward", "sgd_update_multi"):
+        assert op in eager_ops, op
+    # Widen casts the half input, Promote the uint8 one: the add's kernel gets two float32 operands
+    assert planned[:3] == ["cast", "cast", "add"] and rows[2]["dtype"] == "float32"
+    # flash attention has half kernels on CUDA only: on the CPU its half call runs widened
+    assert {r["dtype"] for r in rows if r["op"].startswith("flash_attention")} == {"float32"}
+    assert step(x, pos, mask, y).item() == loss.item()
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=name)

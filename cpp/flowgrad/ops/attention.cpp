@@ -70,6 +70,21 @@ const char* fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 DType accumulation_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
 
+// Promote: an additive (floating) mask at input `MaskAt` in the scores' dtype, the accumulation
+// dtype of q (input `QAt`); a bool mask as it is. The backward ops also take the `Operands` (bits:
+// dout and out) in q's dtype; for a half q, whose scores are float32, those first (the call with
+// them cast comes back here for the mask).
+template <size_t QAt, size_t MaskAt, uint32_t Operands = 0>
+Promotion attention_promotion(TensorList in, const Specs&, const Attrs&) {
+  const DType q = in[QAt].dtype(), scores = accumulation_dtype(q);
+  const uint32_t mask = in.size() > MaskAt && in[MaskAt].dtype() != DType::Bool ? 1u << MaskAt : 0u;
+  if constexpr (Operands != 0) {
+    if (scores == q) return {q, Operands | mask};
+    if (promotes({q, Operands}, in)) return {q, Operands};
+  }
+  return {scores, mask};
+}
+
 // ---- flash_attention: (q, k, v[, mask]) -> (out, stats); attrs scale, causal ----
 // seq_major: the op's tensors of shape (..., H, L, E) are stored (..., L, H, E), as the head permute
 // `x.view(B, T, H, E).transpose(1, 2)` of a (B, T, H * E) activation: the op computes through
@@ -101,8 +116,8 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
           v.shape().back(), attrs.f("scale"), attrs.b("causal")};
 }
 
-// The mask (when defined) in the kernels' dtype with its broadcast strides over (batch..., L, S);
-// `data` keeps a converted copy alive.
+// The mask (when defined: bool, or additive in q's accumulation dtype, Promote) with its broadcast
+// strides over (batch..., L, S); `data` keeps a contiguous copy alive.
 struct MaskArg {
   AttentionMask mask;
   Tensor data;
@@ -111,7 +126,8 @@ MaskArg mask_arg(const KernelEnv& env, const Tensor& q, const Tensor& m, int64_t
   MaskArg a;
   if (!m.defined()) return a;
   bool is_bool = m.dtype() == DType::Bool;
-  a.data = raw::contiguous(env, is_bool ? m : raw::converted(env, m, accumulation_dtype(q.dtype())));
+  FG_ASSERT(is_bool || m.dtype() == accumulation_dtype(q.dtype()));
+  a.data = raw::contiguous(env, m);
   a.mask.kind = is_bool ? MaskKind::Bool : MaskKind::Additive;
   a.mask.data = a.data.data_ptr();
   int full = q.ndim(), lead = full - m.ndim();
@@ -129,27 +145,22 @@ MaskArg mask_arg(const KernelEnv& env, const Tensor& q, const Tensor& m, int64_t
   return a;
 }
 
-// out[i] itself when it has the compute dtype, else a temporary that finish() copies back.
-Tensor compute_target(const KernelEnv& env, const Tensor& out, DType dtype) {
-  return out.dtype() == dtype ? out : Tensor::temporary(env, out.shape(), dtype, out.device());
-}
-void finish(const KernelEnv& env, const Tensor& out, const Tensor& target) {
-  if (target.data_ptr() != out.data_ptr()) raw::copy_into(env, out, target);
-}
-
 // ---- CPU: the kernels read and write strided views (attention.h, AttentionOperands) ----
+// They compute in float32 or float64: a half call on the CPU is widened into ops before
+// (kHalfWidenedOnCpu), so every operand and output has the compute dtype.
 struct CpuCall {
   DType dtype;
   AttentionShape shape;
   MaskArg mask;
   AttentionOperands x;
-  const KernelEnv* env = nullptr;  // the call's: converted copies come from its scratch
-  Tensors keep;   // converted or contiguous copies, alive for the call
+  const KernelEnv* env = nullptr;  // the call's: contiguous copies come from its scratch
+  Tensors keep;   // contiguous copies, alive for the call
 
-  // t (..., rows, cols) as the kernels see it: t's own memory when it has the compute dtype, unit
-  // column stride and rows at least a row apart (BLAS's leading dimension), else a copy.
+  // t (..., rows, cols) as the kernels see it: t's own memory when it has unit column stride and
+  // rows at least a row apart (BLAS's leading dimension), else a copy.
   AttentionOperand operand(const Tensor& t) {
-    Tensor m = raw::converted(*env, t, dtype);
+    FG_ASSERT(t.dtype() == dtype);
+    Tensor m = t;
     int n = m.ndim();
     int64_t rows = m.shape()[n - 2], cols = m.shape()[n - 1];
     bool unit_cols = cols <= 1 || m.strides()[n - 1] == 1, apart = rows <= 1 || m.strides()[n - 2] >= cols;
@@ -190,10 +201,8 @@ Tensor heads_major_raw(const Tensor& t, const Attrs& attrs) {
 void forward_cpu(const KernelEnv& env, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensors& out,
                  const Attrs& attrs) {
   CpuCall c = cpu_call(env, q, k, v, mask, attrs);
-  Tensor o = compute_target(env, out[0], c.dtype);
-  c.x.out = c.operand(heads_major_raw(o, attrs));
+  c.x.out = c.operand(heads_major_raw(out[0], attrs));
   attention_forward_cpu(env, c.dtype, c.shape, c.mask.mask, c.x, out[1].data_ptr());  // stats: this op's own
-  finish(env, out[0], o);
 }
 void flash_attention_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   forward_cpu(env, in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), out, attrs);
@@ -217,12 +226,8 @@ void backward_cpu(const KernelEnv& env, const Tensor& dout, const Tensor& q, con
 }
 
 void flash_attention_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  DType dtype = accumulation_dtype(in[1].dtype());
-  Tensor dq = compute_target(env, out[0], dtype), dk = compute_target(env, out[1], dtype);
-  Tensor dv = compute_target(env, out[2], dtype);
   backward_cpu(env, in[0], in[1], in[2], in[3], in[4], in[5], in.size() > 6 ? in[6] : Tensor(),
-               {heads_major_raw(dq, attrs), heads_major_raw(dk, attrs), heads_major_raw(dv, attrs)}, attrs);
-  finish(env, out[0], dq), finish(env, out[1], dk), finish(env, out[2], dv);
+               {heads_major_raw(out[0], attrs), heads_major_raw(out[1], attrs), heads_major_raw(out[2], attrs)}, attrs);
 }
 
 // ---- flash_attention_packed: (qkv[, mask]) -> (out, stats); attrs scale, causal, heads ----
@@ -257,18 +262,20 @@ void flash_attention_packed_cpu(const KernelEnv& env, TensorList in, const Tenso
 Specs flash_attention_packed_backward_shape(TensorList in, const Attrs&) { return {{in[1].shape(), in[1].dtype()}}; }
 void flash_attention_packed_backward_cpu(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   int64_t heads = attrs.i("heads");
-  Tensor dqkv = compute_target(env, out[0], accumulation_dtype(in[1].dtype()));
+  const Tensor& dqkv = out[0];
   auto part = [&](const Tensor& t, int i) { return packed_part(t, i, heads); };
   backward_cpu(env, in[0], part(in[1], 0), part(in[1], 1), part(in[1], 2), in[2], in[3], in.size() > 4 ? in[4] : Tensor(),
                {part(dqkv, 0), part(dqkv, 1), part(dqkv, 2)}, attrs);
-  finish(env, out[0], dqkv);
 }
 
 #if defined(FLOWGRAD_HAVE_CUDA)
-// ---- CUDA: contiguous operands in the kernels' dtype ----
+// ---- CUDA: contiguous operands (of q's dtype, Promote) ----
 Tensors contiguous_operands(const KernelEnv& env, TensorList in, size_t count, DType dtype) {
   Tensors x;
-  for (size_t i = 0; i < count; ++i) x.push_back(raw::contiguous(env, raw::converted(env, in[i], dtype)));
+  for (size_t i = 0; i < count; ++i) {
+    FG_ASSERT(in[i].dtype() == dtype);  // Promote
+    x.push_back(raw::contiguous(env, in[i]));
+  }
   return x;
 }
 
@@ -306,8 +313,8 @@ void flash_attention_backward_cuda(const KernelEnv& env, TensorList in, const Te
 
 const OpDef k_flash_attention_backward{
     .id = OpId::flash_attention_backward, .name = "flash_attention_backward", .family = Family::NN,
-    .flags = kHalfNative,
-    .shape_rule = flash_attention_backward_shape,
+    .flags = kHalfNative | kHalfWidenedOnCpu,
+    .shape_rule = flash_attention_backward_shape, .promotion = attention_promotion<1, 6, 0b10001u>,
     .cpu = flash_attention_backward_cpu, .cuda = FG_CUDA(flash_attention_backward_cuda),
     .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
 
@@ -355,8 +362,9 @@ Tensors flash_attention_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_flash_attention{
-    .id = OpId::flash_attention, .name = "flash_attention", .family = Family::NN, .flags = kHalfNative,
-    .shape_rule = flash_attention_shape, .cpu = flash_attention_cpu,
+    .id = OpId::flash_attention, .name = "flash_attention", .family = Family::NN,
+    .flags = kHalfNative | kHalfWidenedOnCpu, .shape_rule = flash_attention_shape,
+    .promotion = attention_promotion<0, 3>, .cpu = flash_attention_cpu,
     .cuda = FG_CUDA(flash_attention_cuda), .backward = flash_attention_backward,
     .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 3};
 
@@ -373,7 +381,8 @@ Tensors packed_heads(const Tensor& qkv, int64_t heads) {
 
 const OpDef k_flash_attention_packed_backward{
     .id = OpId::flash_attention_packed_backward, .name = "flash_attention_packed_backward",
-    .family = Family::NN, .flags = kHalfNative, .shape_rule = flash_attention_packed_backward_shape,
+    .family = Family::NN, .shape_rule = flash_attention_packed_backward_shape,
+    .promotion = attention_promotion<1, 4, 0b101u>,
     .cpu = flash_attention_packed_backward_cpu,
     .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
     .not_differentiable = "first-order gradients only; second order differentiates the composite rule"};
@@ -396,7 +405,7 @@ Tensors flash_attention_packed_backward(const BackwardCtx& c) {
 
 const OpDef k_flash_attention_packed{
     .id = OpId::flash_attention_packed, .name = "flash_attention_packed", .family = Family::NN,
-    .flags = kHalfNative, .shape_rule = flash_attention_packed_shape, .cpu = flash_attention_packed_cpu,
+    .shape_rule = flash_attention_packed_shape, .promotion = attention_promotion<0, 1>, .cpu = flash_attention_packed_cpu,
     .cuda_missing = "a CPU layout: on cuda scaled_dot_product_attention_packed runs flash_attention",
     .backward = flash_attention_packed_backward, .saved = Saved::InputsAndOutputs, .nondiff_inputs = 1u << 1};
 

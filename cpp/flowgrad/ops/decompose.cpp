@@ -1,6 +1,10 @@
 // Dispatch-level rewrites (decompose.h), as PyTorch's decompositions: each emits ordinary op calls.
 //   Widen:          an op without half kernels on float16/bfloat16 inputs runs as
 //                   cast(float32) -> op -> cast(back).
+//   Promote:        a mixed-dtype call (int + float, a float32 norm weight on a float64 input, an
+//                   additive mask, a scatter source) runs as cast(compute dtype) of the inputs the
+//                   op's Promotion names -> op: the kernel gets its compute dtype and converts
+//                   nothing; the gradient of each cast input comes back in its own dtype.
 //   InPlaceViaTemp: an in-place op whose target it cannot write directly runs on a contiguous
 //                   temporary of the compute dtype, then copy_ writes the target (any layout, any
 //                   dtype); an input overlapping the target is read before copy_ writes.
@@ -47,7 +51,18 @@ bool overlaps(const OpDef& op, const Tensor& target, const Tensor& t) {
 }  // namespace
 
 bool widens(const OpDef& op, TensorList in) {
-  return !(op.flags & kHalfNative) && !op.in(Group::View) && any_half(in);
+  if ((op.flags & kHalfNative) && !(op.flags & kHalfWidenedOnCpu)) return false;  // the common case: one test
+  return !op.in(Group::View) && any_half(in) && !half_native(op, in[0].device());
+}
+
+Tensors run_promoted(const OpDef& op, TensorList in, const Attrs& attrs, const Promotion& p) {
+  AutocastScope off({});
+  Tensors args = in.vec();
+  for (uint32_t bits = p.inputs; bits; bits &= bits - 1) {
+    Tensor& t = args[static_cast<size_t>(__builtin_ctz(bits))];
+    if (t.dtype() != p.dtype) t = cast(t, p.dtype);
+  }
+  return run_op(op, std::move(args), attrs);
 }
 
 Tensors run_widened(const OpDef& op, TensorList in, const Attrs& attrs, const Specs& specs) {

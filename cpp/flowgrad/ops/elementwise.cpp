@@ -26,20 +26,24 @@ Specs unary_shape(TensorList in, const Attrs&) {
   return {{in[0].shape(), in_group(op, Group::FloatOnly) ? float_result(dt) : dt}};
 }
 
-// One wrapper per kernel family and device: Run is the CPU or the CUDA entry point.
+// A float-only function of an integer or bool input computes in its float result (Promote).
+Promotion unary_promotion(TensorList, const Specs& specs, const Attrs&) { return {specs[0].dtype, 1u}; }
+
+// One wrapper per kernel family and device: Run is the CPU or the CUDA entry point. The input has
+// the output's dtype (Promote).
 template <UnaryFn Fn, decltype(&unary_cpu) Run>
 void unary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
-  Tensor x = raw::converted(env, in[0], out[0].dtype());
+  const Tensor& x = in[0];
+  FG_ASSERT(x.dtype() == out[0].dtype());
   double lo = Fn == UnaryFn::Clamp ? attrs.f("min") : kNaN;
   double hi = Fn == UnaryFn::Clamp ? attrs.f("max") : kNaN;
   Run(env, Fn, out[0].dtype(), raw::strided_over<2>(out[0].shape(), {&out[0], &x}), lo, hi);
 }
 
-// Prepared launch (compiled plans): views, dtype and clamp bounds fixed once. A call that casts
-// its input gets none: the plain kernel converts on every call.
+// Prepared launch (compiled plans): views, dtype and clamp bounds fixed once.
 template <UnaryFn Fn, decltype(&unary_cpu) Run>
 Launch unary_prepare(TensorList in, const Tensors& out, const Attrs& attrs) {
-  if (in[0].dtype() != out[0].dtype()) return {};
+  FG_ASSERT(in[0].dtype() == out[0].dtype());
   struct Args {
     DType dtype;
     Strided<2> s;  // (out, x)
@@ -153,17 +157,25 @@ Specs binary_shape(TensorList in, const Attrs&) {
   return {{shape, in_group(op_of(Fn), Group::Comparison) ? DType::Bool : dt}};
 }
 
+// Both inputs in the compute dtype (a comparison's result is bool, so not the output's).
+template <BinaryFn Fn>
+Promotion binary_promotion(TensorList in, const Specs& specs, const Attrs&) {
+  if constexpr (in_group(op_of(Fn), Group::Comparison)) return {compute_dtype(Fn, in[0], in[1]), 3u};
+  return {specs[0].dtype, 3u};
+}
+
+// The inputs have the compute dtype (Promote): input 0's.
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
 void binary_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
-  DType dt = compute_dtype(Fn, in[0], in[1]);
-  Tensor a = raw::converted(env, in[0], dt), b = raw::converted(env, in[1], dt);
-  Run(env, Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &a, &b}));
+  DType dt = in[0].dtype();
+  FG_ASSERT(in[1].dtype() == dt);
+  Run(env, Fn, dt, raw::strided_over<3>(out[0].shape(), {&out[0], &in[0], &in[1]}));
 }
 
 template <BinaryFn Fn, decltype(&binary_cpu) Run>
 Launch binary_prepare(TensorList in, const Tensors& out, const Attrs&) {
-  DType dt = compute_dtype(Fn, in[0], in[1]);
-  if (in[0].dtype() != dt || in[1].dtype() != dt) return {};
+  DType dt = in[0].dtype();
+  FG_ASSERT(in[1].dtype() == dt);
   struct Args {
     DType dtype;
     Strided<3> s;  // (out, a, b)
@@ -220,7 +232,7 @@ using BackwardRule = Tensors (*)(const BackwardCtx&);
 template <UnaryFn Fn>
 constexpr OpDef unary_def(BackwardRule backward, Saved saved, const char* not_differentiable) {
   return {.id = op_of(Fn), .name = op_name(op_of(Fn)).data(), .family = Family::Unary,
-          .shape_rule = unary_shape<Fn>, .cpu = unary_kernel<Fn, unary_cpu>,
+          .shape_rule = unary_shape<Fn>, .promotion = unary_promotion, .cpu = unary_kernel<Fn, unary_cpu>,
           .cuda = FG_CUDA((unary_kernel<Fn, unary_cuda>)), .backward = backward,
           .not_differentiable = not_differentiable, .saved = saved, .prepare_cpu = unary_prepare<Fn, unary_cpu>,
           .prepare_cuda = FG_CUDA((unary_prepare<Fn, unary_cuda>)), .functor = static_cast<int>(Fn)};
@@ -228,7 +240,7 @@ constexpr OpDef unary_def(BackwardRule backward, Saved saved, const char* not_di
 template <BinaryFn Fn>
 constexpr OpDef binary_def(BackwardRule backward, Saved saved, const char* not_differentiable) {
   return {.id = op_of(Fn), .name = op_name(op_of(Fn)).data(), .family = Family::Binary,
-          .shape_rule = binary_shape<Fn>, .cpu = binary_kernel<Fn, binary_cpu>,
+          .shape_rule = binary_shape<Fn>, .promotion = binary_promotion<Fn>, .cpu = binary_kernel<Fn, binary_cpu>,
           .cuda = FG_CUDA((binary_kernel<Fn, binary_cuda>)), .backward = backward,
           .not_differentiable = not_differentiable, .saved = saved, .prepare_cpu = binary_prepare<Fn, binary_cpu>,
           .prepare_cuda = FG_CUDA((binary_prepare<Fn, binary_cuda>)), .functor = static_cast<int>(Fn)};
@@ -252,11 +264,13 @@ Specs where_shape(TensorList in, const Attrs&) {
                                 in[2].shape(), "where");
   return {{shape, promote(in[1].dtype(), in[2].dtype())}};
 }
+// The two value inputs in the result's dtype.
+Promotion where_promotion(TensorList, const Specs& specs, const Attrs&) { return {specs[0].dtype, 6u}; }
 template <decltype(&where_cpu) Run>
 void where_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   DType dt = out[0].dtype();
-  Tensor a = raw::converted(env, in[1], dt), b = raw::converted(env, in[2], dt);
-  Run(env, dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &a, &b}));
+  FG_ASSERT(in[1].dtype() == dt && in[2].dtype() == dt);
+  Run(env, dt, raw::strided_over<4>(out[0].shape(), {&out[0], &in[0], &in[1], &in[2]}));
 }
 Tensors where_backward(const BackwardCtx& c) {
   const Tensor &cond = c.inputs[0], &g = c.grads[0];
@@ -265,7 +279,7 @@ Tensors where_backward(const BackwardCtx& c) {
           sum_to(where(cond, zero, g), c.input_specs[2].shape)};
 }
 const OpDef k_where{.id = OpId::where, .name = "where", .family = Family::Ternary, .flags = kHalfNative,
-                    .shape_rule = where_shape, .cpu = where_kernel<where_cpu>,
+                    .shape_rule = where_shape, .promotion = where_promotion, .cpu = where_kernel<where_cpu>,
                     .cuda = FG_CUDA(where_kernel<where_cuda>), .backward = where_backward,
                     .saved = Saved::Inputs, .nondiff_inputs = 1u};
 

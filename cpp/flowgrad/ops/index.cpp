@@ -54,6 +54,8 @@ Specs scatter_add_shape(TensorList in, const Attrs& attrs) {
            " must have the index's shape ", to_string(index.shape()));
   return {{x.shape(), promote(x.dtype(), src.dtype())}};
 }
+// scatter_add, index_add: the input and the source in the result's dtype (Promote).
+Promotion source_promotion(TensorList, const Specs& specs, const Attrs&) { return {specs[0].dtype, 5u}; }
 template <decltype(&scatter_add_cpu) Run>
 void scatter_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& y = out[0];
@@ -61,7 +63,7 @@ void scatter_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out,
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "scatter_add", ScalarDim::AsSingleElement);
   int64_t d = y.ndim() ? y.shape()[dim] : 1;
   Tensor idx = raw::checked_index(env, in[1], d, "scatter_add", dim);
-  Tensor src = raw::contiguous(env, raw::converted(env, in[2], y.dtype()));
+  Tensor src = raw::contiguous(env, in[2]);
   int64_t n = idx.ndim() ? idx.shape()[dim] : 1;
   Run(env, y.dtype(), src.data_ptr(), idx.data<int64_t>(), raw::span(y.shape(), 0, dim), d, n,
                   raw::span(y.shape(), dim + 1, y.ndim()), y.data_ptr());
@@ -71,7 +73,7 @@ Tensors scatter_add_backward(const BackwardCtx& c) {
   return {g, Tensor(), c.needs_grad[2] ? gather(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
 const OpDef k_scatter_add{.id = OpId::scatter_add, .name = "scatter_add", .family = Family::Index,
-                          .shape_rule = scatter_add_shape, .cpu = scatter_add_kernel<scatter_add_cpu>,
+                          .shape_rule = scatter_add_shape, .promotion = source_promotion, .cpu = scatter_add_kernel<scatter_add_cpu>,
                           .cuda = FG_CUDA(scatter_add_kernel<scatter_add_cuda>),
                           .backward = scatter_add_backward, .saved = Saved::Inputs,
                           .nondiff_inputs = 2u};
@@ -123,7 +125,7 @@ void index_add_kernel(const KernelEnv& env, TensorList in, const Tensors& out, c
   raw::copy_into(env, y, in[0]);
   int dim = wrap_dim(attrs.i("dim"), y.ndim(), "index_add");
   Tensor idx = raw::checked_index(env, in[1], y.shape()[dim], "index_add", dim);
-  Tensor src = raw::contiguous(env, raw::converted(env, in[2], y.dtype()));
+  Tensor src = raw::contiguous(env, in[2]);
   int64_t outer = raw::span(y.shape(), 0, dim), inner = raw::span(y.shape(), dim + 1, y.ndim());
 #if defined(FLOWGRAD_HAVE_CUDA)
   if (y.device().is_cuda()) {
@@ -141,7 +143,7 @@ Tensors index_add_backward(const BackwardCtx& c) {
   return {g, Tensor(), c.needs_grad[2] ? index_select(g, c.attrs.i("dim"), c.inputs[1]) : Tensor()};
 }
 const OpDef k_index_add{.id = OpId::index_add, .name = "index_add", .family = Family::Index,
-                        .shape_rule = index_add_shape,
+                        .shape_rule = index_add_shape, .promotion = source_promotion,
                         .cpu = index_add_kernel, .cuda = FG_CUDA(index_add_kernel),
                         .backward = index_add_backward, .saved = Saved::Inputs, .nondiff_inputs = 2u};
 

@@ -71,7 +71,8 @@ void masked_fill_kernel(const KernelEnv& env, TensorList in, const Tensors& out,
   const Tensor& y = out[0];
   Tensor value = Tensor::temporary(env, Dims{}, y.dtype(), y.device());
   raw::fill(env, value, attrs.f("value"));
-  Tensor x = raw::converted(env, in[0], y.dtype());
+  const Tensor& x = in[0];  // of y's dtype: a target of another is written through a temporary
+  FG_ASSERT(x.dtype() == y.dtype());
   Run(env, y.dtype(), raw::strided_over<4>(y.shape(), {&y, &in[1], &value, &x}));
 }
 Tensors masked_fill_backward(const BackwardCtx& c) {
@@ -93,6 +94,8 @@ Specs index_put_shape(TensorList in, const Attrs&) {
            " cannot be broadcast to the indexed shape ", to_string(positions.shape()));
   return same_as_target(in, {});
 }
+// The value in the target's dtype (Promote); the kernel still broadcasts it to the positions.
+Promotion index_put_promotion(TensorList, const Specs& specs, const Attrs&) { return {specs[0].dtype, 4u}; }
 template <decltype(&index_put_cpu) Run>
 void index_put_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs&) {
   const Tensor& y = out[0];  // contiguous (run_op's in-place rule)
@@ -113,7 +116,7 @@ Tensors index_put_backward(const BackwardCtx& c) {
   return grads;
 }
 const OpDef k_index_put_{.id = OpId::index_put_, .name = "index_put_", .family = Family::Index, .flags = kHalfNative,
-                         .shape_rule = index_put_shape, .cpu = index_put_kernel<index_put_cpu>,
+                         .shape_rule = index_put_shape, .promotion = index_put_promotion, .cpu = index_put_kernel<index_put_cpu>,
                          .cuda = FG_CUDA(index_put_kernel<index_put_cuda>), .backward = index_put_backward,
                          .saved = Saved::Inputs, .nondiff_inputs = 2u};
 

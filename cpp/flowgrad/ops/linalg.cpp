@@ -80,25 +80,27 @@ int64_t batch_offset(const Tensor& t, const Dims& out_shape, int64_t bi) {
   return stride;
 }
 
-// Gemm multiplies one matrix; Batched (CUDA) a uniformly strided batch in one call. The CPU
-// multiplies float16/bfloat16 as float32 copies (exact products, float32 sums); cuBLAS reads
-// them directly and accumulates in float32.
+// The products' operands (matmul, linear) in the result's dtype (Promote).
+Promotion operands_promotion(TensorList in, const Specs& specs, const Attrs&) {
+  return {specs[0].dtype, (1u << in.size()) - 1};
+}
+
+// Gemm multiplies one matrix; Batched (CUDA) a uniformly strided batch in one call. The operands
+// have the result's dtype (Promote). cuBLAS reads float16/bfloat16 directly and accumulates in
+// float32; the CPU GEMMs multiply float32 and wider, so a half call on the CPU runs as
+// cast(float32) -> matmul -> cast(back) (kHalfWidenedOnCpu, Widen): the same exact products and
+// float32 sums as converting inside the kernel, but as ops that autograd and plans see, and the
+// float32 copies are what the kernel would have had to materialise anyway (OpenBLAS and the
+// AVX-512 GEMM read no halves).
 template <decltype(&gemm_cpu) Gemm, BatchedGemm Batched = nullptr>
 void matmul_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& c = out[0];
   DType dt = c.dtype();
-  if constexpr (Batched == nullptr) {
-    if (is_half(dt)) {
-      Tensor wide = Tensor::temporary(env, c.shape(), DType::Float32, c.device());
-      matmul_kernel<Gemm>(env, {raw::converted(env, in[0], DType::Float32), raw::converted(env, in[1], DType::Float32)}, Tensors{wide}, attrs);
-      raw::copy_into(env, c, wide);
-      return;
-    }
-  }
+  FG_ASSERT(in[0].dtype() == dt && in[1].dtype() == dt && (Batched != nullptr || !is_half(dt)));
   bool ta, tb;
   int64_t lda, ldb;
-  Tensor a = blas_operand(env, raw::converted(env, in[0], dt), &ta, &lda);
-  Tensor b = blas_operand(env, raw::converted(env, in[1], dt), &tb, &ldb);
+  Tensor a = blas_operand(env, in[0], &ta, &lda);
+  Tensor b = blas_operand(env, in[1], &tb, &ldb);
   int n = c.ndim();
   int64_t M = c.shape()[n - 2], N = c.shape()[n - 1], K = a.shape()[a.ndim() - 1];
   int64_t batches = raw::span(c.shape(), 0, n - 2);
@@ -133,7 +135,8 @@ Tensors matmul_backward(const BackwardCtx& c) {
 }
 
 const OpDef k_matmul{.id = OpId::matmul, .name = "matmul", .family = Family::Linalg,
-                     .flags = kHalfNative, .shape_rule = matmul_shape,
+                     .flags = kHalfNative | kHalfWidenedOnCpu, .shape_rule = matmul_shape,
+                     .promotion = operands_promotion,
                      .cpu = matmul_kernel<gemm_cpu>, .cuda = FG_CUDA((matmul_kernel<gemm_cuda, gemm_batched_cuda>)),
                      .backward = matmul_backward, .saved = Saved::Inputs};
 
@@ -248,27 +251,20 @@ template <decltype(&gemm_cpu) Gemm, decltype(&gemm_cpu) Accumulate, decltype(&un
           decltype(&binary_cpu) Binary, int Act>
 void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
   const Tensor& result = out[0];
-  DType dt = result.dtype();
-  if (Gemm == &gemm_cpu && is_half(dt)) {  // the CPU multiplies halves as float32 copies
-    Tensors wide;
-    for (const Tensor& o : out) wide.push_back(Tensor::temporary(env, o.shape(), DType::Float32, o.device()));
-    Tensors args;
-    for (const Tensor& t : in) args.push_back(raw::converted(env, t, DType::Float32));
-    linear_kernel<Gemm, Accumulate, Unary, Binary, Act>(env, args, wide, attrs);
-    for (size_t i = 0; i < out.size(); ++i) raw::copy_into(env, out[i], wide[i]);
-    return;
-  }
+  DType dt = result.dtype();  // of every input (Promote); never half on the CPU (Widen: see matmul_kernel)
+  for (const Tensor& t : in) FG_ASSERT(t.dtype() == dt);
+  FG_ASSERT(Gemm != &gemm_cpu || !is_half(dt));
   const Tensor& y = out.size() > 1 ? out[1] : out[0];  // the product before the activation
   const bool derivative = Act >= 0 && out.size() > 1 && attrs.b("keep_derivative");  // y then ends as act'(y)
   int64_t N = in[1].shape()[0], K = in[1].shape()[1], M = raw::span(y.shape(), 0, y.ndim() - 1);
   const bool bias = in.size() > 2;
-  const Tensor bias_values = bias ? raw::converted(env, in[2], dt) : Tensor();
+  const Tensor bias_values = bias ? in[2] : Tensor();
   bool fused = false;  // the bias and the activation ran in the GEMM's store
   if (K == 0 || M == 0 || N == 0) {  // nothing to multiply: the bias, or zeros
     if (bias) raw::copy_into(env, y, bias_values);
     else if (y.numel() > 0) raw::fill(env, y, 0.0);
   } else {
-    Tensor x = raw::converted(env, in[0], dt), w = raw::converted(env, in[1], dt);
+    const Tensor &x = in[0], &w = in[1];
     bool ta, tb;
     int64_t lda, ldb;
     Tensor a = blas_operand(env, as_rows(env, x, M), &ta, &lda);
@@ -316,8 +312,9 @@ Tensors linear_backward(const BackwardCtx& c) {
   return grads;
 }
 
-const OpDef k_linear{.id = OpId::linear, .name = "linear", .family = Family::Linalg, .flags = kHalfNative,
-                     .shape_rule = linear_shape,
+const OpDef k_linear{.id = OpId::linear, .name = "linear", .family = Family::Linalg,
+                     .flags = kHalfNative | kHalfWidenedOnCpu, .shape_rule = linear_shape,
+                     .promotion = operands_promotion,
                      .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, binary_cpu, -1>,
                      .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, binary_cuda, -1>)),
                      .backward = linear_backward, .saved = Saved::Inputs};
@@ -325,8 +322,8 @@ const OpDef k_linear{.id = OpId::linear, .name = "linear", .family = Family::Lin
 template <OpId Id, UnaryFn Fn>
 constexpr OpDef linear_act_def() {
   constexpr int act = static_cast<int>(Fn);
-  return {.id = Id, .name = op_name(Id).data(), .family = Family::Linalg, .flags = kHalfNative,
-          .shape_rule = linear_act_shape<Id>,
+  return {.id = Id, .name = op_name(Id).data(), .family = Family::Linalg, .flags = kHalfNative | kHalfWidenedOnCpu,
+          .shape_rule = linear_act_shape<Id>, .promotion = operands_promotion,
           .cpu = linear_kernel<gemm_cpu, gemm_accumulate_cpu, unary_cpu, binary_cpu, act>,
           .cuda = FG_CUDA((linear_kernel<gemm_cuda, gemm_accumulate_cuda, unary_cuda, binary_cuda, act>)),
           .not_differentiable = "made by the plan pass fuse_epilogues after the backward is traced"};

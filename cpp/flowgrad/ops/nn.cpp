@@ -80,6 +80,16 @@ Specs add_layer_norm_shape(TensorList in, const Attrs& attrs) {
   return {{x.shape(), x.dtype()}, norm[0], norm[1], norm[2]};
 }
 
+// The weight and bias (inputs `first` on) in the input's dtype (Promote).
+template <size_t First>
+Promotion norm_promotion(TensorList in, const Specs& specs, const Attrs&) {
+  return {specs[0].dtype, ((1u << in.size()) - 1) & ~((1u << First) - 1)};
+}
+// norm_backward's weight (input 2, when it has one) in the input's dtype.
+Promotion norm_backward_promotion(TensorList in, const Specs&, const Attrs& attrs) {
+  return {in[1].dtype(), attrs.b("has_weight") ? 4u : 0u};
+}
+
 struct NormArgs {
   Tensor x, weight, bias;
   int64_t rows, cols;
@@ -88,8 +98,9 @@ NormArgs norm_args(const KernelEnv& env, TensorList in, const Attrs& attrs, DTyp
   NormArgs a;
   a.x = raw::contiguous(env, in[0]);
   size_t next = first;
-  if (attrs.b("has_weight")) a.weight = raw::contiguous(env, raw::converted(env, in[next++], dt));
-  if (attrs.b("has_bias")) a.bias = raw::contiguous(env, raw::converted(env, in[next++], dt));
+  for (size_t i = first; i < in.size(); ++i) FG_ASSERT(in[i].dtype() == dt);
+  if (attrs.b("has_weight")) a.weight = raw::contiguous(env, in[next++]);
+  if (attrs.b("has_bias")) a.bias = raw::contiguous(env, in[next++]);
   a.cols = attrs.dims("normalized_shape").numel();
   a.rows = a.cols ? a.x.numel() / a.cols : 0;
   return a;
@@ -185,7 +196,8 @@ void norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& ou
   bool rms = attrs.b("rms"), has_w = attrs.b("has_weight");
   Tensor g = raw::contiguous(env, in[0]), x = raw::contiguous(env, in[1]);
   size_t next = 2;
-  Tensor w = has_w ? raw::contiguous(env, raw::converted(env, in[next++], x.dtype())) : Tensor();
+  FG_ASSERT(!has_w || in[next].dtype() == x.dtype());
+  Tensor w = has_w ? raw::contiguous(env, in[next++]) : Tensor();
   Tensor mean = rms ? Tensor() : raw::contiguous(env, in[next++]);
   Tensor rstd = raw::contiguous(env, in[next]);
   Tensor residual = attrs.b("accumulate") ? raw::contiguous(env, in[next + 1]) : Tensor();
@@ -194,7 +206,7 @@ void norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& ou
       ptr_or_null(residual), rows, cols, out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 const OpDef k_norm_backward{.id = OpId::norm_backward, .name = "norm_backward", .family = Family::NN,
-                            .shape_rule = norm_backward_shape,
+                            .shape_rule = norm_backward_shape, .promotion = norm_backward_promotion,
                             .cpu = norm_backward_kernel<norm_backward_cpu>,
                             .cuda = FG_CUDA(norm_backward_kernel<norm_backward_cuda>),
                             .not_differentiable = "used for first-order gradients only; second order uses the composite rule"};
@@ -216,15 +228,15 @@ Tensors norm_backward_fused(const BackwardCtx& c, bool rms, const Tensor& residu
 }
 
 const OpDef k_layer_norm{.id = OpId::layer_norm, .name = "layer_norm", .family = Family::NN,
-                         .shape_rule = layer_norm_shape,
+                         .shape_rule = layer_norm_shape, .promotion = norm_promotion<1>,
                          .cpu = layer_norm_kernel<layer_norm_cpu>, .cuda = FG_CUDA(layer_norm_kernel<layer_norm_cuda>),
                          .backward = layer_norm_backward,
                          .saved = Saved::InputsAndOutputs};
 const OpDef k_add_layer_norm{.id = OpId::add_layer_norm, .name = "add_layer_norm", .family = Family::NN,
-                             .shape_rule = add_layer_norm_shape, .cpu = add_layer_norm_kernel<add_layer_norm_cpu>,
+                             .shape_rule = add_layer_norm_shape, .promotion = norm_promotion<2>, .cpu = add_layer_norm_kernel<add_layer_norm_cpu>,
                              .cuda = FG_CUDA(add_layer_norm_kernel<add_layer_norm_cuda>),
                              .backward = add_layer_norm_backward, .saved = Saved::InputsAndOutputs};
-const OpDef k_rms_norm{.id = OpId::rms_norm, .name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape,
+const OpDef k_rms_norm{.id = OpId::rms_norm, .name = "rms_norm", .family = Family::NN, .shape_rule = rms_norm_shape, .promotion = norm_promotion<1>,
                        .cpu = rms_norm_kernel<rms_norm_cpu>, .cuda = FG_CUDA(rms_norm_kernel<rms_norm_cuda>),
                        .backward = rms_norm_backward,
                        .saved = Saved::InputsAndOutputs};

@@ -44,12 +44,12 @@ Tensors allocate(const Specs& specs, Device device) {
 using Kernel = decltype(OpDef::cpu);
 
 // The kernel on fresh outputs. Its inputs have dtypes it computes in: a half call of an op without
-// half kernels was widened into ops before (decompose.h).
+// half kernels was widened, a mixed-dtype call promoted, into ops before (decompose.h).
 Tensors run_kernel(const OpDef& op, Kernel kernel, const KernelEnv& env, Device device, TensorList in,
                    const Specs& specs, const Attrs& attrs) {
   g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
   Tensors out = allocate(specs, device);
-  FG_CHECK((op.flags & kHalfNative) || std::none_of(out.begin(), out.end(), [](const Tensor& t) { return is_half(t.dtype()); }),
+  FG_CHECK(half_native(op, device) || std::none_of(out.begin(), out.end(), [](const Tensor& t) { return is_half(t.dtype()); }),
            Runtime, "internal error: '", op.name, "' has no float16/bfloat16 kernel but makes ", describe(out[0]),
            " from inputs that are not half (its front function computes in float32 and casts)");
   kernel(env, in, out, attrs);
@@ -94,12 +94,18 @@ Tensors run_in_place(const ExecContext& c, const OpDef& op, Kernel kernel, const
            to_string(specs[0].shape), " but the tensor written in place has shape ", to_string(target.shape()));
   FG_CHECK(kind_rank(specs[0].dtype) <= kind_rank(target.dtype()), DType, op.name, ": the result type ",
            dtype_name(specs[0].dtype), " cannot be written in place into ", describe(target));
+  const bool via_temporary = needs_temporary(op, in, specs);
+  if (!via_temporary && op.promotion) {  // the target has the result's dtype: the other inputs are cast to it
+    Promotion p = op.promotion(in, specs, attrs);
+    p.inputs &= ~1u;
+    if (promotes(p, in)) return run_promoted(op, in, attrs, p);  // the same op: it checks the write
+  }
   Tensor original;  // input 0's values before the write, when a check keeps them
   each_mode(c, ModeKind::InPlaceCheck, [&](DispatchMode& m) {
     if (Tensor kept = m.before_write(op, in); kept.defined()) original = kept;
   });
   // After the checks, so a refused write names the caller's op.
-  if (needs_temporary(op, in, specs)) return run_via_temporary(op, in, attrs, specs);
+  if (via_temporary) return run_via_temporary(op, in, attrs, specs);
   if (dispatch == Dispatch::Kernel) {
     g_kernel_calls.fetch_add(1, std::memory_order_relaxed);
     kernel(env, in, Tensors{target}, attrs);
@@ -237,6 +243,8 @@ Tensors run_op(const OpDef& op, TensorList in, const Attrs& attrs) {
   if (op.in(Group::InPlace))
     return run_in_place(c, op, device.is_cpu() ? op.cpu : op.cuda, env, in, specs, attrs, dispatch);
   if (widens(op, in)) return run_widened(op, in, attrs, specs);
+  if (op.promotion)
+    if (Promotion p = op.promotion(in, specs, attrs); promotes(p, in)) return run_promoted(op, in, attrs, p);
   for (size_t i = 0; i < in.size(); ++i)
     if (op.mutated_inputs(i)) check_writable(in[i], op.name);
   Tensors out;

@@ -125,7 +125,26 @@ const char* family_name(Family f);
 enum OpFlag : uint32_t {
   kHalfNative = 1u << 0,     // the kernels handle float16/bfloat16 themselves
   kSavesOriginal = 1u << 1,  // in place: the backward rule reads input 0 as it was before the write
+  // With kHalfNative: the CUDA kernels handle float16/bfloat16, the CPU ones do not (their GEMMs
+  // multiply float32), so a half call on the CPU is widened into ops (Widen, ops/decompose.h).
+  kHalfWidenedOnCpu = 1u << 2,
 };
+
+// Promote (ops/decompose.h): the dtype an op's kernel computes in and the inputs (bit i: input i)
+// that must have it. run_op casts the others with `cast` op calls before the kernel runs, so
+// kernels never convert, and autograd and the compile tracer see the casts.
+struct Promotion {
+  DType dtype;
+  uint32_t inputs = 0;
+};
+using PromoteFn = Promotion (*)(TensorList in, const Specs& specs, const Attrs& attrs);
+// Whether an input `p` names does not have p's dtype: in the common case, every input already of
+// the compute dtype, one comparison per named input.
+inline bool promotes(const Promotion& p, TensorList in) {
+  for (uint32_t bits = p.inputs; bits; bits &= bits - 1)
+    if (in[static_cast<size_t>(__builtin_ctz(bits))].dtype() != p.dtype) return true;
+  return false;
+}
 
 // What the backward rule may read. Built by the autograd engine.
 struct BackwardCtx {
@@ -174,6 +193,9 @@ struct OpDef {
   // Validates inputs and attributes and returns the output specs. The only place that raises
   // ShapeError/DTypeError for the op.
   Specs (*shape_rule)(TensorList in, const Attrs& attrs) = nullptr;
+  // Mixed-dtype calls: the dtype the kernel computes in and which inputs must have it (Promotion);
+  // null where the kernel takes its inputs' dtypes as they come.
+  PromoteFn promotion = nullptr;
   // Write the preallocated outputs (compute ops), on the CPU and on a CUDA device, with what
   // the caller's env gives (its stream and scratch: base/kernel_env.h).
   void (*cpu)(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) = nullptr;
