@@ -44,6 +44,32 @@ Tensors saved_for_backward(const std::vector<TracedCall>& calls, size_t cut, con
   return saved;
 }
 
+// Which outputs a plan may return as views of its arena: those alone in an arena buffer (an
+// input's or a parameter's bytes, or a buffer two outputs share, come back as copies).
+std::vector<bool> arena_outputs(const Plan& plan) {
+  const Executable& exec = plan.executable();
+  std::unordered_map<int, int> uses;
+  for (const Value& v : exec.outputs()) ++uses[v.buffer];
+  std::vector<bool> viewed;
+  for (const Value& v : exec.outputs())
+    viewed.push_back(uses[v.buffer] == 1 && exec.buffers()[v.buffer].kind == BufferKind::Arena &&
+                     !exec.buffers()[v.buffer].local);
+  return viewed;
+}
+
+// t as a fresh tensor over the same bytes whose storage also holds `token` (its own TensorImpl:
+// the engine makes it a .grad).
+Tensor holding(const Tensor& t, const std::shared_ptr<int>& token) {
+  const std::shared_ptr<Storage>& bytes = t.storage();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::wrap(bytes->data(), bytes->bytes(), bytes->device(), [bytes, token] {});
+  impl->offset = t.offset();
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->dtype = t.dtype();
+  return Tensor(impl);
+}
+
 Tensors defined(const Tensors& ts) {
   Tensors out;
   for (const Tensor& t : ts)
@@ -126,6 +152,7 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
   grad_inputs.insert(grad_inputs.end(), saved.begin(), saved.end());
   // Its own arena: the backward reads the saved values where the forward left them.
   backward_ = std::make_shared<Plan>(back, PlanSpec{grad_inputs, grads, {}, spec.names, spec.watch});
+  backward_->view_outputs(arena_outputs(*backward_));
 }
 
 Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
@@ -146,15 +173,22 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
   // The node holds the token with the saved values: once backward released them, the next run
   // may write the arena again (the backward plan may still point at their bytes; it re-points
   // at every run's inputs).
-  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_,
-                   token = handoff_](const Tensors& output_grads) {
+  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_, token = handoff_,
+                   grads_token = grads_token_](const Tensors& output_grads) {
     FG_CHECK(!grad_enabled(), Value, "compiled model: backward with create_graph=True (higher-order gradients) "
              "through a model compiled by fg.compile(model); its backward plan computes first-order gradients "
              "only. Call the model uncompiled for higher-order gradients");
     (void)token;  // held, not read
+    // The gradients are views of the backward arena: while an earlier backward's live (a .grad
+    // kept across steps), this one writes a fresh arena; in a loop that drops .grad, one arena.
+    if (grads_token->use_count() > 1) plan->bind_arena(Storage::allocate(plan->arena()->bytes(), plan->device()));
+    *grads_token = std::make_shared<int>(0);
     Tensors in = output_grads;  // the engine sends zeros for an output that got no gradient
     in.insert(in.end(), saved.begin(), saved.end());
     Tensors got = plan->run(in);
+    const std::vector<bool>& viewed = plan->executable().viewed_outputs;
+    for (size_t k = 0; k < got.size(); ++k)
+      if (viewed[k]) got[k] = holding(got[k], *grads_token);
     Tensors out;
     // Moved, not copied: a gradient only the engine holds becomes .grad as it is (no clone).
     for (int k : grad_of) out.push_back(k < 0 ? Tensor() : std::move(got[static_cast<size_t>(k)]));
