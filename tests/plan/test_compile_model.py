@@ -438,3 +438,24 @@ def test_module_state_names_each_parameter_and_training_flag():
     assert fg._core.plan.module_state(model) == state
     model[0][2].bias = nn.Parameter(fg.zeros(7))
     assert fg._core.plan.module_state(model)[0] != state[0]
+
+
+def test_an_input_written_in_place_before_backward_raises_as_in_eager(rng):
+    eager, model = twins(mlp)
+    compiled = fg.compile(model)
+    for f in (eager, compiled):
+        x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+        out = f(x)  # the first Linear's weight gradient reads x
+        x.mul_(2.0)
+        with pytest.raises(fg.FlowgradError, match="modified by an inplace operation"):
+            out.sum().backward()
+    x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+    out = compiled(x)
+    compiled(x * 3).sum().backward()  # another call on other inputs: out's saved input is still x
+    out.sum().backward()
+    for p in eager.parameters():
+        p.grad = None
+    eager(x * 3).sum().backward()
+    eager(x).sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        close(p.grad, q.grad, 1e-5, 1e-5)

@@ -2,8 +2,10 @@
 // under grad). The forward and its backward are traced once, together; the trace is then cut at
 // the backward's first call into two plans:
 //   forward plan:  inputs -> outputs, plus the tensors the backward reads ("saved": activations,
-//                  dropout masks, the inputs themselves), returned as views of its arena (no
-//                  copy): a run while an earlier run's saved values live binds a fresh arena;
+//                  dropout masks), returned as views of its arena (no copy): a run while an
+//                  earlier run's saved values live binds a fresh arena. A saved input is the
+//                  caller's tensor itself, checked as eager checks it: an in-place write to it
+//                  before backward raises;
 //   backward plan: (one gradient per differentiable output, the saved tensors) -> the gradients
 //                  of the parameters and inputs that require grad, returned as views of its own
 //                  arena (no copy; they become .grad as they are): a backward while an earlier
@@ -55,6 +57,7 @@ class AutogradPlan {
   int64_t saved_ = 0;
   std::vector<int> differentiable_;  // outputs that get a gradient
   std::vector<int> grad_of_;         // per wrt: its backward output, or -1 (unused)
+  std::vector<std::pair<int, int>> saved_inputs_;  // (saved index, input index): saved as the caller's tensor
   // Held by the node of the last run with its saved values (not by the views: the backward plan
   // keeps the storage of an input it reads in place until its next run).
   std::shared_ptr<int> handoff_;
