@@ -71,7 +71,9 @@ class CompiledModule:
       the trainable parameters and of the inputs that require grad. The outputs come back attached
       to one autograd node (``grad_fn`` ``<CompiledBackward>``) holding the backward plan, so
       ``loss.backward()`` accumulates into ``.grad`` as eager autograd does and any optimizer
-      updates the parameters in place, which the next call reads.
+      updates the parameters in place, which the next call reads. The gradients are views of the
+      backward plan's arena (no copy); a backward while earlier ones live writes a fresh arena.
+      A saved input is the caller's tensor: writing into it before ``backward()`` raises, as in eager.
 
     Random ops draw what eager draws from ``fg.manual_seed``. A model the tracer refuses (a host
     read such as ``.item()`` of a computed value, an op with a data-dependent output shape, a
