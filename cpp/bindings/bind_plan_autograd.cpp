@@ -22,9 +22,34 @@ Tensors tensors(const Maybe& ts) {
   return out;
 }
 
+// (every parameter's identity and requires_grad, every module's training flag) of a module tree,
+// depth first in definition order, as two byte strings a compiled model compares per call.
+py::tuple module_state(const nn::Module& root) {
+  std::string identity, training;
+  std::vector<const nn::Module*> stack{&root};
+  while (!stack.empty()) {
+    const nn::Module* m = stack.back();
+    stack.pop_back();
+    training.push_back(m->training() ? '1' : '0');
+    for (const auto& [name, p] : m->own_parameters()) {
+      const uintptr_t id[2] = {reinterpret_cast<uintptr_t>(p.defined() ? p.impl() : nullptr),
+                               p.defined() && requires_grad(p)};
+      identity.append(reinterpret_cast<const char*>(id), sizeof id);
+    }
+    const auto& children = m->named_children();
+    for (auto it = children.rbegin(); it != children.rend(); ++it)
+      if (it->second) stack.push_back(it->second.get());
+  }
+  return py::make_tuple(py::bytes(identity), py::bytes(training));
+}
+
 }  // namespace
 
 void bind_autograd_plan(py::module_& pm) {
+  pm.def("module_state", &module_state, py::arg("module"),
+         "(identity, training): bytes naming every parameter of the module tree (which tensor, whether it requires "
+         "grad) and every module's training flag, depth first. fg.compile(model) compares them per call: a new "
+         "identity (a parameter replaced or frozen) drops the plans, a new training flag picks another signature.");
   pm.def("trace_gradients", [](plan::Tracer& tracer, const Tensors& outputs, const Tensors& wrt) {
            auto [grad_outputs, grads] = plan::trace_gradients(tracer, outputs, wrt);
            return py::make_tuple(maybe(grad_outputs), maybe(grads));

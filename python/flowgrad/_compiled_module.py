@@ -71,7 +71,9 @@ class CompiledModule:
       the trainable parameters and of the inputs that require grad. The outputs come back attached
       to one autograd node (``grad_fn`` ``<CompiledBackward>``) holding the backward plan, so
       ``loss.backward()`` accumulates into ``.grad`` as eager autograd does and any optimizer
-      updates the parameters in place, which the next call reads.
+      updates the parameters in place, which the next call reads. The gradients are views of the
+      backward plan's arena (no copy); a backward while earlier ones live writes a fresh arena.
+      A saved input is the caller's tensor: writing into it before ``backward()`` raises, as in eager.
 
     Random ops draw what eager draws from ``fg.manual_seed``. A model the tracer refuses (a host
     read such as ``.item()`` of a computed value, an op with a data-dependent output shape, a
@@ -95,7 +97,9 @@ class CompiledModule:
         object.__setattr__(self, "_max_plans", max_plans)
         object.__setattr__(self, "_plans", collections.OrderedDict())
         object.__setattr__(self, "_rebuilders", {})  # signature -> rebuilds the outputs' structure
-        object.__setattr__(self, "_identity", None)
+        object.__setattr__(self, "_identity", None)  # _state(model)[0] when the plans were made
+        object.__setattr__(self, "_params", [])  # the parameters then (held: their identity stays theirs)
+        object.__setattr__(self, "_trainable", [])
         object.__setattr__(self, "_warned", set())
         object.__setattr__(self, "_counts", {"traces": 0, "eager_calls": 0, "plan_calls": 0})
 
@@ -159,18 +163,20 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         model = self._orig_mod
         tensors, skeleton = _split_arguments(args, kwargs)
-        params = [p for _, p in _named(model, "named_parameters")]
-        modules = list(_named(model, "modules"))
-        identity = tuple((hash(p), p.requires_grad) for p in params)
+        identity, training = _state(model)
         if identity != self._identity:  # a parameter replaced or frozen: plans read the old ones
             self._plans.clear()
+            self._rebuilders.clear()
+            params = [p for _, p in _named(model, "named_parameters")]
             object.__setattr__(self, "_identity", identity)
-        trainable = [p for p in params if p.requires_grad]
+            object.__setattr__(self, "_params", params)
+            object.__setattr__(self, "_trainable", [p for p in params if p.requires_grad])
+        params, trainable = self._params, self._trainable
         differentiates = _core.is_grad_enabled() and (bool(trainable) or any(t.requires_grad for t in tensors))
         try:
             key = (skeleton, tuple((tuple(t.shape), t.dtype, str(t.device), differentiates and t.requires_grad)
                                    for t in tensors),
-                   differentiates, tuple(m.training for m in modules))
+                   differentiates, training)
             hash(key)
         except TypeError as e:
             reason = f"an argument cannot be part of a plan's signature ({e})"
@@ -254,6 +260,16 @@ class CompiledModule:
         while len(self._plans) > self._max_plans:
             old, _ = self._plans.popitem(last=False)
             self._rebuilders.pop(old, None)
+
+
+def _state(model):
+    """(identity, training) of a model, compared per call: which tensor each parameter is and whether
+    it requires grad; every module's training flag. One C++ walk for a Module."""
+    if isinstance(model, _core.Module):
+        return _core.plan.module_state(model)
+    params = [p for _, p in _named(model, "named_parameters")]
+    return (tuple((hash(p), p.requires_grad) for p in params),
+            tuple(m.training for m in _named(model, "modules")))
 
 
 def _describe(key):

@@ -369,3 +369,93 @@ def test_saved_values_stay_in_the_forward_arena_which_a_loop_reuses(rng):
         (out ** 2).sum().backward()
     for p, q in zip(model.parameters(), eager.parameters()):
         close(p.grad, q.grad, 1e-5, 1e-5)
+
+
+def test_gradients_are_backward_arena_views_that_a_kept_grad_keeps_apart(rng):
+    eager, model = twins(mlp)
+    compiled = fg.compile(model)
+    x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+    compiled(x).sum().backward()
+    ((_, plans),) = compiled.plans()
+    arena = plans.backward.arena().data_ptr()
+    for _ in range(3):  # zero_grad dropped the gradients before each next backward: one arena throughout
+        model.zero_grad()
+        compiled(x).sum().backward()
+        assert plans.backward.arena().data_ptr() == arena
+    # Kept gradients (a list of .grad, accumulation across steps) are not overwritten by the next backward.
+    kept = []
+    for m, f in ((eager, eager), (model, compiled)):
+        for p in m.parameters():
+            p.grad = None
+        (f(x) ** 2).sum().backward()
+        first = [p.grad for p in m.parameters()]
+        m.zero_grad()
+        f(x * 2).sum().backward()  # other gradients, while `first` lives
+        f(x).sum().backward()      # accumulated into the .grad of the step before
+        kept.append(first)
+    assert plans.backward.arena().data_ptr() != arena
+    for p, q, a, b in zip(model.parameters(), eager.parameters(), kept[1], kept[0]):
+        close(p.grad, q.grad, 1e-5, 1e-5)
+        close(a, b, 1e-5, 1e-5)
+
+
+def test_frozen_and_in_place_modified_parameters_equal_eager(rng):
+    eager, model = twins(mlp)
+    compiled = fg.compile(model)
+    x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+    for step in range(4):
+        for m, f in ((eager, eager), (model, compiled)):
+            m.zero_grad()
+            if step == 1:  # modified in place: the plans read the new values, no trace
+                with fg.no_grad():
+                    m[0].weight.mul_(0.5)
+            if step == 2:  # frozen: a new plan that computes no gradient for it
+                m[0].bias.requires_grad_(False)
+            if step == 3:  # thawed again
+                m[0].bias.requires_grad_(True)
+            (f(x) ** 2).sum().backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert (p.grad is None) == (q.grad is None)
+            if q.grad is not None:
+                close(p.grad, q.grad, 1e-5, 1e-5)
+    assert model[0].bias.grad is not None and compiled.stats["traces"] == 3
+
+
+def test_module_state_names_each_parameter_and_training_flag():
+    model = nn.Sequential(mlp(), nn.Dropout(0.1))
+    state = fg._core.plan.module_state(model)
+    assert fg._core.plan.module_state(model) == state  # nothing changed: the same bytes
+    with fg.no_grad():
+        model[0][0].weight.mul_(2.0)  # values only: the same identity
+    assert fg._core.plan.module_state(model) == state
+    model[1].eval()
+    identity, training = fg._core.plan.module_state(model)
+    assert identity == state[0] and training != state[1] and len(training) == len(list(model.modules()))
+    model[1].train()
+    model[0][2].bias.requires_grad_(False)
+    assert fg._core.plan.module_state(model)[0] != state[0]
+    model[0][2].bias.requires_grad_(True)
+    assert fg._core.plan.module_state(model) == state
+    model[0][2].bias = nn.Parameter(fg.zeros(7))
+    assert fg._core.plan.module_state(model)[0] != state[0]
+
+
+def test_an_input_written_in_place_before_backward_raises_as_in_eager(rng):
+    eager, model = twins(mlp)
+    compiled = fg.compile(model)
+    for f in (eager, compiled):
+        x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+        out = f(x)  # the first Linear's weight gradient reads x
+        x.mul_(2.0)
+        with pytest.raises(fg.FlowgradError, match="modified by an inplace operation"):
+            out.sum().backward()
+    x = fg.tensor(rng.standard_normal((4, 45)).astype(np.float32))
+    out = compiled(x)
+    compiled(x * 3).sum().backward()  # another call on other inputs: out's saved input is still x
+    out.sum().backward()
+    for p in eager.parameters():
+        p.grad = None
+    eager(x * 3).sum().backward()
+    eager(x).sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        close(p.grad, q.grad, 1e-5, 1e-5)

@@ -44,6 +44,32 @@ Tensors saved_for_backward(const std::vector<TracedCall>& calls, size_t cut, con
   return saved;
 }
 
+// Which outputs a plan may return as views of its arena: those alone in an arena buffer (an
+// input's or a parameter's bytes, or a buffer two outputs share, come back as copies).
+std::vector<bool> arena_outputs(const Plan& plan) {
+  const Executable& exec = plan.executable();
+  std::unordered_map<int, int> uses;
+  for (const Value& v : exec.outputs()) ++uses[v.buffer];
+  std::vector<bool> viewed;
+  for (const Value& v : exec.outputs())
+    viewed.push_back(uses[v.buffer] == 1 && exec.buffers()[v.buffer].kind == BufferKind::Arena &&
+                     !exec.buffers()[v.buffer].local);
+  return viewed;
+}
+
+// t as a fresh tensor over the same bytes whose storage also holds `token` (its own TensorImpl:
+// the engine makes it a .grad).
+Tensor holding(const Tensor& t, const std::shared_ptr<int>& token) {
+  const std::shared_ptr<Storage>& bytes = t.storage();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::wrap(bytes->data(), bytes->bytes(), bytes->device(), [bytes, token] {});
+  impl->offset = t.offset();
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->dtype = t.dtype();
+  return Tensor(impl);
+}
+
 Tensors defined(const Tensors& ts) {
   Tensors out;
   for (const Tensor& t : ts)
@@ -110,11 +136,15 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
   forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());
   forward_ = std::make_shared<Plan>(trace, PlanSpec{spec.inputs, forward_outputs, {}, spec.names, spec.watch});
   // Saved values leave as views of the forward's arena, not copies (run() hands the arena over);
-  // a saved input is copied: a CPU plan reads it in the caller's memory, which the caller may change.
-  std::unordered_set<const Storage*> inputs;
-  for (const Tensor& x : spec.inputs) inputs.insert(x.storage().get());
+  // a saved input is the caller's tensor (run() swaps it in; the plan's output is not read).
+  std::unordered_map<const Storage*, int> input_at;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) input_at.emplace(spec.inputs[i].storage().get(), static_cast<int>(i));
   std::vector<bool> viewed(spec.outputs.size(), false);
-  for (const Tensor& t : saved) viewed.push_back(!inputs.count(t.storage().get()));
+  for (size_t k = 0; k < saved.size(); ++k) {
+    auto input = input_at.find(saved[k].storage().get());
+    if (input != input_at.end()) saved_inputs_.emplace_back(static_cast<int>(k), input->second);
+    viewed.push_back(true);
+  }
   forward_->view_outputs(std::move(viewed));
 
   Tensors grad_inputs = defined(spec.grad_outputs), grads = defined(spec.grads);
@@ -126,6 +156,7 @@ AutogradPlan::AutogradPlan(Tracer& trace, const AutogradSpec& spec) : outputs_(s
   grad_inputs.insert(grad_inputs.end(), saved.begin(), saved.end());
   // Its own arena: the backward reads the saved values where the forward left them.
   backward_ = std::make_shared<Plan>(back, PlanSpec{grad_inputs, grads, {}, spec.names, spec.watch});
+  backward_->view_outputs(arena_outputs(*backward_));
 }
 
 Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
@@ -139,6 +170,12 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
                 std::make_move_iterator(all.end()));
   all.resize(outputs_);
   if (!backward_ || !grad_enabled()) return all;
+  // A saved input: the caller's tensor and its version now, which backward checks (as eager does).
+  std::vector<std::pair<std::weak_ptr<Storage>, uint32_t>> versions;
+  for (auto [k, i] : saved_inputs_) {
+    saved[static_cast<size_t>(k)] = inputs[static_cast<size_t>(i)];
+    versions.emplace_back(inputs[static_cast<size_t>(i)].storage(), inputs[static_cast<size_t>(i)].storage()->version());
+  }
   FG_CHECK(wrt.size() == grad_of_.size(), Value, "compiled model: ", wrt.size(), " tensors to differentiate, the plan "
            "was traced with ", grad_of_.size());
   Tensors differentiable;
@@ -146,15 +183,29 @@ Tensors AutogradPlan::run(const Tensors& inputs, const Tensors& wrt) {
   // The node holds the token with the saved values: once backward released them, the next run
   // may write the arena again (the backward plan may still point at their bytes; it re-points
   // at every run's inputs).
-  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_,
-                   token = handoff_](const Tensors& output_grads) {
+  auto backward = [plan = backward_, saved = std::move(saved), grad_of = grad_of_, token = handoff_,
+                   grads_token = grads_token_, versions = std::move(versions)](const Tensors& output_grads) {
     FG_CHECK(!grad_enabled(), Value, "compiled model: backward with create_graph=True (higher-order gradients) "
              "through a model compiled by fg.compile(model); its backward plan computes first-order gradients "
              "only. Call the model uncompiled for higher-order gradients");
     (void)token;  // held, not read
+    for (const auto& [weak, version] : versions) {
+      std::shared_ptr<Storage> storage = weak.lock();
+      FG_CHECK(!storage || storage->version() == version, Runtime, "one of the variables needed for gradient "
+               "computation has been modified by an inplace operation: an input of the compiled model is at "
+               "version ", storage->version(), "; expected version ", version, ". An in-place op changed it between "
+               "the forward pass and backward(); modify a copy (.clone()) or call backward() first");
+    }
+    // The gradients are views of the backward arena: while an earlier backward's live (a .grad
+    // kept across steps), this one writes a fresh arena; in a loop that drops .grad, one arena.
+    if (grads_token->use_count() > 1) plan->bind_arena(Storage::allocate(plan->arena()->bytes(), plan->device()));
+    *grads_token = std::make_shared<int>(0);
     Tensors in = output_grads;  // the engine sends zeros for an output that got no gradient
     in.insert(in.end(), saved.begin(), saved.end());
     Tensors got = plan->run(in);
+    const std::vector<bool>& viewed = plan->executable().viewed_outputs;
+    for (size_t k = 0; k < got.size(); ++k)
+      if (viewed[k]) got[k] = holding(got[k], *grads_token);
     Tensors out;
     // Moved, not copied: a gradient only the engine holds becomes .grad as it is (no clone).
     for (int k : grad_of) out.push_back(k < 0 ? Tensor() : std::move(got[static_cast<size_t>(k)]));

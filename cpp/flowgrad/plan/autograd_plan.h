@@ -2,10 +2,14 @@
 // under grad). The forward and its backward are traced once, together; the trace is then cut at
 // the backward's first call into two plans:
 //   forward plan:  inputs -> outputs, plus the tensors the backward reads ("saved": activations,
-//                  dropout masks, the inputs themselves), returned as views of its arena (no
-//                  copy): a run while an earlier run's saved values live binds a fresh arena;
+//                  dropout masks), returned as views of its arena (no copy): a run while an
+//                  earlier run's saved values live binds a fresh arena. A saved input is the
+//                  caller's tensor itself, checked as eager checks it: an in-place write to it
+//                  before backward raises;
 //   backward plan: (one gradient per differentiable output, the saved tensors) -> the gradients
-//                  of the parameters and inputs that require grad.
+//                  of the parameters and inputs that require grad, returned as views of its own
+//                  arena (no copy; they become .grad as they are): a backward while an earlier
+//                  backward's gradients live (a .grad kept across steps) binds a fresh arena.
 // Each run of the forward records one autograd node that holds the backward plan and that run's
 // saved tensors, so backward never recomputes the forward: it costs what eager's backward costs,
 // without per-op dispatch.
@@ -53,7 +57,12 @@ class AutogradPlan {
   int64_t saved_ = 0;
   std::vector<int> differentiable_;  // outputs that get a gradient
   std::vector<int> grad_of_;         // per wrt: its backward output, or -1 (unused)
-  std::shared_ptr<int> handoff_;     // held by the saved values of the last run while they live
+  std::vector<std::pair<int, int>> saved_inputs_;  // (saved index, input index): saved as the caller's tensor
+  // Held by the node of the last run with its saved values (not by the views: the backward plan
+  // keeps the storage of an input it reads in place until its next run).
+  std::shared_ptr<int> handoff_;
+  // Held by the gradients of the last backward while they live (shared with the nodes).
+  std::shared_ptr<std::shared_ptr<int>> grads_token_ = std::make_shared<std::shared_ptr<int>>();
 };
 
 }  // namespace fg::plan

@@ -201,7 +201,8 @@ class Executable {
   const RunStats& run_stats() const { return run_stats_; }
   // Outputs run() returns as views of their arena bytes instead of copies (true at their index):
   // the caller then owns those bytes until it drops the views, and binds a fresh arena before a
-  // run while they live (AutogradPlan hands a forward's saved tensors to its backward this way).
+  // run while they live (AutogradPlan hands a forward's saved tensors to its backward, and its
+  // backward's gradients to autograd, this way).
   std::vector<bool> viewed_outputs;
   std::string describe(const Value& v) const;  // "%12 float32 (64, 512)"
 

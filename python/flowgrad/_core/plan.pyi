@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['AutogradPlan', 'OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault', 'shape_only', 'trace_gradients']
+__all__: list[str] = ['AutogradPlan', 'OpLog', 'Plan', 'Tracer', 'compile_fused', 'compile_ptx', 'inputs_for_trace', 'kernel_calls', 'module_state', 'nvrtc_archs', 'nvrtc_available', 'set_fused_fault', 'shape_only', 'trace_gradients']
 class AutogradPlan:
     """
     A traced forward and backward cut into a forward plan (which also returns the tensors the backward reads) and a backward plan (output gradients and those tensors in, parameter and input gradients out); each forward run under grad records one autograd node holding the backward plan.
@@ -203,6 +203,10 @@ def inputs_for_trace(inputs: collections.abc.Sequence[flowgrad._core.Tensor], he
 def kernel_calls() -> int:
     """
     How many kernels eager dispatch has called in this process (testing aid: compiling calls none for values computed from the step's inputs, it traces shapes only).
+    """
+def module_state(module: flowgrad._core.Module) -> tuple:
+    """
+    (identity, training): bytes naming every parameter of the module tree (which tensor, whether it requires grad) and every module's training flag, depth first. fg.compile(model) compares them per call: a new identity (a parameter replaced or frozen) drops the plans, a new training flag picks another signature.
     """
 def nvrtc_archs() -> list[int]:
     """
