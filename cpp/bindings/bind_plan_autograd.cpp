@@ -24,7 +24,7 @@ Tensors tensors(const Maybe& ts) {
 
 // (every parameter's identity and requires_grad, every module's training flag) of a module tree,
 // depth first in definition order, as two byte strings a compiled model compares per call.
-py::tuple module_state(const nn::Module& root) {
+py::tuple compiled_model_state(const nn::Module& root) {
   std::string identity, training;
   std::vector<const nn::Module*> stack{&root};
   while (!stack.empty()) {
@@ -46,7 +46,7 @@ py::tuple module_state(const nn::Module& root) {
 }  // namespace
 
 void bind_autograd_plan(py::module_& pm) {
-  pm.def("module_state", &module_state, py::arg("module"),
+  pm.def("module_state", &compiled_model_state, py::arg("module"),
          "(identity, training): bytes naming every parameter of the module tree (which tensor, whether it requires "
          "grad) and every module's training flag, depth first. fg.compile(model) compares them per call: a new "
          "identity (a parameter replaced or frozen) drops the plans, a new training flag picks another signature.");
