@@ -2,10 +2,11 @@
 calling the same MPI library, and the step-time overhead of DistributedDataParallel (eager and
 compiled) against the same per-rank batch without it, with every rank stepping at once.
 
-    python benchmarks/bench_distributed.py [--save] [--variants default,spin,threads2]
+    python benchmarks/bench_distributed.py [--save] [--variants default,spin,threads2] [--no-bandwidth]
 
 Starts the ranks with flowgrad's launcher itself, once per variant (see VARIANTS): the defaults,
 MPI busy-polling instead of yielding while it waits, and 2 compute threads per rank.
+--no-bandwidth measures the DDP steps only (no mpi4py needed).
 """
 import argparse
 import json
@@ -104,7 +105,8 @@ def ddp_overhead(rounds, dist, fg, bucket_mb):
 
 
 def worker(args):
-    from mpi4py import MPI  # noqa: F401  initialises MPI first; flowgrad then joins the same MPI_COMM_WORLD
+    if args.bandwidth:
+        from mpi4py import MPI  # noqa: F401  initialises MPI first; flowgrad then joins the same MPI_COMM_WORLD
 
     import flowgrad as fg
     import flowgrad.distributed as dist
@@ -130,7 +132,8 @@ VARIANTS = [
 def run_variant(name, extra, args):
     env = dict(os.environ, **extra)
     cmd = [sys.executable, "-m", "flowgrad.distributed.run", "--nproc", "2", "--timeout", "900",
-           __file__, "--worker", "--rounds", str(args.rounds)] + (["--bandwidth"] if name == "default" else [])
+           __file__, "--worker", "--rounds", str(args.rounds)] + \
+        (["--bandwidth"] if name == "default" and not args.no_bandwidth else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -143,6 +146,7 @@ def main():
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
+    parser.add_argument("--no-bandwidth", action="store_true", help="DDP steps only (no mpi4py needed)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bandwidth", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -155,7 +159,7 @@ def main():
     chosen = args.variants.split(",")
     results = {name: dict(run_variant(name, extra, args), env=extra, meaning=meaning)
                for name, extra, meaning in VARIANTS if name in chosen}
-    if "default" in results:
+    if "all_reduce" in results.get("default", {}):
         print(f"{'all_reduce':>12} {'flowgrad GB/s':>14} {'mpi4py GB/s':>12} {'ratio':>6} {'paired':>7}")
         for r in results["default"]["all_reduce"]:
             print(f"{r['mb']:>9} MB {r['flowgrad_gbps']:>14.2f} {r['mpi4py_gbps']:>12.2f} {r['ratio']:>5.2f}x "
@@ -172,7 +176,7 @@ def main():
                   f"{d['compiled_ddp_ms']:>8.2f} {100 * d['compiled_overhead']:>+7.1f}%  "
                   f"{r['load_before'][0]:.1f}->{r['load_after'][0]:.1f}")
     if args.save:
-        payload = {"machine": machine(), "command": "python benchmarks/bench_distributed.py --save",
+        payload = {"machine": machine(), "command": "python benchmarks/bench_distributed.py " + " ".join(sys.argv[1:]),
                    "ranks": "2 local MPI ranks (Open MPI, shared memory)",
                    "note": "load = 1-minute load average before/after each job; other engineers were "
                            "building code on this 2-core machine during the run", "variants": results}

@@ -53,6 +53,19 @@ void bind_distributed(py::module_& m) {
   }, py::arg("tensor"), py::arg("op") = "sum",
      "All-reduces tensor in place through the op registry and returns it once done; compiled steps "
      "record it as an instruction.");
+  d.def("all_reduce_start_", [op](const Tensor& t, const std::string& name) {
+    py::gil_scoped_release release;
+    return dist::all_reduce_start_(t, op(name));
+  }, py::arg("tensor"), py::arg("op") = "sum",
+     "Starts an in-place all-reduce of tensor (contiguous) through the op registry and returns tensor at once; "
+     "the result is there after all_reduce_wait_(tensor), and nothing may touch tensor before. Compiled steps "
+     "record it as an instruction.");
+  d.def("all_reduce_wait_", [](const Tensor& t) {
+    py::gil_scoped_release release;  // waits for the other ranks
+    return dist::all_reduce_wait_(t);
+  }, py::arg("tensor"),
+     "Waits for the all-reduce all_reduce_start_ started on tensor and returns tensor, reduced; raises the "
+     "transport's error (fg.FlowgradError: a rank that left, a failed call). Compiled steps record it as an instruction.");
   d.def("broadcast", [](const Tensor& t, int src) { return dist::group().broadcast(t, src); },
         py::arg("tensor"), py::arg("src"), "Issues an in-place broadcast of rank src's tensor.");
   d.def("all_gather", [](const Tensor& out, const Tensor& in) { return dist::group().all_gather(out, in); },
@@ -92,8 +105,8 @@ void bind_distributed(py::module_& m) {
         return result;
       }, py::arg("params"), py::arg("grads"),
            "The gradients of `params` (some of this reducer's parameters) averaged over the group by registry ops, "
-           "per bucket as backward averages them: packed into one flat tensor, one in-place all_reduce_ ('avg'), "
-           "then views of it. A None gradient stays None (its parameter adds zeros to its bucket).");
+           "per bucket as backward averages them: packed into one flat tensor and its in-place all-reduce ('avg') "
+           "started (all_reduce_start_), then per bucket its wait (all_reduce_wait_) and views of the result. A None gradient stays None (its parameter adds zeros to its bucket).");
 }
 
 }  // namespace fg::py_bind

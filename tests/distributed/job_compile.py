@@ -1,5 +1,6 @@
 """fg.compile of a DistributedDataParallel step: the gradient all-reduce is recorded as plan
-instructions (one all_reduce_ per bucket, after the backward, before the optimizer update) and
+instructions (per bucket one all_reduce_start_ and one all_reduce_wait_, every wait before the
+optimizer update; job_overlap.py checks where the starts go) and
 the compiled step trains like eager DDP and like one process on the concatenated batches; a step
 compiled inside ddp.no_sync() traces no all-reduce and traces again with it once called outside."""
 import numpy as np
@@ -63,10 +64,11 @@ for make_opt, label in ((lambda ps: fg.optim.SGD(ps, lr=0.1, momentum=0.9), "SGD
         close(compiled, one, f"compiled DDP vs one process ({what})")
         close(compiled, eager, f"compiled vs eager DDP ({what})")
         ops = [ins["op"] for ins in step.ir()]
-        reduces = [i for i, op in enumerate(ops) if op == "all_reduce_"]
+        starts = [i for i, op in enumerate(ops) if op == "all_reduce_start_"]
+        waits = [i for i, op in enumerate(ops) if op == "all_reduce_wait_"]
         updates = [i for i, op in enumerate(ops) if "_update" in op]  # per parameter or multi-tensor
-        assert len(reduces) == len(ddp._reducer.bucket_indices), (what, ops)
-        assert reduces[-1] < updates[0], (what, ops)  # every gradient averaged before any update
+        assert len(starts) == len(waits) == len(ddp._reducer.bucket_indices), (what, ops)
+        assert waits[-1] < updates[0], (what, ops)  # every gradient averaged before any update
 
 
 
@@ -91,11 +93,11 @@ x, y = (fg.tensor(a[mine]) for a in batches(0))
 with ddp.no_sync():
     step = fg.compile(ddp, F.mse_loss, example_inputs=(x, y))
     step(x, y)
-    assert "all_reduce_" not in [ins["op"] for ins in step.ir()]
+    assert not {"all_reduce_start_", "all_reduce_wait_"} & {ins["op"] for ins in step.ir()}
     local = grads(model)
 close(local, eager_grads(model, model, x, y), "compiled in no_sync vs this rank's own gradients")
 step(x, y)
-assert [ins["op"] for ins in step.ir()].count("all_reduce_") == len(ddp._reducer.bucket_indices)
+assert [ins["op"] for ins in step.ir()].count("all_reduce_start_") == len(ddp._reducer.bucket_indices)
 synced = grads(model)
 close(synced, eager_grads(ddp, model, x, y), "compiled after no_sync vs eager DDP")
 assert any(not np.allclose(local[n], synced[n]) for n in local)  # the ranks' batches differ

@@ -42,6 +42,19 @@ def test_compiled_ddp_matches_eager_ddp_and_one_process(nproc):
 
 
 @needs_mpi
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ddp_starts_buckets_during_backward_and_waits_after(nproc):
+    out = check(launch("job_overlap.py", nproc, "order"))
+    assert out.count("overlap ok") == nproc, out
+
+
+@needs_mpi
+def test_failed_collective_raises_from_the_wait_and_from_backward():
+    out = check(launch("job_overlap.py", 2, "left", timeout=60))
+    assert "rank 1 left" in out and "rank 0 wait raised" in out, out
+
+
+@needs_mpi
 @pytest.mark.parametrize("compiled", [[], ["--compile"]], ids=["eager", "compiled"])
 def test_digits_example_trains_with_the_launcher(tmp_path, compiled):
     pytest.importorskip("sklearn")

@@ -98,5 +98,5 @@ def test_plan_skip_refuses_a_required_or_unknown_pass(monkeypatch):
         with pytest.raises(fg.InvalidArgumentError, match=rf"FLOWGRAD_PLAN_SKIP: '{name}' is not a pass that can be "
                                                           r"skipped \(cse, constant_folding, dead_code, "
                                                           r"transpose_folding, fuse_epilogues, fuse_add_norm, "
-                                                          r"pair_gemms, fusion\)"):
+                                                          r"pair_gemms, fusion, overlap_collectives\)"):
             mlp_step()

@@ -36,23 +36,31 @@ std::unordered_set<const TensorImpl*> reachable_leaves(const Tensors& outputs) {
 
 }  // namespace
 
+Tensor start_bucket(const Tensors& params, const Tensors& grads, const std::vector<int64_t>& bucket) {
+  Tensors parts;
+  for (int64_t i : bucket) {
+    const Tensor& g = grads[i];  // no gradient on this rank: it adds nothing to the sum
+    parts.push_back(reshape(g.defined() ? g : zeros(params[i].shape(), params[i].dtype(), params[i].device()), {-1}));
+  }
+  return all_reduce_start_(cat(parts, 0), ReduceOp::Avg);
+}
+
+void finish_bucket(const Tensor& flat, const Tensors& params, Tensors& grads, const std::vector<int64_t>& bucket) {
+  Tensor averaged = all_reduce_wait_(flat);
+  int64_t offset = 0;
+  for (int64_t i : bucket) {
+    const int64_t n = params[i].numel();
+    if (grads[i].defined()) grads[i] = reshape(narrow(averaged, 0, offset, n), params[i].shape().vec());
+    offset += n;
+  }
+}
+
 Tensors average(const Tensors& params, const Tensors& grads, const std::vector<std::vector<int64_t>>& buckets) {
   Tensors out = grads;
   if (group().size() == 1) return out;  // an average over one process changes nothing
-  for (const std::vector<int64_t>& bucket : buckets) {
-    Tensors parts;
-    for (int64_t i : bucket) {
-      const Tensor& g = grads[i];  // no gradient on this rank: it adds nothing to the sum
-      parts.push_back(reshape(g.defined() ? g : zeros(params[i].shape(), params[i].dtype(), params[i].device()), {-1}));
-    }
-    Tensor flat = all_reduce_(cat(parts, 0), ReduceOp::Avg);
-    int64_t offset = 0;
-    for (int64_t i : bucket) {
-      const int64_t n = params[i].numel();
-      if (grads[i].defined()) out[i] = reshape(narrow(flat, 0, offset, n), params[i].shape().vec());
-      offset += n;
-    }
-  }
+  Tensors flats;
+  for (const std::vector<int64_t>& bucket : buckets) flats.push_back(start_bucket(params, grads, bucket));
+  for (size_t k = 0; k < buckets.size(); ++k) finish_bucket(flats[k], params, out, buckets[k]);
   return out;
 }
 
@@ -145,33 +153,63 @@ void Reducer::launch_ready_buckets() {
     Tensors params, grads;
     for (int64_t i : b.params) {
       const Tensor& p = params_[i];
-      Tensor g = grad_of(p);  // none on this rank: zeros, so its .grad still gets the others' average
       params.push_back(p);
-      grads.push_back(g.defined() ? g : zeros(p.shape(), p.dtype(), p.device()));
+      grads.push_back(grad_of(p));  // none on this rank: zeros, so its .grad still gets the others' average
     }
     std::vector<int64_t> all(b.params.size());
     std::iota(all.begin(), all.end(), int64_t{0});
-    b.averaged = dist::average(params, grads, {all});
+    try {
+      b.flat = start_bucket(params, grads, all);
+    } catch (...) {
+      abandon();
+      throw;
+    }
   }
   if (next_launch_ == buckets_.size()) finish();
 }
 
+// Every bucket started: waits for each in turn (the backward's one wait) and writes .grad.
 void Reducer::finish() {
   armed_ = false;
   for (Bucket& b : buckets_) {
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      const Tensor& p = params_[b.params[k]];
-      Tensor g = grad_of(p);
-      if (g.defined()) {
-        raw::copy_into(g, b.averaged[k]);
-      } else {
-        g = Tensor::empty(p.shape(), p.dtype(), p.device());
-        raw::copy_into(g, b.averaged[k]);
-        set_grad(p, g);
+    Tensors params, averaged;
+    for (int64_t i : b.params) params.push_back(params_[i]);
+    averaged = params;  // defined: finish_bucket replaces each with its averaged gradient
+    std::vector<int64_t> all(b.params.size());
+    std::iota(all.begin(), all.end(), int64_t{0});
+    try {
+      finish_bucket(b.flat, params, averaged, all);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    b.flat = Tensor();
+    for (size_t k = 0; k < params.size(); ++k) {
+      Tensor g = grad_of(params[k]);
+      if (!g.defined()) {
+        g = Tensor::empty(params[k].shape(), params[k].dtype(), params[k].device());
+        set_grad(params[k], g);
+      }
+      raw::copy_into(g, averaged[k]);
+    }
+  }
+}
+
+// A failed start or wait: the backward raises, the collectives still in flight are waited for
+// here without their errors (one failure is reported; a peer that left fails them all), and the
+// reducer is ready for the next forward.
+void Reducer::abandon() {
+  armed_ = false;
+  for (Bucket& b : buckets_) {
+    if (b.flat.defined()) {
+      try {
+        all_reduce_wait_(b.flat);
+      } catch (...) {  // reported by the first failure
       }
     }
-    b.averaged.clear();
+    b.flat = Tensor();
   }
+  std::fill(ready_.begin(), ready_.end(), false);
 }
 
 }  // namespace fg::dist

@@ -1,10 +1,13 @@
 // Gradient averaging for data-parallel training (DistributedDataParallel). Parameters are laid
 // out in buckets of about `bucket_bytes`, in reverse registration order (roughly the order in
 // which backward finalises their gradients). A grad-ready hook on each parameter counts down its
-// bucket; a full bucket is averaged at once (average below), so buckets finish while backward
-// goes on. Buckets run strictly in order, so every rank issues the same collectives in the same
-// order. After the last bucket the reducer writes the averaged gradients back into .grad. A
-// compiled step calls the same average on the gradients it traced (Reducer::average).
+// bucket; a full bucket's average is started at once (start_bucket below: its all-reduce runs on
+// the communication thread while backward goes on). Buckets start strictly in order, so every
+// rank issues the same collectives in the same order. When the last bucket has started (the hook
+// of the last parameter backward reaches), the reducer waits for every bucket, once, and writes
+// the averaged gradients back into .grad. A compiled step calls the same average on the
+// gradients it traced (Reducer::average); its plan starts each bucket where the bucket's last
+// gradient is made and waits before the first read of the result (passes/overlap.cpp).
 #pragma once
 #include <string>
 #include <vector>
@@ -14,11 +17,14 @@
 
 namespace fg::dist {
 
-// The data-parallel gradient average as ops, one implementation for eager and traced steps: per
-// bucket (indices into `params`), the bucket's gradients flattened and packed into one tensor
-// (cat; an undefined gradient adds zeros shaped like its parameter), one all_reduce_ ('avg'),
-// then views of the result in each gradient's shape. Returns `grads` with every bucketed one
-// averaged (an undefined one stays undefined).
+// The data-parallel gradient average as ops, one implementation for eager and traced steps.
+// start_bucket: the gradients of one bucket (indices into `params`) flattened and packed into one
+// tensor (cat; an undefined gradient adds zeros shaped like its parameter), its all-reduce ('avg')
+// started (all_reduce_start_); returns that flat tensor. finish_bucket: waits for it
+// (all_reduce_wait_) and sets grads[i] of the bucket to views of it in each gradient's shape (an
+// undefined one stays undefined). average: every bucket started, then every one finished.
+Tensor start_bucket(const Tensors& params, const Tensors& grads, const std::vector<int64_t>& bucket);
+void finish_bucket(const Tensor& flat, const Tensors& params, Tensors& grads, const std::vector<int64_t>& bucket);
 Tensors average(const Tensors& params, const Tensors& grads, const std::vector<std::vector<int64_t>>& buckets);
 
 class Reducer {
@@ -42,12 +48,13 @@ class Reducer {
   struct Bucket {
     std::vector<int64_t> params;
     int64_t pending = 0;
-    Tensors averaged;  // per parameter of the bucket, once it ran
+    Tensor flat;  // the bucket's packed gradients, once started (averaged once waited for)
   };
 
   void mark_ready(int64_t index);
   void launch_ready_buckets();
   void finish();
+  void abandon();
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;

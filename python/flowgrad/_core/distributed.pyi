@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import flowgrad._core
 import typing
-__all__: list[str] = ['Reducer', 'Work', 'abort', 'all_gather', 'all_reduce', 'all_reduce_', 'backend', 'barrier', 'broadcast', 'built_with_mpi', 'destroy', 'init', 'is_initialized', 'rank', 'reduce_scatter', 'world_size']
+__all__: list[str] = ['Reducer', 'Work', 'abort', 'all_gather', 'all_reduce', 'all_reduce_', 'all_reduce_start_', 'all_reduce_wait_', 'backend', 'barrier', 'broadcast', 'built_with_mpi', 'destroy', 'init', 'is_initialized', 'rank', 'reduce_scatter', 'world_size']
 class Reducer:
     """
     Averages gradients in buckets during backward (used by DistributedDataParallel).
@@ -15,7 +15,7 @@ class Reducer:
         ...
     def average(self, params: typing.Any, grads: typing.Any) -> list:
         """
-        The gradients of `params` (some of this reducer's parameters) averaged over the group by registry ops, per bucket as backward averages them: packed into one flat tensor, one in-place all_reduce_ ('avg'), then views of it. A None gradient stays None (its parameter adds zeros to its bucket).
+        The gradients of `params` (some of this reducer's parameters) averaged over the group by registry ops, per bucket as backward averages them: packed into one flat tensor and its in-place all-reduce ('avg') started (all_reduce_start_), then per bucket its wait (all_reduce_wait_) and views of the result. A None gradient stays None (its parameter adds zeros to its bucket).
         """
     def prepare_for_backward(self, outputs: typing.Any, find_unused: bool) -> None:
         """
@@ -57,6 +57,14 @@ def all_reduce(tensor: flowgrad._core.Tensor, op: str = 'sum', blocking: bool = 
 def all_reduce_(tensor: flowgrad._core.Tensor, op: str = 'sum') -> flowgrad._core.Tensor:
     """
     All-reduces tensor in place through the op registry and returns it once done; compiled steps record it as an instruction.
+    """
+def all_reduce_start_(tensor: flowgrad._core.Tensor, op: str = 'sum') -> flowgrad._core.Tensor:
+    """
+    Starts an in-place all-reduce of tensor (contiguous) through the op registry and returns tensor at once; the result is there after all_reduce_wait_(tensor), and nothing may touch tensor before. Compiled steps record it as an instruction.
+    """
+def all_reduce_wait_(tensor: flowgrad._core.Tensor) -> flowgrad._core.Tensor:
+    """
+    Waits for the all-reduce all_reduce_start_ started on tensor and returns tensor, reduced; raises the transport's error (fg.FlowgradError: a rank that left, a failed call). Compiled steps record it as an instruction.
     """
 def backend() -> str:
     """

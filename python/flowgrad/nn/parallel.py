@@ -12,16 +12,16 @@ class DistributedDataParallel(_core.Module):
     """Wraps a module so that every rank trains the same model on its own shard of the data.
 
     At wrap time rank 0's parameters and buffers are broadcast to every rank. During backward,
-    gradients are averaged over ranks in buckets of about bucket_mb megabytes, each launched as
-    soon as its gradients are final, while the rest of backward runs; backward returns with
-    every .grad averaged. Parameters that a forward does not use (an untaken switch branch)
+    gradients are averaged over ranks in buckets of about bucket_mb megabytes, each started as
+    soon as its gradients are final and reduced while the rest of backward runs; once the last
+    bucket has started, backward waits for them all and returns with every .grad averaged. Parameters that a forward does not use (an untaken switch branch)
     need find_unused_parameters=True. Inside `with ddp.no_sync():` gradients only accumulate
     locally; the next synchronised backward averages the accumulated sum.
 
     ``fg.compile(ddp, loss_fn, optimizer, example_inputs=...)`` compiles the whole step, the
-    gradient average included: one all-reduce instruction per bucket after the backward and
-    before the optimizer update (the plan runs its instructions in order, so they do not overlap
-    the backward there). A step compiled or called inside ``no_sync()`` is traced without the
+    gradient average included: per bucket, a start instruction right after the bucket's last
+    gradient is computed and a wait before the first read of the average, so the all-reduce
+    overlaps the rest of the backward there too. A step compiled or called inside ``no_sync()`` is traced without the
     all-reduce (its gradients stay local); called outside it again, the step is traced again.
     """
 
@@ -53,8 +53,8 @@ class DistributedDataParallel(_core.Module):
         ``average(params, grads) -> grads``. Inside it the forward arms no backward hooks (so
         ``autograd.grad`` leaves .grad alone), and `average` returns the gradients averaged over
         ranks by registry ops a tracer records, the C++ average the eager reducer runs too: per
-        bucket, the gradients packed into one flat tensor, one in-place all-reduce ('avg'), then
-        views of it. A None gradient stays None (its parameter adds zeros to its bucket). Inside ``no_sync()``
+        bucket, the gradients packed into one flat tensor and its in-place all-reduce ('avg')
+        started; then per bucket its wait and views of the result. A None gradient stays None (its parameter adds zeros to its bucket). Inside ``no_sync()``
         `average` returns the gradients as they are: no all-reduce is traced."""
         previous, self._sync = self._sync, False
         try:

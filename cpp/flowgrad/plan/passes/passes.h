@@ -50,6 +50,10 @@ Program pair_gemms(Program p);
 // Runs of consecutive elementwise calls writing the same shape become one Fused instruction
 // whose block is the chain (fuse_elementwise.cpp says when a run is exact), in every block.
 Program fuse_elementwise(Program p);
+// Each all_reduce_start_ moves up to just after the instructions it needs (a bucket's last
+// gradient), each all_reduce_wait_ down to just before the first instruction touching its result,
+// so a data-parallel step's gradient all-reduce overlaps the rest of the backward (overlap.cpp).
+Program overlap_collectives(Program p);
 
 // Layouts against a fused run's shape (fuse_elementwise.cpp; fusion.cpp tiles by them): leading
 // dims of `shape` that v has at full size and that merge into one stride, and leading dims of

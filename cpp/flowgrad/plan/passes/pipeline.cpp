@@ -22,6 +22,7 @@ const std::vector<Pass>& pipeline() {
       {"fuse add norm", fuse_add_norm, PassUse::Optional, true},  // before fusion takes the adds
       {"pair gemms", pair_gemms, PassUse::Optional, true},
       {"fusion", fuse_elementwise, PassUse::Optional, true},  // also FLOWGRAD_NO_FUSION=1
+      {"overlap collectives", overlap_collectives, PassUse::Optional, false},  // last: moves what fusion made
   };
   return passes;
 }
