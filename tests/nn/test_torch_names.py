@@ -77,10 +77,17 @@ def test_activations_have_finite_difference_gradients(name):
     assert np.isfinite(x.grad.numpy()).all()
 
 
-def test_hardtanh_gradient_is_one_strictly_inside_and_zero_outside():
-    x = fg.tensor([-2.0, -0.5, 0.5, 2.0], requires_grad=True)
-    F.hardtanh(x).sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), [0, 1, 1, 0])
+@pytest.mark.parametrize("function, points, expected", [  # PyTorch's backward formulas at and around the kinks
+    (F.hardtanh, [-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], [0, 0, 1, 1, 0, 0]),
+    (lambda t: F.hardtanh(t, -2.0, 3.0), [-2.0, -1.9, 2.9, 3.0], [0, 1, 1, 0]),
+    (F.relu6, [-1.0, 0.0, 0.5, 6.0, 7.0], [0, 0, 1, 0, 0]),
+    (F.hardsigmoid, [-4.0, -3.0, 0.0, 3.0, 4.0], [0, 0, 1 / 6, 0, 0]),
+    (F.hardswish, [-4.0, -3.0, 0.0, 3.0, 4.0], [0, -0.5, 0.5, 1.5, 1]),
+])
+def test_gradients_at_the_kinks_are_pytorchs(function, points, expected):
+    x = fg.tensor(points, dtype=fg.float64, requires_grad=True)
+    function(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-15)
 
 
 def test_reprs_and_inplace_flags_as_pytorch():
@@ -206,6 +213,8 @@ def test_unflatten_errors():
         nn.Unflatten(1, (5, -1))(fg.ones(2, 12))
     with pytest.raises(fg.ShapeError, match=r"Unflatten: dim 2 is out of range for input \(2, 12\)"):
         nn.Unflatten(2, (3, 4))(fg.ones(2, 12))
+    with pytest.raises(fg.ShapeError, match=r"Unflatten: dim 0 is out of range for input \(\)"):
+        nn.Unflatten(0, (1, 1))(fg.tensor(1.0))
     with pytest.raises(fg.InvalidArgumentError, match=r"Unflatten: expected an int dim and a non-empty tuple of sizes "
                                                       r"\(at most one -1\), got dim=1, unflattened_size=4"):
         nn.Unflatten(1, 4)

@@ -255,9 +255,9 @@ class Unflatten(_core.Module):
         self.dim, self.unflattened_size = dim, sizes
 
     def forward(self, x):
-        if not -x.dim() <= self.dim < max(x.dim(), 1):
+        if not -x.dim() <= self.dim < x.dim():
             raise _core.ShapeError(f"Unflatten: dim {self.dim} is out of range for input {tuple(x.shape)}")
-        dim = self.dim % max(x.dim(), 1)
+        dim = self.dim % x.dim()
         size, known = x.shape[dim], math.prod(n for n in self.unflattened_size if n != -1)
         sizes = self.unflattened_size
         if -1 in sizes and known and size % known == 0:

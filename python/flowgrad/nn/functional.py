@@ -405,28 +405,38 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return out if bias is None else out + bias.reshape(*shape)
 
 
+def _clamp_inside(input, low, high):
+    """input clamped to [low, high] (NaN stays NaN) with PyTorch's hardtanh gradient: 1 strictly
+    inside, 0 at the bounds and beyond (clamp's own passes at the bounds)."""
+    inside = (input > low) & (input < high)
+    return _core.where(inside, input, input.clamp(low, high).detach())
+
+
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    """input clamped to [min_val, max_val] (NaN stays NaN). inplace=True is accepted and computes
-    out of place, as F.relu(inplace=True)."""
+    """input clamped to [min_val, max_val] (NaN stays NaN); the gradient is 1 strictly inside, 0 at
+    the bounds and beyond, as PyTorch's. inplace=True is accepted and computes out of place, as
+    F.relu(inplace=True)."""
     if min_val > max_val:
         raise _core.InvalidArgumentError(f"hardtanh: min_val must be <= max_val, got min_val={min_val}, "
                                          f"max_val={max_val}")
-    return input.clamp(min_val, max_val)
+    return _clamp_inside(input, min_val, max_val)
 
 
 def relu6(input, inplace=False):
     """min(max(input, 0), 6): hardtanh over [0, 6]."""
-    return input.clamp(0.0, 6.0)
+    return _clamp_inside(input, 0.0, 6.0)
 
 
 def hardsigmoid(input, inplace=False):
-    """relu6(input + 3) / 6: 0 below -3, 1 above 3, input / 6 + 1/2 between."""
-    return (input + 3.0).clamp(0.0, 6.0) / 6.0
+    """relu6(input + 3) / 6: 0 below -3, 1 above 3, input / 6 + 1/2 between (gradient 1/6 strictly
+    between, as PyTorch's)."""
+    return _clamp_inside(input + 3.0, 0.0, 6.0) / 6.0
 
 
 def hardswish(input, inplace=False):
-    """input * relu6(input + 3) / 6 (MobileNetV3's)."""
-    return input * hardsigmoid(input)
+    """input * relu6(input + 3) / 6 (MobileNetV3's); clamp's gradient at the bounds gives PyTorch's
+    (x / 3 + 1/2 for -3 <= x <= 3)."""
+    return input * (input + 3.0).clamp(0.0, 6.0) / 6.0
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
