@@ -26,6 +26,10 @@ from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight
 from ._composite import (
     LeakyReLU, ELU, Softplus, Mish, ModuleDict, ParameterList, Conv1d, ConvTranspose2d, AdaptiveAvgPool2d, Upsample,
     Dropout2d, InstanceNorm2d, ReflectionPad2d, ReplicationPad2d, ZeroPad2d, PixelShuffle, PixelUnshuffle, LogSoftmax,
+    ParameterDict, Unflatten, MaxPool1d, AvgPool1d, AdaptiveAvgPool1d,
+)
+from ._activations import (
+    Hardtanh, ReLU6, Hardsigmoid, Hardswish, SELU, CELU, PReLU, LogSigmoid, GLU, Softsign, Tanhshrink,
 )
 
 

@@ -8,7 +8,8 @@ import math
 
 __all__ = ["LeakyReLU", "ELU", "Softplus", "Mish", "ModuleDict", "ParameterList", "Conv1d", "ConvTranspose2d",
            "AdaptiveAvgPool2d", "Upsample", "Dropout2d", "InstanceNorm2d", "ReflectionPad2d", "ReplicationPad2d",
-           "ZeroPad2d", "PixelShuffle", "PixelUnshuffle", "LogSoftmax"]
+           "ZeroPad2d", "PixelShuffle", "PixelUnshuffle", "LogSoftmax", "ParameterDict", "Unflatten", "MaxPool1d",
+           "AvgPool1d", "AdaptiveAvgPool1d"]
 
 
 class LeakyReLU(_core.Module):
@@ -180,6 +181,141 @@ class ParameterList(_core.Module):
 
     def forward(self, *args):
         raise _core.InvalidArgumentError("ParameterList has no forward: use its parameters")
+
+
+class ParameterDict(_core.Module):
+    """Parameters by name, in insertion order: p['name'], p['name'] = tensor, keys/values/items,
+    len, in, iteration over the keys, update. Each is registered as a parameter under its name (a
+    tensor that is not one yet becomes one, as in ParameterList)."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._names = []
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key):
+        if key not in self._names:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, value):
+        if not isinstance(value, _core.Tensor):
+            raise TypeError(f"ParameterDict: values must be tensors, got {type(value).__name__}")
+        if key not in self._names and (hasattr(type(self), key) or key in vars(self)):
+            raise _core.InvalidArgumentError(f"ParameterDict: key {key!r} is taken by a ParameterDict attribute "
+                                             f"(entries are attributes); choose another name")
+        self.register_parameter(_key("ParameterDict", key), value)
+        if key not in self._names:
+            self._names.append(key)
+
+    def __delitem__(self, key):
+        self[key]  # noqa: B018  (KeyError for a missing key)
+        delattr(self, key)
+        self._names.remove(key)
+
+    def __len__(self):
+        return len(self._names)
+
+    def __iter__(self):
+        return iter(list(self._names))
+
+    def __contains__(self, key):
+        return key in self._names
+
+    def keys(self):
+        return list(self._names)
+
+    def values(self):
+        return [getattr(self, k) for k in self._names]
+
+    def items(self):
+        return [(k, getattr(self, k)) for k in self._names]
+
+    def update(self, parameters):
+        """Adds (or replaces) entries from a dict or (name, tensor) pairs."""
+        for key, value in (parameters.items() if hasattr(parameters, "items") else parameters):
+            self[key] = value
+
+    def forward(self, *args):
+        raise _core.InvalidArgumentError("ParameterDict has no forward: use its parameters")
+
+
+class Unflatten(_core.Module):
+    """Splits dim of the input into unflattened_size (a tuple or list of ints, one of them may be
+    -1), whose product must be that dim's size: the inverse of nn.Flatten."""
+
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        sizes = tuple(unflattened_size) if isinstance(unflattened_size, (tuple, list)) else None
+        if not isinstance(dim, int) or not sizes or not all(isinstance(n, int) and (n >= 0 or n == -1)
+                                                            for n in sizes) or sizes.count(-1) > 1:
+            raise _core.InvalidArgumentError(f"Unflatten: expected an int dim and a non-empty tuple of sizes (at most "
+                                             f"one -1), got dim={dim!r}, unflattened_size={unflattened_size!r}")
+        self.dim, self.unflattened_size = dim, sizes
+
+    def forward(self, x):
+        if not -x.dim() <= self.dim < x.dim():
+            raise _core.ShapeError(f"Unflatten: dim {self.dim} is out of range for input {tuple(x.shape)}")
+        dim = self.dim % x.dim()
+        size, known = x.shape[dim], math.prod(n for n in self.unflattened_size if n != -1)
+        sizes = self.unflattened_size
+        if -1 in sizes and known and size % known == 0:
+            sizes = tuple(size // known if n == -1 else n for n in sizes)
+        if math.prod(sizes) != size or -1 in sizes:
+            raise _core.ShapeError(f"Unflatten: sizes {self.unflattened_size} do not multiply to dim {self.dim}'s size "
+                                   f"{size} of input {tuple(x.shape)}")
+        return x.reshape(*x.shape[:dim], *sizes, *x.shape[dim + 1:])
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class MaxPool1d(_core.Module):
+    """F.max_pool1d over (N, C, L) or (C, L) with PyTorch's arguments (stride defaults to
+    kernel_size; padding at most half the kernel; dilation; ceil_mode; return_indices)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
+        self.padding, self.dilation, self.return_indices, self.ceil_mode = padding, dilation, return_indices, ceil_mode
+
+    def forward(self, x):
+        return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool1d(_core.Module):
+    """F.avg_pool1d over (N, C, L) or (C, L) with PyTorch's arguments and divisors."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
+        self.padding, self.ceil_mode, self.count_include_pad = padding, ceil_mode, count_include_pad
+
+    def forward(self, x):
+        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool1d(_core.Module):
+    """F.adaptive_avg_pool1d to output_size."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool1d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
 
 
 def _conv_parameters(module, in_channels, out_channels, kernel_size, stride, padding, weight_shape, fan_in, bias):

@@ -405,4 +405,177 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return out if bias is None else out + bias.reshape(*shape)
 
 
+def _clamp_inside(input, low, high):
+    """input clamped to [low, high] (NaN stays NaN) with PyTorch's hardtanh gradient: 1 strictly
+    inside, 0 at the bounds and beyond (clamp's own passes at the bounds)."""
+    inside = (input > low) & (input < high)
+    return _core.where(inside, input, input.clamp(low, high).detach())
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """input clamped to [min_val, max_val] (NaN stays NaN); the gradient is 1 strictly inside, 0 at
+    the bounds and beyond, as PyTorch's. inplace=True is accepted and computes out of place, as
+    F.relu(inplace=True)."""
+    if min_val > max_val:
+        raise _core.InvalidArgumentError(f"hardtanh: min_val must be <= max_val, got min_val={min_val}, "
+                                         f"max_val={max_val}")
+    return _clamp_inside(input, min_val, max_val)
+
+
+def relu6(input, inplace=False):
+    """min(max(input, 0), 6): hardtanh over [0, 6]."""
+    return _clamp_inside(input, 0.0, 6.0)
+
+
+def hardsigmoid(input, inplace=False):
+    """relu6(input + 3) / 6: 0 below -3, 1 above 3, input / 6 + 1/2 between (gradient 1/6 strictly
+    between, as PyTorch's)."""
+    return _clamp_inside(input + 3.0, 0.0, 6.0) / 6.0
+
+
+def hardswish(input, inplace=False):
+    """input * relu6(input + 3) / 6 (MobileNetV3's); clamp's gradient at the bounds gives PyTorch's
+    (x / 3 + 1/2 for -3 <= x <= 3)."""
+    return input * (input + 3.0).clamp(0.0, 6.0) / 6.0
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """scale * elu(input, alpha) with PyTorch's constants alpha = 1.6732632423543772 and
+    scale = 1.0507009873554805 (self-normalising networks)."""
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """input where positive, alpha * (exp(input / alpha) - 1) elsewhere (the exp of min(input, 0):
+    no overflow for large inputs). alpha must not be 0."""
+    if alpha == 0:
+        raise _core.InvalidArgumentError("celu: alpha must not be 0 (it divides the input), got 0")
+    return _core.where(input > 0, input, _core.expm1(input.clamp(max=0.0) * (1.0 / alpha)) * alpha)
+
+
+def prelu(input, weight):
+    """input where positive, weight * input elsewhere; weight holds 1 slope or one per channel
+    (dim 1 of the input, PyTorch's layout), broadcast over the other dims."""
+    if not isinstance(input, _core.Tensor) or not isinstance(weight, _core.Tensor):
+        raise TypeError(f"prelu: expected fg.Tensors for input and weight, got {type(input).__name__} and "
+                        f"{type(weight).__name__}")
+    count = weight.numel()
+    if weight.dim() > 1:
+        raise _core.ShapeError(f"prelu: weight must be a scalar or 1-D, got shape {tuple(weight.shape)}")
+    if count != 1:
+        channels = input.shape[1] if input.dim() >= 2 else (1 if input.dim() == 1 else 0)
+        if channels != count:
+            raise _core.ShapeError(f"prelu: weight has {count} parameters but the input {tuple(input.shape)} has "
+                                   f"{channels} channels (dim 1); expected 1 parameter or one per channel")
+    if input.dim() >= 2:
+        weight = weight.reshape(1, count, *([1] * (input.dim() - 2)))
+    elif count == 1:
+        weight = weight.reshape(*([1] * input.dim()))
+    return _core.where(input > 0, input, input * weight)
+
+
+def logsigmoid(input):
+    """log(sigmoid(input)) as -softplus(-input): finite for large negative inputs."""
+    return -_core.softplus(-input)
+
+
+def glu(input, dim=-1):
+    """The gated linear unit: a * sigmoid(b), a and b the two halves of input along dim (whose size
+    must be even)."""
+    if input.dim() == 0:
+        raise _core.ShapeError("glu: expected a tensor with at least 1 dim, got a 0-d tensor")
+    size = input.shape[dim] if -input.dim() <= dim < input.dim() else None
+    if size is None or size % 2:
+        raise _core.ShapeError(f"glu: dim {dim} of input {tuple(input.shape)} must exist and have an even size")
+    half = size // 2
+    return input.narrow(dim, 0, half) * _core.sigmoid(input.narrow(dim, half, half))
+
+
+def softsign(input):
+    """input / (1 + |input|)."""
+    return input / (input.abs() + 1.0)
+
+
+def tanhshrink(input):
+    """input - tanh(input)."""
+    return input - _core.tanh(input)
+
+
+def _pool1d_windows(input, what, kernel_size, stride, padding, dilation, ceil_mode, fill):
+    """The windows of a 1-d pool over the last dim of (N, C, L) or (C, L): (..., L_out, kernel_size)
+    gathered by one index_select from the input padded with `fill` (host constants from the sizes),
+    and each window's start in the padded input. PyTorch's output length, ceil_mode included (a
+    last window must start inside the input or the left padding)."""
+    if input.dim() not in (2, 3):
+        raise _core.ShapeError(f"{what}: expected (N, C, L) or (C, L), got {tuple(input.shape)}")
+    stride = kernel_size if stride is None or stride == [] else stride
+    k, s, p, d = (v[0] if isinstance(v, (tuple, list)) and len(v) == 1 else v
+                  for v in (kernel_size, stride, padding, dilation))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (k, s, p, d)) or min(k, s, d) <= 0 or p < 0:
+        raise _core.InvalidArgumentError(f"{what}: kernel_size, stride and dilation must be positive ints and padding "
+                                         f"an int >= 0, got kernel_size={kernel_size!r}, stride={stride!r}, "
+                                         f"padding={padding!r}, dilation={dilation!r}")
+    if p > k // 2:
+        raise _core.InvalidArgumentError(f"{what}: padding {p} must be at most half the kernel size {k}")
+    length, span = input.shape[-1], d * (k - 1) + 1
+    room = length + 2 * p - span
+    out = (-(-room // s) if ceil_mode else room // s) + 1
+    if ceil_mode and out > 1 and (out - 1) * s >= length + p:
+        out -= 1
+    if room < 0 or out <= 0:
+        raise _core.ShapeError(f"{what}: input {tuple(input.shape)} is shorter than the kernel span {span} with "
+                               f"padding {p}")
+    starts = np.arange(out) * s
+    right = max(0, int(starts[-1]) + span - (length + 2 * p)) + p
+    padded = _core.pad(input, [p, right], fill) if p or right else input
+    taps = starts[:, None] + np.arange(k)[None, :] * d
+    windows = _core.index_select(padded, -1, _core.tensor(taps.reshape(-1), device=input.device))
+    return windows.reshape(*input.shape[:-1], out, k), starts, (k, s, p, d)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over sliding windows of the last dim of (N, C, L) or (C, L), PyTorch's arguments
+    (stride defaults to kernel_size; padding, at most half the kernel, never wins; dilation;
+    ceil_mode). The gradient goes to one maximum per window, as PyTorch's; NaN propagates.
+    return_indices=True also returns each maximum's position in the input."""
+    windows, starts, (k, s, p, d) = _pool1d_windows(input, "max_pool1d", kernel_size, stride, padding, dilation,
+                                                    ceil_mode, -_math.inf)
+    values, index = windows.max(-1)
+    if not return_indices:
+        return values
+    first = _core.tensor(starts - p, device=input.device)
+    return values, index * d + first
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean over sliding windows of the last dim of (N, C, L) or (C, L), PyTorch's arguments and
+    divisors: the window's size clipped to the padded input (count_include_pad=True) or the
+    number of input entries in it (False)."""
+    windows, starts, (k, s, p, _) = _pool1d_windows(input, "avg_pool1d", kernel_size, stride, padding, 1,
+                                                    ceil_mode, 0.0)
+    length = input.shape[-1]
+    ends = np.minimum(starts + k, length + 2 * p)
+    divisor = ends - starts if count_include_pad else np.minimum(ends, length + p) - np.maximum(starts, p)
+    scale = _core.tensor(1.0 / divisor, dtype=input.dtype, device=input.device)
+    return windows.sum(-1) * scale
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Means over PyTorch's adaptive bins of the last dim of (N, C, L) or (C, L): output i averages
+    entries floor(i L / out) to ceil((i + 1) L / out) - 1 (adaptive_avg_pool2d over a height of 1)."""
+    if input.dim() not in (2, 3):
+        raise _core.ShapeError(f"adaptive_avg_pool1d: expected (N, C, L) or (C, L), got {tuple(input.shape)}")
+    size = output_size[0] if isinstance(output_size, (tuple, list)) and len(output_size) == 1 else output_size
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise _core.InvalidArgumentError(f"adaptive_avg_pool1d: output_size must be a positive int, got "
+                                         f"{output_size!r}")
+    rows = input.shape[0] * (input.shape[1] if input.dim() == 3 else 1)
+    flat = input.reshape(1, rows, 1, input.shape[-1])
+    return adaptive_avg_pool2d(flat, (1, size)).reshape(*input.shape[:-1], size)
+
+
 __all__ = [n for n in dir() if not n.startswith("_")]
