@@ -20,7 +20,10 @@ element). It
 runs at the instruction-set level in force (printed; FLOWGRAD_ISA forces a lower one) and saves
 bench_attention-sweep-<level>-<date>.json. PyTorch and OpenBLAS keep their own choice; to match a
 forced level set theirs too: FLOWGRAD_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
-(generic: OPENBLAS_CORETYPE=Prescott ATEN_CPU_CAPABILITY=default).
+MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 (generic: OPENBLAS_CORETYPE=Prescott
+ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41): PyTorch's
+GEMMs are MKL's, which ATEN_CPU_CAPABILITY does not steer (sweeps before 2026-12-06 left MKL at
+AVX-512).
 
 The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
 32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop.
@@ -127,7 +130,9 @@ def sweep(args, torch):
     # The peers' own dispatch, which FLOWGRAD_ISA does not steer: OPENBLAS_CORETYPE (the flash path's
     # GEMMs) and ATEN_CPU_CAPABILITY (PyTorch's kernels) match a forced level.
     peers = {"blas_core": fg.build_config()["blas_core"],
-             "torch_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None}
+             "torch_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None,
+             "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
+             "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, {timer}, "
           f"OpenBLAS core {peers['blas_core']}, PyTorch CPU capability {peers['torch_capability']}, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)

@@ -239,12 +239,14 @@ void transpose_of(Mat<const T> m, int64_t rows, int64_t cols, T* buf, int64_t ld
 thread_local AttentionCpuWork work_done;  // this thread's, since attention_cpu_work_take
 
 // rows_product at the level of W, counted into work_done.
+// Returns the columns it computed.
 template <class T, int W>
-void product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb, int64_t width,
-             const Dest<T>& d) {
+int64_t product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb, int64_t width,
+                const Dest<T>& d) {
   thread_local std::vector<T> spread;  // generic's spread A block (rows_product)
   const int64_t cols = FG_AT_WIDTH(W, rows_product<T, W>(K, a, a_row, a_k, b, ldb, width, d, spread));
   work_done.products += 1, work_done.multiply_adds += K * kRows * cols;
+  return cols;
 }
 
 // Keys [0, key_end) that query rows [i0, i0 + kRows) can see when blocks skip the causal cut.
@@ -257,8 +259,8 @@ void forward_head(const AttentionShape& s, const AttentionMask& mask, int64_t bh
   transpose_of<T, W>(h.k, s.S, s.E, t.k, t.Ep, t.kt, t.Sp);
   for (int64_t i0 = row_begin; i0 < row_end; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, s.causal), cols = padded<T, W>(key_end);
-    T* p = t.p;
-    product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
+    T* p = t.p;  // columns [key_end, cols) may stay unwritten: softmax_block cuts them to -inf
+    product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, key_end, whole(p, t.Sp, cols));
     int64_t rows = std::min(kRows, s.L - i0), valid[kRows];
     T m[kRows], l[kRows], log_l[kRows], inv[kRows];
     T scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
@@ -281,8 +283,11 @@ void backward_rows(const AttentionShape& s, const AttentionMask& mask, int64_t b
   for (int64_t i0 = c0; i0 < c_end; i0 += kRows) {
     int64_t key_end = block_key_end(i0, s.S, skip), cols = padded<T, W>(key_end);
     T *p = t.p + (i0 - c0) * t.Sp, *ds = t.ds + (i0 - c0) * t.Sp;
-    product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, cols, whole(p, t.Sp, cols));
-    product<T, W>(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, cols, whole(ds, t.Sp, cols));
+    // Columns [key_end, cols) may stay unwritten: probs_block cuts p's to -inf (p = 0), and dP's
+    // are zeroed, so that ds = p (dP - D) is 0 there, not 0 times whatever the arena held.
+    product<T, W>(s.E, t.qm.row(i0), t.qm.ld, 1, t.kt, t.Sp, key_end, whole(p, t.Sp, cols));
+    const int64_t done = product<T, W>(s.Ev, t.doutm.row(i0), t.doutm.ld, 1, t.vt, t.Sp, key_end, whole(ds, t.Sp, cols));
+    for (int64_t r = 0; r < kRows && done < cols; ++r) std::fill(ds + r * t.Sp + done, ds + r * t.Sp + cols, T(0));
     int64_t rows = std::min(kRows, c_end - i0), valid[kRows];
     T score_scale = prepare_scores(s, mask, bh, i0, rows, p, t.Sp, cols, valid);
     FG_AT_WIDTH(W, probs_block<T, W>(p, ds, t.Sp, rows, cols, valid, score_scale, stats + 2 * i0, scale));

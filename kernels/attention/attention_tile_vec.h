@@ -6,6 +6,7 @@
 // as attention_cpu_rows.h.
 #pragma once
 #include <cfloat>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,9 +47,9 @@ __attribute__((noinline)) void store_lanes(T* dst, const Vec<T, W>& y, int64_t n
 }
 
 // Block columns [n0, n0 + NV vectors) of C (kRows, .) = sum over k < K of A(r, k) * B(k, :),
-// A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), or, at generic (W =
-// 16), in every lane of spread[k * kRows + r]; B's rows ldb apart; written (overwritten) into d.
-template <class T, int W, int NV>
+// A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), or, with Spread, in
+// every lane of spread[k * kRows + r]; B's rows ldb apart; written (overwritten) into d.
+template <class T, int W, int NV, bool Spread = false>
 inline __attribute__((always_inline)) void block_product(int64_t K, const T* __restrict a, int64_t a_row,
                                                          int64_t a_k, const Vec<T, W>* __restrict spread,
                                                          const T* __restrict b, int64_t ldb, const Dest<T>& d,
@@ -60,7 +61,7 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
     Vec<T, W> bk[NV];
     for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * n);
     for (int r = 0; r < kRows; ++r) {
-      if constexpr (W == 16) {  // spread (rows_product)
+      if constexpr (Spread) {  // generic (rows_product)
         for (int v = 0; v < NV; ++v) acc[r][v] += spread[k * kRows + r] * bk[v];
       } else {
         T x = a[r * a_row + k * a_k];
@@ -84,7 +85,7 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
   }
 }
 
-// C (kRows, width) = A (kRows, K) B (K, width) into d, width a multiple of kLane: blocks two
+// C (kRows, width) = A (kRows, K) B (K, width) into d, B's rows readable to a multiple of kLane: blocks two
 // vectors wide (16 accumulators) where the level has 32 registers (avx512), one vector for the
 // rest (8 accumulators: 16 registers hold them, the two B vectors and the broadcast A).
 // Returns the columns it computed (for the work count, attention_cpu_work_take).
@@ -105,10 +106,27 @@ FG_CPU_KERNEL int64_t rows_product(int64_t K, const T* a, int64_t a_row, int64_t
       for (int r = 0; r < kRows; ++r) at[k * kRows + r] = Vec<T, W>{} + a[r * a_row + k * a_k];
     spread = at;
   }
+  const int64_t end = std::min(width, d.cols);
   if constexpr (W == 64)
     for (; c + 2 * n <= width && c < d.cols; c += 2 * n)
       block_product<T, W, 2>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
-  for (; c < width && c < d.cols; c += n) block_product<T, W, 1>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+  for (; c < end; c += n) {
+    // A last block of at most a quarter or half a vector on vectors that narrow (16 bytes at
+    // least): at avx512 a row of 20 keys took 32 columns, and the work of T = 20 was 2.4x T = 16's.
+    if constexpr (W >= 64) {
+      if (end - c <= n / 4) {
+        block_product<T, W / 4, 1>(K, a, a_row, a_k, nullptr, b + c, ldb, d, c);
+        return c + n / 4;
+      }
+    }
+    if constexpr (W >= 32) {
+      if (end - c <= n / 2) {
+        block_product<T, W / 2, 1>(K, a, a_row, a_k, nullptr, b + c, ldb, d, c);
+        return c + n / 2;
+      }
+    }
+    block_product<T, W, 1, W == 16>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+  }
   return c;
 }
 
