@@ -119,7 +119,7 @@ def qkv_views_fwd_bwd(b, h, L, e, causal, device, rng):
 
 SWEEP_T = [16, 20, 24, 30, 32, 40, 48, 56, 63, 64, 65, 80, 96, 112, 127, 128, 129, 160, 192, 224, 256, 320, 384, 448,
            512]
-LONG_T = [640, 768, 1024, 1536, 2048]  # --long: batch 16 * (512 / T)^2 (at least 1), steps per batch element
+LONG_T = [640, 800, 1024, 1280, 1600, 2048]  # --long (at most 1.28x apart): batch 16 * (512 / T)^2, at least 1
 MAX_STEP = 2.0  # the largest ratio allowed between neighbouring T's times
 
 
