@@ -12,13 +12,18 @@ Wall clock: benchmarks/common.py's interleaved() (alternating rounds, a pause be
 --cpu-time: one thread on each side, timed by the process's CPU time instead of the wall clock,
 for a machine shared with other jobs (wall-clock timings there mostly measure the neighbours).
 --cases N: only the first N cases; --tag: appended to the saved file's name.
---sweep: causal forward+backward of (16, 4, T, 32) at T from 16 to 512, tile boundaries among
+--sweep: causal forward+backward of (16, 4, T, 32) at T from 16 to 512, block boundaries among
 them (64/65, 127/128/129), fused against PyTorch's SDPA; exits 1 when the time of two neighbouring
-T differs by more than 2x (neighbours at most 1.25x apart, so at most ~1.6x the work): a cliff. It
+T differs by more than 2x (neighbours at most 1.25x apart, so at most ~1.6x the work): a cliff.
+--long goes on to T = 2048 with batch 16 * (512 / T)^2 (the step then compares time per batch
+element). It
 runs at the instruction-set level in force (printed; FLOWGRAD_ISA forces a lower one) and saves
 bench_attention-sweep-<level>-<date>.json. PyTorch and OpenBLAS keep their own choice; to match a
 forced level set theirs too: FLOWGRAD_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
-(generic: OPENBLAS_CORETYPE=Prescott ATEN_CPU_CAPABILITY=default).
+MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 (generic: OPENBLAS_CORETYPE=Prescott
+ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41): PyTorch's
+GEMMs are MKL's, which ATEN_CPU_CAPABILITY does not steer (sweeps before 2026-12-06 left MKL at
+AVX-512).
 
 The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
 32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop.
@@ -114,6 +119,7 @@ def qkv_views_fwd_bwd(b, h, L, e, causal, device, rng):
 
 SWEEP_T = [16, 20, 24, 30, 32, 40, 48, 56, 63, 64, 65, 80, 96, 112, 127, 128, 129, 160, 192, 224, 256, 320, 384, 448,
            512]
+LONG_T = [640, 800, 1024, 1280, 1600, 2048]  # --long (at most 1.28x apart): batch 16 * (512 / T)^2, at least 1
 MAX_STEP = 2.0  # the largest ratio allowed between neighbouring T's times
 
 
@@ -124,14 +130,17 @@ def sweep(args, torch):
     # The peers' own dispatch, which FLOWGRAD_ISA does not steer: OPENBLAS_CORETYPE (the flash path's
     # GEMMs) and ATEN_CPU_CAPABILITY (PyTorch's kernels) match a forced level.
     peers = {"blas_core": fg.build_config()["blas_core"],
-             "torch_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None}
+             "torch_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None,
+             "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
+             "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, {timer}, "
           f"OpenBLAS core {peers['blas_core']}, PyTorch CPU capability {peers['torch_capability']}, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     rng = np.random.default_rng(0)
     rows = []
-    for T in SWEEP_T:
-        arrays = [rng.standard_normal((16, 4, T, 32)).astype(np.float32) for _ in range(3)]
+    for T in SWEEP_T + (LONG_T if args.long else []):
+        batch = max(1, 16 * 512 * 512 // (T * T)) if T > 512 else 16
+        arrays = [rng.standard_normal((batch, 4, T, 32)).astype(np.float32) for _ in range(3)]
         q, k, v = (fg.tensor(a, requires_grad=True) for a in arrays)
         steps = {"fused": fwd_bwd(F.scaled_dot_product_attention, q, k, v, True)}
         if torch is not None:
@@ -144,19 +153,22 @@ def sweep(args, torch):
             medians = {name: float(np.median(t)) for name, t in times.items()}
         else:
             medians = {name: 1e3 * r["median"] for name, r in interleaved(steps, args.rounds).items()}
-        row = {"T": T, "load_average": os.getloadavg()[0], **{f"{name}_ms": t for name, t in medians.items()}}
+        row = {"T": T, "batch": batch, "load_average": os.getloadavg()[0],
+               **{f"{name}_ms": t for name, t in medians.items()}}
         if rows:
-            row["step"] = max(row["fused_ms"] / rows[-1]["fused_ms"], rows[-1]["fused_ms"] / row["fused_ms"])
+            now, before = row["fused_ms"] / batch, rows[-1]["fused_ms"] / rows[-1]["batch"]
+            row["step"] = max(now / before, before / now)
         rows.append(row)
         ratio = f", torch/fused {row['torch_ms'] / row['fused_ms']:.2f}x" if "torch_ms" in row else ""
         step = f", step {row['step']:.2f}x" if "step" in row else ""
-        print(f"T={T}: fused {row['fused_ms']:.3f} ms{ratio}{step} (load {row['load_average']:.1f})", flush=True)
+        print(f"T={T} B={batch}: fused {row['fused_ms']:.3f} ms{ratio}{step} (load {row['load_average']:.1f})", flush=True)
     cliffs = [(a["T"], b["T"], b["step"]) for a, b in zip(rows, rows[1:]) if b["step"] > MAX_STEP]
     print("cliffs (T, next T, step): " + (", ".join(f"{a}->{b} {s:.2f}x" for a, b, s in cliffs) or "none"))
     if args.save:
         print("saved", save(f"bench_attention-sweep-{isa}" + (f"-{args.tag}" if args.tag else ""), {
             "machine": machine(), "isa": isa, "command": f"FLOWGRAD_ISA={isa} python benchmarks/bench_attention.py --sweep --save"
-            + (" --cpu-time" if args.cpu_time else ""), "shape": "(16, 4, T, 32) causal, forward+backward",
+            + (" --cpu-time" if args.cpu_time else "") + (" --long" if args.long else ""),
+            "shape": "(B, 4, T, 32) causal, forward+backward; B = 16, beyond T = 512 16 * (512 / T)^2",
             "rounds": args.rounds, "timer": timer, "statistic": "median of interleaved rounds", **peers,
             "load_average_end": os.getloadavg(),
             "max_step": MAX_STEP, "cliffs": cliffs, "sweep": rows}))
@@ -173,6 +185,7 @@ def main():
     parser.add_argument("--cases", type=int, default=len(CASES), help="run only the first N cases")
     parser.add_argument("--tag", default="", help="appended to the saved file's name")
     parser.add_argument("--sweep", action="store_true", help="T from 16 to 512; exit 1 on a step of more than 2x")
+    parser.add_argument("--long", action="store_true", help="--sweep on to T = 2048 (smaller batches beyond 512)")
     args = parser.parse_args()
     if args.cpu_time:
         fg.set_num_threads(1)

@@ -1,6 +1,7 @@
-// Fused (flash-style) scaled dot-product attention: online softmax over key blocks, so no
-// (L, S) score matrix is ever stored; each row's softmax statistics are kept for the backward
-// pass, which recomputes the probabilities block by block (FlashAttention-2).
+// Fused (flash-style) scaled dot-product attention: no (L, S) score matrix is ever stored (CUDA:
+// online softmax over key blocks; CPU: an exact softmax of 8 query rows against all their keys);
+// each row's softmax statistics are kept for the backward pass, which recomputes the
+// probabilities block by block (FlashAttention-2).
 //
 // Layout: q (BH, L, E), k (BH, S, E), v (BH, S, Ev), out (BH, L, Ev), stats (BH, L, 2); BH is the
 // flattened batch (batch..., heads). CUDA: all contiguous; CPU: strided views (AttentionOperands),
@@ -89,15 +90,6 @@ FG_HD void store_row_stats(T* stats, int64_t row, T m, T log_l) {
   stats[2 * row + 1] = log_l;
 }
 
-// The CPU kernels take a head whole (one score tile, exact softmax, no accumulation, causal blocks
-// above the diagonal skipped) up to this many queries and keys, and run the flash loop beyond:
-// at 65-128 the tile took 0.65-0.75x the flash loop's time at head dims 32-64 and about the same
-// at 128 (bench_attention.py --cpu-time, see the README's attention section).
-constexpr int64_t kAttentionCpuTile = 128;
-inline bool attention_single_tile(const AttentionShape& s) {
-  return s.L <= kAttentionCpuTile && s.S <= kAttentionCpuTile;
-}
-
 // The CPU kernels read and write strided views (the qkv split's q, k, v and head permutes need no
 // copy): matrix bh of an operand starts at data + the sum of its batch strides over bh unravelled
 // (row-major) over batch_shape, its rows ld elements apart, its columns adjacent. Elements are
@@ -135,6 +127,15 @@ void attention_forward_cpu(const KernelEnv& env, DType dtype, const AttentionSha
 void attention_backward_cpu(const KernelEnv& env, DType dtype, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x,  // reads q, k, v, out, dout; writes dq, dk, dv
                             const void* stats);          // (BH, L, 2)
+
+// The CPU kernels' work on this thread since the last call, which resets it: calls of their
+// register-blocked product and its multiply-adds, padding included. A function of the shapes and
+// the instruction-set level alone, so a test can check how the work grows with the sequence
+// length (tests/cpp/test_attention_work.cpp), where timings on a shared machine cannot.
+struct AttentionCpuWork {
+  int64_t products = 0, multiply_adds = 0;
+};
+AttentionCpuWork attention_cpu_work_take();
 
 // CUDA counterparts (CUDA builds only): contiguous operands, float32/bfloat16/float16 (float32
 // math, stats float32), head dims up to kAttentionCudaMaxHeadDim.

@@ -1,8 +1,6 @@
-// Internal to the CPU attention kernels (attention_cpu.cpp: the flash loop, attention_tile_cpu.cpp:
-// a head in one tile): one head's operands and the row loops both paths share. Row loops are
-// compiled per instruction set (cpu_dispatch.h); sums and maxima keep eight partial results so
-// that they vectorise without reassociating by the compiler. Internal linkage (each including
-// file keeps its own clones).
+// Internal to the CPU attention kernels (attention_tile_cpu.cpp, dispatched from attention_cpu.cpp):
+// one head's operands, the exp of a score and the scaling and masking of a row of scores (compiled
+// per instruction set: cpu_dispatch.h). Internal linkage (each including file keeps its own clones).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -56,50 +54,6 @@ template <class T>
 FG_CPU_KERNEL void scale_row(T* __restrict x, int64_t n, T scale, int64_t valid) {
   for (int64_t c = 0; c < n; ++c) x[c] = c < valid ? x[c] * scale : T(-INFINITY);
 }
-template <class T>
-FG_CPU_KERNEL T max_row(const T* __restrict x, int64_t n) {
-  T part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] = x[c + j] > part[j] ? x[c + j] : part[j];
-  for (; c < n; ++c) part[0] = x[c] > part[0] ? x[c] : part[0];
-  T m = part[0];
-  for (int j = 1; j < 8; ++j) m = part[j] > m ? part[j] : m;
-  return m;
-}
-// x[c] = exp((x[c] - base) - shift) (<= 0: base is the row's max, shift its log-sum or 0); returns
-// the sum of the new values.
-template <class T>
-FG_CPU_KERNEL T exp_row(T* __restrict x, int64_t n, T base, T shift = T(0)) {
-  for (int64_t c = 0; c < n; ++c) x[c] = exp_nonpositive(x[c] - base - shift);
-  T part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] += x[c + j];
-  T sum = 0;
-  for (; c < n; ++c) sum += x[c];
-  for (int j = 0; j < 8; ++j) sum += part[j];
-  return sum;
-}
-// dS = scale * P * (dP - D) over one row, written over dP (scale: that of the scores, so that
-// dQ and dK come out of their products finished).
-template <class T>
-FG_CPU_KERNEL void ds_row(T* __restrict dp, const T* __restrict p, int64_t n, T d, T scale) {
-  for (int64_t c = 0; c < n; ++c) dp[c] = scale * p[c] * (dp[c] - d);
-}
-// D = rowsum(dO * O) of one row.
-template <class T>
-FG_CPU_KERNEL T dot_row(const T* __restrict a, const T* __restrict b, int64_t n) {
-  T part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; ++j) part[j] += a[c + j] * b[c + j];
-  T sum = 0;
-  for (; c < n; ++c) sum += a[c] * b[c];
-  for (int j = 0; j < 8; ++j) sum += part[j];
-  return sum;
-}
-
 // Raw q.k products x of query row i against keys [j0, j0 + n) made scores in place: times `scale`,
 // plus the mask, -inf from key j0 + valid on (the causal cut, padding columns).
 template <class T>
@@ -113,9 +67,9 @@ void mask_scores_row(const AttentionMask& mask, int64_t bh, int64_t i, int64_t j
 
 }  // namespace
 
-// A head of at most kAttentionCpuTile queries and keys in one tile (attention_tile_cpu.cpp): as
-// attention_forward_cpu / attention_backward_cpu for T = float or double, over every batch*head;
-// the tiles' buffers come from env's scratch (kernels/common/workspace.h).
+// The kernels of attention_tile_cpu.cpp: as attention_forward_cpu / attention_backward_cpu for
+// T = float or double, over every batch*head; the tiles' buffers come from env's scratch
+// (kernels/common/workspace.h).
 template <class T>
 void attention_tile_forward(const KernelEnv& env, const AttentionShape& s, const AttentionMask& mask,
                             const AttentionOperands& x, T* stats);

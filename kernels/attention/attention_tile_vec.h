@@ -6,11 +6,13 @@
 // as attention_cpu_rows.h.
 #pragma once
 #include <cfloat>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kernels/common/vec.h"
 
@@ -24,12 +26,15 @@ template <class T, int W> int64_t padded(int64_t n) { return (n + kPad<T, W> - 1
 
 // Where a product's (kRows, width) block goes: rows [0, rows) at c, ldc apart, columns [0, cols)
 // (a partial last vector written lane by lane: an output's columns end at its row's end, where the
-// packed layout's next head begins), row r times scale[r] when scale is given.
+// packed layout's next head begins), row r times scale[r] when scale is given; Into::Add adds it
+// to what is there (whole vectors only: a padded buffer's block, cols a multiple of kLane).
+enum class Into : uint8_t { Overwrite, Add };
 template <class T>
 struct Dest {
   T* c;
   int64_t ldc, rows, cols;
   const T* scale = nullptr;
+  Into into = Into::Overwrite;
 };
 template <class T>
 Dest<T> whole(T* c, int64_t ldc, int64_t width) { return {c, ldc, kRows, width}; }  // a scratch block
@@ -42,12 +47,13 @@ __attribute__((noinline)) void store_lanes(T* dst, const Vec<T, W>& y, int64_t n
 }
 
 // Block columns [n0, n0 + NV vectors) of C (kRows, .) = sum over k < K of A(r, k) * B(k, :),
-// A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), B's rows ldb apart,
-// written (overwritten) into d.
-template <class T, int W, int NV>
+// A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), or, with Spread, in
+// every lane of spread[k * kRows + r]; B's rows ldb apart; written (overwritten) into d.
+template <class T, int W, int NV, bool Spread = false>
 inline __attribute__((always_inline)) void block_product(int64_t K, const T* __restrict a, int64_t a_row,
-                                                         int64_t a_k, const T* __restrict b, int64_t ldb,
-                                                         const Dest<T>& d, int64_t n0) {
+                                                         int64_t a_k, const Vec<T, W>* __restrict spread,
+                                                         const T* __restrict b, int64_t ldb, const Dest<T>& d,
+                                                         int64_t n0) {
   using Unaligned = typename VecOf<T, W>::unaligned;
   constexpr int64_t n = kLane<T, W>;
   Vec<T, W> acc[kRows][NV] = {};
@@ -55,8 +61,12 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
     Vec<T, W> bk[NV];
     for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * n);
     for (int r = 0; r < kRows; ++r) {
-      T x = a[r * a_row + k * a_k];
-      for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
+      if constexpr (Spread) {  // generic (rows_product)
+        for (int v = 0; v < NV; ++v) acc[r][v] += spread[k * kRows + r] * bk[v];
+      } else {
+        T x = a[r * a_row + k * a_k];
+        for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
+      }
     }
   }
   const Dest<T> at = d;  // in registers: the stores below may alias anything
@@ -67,6 +77,7 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       Vec<T, W> y = at.scale ? acc[r][v] * at.scale[r] : acc[r][v];
+      if (at.into == Into::Add) y += *reinterpret_cast<const Unaligned*>(row + v * n);
       int64_t left = at.cols - n0 - v * n;
       if (left >= n) *reinterpret_cast<Unaligned*>(row + v * n) = y;
       else if (left > 0) store_lanes<T, W>(row + v * n, y, left);
@@ -74,17 +85,49 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
   }
 }
 
-// C (kRows, width) = A (kRows, K) B (K, width) into d, width a multiple of kLane: blocks two
+// C (kRows, width) = A (kRows, K) B (K, width) into d, B's rows readable to a multiple of kLane: blocks two
 // vectors wide (16 accumulators) where the level has 32 registers (avx512), one vector for the
 // rest (8 accumulators: 16 registers hold them, the two B vectors and the broadcast A).
+// Returns the columns it computed (for the work count, attention_cpu_work_take).
+// Generic (SSE2) has no broadcast from memory: each A value cost a load and a shuffle per column
+// block, as many shuffles as multiplies. There A's block is spread once per product into
+// `spread` (kRows * K vectors, 16-byte aligned, grown as needed), which every column block then
+// multiplies by straight from memory.
 template <class T, int W>
-FG_CPU_KERNEL void rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb,
-                                int64_t width, const Dest<T>& d) {
+FG_CPU_KERNEL int64_t rows_product(int64_t K, const T* a, int64_t a_row, int64_t a_k, const T* b, int64_t ldb,
+                                   int64_t width, const Dest<T>& d, std::vector<T>& spread_buf) {
   constexpr int64_t n = kLane<T, W>;
   int64_t c = 0;
+  const Vec<T, W>* spread = nullptr;
+  if constexpr (W == 16) {
+    if (static_cast<int64_t>(spread_buf.size()) < (K * kRows + 1) * n) spread_buf.resize((K * kRows + 1) * n);
+    auto* at = reinterpret_cast<Vec<T, W>*>((reinterpret_cast<uintptr_t>(spread_buf.data()) + W - 1) & ~uintptr_t(W - 1));
+    for (int64_t k = 0; k < K; ++k)
+      for (int r = 0; r < kRows; ++r) at[k * kRows + r] = Vec<T, W>{} + a[r * a_row + k * a_k];
+    spread = at;
+  }
+  const int64_t end = std::min(width, d.cols);
   if constexpr (W == 64)
-    for (; c + 2 * n <= width && c < d.cols; c += 2 * n) block_product<T, W, 2>(K, a, a_row, a_k, b + c, ldb, d, c);
-  for (; c < width && c < d.cols; c += n) block_product<T, W, 1>(K, a, a_row, a_k, b + c, ldb, d, c);
+    for (; c + 2 * n <= width && c < d.cols; c += 2 * n)
+      block_product<T, W, 2>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+  for (; c < end; c += n) {
+    // A last block of at most a quarter or half a vector on vectors that narrow (16 bytes at
+    // least): at avx512 a row of 20 keys took 32 columns, and the work of T = 20 was 2.4x T = 16's.
+    if constexpr (W >= 64) {
+      if (end - c <= n / 4) {
+        block_product<T, W / 4, 1>(K, a, a_row, a_k, nullptr, b + c, ldb, d, c);
+        return c + n / 4;
+      }
+    }
+    if constexpr (W >= 32) {
+      if (end - c <= n / 2) {
+        block_product<T, W / 2, 1>(K, a, a_row, a_k, nullptr, b + c, ldb, d, c);
+        return c + n / 2;
+      }
+    }
+    block_product<T, W, 1, W == 16>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+  }
+  return c;
 }
 
 enum class Reduce : uint8_t { Max, Sum };

@@ -16,6 +16,8 @@ F = fg.nn.functional
 SHAPES = [  # (batch, L, S, E, Ev)
     ((2,), 65, 65, 32, 32), ((1, 2), 128, 128, 16, 16), ((3,), 100, 70, 33, 17), ((2,), 70, 128, 5, 3),
     ((2,), 1, 128, 64, 64), ((1,), 128, 1, 24, 40), ((2,), 9, 127, 128, 128), ((4,), 63, 8, 7, 9),
+    # past 128: backward chunks of query rows, dK and dV summed over them (test_attention_long.py)
+    ((2,), 300, 300, 32, 32), ((1,), 270, 520, 33, 17), ((1,), 520, 270, 16, 24), ((1, 2), 200, 200, 8, 8),
 ]
 
 
@@ -52,10 +54,10 @@ def test_forward_and_gradients_match_numpy(rng, device, batch, L, S, E, Ev, caus
     check(device, dtype, rtol, atol, arrays, make(rng, batch + (L, Ev)), causal=causal)
 
 
-@pytest.mark.parametrize("L", [1, 7, 8, 9, 64, 65, 127, 128])
+@pytest.mark.parametrize("L", [1, 7, 8, 9, 64, 65, 127, 128, 257, 600, 1030])
 def test_float32_across_the_block_edges(rng, device, L):
     """float32 (the transformer's dtype) against float64 NumPy, causal, L = S around 8-row blocks
-    and 16-wide vectors."""
+    and 16-wide vectors, and past 128 across the backward's chunks (test_attention_long.py)."""
     arrays = [make(rng, (2, 3, L, 32), np.float32, -1, 1) for _ in range(3)]
     wide = [a.astype(np.float64) for a in arrays]
     g = make(rng, (2, 3, L, 32), np.float32, -1, 1)
@@ -112,7 +114,7 @@ def test_fully_masked_row_reaches_every_key_also_under_causal_skipping(rng, devi
     assert np.isnan(ref_dv.cpu().numpy()).all()
 
 
-@pytest.mark.parametrize("T", [65, 100, 128])
+@pytest.mark.parametrize("T", [65, 100, 128, 290])  # 290: three backward chunks
 @pytest.mark.parametrize("causal", [False, True])
 def test_packed_qkv_views(rng, device, T, causal):
     """q, k, v as head views of one (B, T, 3 * H * E) projection (strided rows, read in place on the
