@@ -14,7 +14,7 @@ from .. import _core
 from .._grad_mode import no_grad
 from . import lr_scheduler
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "LBFGS", "ClipGradNorm", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "ClipGradNorm", "lr_scheduler"]
 
 
 def _invalid(message):
@@ -475,3 +475,4 @@ class Adadelta(_Composed):
 
 from .lbfgs import LBFGS  # noqa: E402  (it builds on Optimizer above)
 from .clip import ClipGradNorm  # noqa: E402
+from .adam_variants import Adamax, NAdam, RAdam  # noqa: E402  (they build on _Composed above)
