@@ -20,9 +20,12 @@ class _AdamVariant(_Composed):
         return [group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"]]
 
     def _init_state(self, p, group):
-        state = {key: _core.zeros(*p.shape, dtype=p.dtype, device=p.device) for key in self._state_keys[:2]}
-        state["step"] = _core.zeros((), dtype=_core.float64, device=p.device)
-        return state
+        """Moments shaped like p; the step count (0) and NAdam's mu_product (1) as float64 scalars."""
+        def start(key):
+            if key in ("step", "mu_product"):
+                return _core.full((), float(key == "mu_product"), dtype=_core.float64, device=p.device)
+            return _core.zeros(*p.shape, dtype=p.dtype, device=p.device)
+        return {key: start(key) for key in self._state_keys}
 
     @staticmethod
     def _moments(exp_avg, exp_avg_sq, g, h):
@@ -55,7 +58,7 @@ class Adamax(_AdamVariant):
         exp_avg, exp_inf, step = state
         step.add_(1)
         g = self._decay(p, g, h, group)
-        exp_avg.mul_(h[1]).add_(g * (1 - h[1]))
+        exp_avg.mul_(h[1]).add_(g * (1 - h[1]))  # Adam's first moment; the second is the infinity norm
         exp_inf.copy_(_core.maximum(exp_inf * h[2], g.abs() + h[3]))
         clr = (h64[0] / (1 - h64[1] ** step)).to(dtype=p.dtype)
         p.sub_(exp_avg / exp_inf * clr)
@@ -87,11 +90,6 @@ class NAdam(_AdamVariant):
 
     def _hyper_values(self, index, group):
         return super()._hyper_values(index, group) + [group["momentum_decay"]]
-
-    def _init_state(self, p, group):
-        state = super()._init_state(p, group)
-        state["mu_product"] = _core.ones((), dtype=_core.float64, device=p.device)
-        return {key: state[key] for key in self._state_keys}
 
     def _apply(self, p, g, state, h64, h, group):
         exp_avg, exp_avg_sq, mu_product, step = state
