@@ -116,6 +116,18 @@ def machine():
     return info
 
 
+# The variables that pin flowgrad and its peers (OpenBLAS, PyTorch, MKL, oneDNN) to one instruction-set level.
+LEVEL_VARIABLES = ("FLOWGRAD_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
+                   "ONEDNN_MAX_CPU_ISA")
+
+
+def command_line():
+    """This run's command as a result file records it: the level variables set, then python and its
+    arguments (no paths of the machine)."""
+    pinned = [f"{k}={os.environ[k]}" for k in LEVEL_VARIABLES if k in os.environ]
+    return " ".join(pinned + ["python", "benchmarks/" + pathlib.Path(sys.argv[0]).name] + sys.argv[1:])
+
+
 def save(name, payload):
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.date.today().isoformat()
