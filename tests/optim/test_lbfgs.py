@@ -1,5 +1,7 @@
 """LBFGS: a quadratic solved to its closed-form minimum, steps equal to PyTorch's (when installed)
-on a regression, the closure's first loss returned, and the documented errors."""
+on a regression, the closure's first loss returned, the strong-Wolfe line search (Rosenbrock and
+least squares solved, every accepted step checked against the Wolfe conditions, the iterates and
+evaluation counts of PyTorch's) and the documented errors."""
 import numpy as np
 import pytest
 
@@ -49,9 +51,90 @@ def test_matches_torch_on_a_regression(rng):
 
 def test_errors():
     p = fg.nn.Parameter(fg.ones(2))
-    with pytest.raises(fg.InvalidArgumentError, match="LBFGS: line_search_fn 'strong_wolfe' is not supported"):
-        fg.optim.LBFGS([p], line_search_fn="strong_wolfe")
+    with pytest.raises(fg.InvalidArgumentError, match="LBFGS: line_search_fn must be None or 'strong_wolfe', got "
+                                                      "'backtracking'"):
+        fg.optim.LBFGS([p], line_search_fn="backtracking")
     with pytest.raises(fg.InvalidArgumentError, match="LBFGS: expected one parameter group"):
         fg.optim.LBFGS([{"params": [p]}, {"params": [fg.nn.Parameter(fg.ones(1))]}])
     with pytest.raises(fg.InvalidArgumentError, match="LBFGS: max_iter and history_size must be positive, got 0"):
         fg.optim.LBFGS([p], max_iter=0)
+
+
+def rosenbrock(lib, x):
+    return (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+
+
+def least_squares(lib, x, a, b):
+    return ((a @ x - b) ** 2).sum()
+
+
+def counted_closure(lib, opt, x, objective, trace):
+    """The closure: loss and gradient at x, each evaluation appended to trace as (x, f, g)."""
+    def closure():
+        opt.zero_grad()
+        loss = objective(lib, x)
+        loss.backward()
+        trace.append((x.detach().numpy().copy(), loss.item(), x.grad.numpy().copy()))
+        return loss
+    return closure
+
+
+def test_strong_wolfe_solves_rosenbrock_and_every_step_meets_the_conditions():
+    x = fg.nn.Parameter(fg.tensor([-1.2, 1.0], dtype=fg.float64))
+    opt = fg.optim.LBFGS([x], lr=1, max_iter=1, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
+                         tolerance_change=1e-14)
+    trace = []
+    closure = counted_closure(fg, opt, x, rosenbrock, trace)
+    checked = 0
+    for _ in range(60):
+        before = len(trace)
+        opt.step(closure)  # one iteration: the start's evaluation, then the line search's
+        start_x, f0, g0 = trace[before]
+        s = x.detach().numpy() - start_x  # t * d of the accepted step
+        if not s.any():
+            break
+        end = [e for e in trace[before + 1:] if np.array_equal(e[0], x.detach().numpy())]
+        assert end, "the accepted step is a point the line search evaluated"
+        _, f1, g1 = end[-1]
+        assert f1 <= f0 + 1e-4 * (g0 @ s)  # sufficient decrease
+        assert abs(g1 @ s) <= 0.9 * abs(g0 @ s) + 1e-15  # strong curvature condition
+        checked += 1
+    assert checked >= 15
+    np.testing.assert_allclose(x.detach().numpy(), [1.0, 1.0], rtol=1e-7)
+
+
+def test_strong_wolfe_solves_least_squares_to_the_normal_equations(rng):
+    a, b = rng.standard_normal((30, 6)), rng.standard_normal(30)
+    x = fg.nn.Parameter(fg.zeros(6, dtype=fg.float64))
+    opt = fg.optim.LBFGS([x], max_iter=100, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
+                         tolerance_change=1e-15)
+    A, B = fg.tensor(a), fg.tensor(b)
+    trace = []
+    opt.step(counted_closure(fg, opt, x, lambda lib, v: least_squares(lib, v, A, B), trace))
+    np.testing.assert_allclose(x.detach().numpy(), np.linalg.lstsq(a, b, rcond=None)[0], rtol=1e-6, atol=1e-8)
+    assert len(trace) <= 125  # max_eval = max_iter * 5 // 4
+
+
+@pytest.mark.parametrize("problem", ["rosenbrock", "least_squares"])
+@pytest.mark.parametrize("history_size", [3, 100])
+def test_strong_wolfe_iterates_are_pytorchs(problem, history_size, rng):
+    torch = pytest.importorskip("torch")
+    a, b = rng.standard_normal((20, 5)), rng.standard_normal(20)
+    start = np.array([-1.2, 1.0]) if problem == "rosenbrock" else np.zeros(5)
+    traces = []
+    for lib in (fg, torch):
+        x = lib.nn.Parameter(lib.tensor(start, dtype=lib.float64))
+        opt = lib.optim.LBFGS([x], lr=1, max_iter=7, history_size=history_size, line_search_fn="strong_wolfe")
+        A, B = lib.tensor(a), lib.tensor(b)
+        objective = rosenbrock if problem == "rosenbrock" else (lambda lib, v: least_squares(lib, v, A, B))
+        trace = []
+        closure = counted_closure(lib, opt, x, objective, trace)
+        losses = [opt.step(closure).item() for _ in range(4)]
+        traces.append((trace, losses, x.detach().numpy().copy()))
+    (ours, our_losses, our_x), (theirs, their_losses, their_x) = traces
+    assert len(ours) == len(theirs)  # the same evaluations: the same decisions in the search
+    for (x1, f1, _), (x2, f2, _) in zip(ours, theirs):
+        np.testing.assert_allclose(x1, x2, rtol=1e-8, atol=1e-10)
+        assert f1 == pytest.approx(f2, rel=1e-8, abs=1e-12)
+    np.testing.assert_allclose(our_losses, their_losses, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(our_x, their_x, rtol=1e-8, atol=1e-10)
