@@ -2,6 +2,8 @@
 on a regression, the closure's first loss returned, the strong-Wolfe line search (Rosenbrock and
 least squares solved, every accepted step checked against the Wolfe conditions, the iterates and
 evaluation counts of PyTorch's) and the documented errors."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -81,7 +83,7 @@ def counted_closure(lib, opt, x, objective, trace):
 
 def test_strong_wolfe_solves_rosenbrock_and_every_step_meets_the_conditions():
     x = fg.nn.Parameter(fg.tensor([-1.2, 1.0], dtype=fg.float64))
-    opt = fg.optim.LBFGS([x], lr=1, max_iter=1, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
+    opt = fg.optim.LBFGS([x], lr=1, max_iter=1, max_eval=30, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
                          tolerance_change=1e-14)
     trace = []
     closure = counted_closure(fg, opt, x, rosenbrock, trace)
@@ -116,17 +118,23 @@ def test_strong_wolfe_solves_least_squares_to_the_normal_equations(rng):
 
 
 @pytest.mark.parametrize("problem", ["rosenbrock", "least_squares"])
-@pytest.mark.parametrize("history_size", [3, 100])
-def test_strong_wolfe_iterates_are_pytorchs(problem, history_size, rng):
+@pytest.mark.parametrize("history_size, maximize", [(3, False), (100, False), (100, True)])
+def test_strong_wolfe_iterates_are_pytorchs(problem, history_size, maximize, rng):
     torch = pytest.importorskip("torch")
+    if maximize and "maximize" not in inspect.signature(torch.optim.LBFGS).parameters:
+        pytest.skip("this PyTorch's LBFGS has no maximize")
     a, b = rng.standard_normal((20, 5)), rng.standard_normal(20)
     start = np.array([-1.2, 1.0]) if problem == "rosenbrock" else np.zeros(5)
+    sign = -1.0 if maximize else 1.0
     traces = []
     for lib in (fg, torch):
         x = lib.nn.Parameter(lib.tensor(start, dtype=lib.float64))
-        opt = lib.optim.LBFGS([x], lr=1, max_iter=7, history_size=history_size, line_search_fn="strong_wolfe")
+        opt = lib.optim.LBFGS([x], lr=1, max_iter=7, history_size=history_size, line_search_fn="strong_wolfe",
+                              **({"maximize": True} if maximize else {}))
         A, B = lib.tensor(a), lib.tensor(b)
-        objective = rosenbrock if problem == "rosenbrock" else (lambda lib, v: least_squares(lib, v, A, B))
+
+        def objective(lib, v, A=A, B=B):
+            return sign * (rosenbrock(lib, v) if problem == "rosenbrock" else least_squares(lib, v, A, B))
         trace = []
         closure = counted_closure(lib, opt, x, objective, trace)
         losses = [opt.step(closure).item() for _ in range(4)]
@@ -138,3 +146,33 @@ def test_strong_wolfe_iterates_are_pytorchs(problem, history_size, rng):
         assert f1 == pytest.approx(f2, rel=1e-8, abs=1e-12)
     np.testing.assert_allclose(our_losses, their_losses, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(our_x, their_x, rtol=1e-8, atol=1e-10)
+
+
+def test_the_line_search_spends_only_what_max_eval_leaves():
+    x = fg.nn.Parameter(fg.tensor([-1.2, 1.0], dtype=fg.float64))
+    opt = fg.optim.LBFGS([x], max_iter=1, line_search_fn="strong_wolfe")  # max_eval = 1 * 5 // 4 = 1
+    trace = []
+    for _ in range(3):
+        before = len(trace)
+        opt.step(counted_closure(fg, opt, x, rosenbrock, trace))
+        assert len(trace) - before == 2  # the start, then the line search's first point only
+    opt = fg.optim.LBFGS([x], max_iter=4, max_eval=6, line_search_fn="strong_wolfe")
+    before = len(trace)
+    opt.step(counted_closure(fg, opt, x, rosenbrock, trace))
+    assert 2 <= len(trace) - before <= 6
+
+
+def test_maximize_ascends_along_the_iterates_of_the_negated_objective():
+    paths = []
+    for maximize in (False, True):
+        x = fg.nn.Parameter(fg.tensor([-1.2, 1.0], dtype=fg.float64))
+        opt = fg.optim.LBFGS([x], max_iter=10, line_search_fn="strong_wolfe", maximize=maximize)
+        sign = -1.0 if maximize else 1.0
+        trace = []
+        closure = counted_closure(fg, opt, x, lambda lib, v: sign * rosenbrock(lib, v), trace)
+        firsts = [opt.step(closure).item() for _ in range(3)]
+        paths.append(([e[0] for e in trace], firsts))
+    (down, down_losses), (up, up_losses) = paths
+    assert len(down) == len(up) and all(np.array_equal(a, b) for a, b in zip(down, up))
+    assert up_losses == [-v for v in down_losses]  # step returns the closure's own (negated) loss
+    assert up_losses[-1] > up_losses[0]

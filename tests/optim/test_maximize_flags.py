@@ -144,6 +144,8 @@ def test_flags_that_cannot_be_honoured_raise(name):
             cls([p], **options, fused=True, foreach=True)
 
 
-def test_lbfgs_takes_no_flags():
-    with pytest.raises(TypeError, match="unexpected keyword argument 'maximize'"):
-        fg.optim.LBFGS([fg.nn.Parameter(fg.ones(2))], maximize=True)
+def test_lbfgs_takes_maximize_only():
+    p = fg.nn.Parameter(fg.ones(2))
+    assert fg.optim.LBFGS([p], maximize=True).param_groups[0]["maximize"] is True
+    with pytest.raises(TypeError, match="unexpected keyword argument 'foreach'"):
+        fg.optim.LBFGS([p], foreach=True)

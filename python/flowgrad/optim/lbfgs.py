@@ -3,9 +3,9 @@ max_iter times, each time stepping along the two-loop recursion's direction over
 history_size curvature pairs. Without a line search the step is lr (the first one scaled to
 min(1, 1 / |g|_1) * lr); with line_search_fn="strong_wolfe" that step is where a line search
 starts that ends at a point satisfying the strong Wolfe conditions (Nocedal & Wright, algorithms
-3.5 and 3.6, with PyTorch's choices: cubic interpolation, c1 = 1e-4, c2 = 0.9, at most 25
-evaluations). The parameters travel as one flat vector; the few scalars it decides on are read
-on the host (as float64), as in PyTorch."""
+3.5 and 3.6, with PyTorch's choices: cubic interpolation, c1 = 1e-4, c2 = 0.9, within the
+evaluations max_eval leaves). The parameters travel as one flat vector; the few scalars it
+decides on are read on the host (as float64), as in PyTorch."""
 import math
 
 from .. import _core
@@ -39,14 +39,16 @@ class _LinePoint:
         return self.t, self.f, self.slope
 
 
-def _strong_wolfe(evaluate, d, start, t, c1=1e-4, c2=0.9, tolerance_change=1e-9, max_evals=25):
+def _strong_wolfe(evaluate, d, start, t, max_evals, c1=1e-4, c2=0.9, tolerance_change=1e-9):
     """A step along d satisfying f(t) <= f(0) + c1 t f'(0) and |f'(t)| <= c2 |f'(0)|.
 
     evaluate(t) -> (loss, flat gradient, slope) at the parameters plus t * d; start: the point at
-    t = 0. Phase one (N&W algorithm 3.5) grows t (by cubic extrapolation into [t + 0.01 (t -
-    t_prev), 10 t]) until a point qualifies or an interval is known to hold one; phase two (zoom,
-    algorithm 3.6) shrinks that interval by cubic interpolation, stepping 10% in from its ends
-    when progress stalls. Returns (the point chosen, evaluations made)."""
+    t = 0; max_evals: evaluations allowed after the first (when they run out growing t, the
+    better of the start and the last point is taken). Phase one (N&W algorithm 3.5) grows t (by
+    cubic extrapolation into [t + 0.01 (t - t_prev), 10 t]) until a point qualifies or an
+    interval is known to hold one; phase two (zoom, algorithm 3.6) shrinks that interval by cubic
+    interpolation, stepping 10% in from its ends when progress stalls. Returns (the point chosen,
+    evaluations made)."""
     d_norm = d.abs().max().item()
     too_high = lambda p: p.f > start.f + c1 * p.t * start.slope  # noqa: E731  (sufficient decrease fails)
     curvature = lambda p: abs(p.slope) <= -c2 * start.slope  # noqa: E731
@@ -65,8 +67,8 @@ def _strong_wolfe(evaluate, d, start, t, c1=1e-4, c2=0.9, tolerance_change=1e-9,
         t = _cubic_minimum(prev.cubic(), new.cubic(), bounds=(new.t + 0.01 * (new.t - prev.t), new.t * 10))
         prev, new = new, _LinePoint(t, *evaluate(t))
         evals += 1
-        if evals > max_evals:
-            bracket = [start, new]
+    if bracket is None:  # the budget ran out growing t: between the start and the last point
+        bracket = [start, new]
     low = 0 if bracket[0].f <= bracket[1].f else 1
     stalled = False
     while evals <= max_evals:
@@ -99,26 +101,38 @@ def _strong_wolfe(evaluate, d, start, t, c1=1e-4, c2=0.9, tolerance_change=1e-9,
 
 
 class LBFGS(Optimizer):
-    """L-BFGS over one parameter group; step(closure) returns the closure's first loss."""
+    """L-BFGS over one parameter group; step(closure) returns the closure's first loss.
+    maximize=True (as recent PyTorch's) ascends: the loss and its gradient are negated where the
+    algorithm reads them."""
+
+    _flags = ("maximize",)
 
     def __init__(self, params, lr=1.0, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
-                 history_size=100, line_search_fn=None):
+                 history_size=100, line_search_fn=None, *, maximize=False):
         if line_search_fn not in (None, "strong_wolfe"):
             raise _invalid(f"LBFGS: line_search_fn must be None or 'strong_wolfe', got {line_search_fn!r}")
         if max_iter <= 0 or history_size <= 0:
             raise _invalid(f"LBFGS: max_iter and history_size must be positive, got {max_iter} and {history_size}")
         super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval or max_iter * 5 // 4,
                                       tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
-                                      history_size=history_size, line_search_fn=line_search_fn))
+                                      history_size=history_size, line_search_fn=line_search_fn),
+                         maximize=maximize)
         if len(self.param_groups) != 1:
             raise _invalid("LBFGS: expected one parameter group")
         self._params = self.param_groups[0]["params"]
         self._memory = {"n_iter": 0, "func_evals": 0}
 
-    def _flat_grad(self):
-        return _core.cat([p.grad.reshape(-1) if p.grad is not None else _core.zeros(p.numel(), dtype=p.dtype,
+    def _evaluate(self, closure):
+        """closure() under grad mode: (its loss, the loss as a float, the flat gradient), the last
+        two negated under maximize."""
+        with enable_grad():
+            out = closure()
+        grad = _core.cat([p.grad.reshape(-1) if p.grad is not None else _core.zeros(p.numel(), dtype=p.dtype,
                                                                                      device=p.device)
                           for p in self._params], 0)
+        if self.param_groups[0]["maximize"]:
+            return out, -float(out), -grad
+        return out, float(out), grad
 
     def _add_to_params(self, step, direction):
         with no_grad():
@@ -136,9 +150,7 @@ class LBFGS(Optimizer):
 
         def evaluate(t):
             self._add_to_params(t, direction)
-            with enable_grad():
-                loss = float(closure())
-            grad = self._flat_grad()
+            _, loss, grad = self._evaluate(closure)
             with no_grad():
                 for p, saved in zip(self._params, start):
                     p.copy_(saved)
@@ -166,12 +178,9 @@ class LBFGS(Optimizer):
         lr, max_iter, history = group["lr"], group["max_iter"], group["history_size"]
         tol_grad, tol_change = group["tolerance_grad"], group["tolerance_change"]
         m = self._memory
-        with enable_grad():
-            first = closure()
-        loss = float(first)
+        first, loss, grad = self._evaluate(closure)
         evals = 1
         m["func_evals"] += 1
-        grad = self._flat_grad()
         if grad.abs().max().item() <= tol_grad:
             return first
         for n_iter in range(1, max_iter + 1):
@@ -199,7 +208,7 @@ class LBFGS(Optimizer):
                 break
             if group["line_search_fn"] == "strong_wolfe":
                 found, used = _strong_wolfe(self._evaluate_along(closure, direction), direction,
-                                            _LinePoint(0.0, loss, grad, slope), t)
+                                            _LinePoint(0.0, loss, grad, slope), t, group["max_eval"] - evals)
                 loss, grad, t = found.f, found.g, found.t
                 m["t"] = t
                 self._add_to_params(t, direction)
@@ -207,9 +216,7 @@ class LBFGS(Optimizer):
                 self._add_to_params(t, direction)
                 used = 0
                 if n_iter != max_iter:
-                    with enable_grad():
-                        loss = float(closure())
-                    grad = self._flat_grad()
+                    _, loss, grad = self._evaluate(closure)
                     used = 1
             evals += used
             m["func_evals"] += used
