@@ -2,7 +2,8 @@
 // recurrence (h_{t-1} W_hh^T forward, dgates_t W_hh backward; kernels/rnn). B is packed once into
 // column panels of the level's vector width (FLOWGRAD_ISA), and each product then streams the
 // panels against a block of A's rows held in registers: nothing is packed per call, where a GEMM
-// packs B again every time (at 32 x 1024 x 256 that repacking is a quarter of the work).
+// packs B again every time. At generic (SSE2, no broadcast from memory) A's values are first spread
+// over whole vectors, once per product instead of once per panel.
 // float32 and float64. Deterministic: every value sums its K products in order, whatever the
 // thread count.
 #pragma once

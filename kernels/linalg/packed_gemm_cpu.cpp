@@ -24,6 +24,9 @@ struct Product {
   const PackedB<T>& b;
   const T* a;  // (M, K), rows lda apart
   int64_t lda;
+  // Generic's A: each value in every lane of a vector, (M, K) vectors. SSE2 has no broadcast from
+  // memory, and a shuffle per value and panel took the ports the multiplies and adds need.
+  const void* spread;
   const T* bias;  // (N) or null
   Store store;
   T* c;  // (M, N), rows ldc apart
@@ -51,6 +54,8 @@ FG_CPU_KERNEL void block(const Product<T>& q, int64_t i0, int64_t p) {
   const int64_t K = q.b.K;
   const T* __restrict panel = q.b.panels + p * K * P;
   const T* __restrict a = q.a + i0 * q.lda;
+  const Vec<T, W>* __restrict spread = nullptr;
+  if constexpr (W == 16) spread = static_cast<const Vec<T, W>*>(q.spread) + i0 * K;
   Vec<T, W> acc[R][kPanelVectors];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = Vec<T, W>{};
@@ -59,9 +64,15 @@ FG_CPU_KERNEL void block(const Product<T>& q, int64_t i0, int64_t p) {
     const Vec<T, W> b1 = *reinterpret_cast<const U*>(panel + k * P + L);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const T x = a[r * q.lda + k];
-      acc[r][0] += x * b0;
-      acc[r][1] += x * b1;
+      if constexpr (W == 16) {
+        const Vec<T, W> x = spread[r * K + k];
+        acc[r][0] += x * b0;
+        acc[r][1] += x * b1;
+      } else {
+        const T x = a[r * q.lda + k];
+        acc[r][0] += x * b0;
+        acc[r][1] += x * b1;
+      }
     }
   }
   const int64_t j0 = p * P;
@@ -134,7 +145,14 @@ template <class T>
 void packed_gemm(const PackedB<T>& b, int64_t M, const T* A, int64_t lda, const T* bias, Store store, T* C,
                  int64_t ldc) {
   if (M == 0 || b.N == 0) return;
-  const Product<T> q{b, A, lda, bias, store, C, ldc};
+  thread_local std::vector<T> spread;
+  if (b.vector_bytes == 16) {
+    const int64_t L = 16 / static_cast<int64_t>(sizeof(T));
+    spread.resize(static_cast<size_t>(M * b.K * L));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < b.K; ++k) std::fill_n(spread.data() + (i * b.K + k) * L, L, A[i * lda + k]);
+  }
+  const Product<T> q{b, A, lda, spread.data(), bias, store, C, ldc};
   const int64_t count = (b.N + b.width - 1) / b.width, per_panel = std::max<int64_t>(1, M * b.K * b.width);
   parallel_for(count, std::max<int64_t>(1, kSerialWork / per_panel), [&](int64_t p0, int64_t p1) {
     switch (b.vector_bytes) {
