@@ -8,6 +8,7 @@
 // thread count.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace fg {
 
@@ -17,11 +18,12 @@ template <class T>
 struct PackedB {
   int64_t K = 0, N = 0, width = 0, vector_bytes = 0;
   const T* panels = nullptr;
+  std::vector<T> own;  // the panels when larger than the thread's kept buffer
 };
 
 // Packs B (K, N), stored (N, K) with trans_b (x W^T), rows ldb apart, for the level in force, into
-// the calling thread's packing buffer (kept for the next call, as sgemm.h's): the result is valid
-// until this thread packs again.
+// the calling thread's packing buffer, kept for the next call up to 2 MiB (as sgemm.h's; a 1024 x
+// 256 float32 W_hh), so the result is valid until this thread packs again; larger ones into `own`.
 template <class T>
 PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb);
 

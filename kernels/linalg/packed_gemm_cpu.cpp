@@ -16,6 +16,8 @@ namespace {
 constexpr int kPanelVectors = 2;
 template <int W>
 constexpr int kBlockRows = W == 64 ? 8 : 6;
+// The most bytes of packed panels a thread keeps between calls.
+constexpr size_t kKeptBytes = size_t{2} << 20;
 // Below this many multiply-adds a share of panels is not worth a thread.
 constexpr int64_t kSerialWork = int64_t{1} << 18;
 
@@ -128,8 +130,10 @@ PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb) {
   PackedB<T> b;
   b.K = K, b.N = N, b.vector_bytes = isa_vector_bytes();
   const int64_t P = b.width = kPanelVectors * b.vector_bytes / static_cast<int64_t>(sizeof(T));
-  thread_local std::vector<T> buffer;
-  buffer.assign(static_cast<size_t>((N + P - 1) / P * P * K), T(0));
+  thread_local std::vector<T> kept;
+  const size_t size = static_cast<size_t>((N + P - 1) / P * P * K);
+  std::vector<T>& buffer = size * sizeof(T) <= kKeptBytes ? kept : b.own;
+  buffer.assign(size, T(0));
   b.panels = buffer.data();
   for (int64_t j = 0; j < N; ++j) {  // column j: panel j / P, lane j % P of each of its K rows
     T* to = buffer.data() + j / P * K * P + j % P;
@@ -145,7 +149,9 @@ template <class T>
 void packed_gemm(const PackedB<T>& b, int64_t M, const T* A, int64_t lda, const T* bias, Store store, T* C,
                  int64_t ldc) {
   if (M == 0 || b.N == 0) return;
-  thread_local std::vector<T> spread;
+  thread_local std::vector<T> kept;
+  std::vector<T> own;
+  std::vector<T>& spread = static_cast<size_t>(M * b.K) * 16 <= kKeptBytes ? kept : own;
   if (b.vector_bytes == 16) {
     const int64_t L = 16 / static_cast<int64_t>(sizeof(T));
     spread.resize(static_cast<size_t>(M * b.K * L));

@@ -79,6 +79,8 @@ CONFIGS = [
     # 48 rows: whole register blocks of the per-step product at every level (packed_gemm.h); 19
     # hidden units: a partial last panel forward (4H or 3H columns) and backward (H columns)
     (dict(input_size=3, hidden_size=19, batch_first=True), (48, 2, 3)),
+    # a packed W_hh over the 2 MiB a thread keeps between calls
+    (dict(input_size=2, hidden_size=512), (2, 3, 2)),
 ]
 
 
