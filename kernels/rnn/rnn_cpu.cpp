@@ -1,12 +1,11 @@
 #include "kernels/rnn/rnn.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 #include "kernels/common/cpu_dispatch.h"
-#include "kernels/linalg/gemm.h"
+#include "kernels/linalg/packed_gemm.h"
 #include "kernels/rnn/rnn_cells.h"
 
 namespace fg {
@@ -17,15 +16,6 @@ using rnn::StepOrder;
 // Batch rows per thread: the gate math is a few exp/tanh polynomials per element (fn::Costly).
 int64_t row_grain(int64_t gate_width) {
   return std::max<int64_t>(1, kParallelGrain / (fn::Costly::kCost * gate_width));
-}
-
-// pre (N, G) = h (N, H) W (G, H)^T + b (G, broadcast; null: none).
-template <class T>
-void recurrent_product(const KernelEnv& env, DType dtype, const T* h, const T* w, const T* b, T* pre, int64_t N,
-                       int64_t G, int64_t H) {
-  if (!b) return gemm_cpu(env, dtype, false, true, N, G, H, h, H, w, H, pre, G);
-  for (int64_t r = 0; r < N; ++r) std::memcpy(pre + r * G, b, static_cast<size_t>(G) * sizeof(T));
-  gemm_accumulate_cpu(env, dtype, false, true, N, G, H, h, H, w, H, pre, G);
 }
 
 // One batch row each: restrict parameters, so that the loop over hidden units vectorises.
@@ -81,69 +71,65 @@ FG_CPU_KERNEL void gru_backward_rows(int64_t r0, int64_t r1, int64_t H, const T*
   }
 }
 
-template <class T>
-void lstm_forward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* gi, const T* h0,
-                        const T* c0, const T* w, const T* b, T* y, T* cs, T* gates) {
-  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
+// The loop both cells share, forward: per step pre (N, G) = h_{t-1} W_hh^T + b_hh on W_hh packed
+// once (packed_gemm.h), then the cell's gate pass over batch rows [r0, r1), rows(r0, r1, gi_t, pre_t,
+// prev_t, out_t, y_t): prev is the state it reads from the step before (LSTM: c, GRU: h; prev0 before
+// the first step) and out the state it writes beside y (LSTM: c, GRU: gh_n).
+template <class T, class Rows>
+void forward_steps(StepOrder order, RnnSizes s, int64_t G, const T* gi, const T* h0, const T* w, const T* b,
+                   const T* prev0, const T* prev, T* out, T* y, T* gates, Rows rows) {
+  const int64_t N = s.batch, H = s.hidden, state = N * H;
+  const PackedB<T> w_t = pack_b(true, H, G, w, H);
   for (int64_t k = 0; k < s.steps; ++k) {
-    const int64_t t = order.at(k), prev = order.before(k);
-    const T* h_prev = k ? y + prev * state : h0;
-    const T* c_prev = k ? cs + prev * state : c0;
+    const int64_t t = order.at(k), before = order.before(k);
     T* pre = gates + t * N * G;
-    recurrent_product(env, dtype, h_prev, w, b, pre, N, G, H);
+    packed_gemm(w_t, N, k ? y + before * state : h0, H, b, Store::Overwrite, pre, G);
+    const T* prev_t = k ? prev + before * state : prev0;
     parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
-      FG_AT_ISA(lstm_forward_rows<T>(r0, r1, H, gi + t * N * G, pre, c_prev, cs + t * state, y + t * state));
+      rows(r0, r1, gi + t * N * G, pre, prev_t, out + t * state, y + t * state);
     });
   }
 }
 
-template <class T>
-void lstm_backward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* dy, const T* dcs,
-                         const T* gates, const T* cs, const T* c0, const T* w, T* dgates, T* dh0, T* dc0) {
-  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
-  std::fill(dh0, dh0 + state, T(0));  // the carries: zero past the last step
-  std::fill(dc0, dc0 + state, T(0));
+// Backward: per step, from the last, the cell's gate pass (which reads the carry dh, the gradient
+// reaching h_t from step t + 1, and writes the gradient of the gates' inputs), then dh = dgh_t W_hh
+// written over the carry or added to it (`carry`: what the gate pass left there).
+template <class T, class GatePass>
+void backward_steps(StepOrder order, RnnSizes s, int64_t G, const T* w, const T* dgh, Store carry, T* dh,
+                    GatePass pass) {
+  const int64_t N = s.batch, H = s.hidden;
+  const PackedB<T> w_p = pack_b(false, G, H, w, H);
+  std::fill(dh, dh + N * H, T(0));  // zero past the last step
   for (int64_t k = s.steps - 1; k >= 0; --k) {
     const int64_t t = order.at(k), prev = order.before(k);
-    const T* c_prev = k ? cs + prev * state : c0;
-    T* dg = dgates + t * N * G;
-    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
-      FG_AT_ISA(lstm_backward_rows<T>(r0, r1, H, dy + t * state, dcs + t * state, gates + t * N * G,
-                                      cs + t * state, c_prev, dh0, dc0, dg));
-    });
-    gemm_cpu(env, dtype, false, false, N, H, G, dg, G, w, H, dh0, H);  // h_{t-1}'s gradient
+    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) { pass(k, t, prev, r0, r1); });
+    packed_gemm(w_p, N, dgh + t * N * G, G, static_cast<const T*>(nullptr), carry, dh, H);
   }
 }
 
 template <class T>
-void gru_forward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* gi, const T* h0,
-                       const T* w, const T* b, T* y, T* gates, T* ghn) {
-  const int64_t N = s.batch, H = s.hidden, G = 3 * H, state = N * H;
-  for (int64_t k = 0; k < s.steps; ++k) {
-    const int64_t t = order.at(k), prev = order.before(k);
-    const T* h_prev = k ? y + prev * state : h0;
-    T* pre = gates + t * N * G;
-    recurrent_product(env, dtype, h_prev, w, b, pre, N, G, H);
-    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
-      FG_AT_ISA(gru_forward_rows<T>(r0, r1, H, gi + t * N * G, pre, h_prev, ghn + t * state, y + t * state));
-    });
-  }
+void lstm_backward_typed(StepOrder order, RnnSizes s, const T* dy, const T* dcs, const T* gates, const T* cs,
+                         const T* c0, const T* w, T* dgates, T* dh0, T* dc0) {
+  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
+  std::fill(dc0, dc0 + state, T(0));  // the carry of c, zero past the last step
+  backward_steps(order, s, G, w, dgates, Store::Overwrite, dh0,
+                 [&](int64_t k, int64_t t, int64_t prev, int64_t r0, int64_t r1) {
+                   FG_AT_ISA(lstm_backward_rows<T>(r0, r1, H, dy + t * state, dcs + t * state, gates + t * N * G,
+                                                   cs + t * state, k ? cs + prev * state : c0, dh0, dc0,
+                                                   dgates + t * N * G));
+                 });
 }
 
 template <class T>
-void gru_backward_typed(const KernelEnv& env, DType dtype, StepOrder order, RnnSizes s, const T* dy, const T* gates,
-                        const T* ghn, const T* y, const T* h0, const T* w, T* dgi, T* dgh, T* dh0) {
+void gru_backward_typed(StepOrder order, RnnSizes s, const T* dy, const T* gates, const T* ghn, const T* y,
+                        const T* h0, const T* w, T* dgi, T* dgh, T* dh0) {
   const int64_t N = s.batch, H = s.hidden, G = 3 * H, state = N * H;
-  std::fill(dh0, dh0 + state, T(0));
-  for (int64_t k = s.steps - 1; k >= 0; --k) {
-    const int64_t t = order.at(k), prev = order.before(k);
-    const T* h_prev = k ? y + prev * state : h0;
-    parallel_for(N, row_grain(G), [&](int64_t r0, int64_t r1) {
-      FG_AT_ISA(gru_backward_rows<T>(r0, r1, H, dy + t * state, gates + t * N * G, ghn + t * state, h_prev, dh0,
-                                     dgi + t * N * G, dgh + t * N * G));
-    });
-    gemm_accumulate_cpu(env, dtype, false, false, N, H, G, dgh + t * N * G, G, w, H, dh0, H);
-  }
+  backward_steps(order, s, G, w, dgh, Store::Accumulate, dh0,
+                 [&](int64_t k, int64_t t, int64_t prev, int64_t r0, int64_t r1) {
+                   FG_AT_ISA(gru_backward_rows<T>(r0, r1, H, dy + t * state, gates + t * N * G, ghn + t * state,
+                                                  k ? y + prev * state : h0, dh0, dgi + t * N * G,
+                                                  dgh + t * N * G));
+                 });
 }
 
 template <class T>
@@ -162,8 +148,11 @@ void lstm_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes
   if (s.batch == 0) return;
   visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
     using T = decltype(zero);
-    lstm_forward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(gi), as<T>(h0), as<T>(c0), as<T>(w_hh),
-                          as<T>(b_hh), as<T>(y), as<T>(cs), as<T>(gates));
+    const int64_t H = s.hidden;
+    forward_steps<T>({reverse, s.steps}, s, 4 * H, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh), as<T>(c0),
+                     as<T>(cs), as<T>(cs), as<T>(y), as<T>(gates), [&](int64_t r0, int64_t r1, auto... step) {
+                       FG_AT_ISA(lstm_forward_rows<T>(r0, r1, H, step...));
+                     });
   });
 }
 
@@ -173,7 +162,7 @@ void lstm_sequence_backward_cpu(const KernelEnv& env, DType dtype, bool reverse,
   if (s.batch == 0) return;
   visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
     using T = decltype(zero);
-    lstm_backward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(dy), as<T>(dcs), as<T>(gates), as<T>(cs),
+    lstm_backward_typed<T>({reverse, s.steps}, s, as<T>(dy), as<T>(dcs), as<T>(gates), as<T>(cs),
                            as<T>(c0), as<T>(w_hh), as<T>(dgates), as<T>(dh0), as<T>(dc0));
   });
 }
@@ -183,8 +172,11 @@ void gru_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes 
   if (s.batch == 0) return;
   visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
     using T = decltype(zero);
-    gru_forward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh),
-                         as<T>(y), as<T>(gates), as<T>(ghn));
+    const int64_t H = s.hidden;
+    forward_steps<T>({reverse, s.steps}, s, 3 * H, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh), as<T>(h0),
+                     as<T>(y), as<T>(ghn), as<T>(y), as<T>(gates), [&](int64_t r0, int64_t r1, auto... step) {
+                       FG_AT_ISA(gru_forward_rows<T>(r0, r1, H, step...));
+                     });
   });
 }
 
@@ -194,7 +186,7 @@ void gru_sequence_backward_cpu(const KernelEnv& env, DType dtype, bool reverse, 
   if (s.batch == 0) return;
   visit_float_dtype(dtype, "recurrent sequence", [&](auto zero) {
     using T = decltype(zero);
-    gru_backward_typed<T>(env, dtype, {reverse, s.steps}, s, as<T>(dy), as<T>(gates), as<T>(ghn), as<T>(y),
+    gru_backward_typed<T>({reverse, s.steps}, s, as<T>(dy), as<T>(gates), as<T>(ghn), as<T>(y),
                           as<T>(h0), as<T>(w_hh), as<T>(dgi), as<T>(dgh), as<T>(dh0));
   });
 }

@@ -76,6 +76,11 @@ CONFIGS = [
     (dict(input_size=4, hidden_size=9, bias=False, bidirectional=True), (6, 2, 4)),
     (dict(input_size=2, hidden_size=17), (1, 1, 2)),
     (dict(input_size=6, hidden_size=5, num_layers=2, bidirectional=True), (7, 6)),
+    # 48 rows: whole register blocks of the per-step product at every level (packed_gemm.h); 19
+    # hidden units: a partial last panel forward (4H or 3H columns) and backward (H columns)
+    (dict(input_size=3, hidden_size=19, batch_first=True), (48, 2, 3)),
+    # a packed W_hh over the 2 MiB a thread keeps between calls
+    (dict(input_size=2, hidden_size=512), (2, 3, 2)),
 ]
 
 
@@ -114,6 +119,7 @@ def test_sequence_matches_numpy(rng, kind, args, shape, dtype):
     (dict(input_size=2, hidden_size=3, num_layers=2, bidirectional=True, batch_first=True), (2, 3, 2)),
     (dict(input_size=3, hidden_size=2, bias=False), (1, 2, 3)),
     (dict(input_size=2, hidden_size=3, bidirectional=True), (3, 2)),
+    (dict(input_size=2, hidden_size=9), (2, 13, 2)),  # blocks of rows and a partial panel
 ])
 def test_sequence_float64_finite_differences_for_every_input(rng, kind, args, shape):
     module = as_float64(getattr(nn, kind)(**args))
