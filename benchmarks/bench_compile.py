@@ -6,6 +6,7 @@ the same products through PyTorch's BLAS (torch.matmul, same layouts: how far th
 differ on this machine, and so PyTorch eager's own rest), and the memory plan.
 
     python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--device cpu|cuda]
+                                        [--no-torch-compile]
 
 Every peer of a case is timed in interleaved rounds with a pause before each (common.interleaved:
 spinning BLAS/OpenMP threads of one library must not overlap another's timing); medians and the
@@ -94,7 +95,7 @@ def flowgrad_steps(case, batch, opt_name, device):
     return eager, compiled, step
 
 
-def torch_steps(case, batch, opt_name, device):
+def torch_steps(case, batch, opt_name, device, with_compile=True):
     import torch
     x, y = batch_data(case, batch)
     x, y = torch.tensor(x).to(device), torch.tensor(y).to(device)
@@ -108,6 +109,9 @@ def torch_steps(case, batch, opt_name, device):
         opt.step()
         sync()
 
+    if not with_compile:
+        print("  torch.compile skipped: --no-torch-compile")
+        return eager, None
     compiled = None
     try:  # torch.compile where it works on this machine (it needs a C++ compiler for the CPU)
         cmodel = torch.compile(torch_model(case).to(device))
@@ -245,7 +249,7 @@ def profiled_split(step, case, batch, device, steps=10):
     return gemm, other
 
 
-def run_case(case, batch, opt_name, device, rounds, torch):
+def run_case(case, batch, opt_name, device, rounds, torch, with_compile=True):
     """One case: our compiled and eager steps, PyTorch eager and torch.compile, and the step's GEMMs
     alone, timed in interleaved rounds (medians, milliseconds)."""
     eager, compiled, step = flowgrad_steps(case, batch, opt_name, device)
@@ -253,7 +257,7 @@ def run_case(case, batch, opt_name, device, rounds, torch):
     peers = {"flowgrad_compiled": compiled, "flowgrad_eager": eager, "gemms_alone": gemms}
     if torch is not None:
         peers["torch_gemms_alone"] = torch_gemms
-        peers["torch_eager"], t_compiled = torch_steps(case, batch, opt_name, device)
+        peers["torch_eager"], t_compiled = torch_steps(case, batch, opt_name, device, with_compile)
         if t_compiled:
             peers["torch_compile"] = t_compiled
     load_start = load_average()
@@ -309,6 +313,8 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", choices=["chain", "mlp", "transformer"], help="run one case only")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="skip torch.compile (its inductor build aborts the process at AVX-512 on some AMD CPUs)")
     args = parser.parse_args()
     torch = torch_peer()
     info = machine()
@@ -318,7 +324,8 @@ def main():
     for case, batch in every if args.only != "chain" else ():
         if args.only in (None, case):
             for opt_name in ("sgd", "adamw"):
-                results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch))
+                results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch,
+                                        not args.no_torch_compile))
                 print(describe(results[-1]), flush=True)
     if args.save:
         payload = {"machine": info, "device": args.device, "command": command_line(),
