@@ -78,7 +78,7 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
 
 // Training batch norm over x (N, C, hw) (float32/float64, contiguous): per channel the mean and
 // the biased variance of its N*hw values (two passes over the channel's planes, in double), then
-// y = (x - mean) / sqrt(var + eps) * w + b (w, b (C) or null), as x * scale + shift per channel.
+// y = (x - mean) / sqrt(var + eps) * w + b (w, b (C) or null), as (x - mean) * scale + b.
 // Writes y, mean (C) and var (C). Channels run in parallel.
 void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
                     int64_t c, int64_t hw, double eps, void* y, void* mean, void* var);
@@ -88,5 +88,14 @@ void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void
 void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* x, const void* w,
                              const void* mean, const void* var, int64_t n, int64_t c, int64_t hw, double eps,
                              void* dx, void* dw, void* db);
+
+// Max pooling of every plane of x (N, C, H, W) over kh x kw windows a stride apart, no padding
+// (float32/float64): y (N, C, out_h, out_w) and, per output, the flat index (within its plane,
+// row * W + column) of the first maximum of its window (a NaN, where there is one). Overwrites both.
+void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                    int64_t* index);
+// Its gradient: each output's gradient added at its index (overlapping windows sum). Overwrites dx.
+void max_pool2d_backward_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* grad,
+                             const int64_t* index, void* dx);
 
 }  // namespace fg

@@ -504,10 +504,10 @@ FG_CPU_KERNEL void plane_grad_sums(const T* __restrict g, const T* __restrict x,
   sg += t1, sgx += t2;
 }
 
-// y = x * a + c over one plane.
+// y = (x - m) * a + c over one plane (centred first: x * a + c' loses the digits of a large mean).
 template <class T>
-FG_CPU_KERNEL void plane_affine(const T* __restrict x, int64_t n, T a, T c, T* __restrict y) {
-  for (int64_t k = 0; k < n; ++k) y[k] = x[k] * a + c;
+FG_CPU_KERNEL void plane_affine(const T* __restrict x, int64_t n, T m, T a, T c, T* __restrict y) {
+  for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - m) * a + c;
 }
 
 // dx = g * a + x * b + c over one plane.
@@ -540,9 +540,10 @@ void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void
         static_cast<T*>(mean)[ch] = static_cast<T>(mean_exact);
         static_cast<T*>(var)[ch] = static_cast<T>(v);
         const double scale = (w ? static_cast<double>(static_cast<const T*>(w)[ch]) : 1.0) / std::sqrt(v + eps);
-        const double shift = (b ? static_cast<double>(static_cast<const T*>(b)[ch]) : 0.0) - mean_exact * scale;
+        const double shift = b ? static_cast<double>(static_cast<const T*>(b)[ch]) : 0.0;
         for (int64_t i = 0; i < n; ++i)
-          FG_AT_ISA(plane_affine(xs + (i * c + ch) * hw, hw, static_cast<T>(scale), static_cast<T>(shift),
+          FG_AT_ISA(plane_affine(xs + (i * c + ch) * hw, hw, static_cast<T>(mean_exact), static_cast<T>(scale),
+                                 static_cast<T>(shift),
                                  static_cast<T*>(y) + (i * c + ch) * hw));
       }
     });
@@ -577,6 +578,54 @@ void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, c
           FG_AT_ISA(plane_grad(gs + at, xs + at, hw, static_cast<T>(a), static_cast<T>(bx), static_cast<T>(cc),
                                static_cast<T*>(dx) + at));
         }
+      }
+    });
+  });
+}
+
+void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                    int64_t* index) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        const T* img = static_cast<const T*>(x) + plane * g.h * g.w;
+        T* out = static_cast<T*>(y) + plane * L;
+        int64_t* at = index + plane * L;
+        for (int64_t oy = 0; oy < g.out_h; ++oy)
+          for (int64_t ox = 0; ox < g.out_w; ++ox) {
+            const int64_t corner = oy * g.stride_h * g.w + ox * g.stride_w;
+            int64_t best_at = corner;
+            T best = img[corner];
+            for (int64_t i = 0; i < g.kh; ++i) {
+              const int64_t row = corner + i * g.w;
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const T v = img[row + j];
+                // a larger value, or the first NaN (then kept: best != best stops every later change)
+                if (!(v <= best) && best == best) best = v, best_at = row + j;
+              }
+            }
+            out[oy * g.out_w + ox] = best;
+            at[oy * g.out_w + ox] = best_at;
+          }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* grad,
+                             const int64_t* index, void* dx) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        T* img = static_cast<T*>(dx) + plane * g.h * g.w;
+        const T* gs = static_cast<const T*>(grad) + plane * L;
+        const int64_t* at = index + plane * L;
+        std::fill(img, img + g.h * g.w, T(0));
+        for (int64_t k = 0; k < L; ++k) img[at[k]] += gs[k];
       }
     });
   });

@@ -148,11 +148,9 @@ def test_conv2d_falls_back_to_the_composition_elsewhere(rng):
 def test_conv2d_op_at_each_isa_level(level):
     # the op's GEMMs follow the dispatch level (flowgrad's AVX-512 kernel only at avx512)
     run_at_isa(level, """
-        import importlib.util, sys
-        sys.path.insert(0, {tests!r})
-        spec = importlib.util.spec_from_file_location("conv_tests", {here!r})
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        import sys
+        sys.path[:0] = [{tests!r}, {here!r}]
+        import test_conv2d as mod
         np_conv2d, GEOMETRIES, make = mod.np_conv2d, mod.GEOMETRIES, mod.make
         rng = np.random.default_rng(0)
         F = fg.nn.functional
@@ -165,7 +163,7 @@ def test_conv2d_op_at_each_isa_level(level):
             xs = [fg.tensor(a, requires_grad=True) for a in (x, w, b)]
             assert fg.testing.gradcheck(lambda u, v, z: F.conv2d(u, v, z, stride=stride, padding=padding), xs)
         print("ok")
-    """.format(tests=str(Path(__file__).parent.parent), here=__file__))
+    """.format(tests=str(Path(__file__).parent.parent), here=str(Path(__file__).parent)))
 
 
 def test_conv2d_errors_name_the_op_and_shapes(rng):

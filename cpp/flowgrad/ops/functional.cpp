@@ -139,6 +139,9 @@ Tensor pool2d(const Tensor& x, int64_t k, int64_t stride, bool is_max) {
            to_string(x.shape()));
   if (x.ndim() == 3) return squeeze(pool2d(unsqueeze(x, 0), k, stride, is_max), 0);
   if (stride <= 0) stride = k;
+  if (is_max && x.device().is_cpu() && (x.dtype() == DType::Float32 || x.dtype() == DType::Float64) && k > 0 &&
+      x.shape()[2] >= k && x.shape()[3] >= k)
+    return max_pool2d_op(x, k, stride);  // the first maximum's index kept for the backward
   int64_t n = x.shape()[0], c = x.shape()[1];
   Tensor cols = im2col(reshape(x, {n * c, 1, x.shape()[2], x.shape()[3]}), k, k, stride, 0);
   Tensor pooled = is_max ? amax(cols, Dims{1}, false) : mean(cols, Dims{1}, false);

@@ -1,5 +1,6 @@
 // nn ops with fused forward kernels: softmax, log_softmax, layer_norm, add_layer_norm, rms_norm,
-// im2col/col2im, conv2d and its two gradients, training batch_norm and its gradient (CPU).
+// im2col/col2im, conv2d and its two gradients, training batch_norm and its gradient,
+// max_pool2d and its gradient (CPU).
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
@@ -511,6 +512,61 @@ const OpDef k_batch_norm_backward{
     .cuda_missing = "on CUDA BatchNorm composes reductions and elementwise ops",
     .not_differentiable = "first order only: with create_graph batch_norm's rule composes public ops instead"};
 
+// ---- max_pool2d (CPU): x (N, C, H, W) -> {y, index} (N, C, out_h, out_w), attrs kh, kw, stride,
+// padding (0). index: the flat position in its plane of each window's first maximum (int64).
+Specs max_pool2d_shape(TensorList in, const Attrs& attrs) {
+  check_geometry(in[0].shape(), attrs, "max_pool2d");
+  check_conv_operands(in, "max_pool2d");
+  Conv2dGeometry g = geometry(in[0].shape(), attrs);
+  Dims out{g.n, g.c, g.out_h, g.out_w};
+  return {{out, in[0].dtype()}, {out, DType::Int64}};
+}
+void max_pool2d_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]);
+  max_pool2d_cpu(env, x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr(),
+                 static_cast<int64_t*>(out[1].data_ptr()));
+}
+Tensors max_pool2d_backward_rule(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  return {max_pool2d_backward(c.grads[0], c.outputs[1], c.input_specs[0].shape, a.i("kh"), a.i("stride"))};
+}
+const OpDef k_max_pool2d{.id = OpId::max_pool2d, .name = "max_pool2d", .family = Family::NN,
+                         .shape_rule = max_pool2d_shape, .cpu = max_pool2d_kernel,
+                         .cuda_missing = "on CUDA max_pool2d reduces im2col's columns with amax",
+                         .backward = max_pool2d_backward_rule, .saved = Saved::Outputs};
+
+// max_pool2d_backward: g (N, C, out_h, out_w), index (int64, the same shape) -> dx (attr
+// image_shape): g added at each index. Linear in g; its gradient gathers at the indices.
+Specs max_pool2d_backward_shape(TensorList in, const Attrs& attrs) {
+  const Dims& image = attrs.dims("image_shape");
+  check_geometry(image, attrs, "max_pool2d_backward");
+  check_conv_operands({in[0]}, "max_pool2d_backward");
+  Conv2dGeometry g = geometry(image, attrs);
+  Dims out{g.n, g.c, g.out_h, g.out_w};
+  FG_CHECK(in[0].shape() == out && in[1].shape() == out && in[1].dtype() == DType::Int64, Shape,
+           "max_pool2d_backward: gradient ", to_string(in[0].shape()), " and index ", describe(in[1]),
+           " do not match image ", to_string(image), " (", attrs.str(), ")");
+  return {{image, in[0].dtype()}};
+}
+void max_pool2d_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor g = raw::contiguous(env, in[0]), index = raw::contiguous(env, in[1]);
+  max_pool2d_backward_cpu(env, g.dtype(), geometry(out[0].shape(), attrs), g.data_ptr(),
+                          static_cast<const int64_t*>(index.data_ptr()), out[0].data_ptr());
+}
+Tensors max_pool2d_backward_backward(const BackwardCtx& c) {
+  const Tensor& index = c.inputs[1];
+  const Dims& image = c.attrs.dims("image_shape");
+  Tensor planes = reshape(c.grads[0], {image[0], image[1], -1});
+  Tensor taken = gather(planes, 2, reshape(index, {image[0], image[1], -1}));
+  return {reshape(taken, index.shape().vec()), Tensor()};
+}
+const OpDef k_max_pool2d_backward{.id = OpId::max_pool2d_backward, .name = "max_pool2d_backward",
+                                  .family = Family::NN, .shape_rule = max_pool2d_backward_shape,
+                                  .cpu = max_pool2d_backward_kernel,
+                                  .cuda_missing = "on CUDA max_pool2d reduces im2col's columns with amax",
+                                  .backward = max_pool2d_backward_backward, .saved = Saved::Inputs,
+                                  .nondiff_inputs = 2};
+
 }  // namespace
 
 // Registration of this file's rows of the op table (ops.def).
@@ -526,6 +582,8 @@ FG_REGISTER(conv2d_input_grad);
 FG_REGISTER(conv2d_weight_grad);
 FG_REGISTER(batch_norm);
 FG_REGISTER(batch_norm_backward);
+FG_REGISTER(max_pool2d);
+FG_REGISTER(max_pool2d_backward);
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}, {"scale", 1.0}, {"causal", false}});
@@ -598,6 +656,14 @@ Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bi
 Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight) {
   Tensors out = run_op(k_batch_norm_backward, in, {{"eps", eps}, {"has_weight", has_weight}});
   return {out[0], out[1], out[2]};
+}
+
+Tensor max_pool2d_op(const Tensor& x, int64_t k, int64_t stride) {
+  return run_op(k_max_pool2d, {x}, conv_attrs(k, k, stride, 0))[0];
+}
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& index, const Dims& image_shape, int64_t k, int64_t stride) {
+  Attrs attrs{{"kh", k}, {"kw", k}, {"stride", stride}, {"padding", int64_t{0}}, {"image_shape", image_shape}};
+  return run_op1(k_max_pool2d_backward, {grad, index}, attrs);
 }
 
 }  // namespace fg

@@ -160,6 +160,10 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Dims& weight_
 Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 // Its first-order gradient: in = {g, x, [weight], mean, var} -> {dx, dweight, dbias}.
 Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight);
+// The max_pool2d op (CPU, float32/float64; fg::max_pool2d chooses it): k x k windows a stride
+// apart, no padding; its gradient adds `grad` at each window's first maximum (`index`, int64).
+Tensor max_pool2d_op(const Tensor& x, int64_t k, int64_t stride);
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& index, const Dims& image_shape, int64_t k, int64_t stride);
 
 // Recurrent sequences (ops/rnn.cpp), PyTorch's gate order: gi (T, N, 4H or 3H) is x W_ih^T + b_ih of
 // every step, h0 and c0 (N, H) the state before the first step, w_hh (4H or 3H, H), b_hh (4H or 3H)
