@@ -18,12 +18,10 @@ T differs by more than 2x (neighbours at most 1.25x apart, so at most ~1.6x the 
 --long goes on to T = 2048 with batch 16 * (512 / T)^2 (the step then compares time per batch
 element). It
 runs at the instruction-set level in force (printed; FLOWGRAD_ISA forces a lower one) and saves
-bench_attention-sweep-<level>-<date>.json. PyTorch and OpenBLAS keep their own choice; to match a
-forced level set theirs too: FLOWGRAD_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
-MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 (generic: OPENBLAS_CORETYPE=Prescott
-ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41): PyTorch's
-GEMMs are MKL's, which ATEN_CPU_CAPABILITY does not steer (sweeps before 2026-12-06 left MKL at
-AVX-512).
+bench_attention-sweep-<level>-<date>.json. A forced level holds flowgrad's OpenBLAS and, through
+common.PEER_LEVELS, PyTorch's kernels, MKL and oneDNN to it too (sweeps before 2026-12-06 left MKL
+at AVX-512; those before 2026-12-07 left it at AVX2 at generic on AMD CPUs, where only
+MKL_CBWR=COMPATIBLE holds it to SSE2).
 
 The first four cases are the char transformer's attention in bench_compile.py (B=16, 4 heads of
 32) at T = 64..512; T <= 128 runs the CPU's single-tile kernels, beyond that the flash loop.
@@ -127,11 +125,10 @@ def sweep(args, torch):
     """Fused (and PyTorch SDPA) causal forward+backward over SWEEP_T; returns the exit status."""
     isa = fg.build_config()["isa"]
     timer = "process CPU time, 1 thread" if args.cpu_time else "wall clock"
-    # The peers' own dispatch, which FLOWGRAD_ISA does not steer: OPENBLAS_CORETYPE (the flash path's
-    # GEMMs) and ATEN_CPU_CAPABILITY (PyTorch's kernels) match a forced level.
+    # The peers' own dispatch at the level in force (common.PEER_LEVELS).
     peers = {"blas_core": fg.build_config()["blas_core"],
              "torch_capability": torch.backends.cpu.get_cpu_capability() if torch is not None else None,
-             "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
+             "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"), "mkl_cbwr": os.environ.get("MKL_CBWR"),
              "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, {timer}, "
           f"OpenBLAS core {peers['blas_core']}, PyTorch CPU capability {peers['torch_capability']}, "

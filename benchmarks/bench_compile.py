@@ -27,7 +27,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import SWITCH_GAP, interleaved, load_average, machine, save, torch_peer, transformer_lm
+from common import SWITCH_GAP, command_line, interleaved, load_average, machine, save, torch_peer, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -321,9 +321,10 @@ def main():
                 results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch))
                 print(describe(results[-1]), flush=True)
     if args.save:
-        payload = {"machine": info, "device": args.device, "command": "python " + " ".join(sys.argv),
+        payload = {"machine": info, "device": args.device, "command": command_line(),
                    "results": results}
-        print(f"saved {save('bench_compile', payload)}")
+        path = save(f"bench_compile-{info['isa']}", payload)
+        print(f"saved {path}")
 
 
 if __name__ == "__main__":

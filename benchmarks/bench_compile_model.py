@@ -20,7 +20,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from bench_compile import D, HEADS, LAYERS, T, VOCAB, flowgrad_model, torch_model
 from bench_attention import cpu_time
-from common import interleaved, load_average, machine, save, torch_peer
+from common import command_line, interleaved, load_average, machine, save, torch_peer
 
 
 def data(case, batch):
@@ -127,8 +127,9 @@ def main():
                 print(describe(results[-1]), flush=True)
     if args.save:
         payload = {"machine": info, "model": {"transformer": dict(vocab=VOCAB, seq=T, dim=D, heads=HEADS, layers=LAYERS)},
-                   "command": "python " + " ".join(sys.argv), "results": results}
-        print(f"saved {save('bench_compile_model', payload)}")
+                   "command": command_line(), "results": results}
+        path = save(f"bench_compile_model-{info['isa']}", payload)
+        print(f"saved {path}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,33 @@ import numpy as np
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 
+# A forced FLOWGRAD_ISA (which also holds flowgrad's OpenBLAS to the level) sets the peers' own
+# switches too, where the user did not, before PyTorch loads: both sides measured at one level.
+# MKL ignores MKL_ENABLE_INSTRUCTIONS on AMD CPUs, where its Zen path is AVX2 (the avx2 level's
+# own); only its reproducibility path MKL_CBWR=COMPATIBLE (SSE2) holds it to generic there
+# (torch.mm 1024x512x128 on 1 thread of an AMD EPYC: 80-89 GFLOPS with MKL_ENABLE_INSTRUCTIONS=SSE4_2,
+# as unset; 27 with MKL_CBWR=COMPATIBLE, OpenBLAS's SSE kernels 23).
+PEER_LEVELS = {
+    "generic": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "COMPATIBLE",
+                "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+for _name, _value in PEER_LEVELS.get(os.environ.get("FLOWGRAD_ISA", ""), {}).items():
+    os.environ.setdefault(_name, _value)
+
+
+# The variables that pin flowgrad and its peers (OpenBLAS, PyTorch, MKL, oneDNN) to one instruction-set level
+# (the ones PEER_LEVELS set included).
+LEVEL_VARIABLES = ("FLOWGRAD_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR",
+                   "ONEDNN_MAX_CPU_ISA")
+
+
+def command_line():
+    """This run's command as a result file records it: the level variables set, then python and its
+    arguments (no paths of the machine)."""
+    pinned = [f"{k}={os.environ[k]}" for k in LEVEL_VARIABLES if k in os.environ]
+    return " ".join(pinned + ["python", "benchmarks/" + pathlib.Path(sys.argv[0]).name] + sys.argv[1:])
+
 
 def _print_isa():
     """Every benchmark that ran flowgrad says at its end which instruction-set level its CPU
@@ -105,7 +132,10 @@ def machine():
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "flowgrad_threads": fg.get_num_threads(), "blas": fg.blas_name(),
-            "isa": fg.build_config()["isa"], "sgemm": fg.build_config()["sgemm"], "load_average": load_average(),
+            "isa": fg.build_config()["isa"], "sgemm": fg.build_config()["sgemm"],
+            "blas_core": fg.build_config()["blas_core"],
+            "level_variables": {k: os.environ[k] for k in LEVEL_VARIABLES if k in os.environ},
+            "load_average": load_average(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     try:
         import torch

@@ -173,6 +173,21 @@ def assert_compiled_trains_like_eager(build, loss_fn, batches, before_step=None,
     return model
 
 
+def assert_steps_like_torch(cls, options, rng, steps=5):
+    """cls(**options) and its torch.optim namesake from the same float32 start, fed the same
+    gradients for `steps` steps, end at the same parameters (PyTorch must be installed)."""
+    import torch
+    p0 = rng.standard_normal((5, 2)).astype(np.float32)
+    p, tp = fg.nn.Parameter(fg.tensor(p0)), torch.nn.Parameter(torch.tensor(p0))
+    opt, topt = cls([p], **options), getattr(torch.optim, cls.__name__)([tp], **options)
+    for _ in range(steps):
+        g = rng.standard_normal((5, 2)).astype(np.float32)
+        p.grad, tp.grad = fg.tensor(g), torch.tensor(g)
+        opt.step()
+        topt.step()
+    np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 def as_float64(module):
     """The module with float64 parameters and floating buffers (for gradchecks)."""
     with fg.no_grad():

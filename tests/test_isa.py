@@ -40,6 +40,30 @@ def test_a_level_the_machine_runs_is_the_one_in_use(level):
     assert out.split() == [level, "avx512" if level == "avx512" else "blas", "True"]
 
 
+@pytest.mark.parametrize("level,core", [("generic", "Katmai"), ("avx2", "Haswell")])
+def test_a_forced_level_holds_openblas_to_it_unless_openblas_coretype_says_otherwise(level, core):
+    """Below avx512 the float32 GEMMs are OpenBLAS's: FLOWGRAD_ISA picks its kernel set too
+    (OPENBLAS_CORETYPE=Prescott, which OpenBLAS reports as its SSE set "Katmai", or Haswell) for the
+    moment the library loads, and leaves the variable as it found it."""
+    config = fg.build_config()
+    if level not in config["isa_levels"]:
+        pytest.skip(f"this machine runs {', '.join(config['isa_levels'])}, not {level}")
+    if config["blas_library"] != "libscipy_openblas.so":
+        pytest.skip(f"the OpenBLAS bundled as scipy-openblas32 is not linked ({config['blas'] or 'no BLAS'})")
+    show = "import os\nc = fg.build_config()\nprint(c['isa'], c['blas_core'], os.environ.get('OPENBLAS_CORETYPE'))"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_ISA=level)
+    done = subprocess.run([sys.executable, "-c", "import flowgrad as fg\n" + show], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [level, core, "None"]
+    env["OPENBLAS_CORETYPE"] = "Sandybridge"  # the user's choice wins
+    done = subprocess.run([sys.executable, "-c", "import flowgrad as fg\n" + show], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [level, "Sandybridge", "Sandybridge"]
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_level_above_the_machines_fails_the_import_naming_the_machines_level(level):
     levels = fg.build_config()["isa_levels"]

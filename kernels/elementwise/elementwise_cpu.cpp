@@ -23,6 +23,10 @@ template <class Out, class T, class F>
 FG_CPU_KERNEL void map2_scalar(Out* __restrict y, const T* __restrict a, T b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b);
 }
+template <class Out, class T, class F>
+FG_CPU_KERNEL void map2_scalar_first(Out* __restrict y, T a, const T* __restrict b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(a, b[i]);
+}
 
 template <class Out, class In, class F>
 FG_CPU_KERNEL void map1_run(char** p, const int64_t* st, int64_t n, F f) {
@@ -43,6 +47,8 @@ FG_CPU_KERNEL void map2_run(char** p, const int64_t* st, int64_t n, F f) {
     map2_contiguous(y, a, b, n, f);
   } else if (st[0] == sizeof(Out) && st[1] == sizeof(T) && st[2] == 0) {
     map2_scalar(y, a, *b, n, f);  // tensor op scalar: the common broadcast
+  } else if (st[0] == sizeof(Out) && st[1] == 0 && st[2] == sizeof(T)) {
+    map2_scalar_first(y, *a, b, n, f);  // scalar op tensor: 1 - x, and a kept derivative Grad(1, y)
   } else {
     for (int64_t i = 0; i < n; ++i)
       *reinterpret_cast<Out*>(p[0] + i * st[0]) =

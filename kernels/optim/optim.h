@@ -16,24 +16,29 @@ using std::pow;
 using std::sqrt;
 
 // Slots of the hyper-parameter buffers.
-enum SgdSlot : int { kSgdLr, kSgdMomentum, kSgdDampening, kSgdWeightDecay, kSgdNesterov, kSgdFirst, kSgdSlots };
-enum AdamSlot : int { kAdamLr, kAdamBeta1, kAdamBeta2, kAdamEps, kAdamWeightDecay, kAdamDecoupled, kAdamSlots };
+// maximize (PyTorch's maximize=True): the update ascends, the gradient negated before anything reads it.
+enum SgdSlot : int {
+  kSgdLr, kSgdMomentum, kSgdDampening, kSgdWeightDecay, kSgdNesterov, kSgdFirst, kSgdMaximize, kSgdSlots
+};
+enum AdamSlot : int {
+  kAdamLr, kAdamBeta1, kAdamBeta2, kAdamEps, kAdamWeightDecay, kAdamDecoupled, kAdamMaximize, kAdamSlots
+};
 
 // The per-element updates, shared by the CPU loops and the CUDA kernels.
 template <class T>
 struct SgdCoeffs {
   T lr, wd, mu, damp;
-  bool nesterov, first;
+  bool nesterov, first, maximize;
 };
 template <class T>
 FG_HD SgdCoeffs<T> sgd_coeffs(const double* h) {  // h: (kSgdSlots,)
   return {T(h[kSgdLr]), T(h[kSgdWeightDecay]), T(h[kSgdMomentum]), T(1 - h[kSgdDampening]),
-          h[kSgdNesterov] != 0, h[kSgdFirst] != 0};
+          h[kSgdNesterov] != 0, h[kSgdFirst] != 0, h[kSgdMaximize] != 0};
 }
 // first: the momentum buffer starts as the gradient (PyTorch's convention).
 template <class T>
 FG_HD void sgd_element(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
-  T d = g + c.wd * p;
+  T d = (c.maximize ? -g : g) + c.wd * p;
   if (!buf) {
     p -= c.lr * d;
     return;
@@ -48,6 +53,7 @@ FG_HD void sgd_element(T& p, T g, T* buf, const SgdCoeffs<T>& c) {
 template <class T>
 struct AdamCoeffs {
   T b1, b2, eps, step_size, inv_sqrt_c2, decay, l2;
+  bool maximize;
 };
 // step: the 1-based count after this update (for bias correction).
 template <class T>
@@ -56,12 +62,13 @@ FG_HD AdamCoeffs<T> adam_coeffs(const double* h, int64_t step) {  // h: (kAdamSl
   const double c2 = 1 - pow(h[kAdamBeta2], static_cast<double>(step));
   const bool decoupled = h[kAdamDecoupled] != 0;
   return {T(h[kAdamBeta1]), T(h[kAdamBeta2]), T(h[kAdamEps]), T(h[kAdamLr] / c1), T(1 / sqrt(c2)),
-          decoupled ? T(1 - h[kAdamLr] * h[kAdamWeightDecay]) : T(1), decoupled ? T(0) : T(h[kAdamWeightDecay])};
+          decoupled ? T(1 - h[kAdamLr] * h[kAdamWeightDecay]) : T(1), decoupled ? T(0) : T(h[kAdamWeightDecay]),
+          h[kAdamMaximize] != 0};
 }
 template <class T>
 FG_HD void adam_element(T& p, T g, T& m, T& v, const AdamCoeffs<T>& c) {
   T w = p * c.decay;
-  T d = g + c.l2 * p;
+  T d = (c.maximize ? -g : g) + c.l2 * p;
   T mi = c.b1 * m + (T(1) - c.b1) * d;
   T vi = c.b2 * v + (T(1) - c.b2) * d * d;
   m = mi;

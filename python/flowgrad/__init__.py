@@ -7,23 +7,33 @@
 
 
 def _load_core():
-    """Imports the compiled module. On the default FLOWGRAD_BLAS_THREADS=pool, OpenBLAS's threaded GEMMs
-    run their jobs on flowgrad's pool, and a job marks the status word of the OpenBLAS server thread of
-    its index busy; a server thread that finds its word busy when its spin times out spins on, so
-    right after load (while they spin, about 0.1 s) they kept spinning beside the GEMMs and took a
-    core from them (a 1024x128x128 GEMM 193 us instead of 97). OPENBLAS_THREAD_TIMEOUT=4, read once
-    when the bundled OpenBLAS loads, makes them sleep at once; they have nothing to do on the pool.
-    A value the user set is kept; NumPy's own OpenBLAS loads first, untouched, and the variable is
-    gone again once the module is in."""
+    """Imports the compiled module with two OpenBLAS settings, read once when the bundled OpenBLAS
+    loads, in the environment for that moment only (a value the user set is kept; NumPy's own
+    OpenBLAS loads first, untouched):
+    - OPENBLAS_THREAD_TIMEOUT=4 on the default FLOWGRAD_BLAS_THREADS=pool. OpenBLAS's threaded GEMMs
+      then run their jobs on flowgrad's pool, and a job marks the status word of the OpenBLAS server
+      thread of its index busy; a server thread that finds its word busy when its spin times out
+      spins on, so right after load (while they spin, about 0.1 s) they kept spinning beside the
+      GEMMs and took a core from them (a 1024x128x128 GEMM 193 us instead of 97). With the timeout
+      they sleep at once; they have nothing to do on the pool.
+    - OPENBLAS_CORETYPE from a forced FLOWGRAD_ISA (generic: Prescott, OpenBLAS's SSE kernels;
+      avx2: Haswell), so that one switch holds the float32 GEMMs, which go through OpenBLAS below
+      avx512, at the level too."""
     import os
     import numpy  # noqa: F401  (its OpenBLAS loads with the user's environment)
-    if os.environ.get("FLOWGRAD_BLAS_THREADS", "pool") not in ("", "pool") or "OPENBLAS_THREAD_TIMEOUT" in os.environ:
-        return
-    os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    settings = {}
+    if os.environ.get("FLOWGRAD_BLAS_THREADS", "pool") in ("", "pool"):
+        settings["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    core = {"generic": "Prescott", "avx2": "Haswell"}.get(os.environ.get("FLOWGRAD_ISA", "").strip().lower())
+    if core:
+        settings["OPENBLAS_CORETYPE"] = core
+    settings = {k: v for k, v in settings.items() if k not in os.environ}
+    os.environ.update(settings)
     try:
         from . import _core  # noqa: F401
     finally:
-        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+        for k in settings:
+            del os.environ[k]
 
 
 _load_core()

@@ -110,6 +110,21 @@ def test_reprs_and_inplace_flags_as_pytorch():
     np.testing.assert_array_equal(x.numpy(), [-7, -1, 2, 8])  # computed out of place
 
 
+def test_hardtanh_takes_pytorchs_deprecated_min_value_max_value():
+    x = fg.tensor([-3.0, -0.75, 0.1, 0.9, 2.0])
+    with pytest.warns(FutureWarning, match=r"`min_value` is deprecated and renamed to `min_val`"):
+        lower = nn.Hardtanh(min_value=-0.5)
+    np.testing.assert_array_equal(lower(x).numpy(), np.clip(x.numpy(), -0.5, 1.0))
+    with pytest.warns(FutureWarning, match=r"`(min|max)_value` is deprecated and renamed to `(min|max)_val`") as caught:
+        both = nn.Hardtanh(-2.0, 3.0, min_value=-0.25, max_value=0.5)  # the old names win, as in PyTorch
+    assert len(caught) == 2 and "max_value" in str(caught[1].message)
+    assert (both.min_val, both.max_val) == (-0.25, 0.5)
+    np.testing.assert_array_equal(both(x).numpy(), np.clip(x.numpy(), -0.25, 0.5))
+    with pytest.warns(FutureWarning), pytest.raises(fg.InvalidArgumentError,
+                                                    match=r"Hardtanh: min_val must be <= max_val, got min_val=2.0"):
+        nn.Hardtanh(max_value=1.0, min_value=2.0)
+
+
 def test_activation_argument_errors():
     with pytest.raises(fg.InvalidArgumentError, match=r"Hardtanh: min_val must be <= max_val, got min_val=2.0, "
                                                       r"max_val=1.0"):

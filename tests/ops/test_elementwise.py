@@ -116,6 +116,10 @@ def test_binary_non_contiguous_and_scalar(rng, name, device):
     fg.testing.assert_close(fn(ta, tb), ref(a, b), rtol=1e-12, atol=1e-12)
     fg.testing.assert_close(fn(ta, 1.5), ref(a, 1.5), rtol=1e-12, atol=1e-12)
     fg.testing.assert_close(fn(1.5, tb), ref(1.5, b), rtol=1e-12, atol=1e-12)
+    # scalar first, tensor contiguous: the kernel's own broadcast loop (not the strided one)
+    tc = on(device, fg.tensor(b))
+    fg.testing.assert_close(fn(1.5, tc), ref(1.5, b), rtol=1e-12, atol=1e-12)
+    fg.testing.assert_close(fn(on(device, fg.tensor(1.5, dtype=fg.float64)), tc), ref(1.5, b), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))

@@ -6,7 +6,7 @@ import pytest
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from conftest import assert_compiled_trains_like_eager
+from conftest import assert_compiled_trains_like_eager, assert_steps_like_torch
 
 
 def np_rmsprop(steps, p, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
@@ -135,17 +135,9 @@ def test_matches_the_numpy_reference_in_float64(name, device, rng):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_pytorch_in_float32(name, rng):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     cls, _, options = CASES[name]
-    p0 = rng.standard_normal((5, 2)).astype(np.float32)
-    p, tp = fg.nn.Parameter(fg.tensor(p0)), torch.nn.Parameter(torch.tensor(p0))
-    opt, topt = cls([p], **options), getattr(torch.optim, cls.__name__)([tp], **options)
-    for _ in range(5):
-        g = rng.standard_normal((5, 2)).astype(np.float32)
-        p.grad, tp.grad = fg.tensor(g), torch.tensor(g)
-        opt.step()
-        topt.step()
-    np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert_steps_like_torch(cls, options, rng)
 
 
 @pytest.mark.parametrize("name", COMPILED)

@@ -236,8 +236,8 @@ def test_scheduler_load_state_dict_checks_before_taking():
 
 def test_hyper_slots_are_the_ones_the_update_kernels_read():
     # The optimizer publishes its slot names (fg::optim::sgd_slots / adam_slots); the binding only converts.
-    assert fg._core.optim.SGD_SLOTS == ("lr", "momentum", "dampening", "weight_decay", "nesterov", "first")
-    assert fg._core.optim.ADAM_SLOTS == ("lr", "beta1", "beta2", "eps", "weight_decay", "decoupled")
+    assert fg._core.optim.SGD_SLOTS == ("lr", "momentum", "dampening", "weight_decay", "nesterov", "first", "maximize")
+    assert fg._core.optim.ADAM_SLOTS == ("lr", "beta1", "beta2", "eps", "weight_decay", "decoupled", "maximize")
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])

@@ -13,12 +13,13 @@
 namespace fg::optim {
 
 std::span<const char* const> sgd_slots() {
-  static constexpr const char* names[] = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "first"};
+  static constexpr const char* names[] = {"lr",       "momentum", "dampening", "weight_decay",
+                                          "nesterov", "first",    "maximize"};
   static_assert(std::size(names) == kSgdSlots, "one name per SgdSlot");
   return names;
 }
 std::span<const char* const> adam_slots() {
-  static constexpr const char* names[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "decoupled"};
+  static constexpr const char* names[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "decoupled", "maximize"};
   static_assert(std::size(names) == kAdamSlots, "one name per AdamSlot");
   return names;
 }

@@ -23,5 +23,5 @@ def write_hyper(hyper: flowgrad._core.Tensor, values: collections.abc.Sequence[t
     """
     Writes host values into a hyper-parameter tensor on any device.
     """
-ADAM_SLOTS: tuple = ('lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'decoupled')
-SGD_SLOTS: tuple = ('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'first')
+ADAM_SLOTS: tuple = ('lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'decoupled', 'maximize')
+SGD_SLOTS: tuple = ('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'first', 'maximize')

@@ -18,9 +18,9 @@ from .losses import (
     MSELoss, L1Loss, SmoothL1Loss, HuberLoss, NLLLoss, CrossEntropyLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss,
 )
 from ._kv_cache import KVCache
-from ._transformer import (
-    TransformerAttention, TransformerEncoderLayer, TransformerEncoder, TransformerDecoderLayer, TransformerDecoder,
-    Transformer,
+from ._transformer import (  # MultiheadAttention: flowgrad's layer, or PyTorch's form (TransformerAttention)
+    MultiheadAttention, TransformerAttention, TransformerEncoderLayer, TransformerEncoder, TransformerDecoderLayer,
+    TransformerDecoder, Transformer,
 )
 from . import _tied  # noqa: F401  (state_dict keeps every name of a tied weight)
 from ._composite import (

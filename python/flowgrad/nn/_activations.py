@@ -2,6 +2,8 @@
 Hardtanh, ReLU6, Hardsigmoid, Hardswish, SELU, CELU, PReLU, LogSigmoid, GLU, Softsign and
 Tanhshrink. inplace=True is accepted everywhere PyTorch takes it and computes out of place (the
 values are PyTorch's; flowgrad's autograd keeps the input), as nn.ReLU(True)."""
+import warnings
+
 from .. import _core
 from . import functional as F
 
@@ -30,10 +32,17 @@ class _Inplace(_Applies):
 
 class Hardtanh(_core.Module):
     """F.hardtanh: input clamped to [min_val, max_val]; min_val > max_val raises
-    InvalidArgumentError."""
+    InvalidArgumentError. min_value / max_value are PyTorch's deprecated names of min_val /
+    max_val: given, they replace them, with PyTorch's FutureWarning."""
 
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None, max_value=None):
         super().__init__()
+        for old, new, value in (("min_value", "min_val", min_value), ("max_value", "max_val", max_value)):
+            if value is not None:
+                warnings.warn(f"Hardtanh: keyword argument `{old}` is deprecated and renamed to `{new}`",
+                              FutureWarning, stacklevel=2)
+        min_val = min_val if min_value is None else min_value
+        max_val = max_val if max_value is None else max_value
         if min_val > max_val:
             raise _core.InvalidArgumentError(f"Hardtanh: min_val must be <= max_val, got min_val={min_val}, "
                                              f"max_val={max_val}")

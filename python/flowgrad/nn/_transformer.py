@@ -2,18 +2,19 @@
 forward arguments and its parameter names (self_attn.in_proj_weight, linear1, norm1, ...), so a
 PyTorch state_dict loads strictly and the same weights give the same outputs.
 
-fg.nn.MultiheadAttention keeps flowgrad's own interface (batch-first, qkv/proj, one output);
-TransformerAttention is PyTorch's nn.MultiheadAttention interface (sequence-first unless
-batch_first, in_proj_weight/out_proj, (output, weights)), and the layers' self_attn."""
+fg.nn.MultiheadAttention keeps flowgrad's own interface (batch-first, qkv/proj, one output) unless
+called with PyTorch's keywords; TransformerAttention is PyTorch's nn.MultiheadAttention interface
+(sequence-first unless batch_first, in_proj_weight or q/k/v_proj_weight, out_proj, (output,
+weights)), and the layers' self_attn."""
 import copy
 import math
 
 from .. import _core
 from . import functional as F
 from . import init
-from ._constructors import LayerNorm
+from ._constructors import LayerNorm, _Builds
 
-__all__ = ["TransformerAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+__all__ = ["MultiheadAttention", "TransformerAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
            "TransformerDecoder", "Transformer"]
 
 
@@ -60,38 +61,64 @@ class TransformerAttention(_core.Module):
     """PyTorch's nn.MultiheadAttention: ``out, weights = attn(query, key, value, key_padding_mask=None,
     need_weights=True, attn_mask=None, average_attn_weights=True, is_causal=False)``.
 
-    Inputs are (L, N, E) (batch_first=True: (N, L, E); unbatched: (L, E)); bool masks are True
-    where attention is not allowed, float masks are added to the scores. Parameters as PyTorch's:
-    in_proj_weight (3E, E), in_proj_bias (3E), out_proj (a Linear). key and value have the
-    query's width (PyTorch's kdim/vdim, add_bias_kv and add_zero_attn are not supported).
-    With need_weights=False the attention is flowgrad's fused op; weights come back None."""
+    Inputs are (L, N, E) (batch_first=True: (N, L, E); unbatched: (L, E)); key is (S, N, kdim)
+    and value (S, N, vdim) (kdim, vdim default to E); bool masks are True where attention is not
+    allowed, float masks are added to the scores. Parameters as PyTorch's: in_proj_weight (3E, E)
+    when kdim == vdim == E (_qkv_same_embed_dim), else q_proj_weight (E, E), k_proj_weight (E,
+    kdim) and v_proj_weight (E, vdim); in_proj_bias (3E); out_proj (a Linear); with add_bias_kv,
+    bias_k and bias_v (1, 1, E), appended to the projected keys and values as one more source
+    position; add_zero_attn appends a position of zeros to each head's keys and values (the masks
+    grow by an attended column for each). With need_weights=False the attention is flowgrad's
+    fused op; weights come back None."""
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, batch_first=False):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False):
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise _core.InvalidArgumentError(f"TransformerAttention: embed_dim {embed_dim} must be a positive "
                                              f"multiple of num_heads {num_heads}")
         if not 0.0 <= dropout < 1.0:
             raise _core.InvalidArgumentError(f"TransformerAttention: dropout must be in [0, 1), got {dropout}")
+        kdim, vdim = embed_dim if kdim is None else kdim, embed_dim if vdim is None else vdim
+        if kdim <= 0 or vdim <= 0:
+            raise _core.InvalidArgumentError(f"TransformerAttention: kdim and vdim must be positive, got {kdim} and "
+                                             f"{vdim}")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.kdim, self.vdim, self.add_zero_attn = kdim, vdim, add_zero_attn
+        self._qkv_same_embed_dim = kdim == embed_dim and vdim == embed_dim
         self.head_dim = embed_dim // num_heads
-        self.in_proj_weight = _parameter(3 * embed_dim, embed_dim)
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = _parameter(3 * embed_dim, embed_dim)
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            self.register_parameter("in_proj_weight", None)
+            for name, width in (("q_proj_weight", embed_dim), ("k_proj_weight", kdim), ("v_proj_weight", vdim)):
+                setattr(self, name, init.xavier_uniform_(_parameter(embed_dim, width)))
         self.in_proj_bias = _core._parameter(_core.zeros(3 * embed_dim), True) if bias else None
         self.out_proj = _core.Linear(embed_dim, embed_dim, bias)
-        init.xavier_uniform_(self.in_proj_weight)
         if bias:
             init.zeros_(self.out_proj.bias)
+        if add_bias_kv:
+            self.bias_k = init.xavier_normal_(_parameter(1, 1, embed_dim))
+            self.bias_v = init.xavier_normal_(_parameter(1, 1, embed_dim))
+        else:
+            self.bias_k = self.bias_v = None
+
+    def _projection_weights(self):
+        if self._qkv_same_embed_dim:
+            return self.in_proj_weight.chunk(3, 0)
+        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
 
     def _heads(self, x, n, length):  # (N, L, E) -> (N, heads, L, head_dim)
         return x.reshape(n, length, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if x.ndim not in (2, 3) or x.shape[-1] != self.embed_dim:
-                raise _core.ShapeError(f"TransformerAttention: {name} {tuple(x.shape)} must be (L, N, "
-                                       f"{self.embed_dim}) (batch_first: (N, L, {self.embed_dim}); unbatched: "
-                                       f"(L, {self.embed_dim}))")
+        for name, x, width, length in (("query", query, self.embed_dim, "L"), ("key", key, self.kdim, "S"),
+                                       ("value", value, self.vdim, "S")):
+            if x.ndim not in (2, 3) or x.shape[-1] != width:
+                raise _core.ShapeError(f"TransformerAttention: {name} {tuple(x.shape)} must be ({length}, N, {width}) "
+                                       f"(batch_first: (N, {length}, {width}); unbatched: ({length}, {width}))")
         if is_causal and attn_mask is None:
             raise _core.InvalidArgumentError("TransformerAttention: is_causal is a hint that attn_mask is the causal "
                                              "mask and needs it; make one with "
@@ -108,12 +135,20 @@ class TransformerAttention(_core.Module):
         elif not self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         n, length, source = query.shape[0], query.shape[1], key.shape[1]
-        w, b = self.in_proj_weight.chunk(3, 0), self.in_proj_bias.chunk(3, 0) if self.in_proj_bias is not None \
-            else (None, None, None)
+        w = self._projection_weights()
+        b = self.in_proj_bias.chunk(3, 0) if self.in_proj_bias is not None else (None, None, None)
         q = self._heads(F.linear(query, w[0], b[0]), n, length)
-        k = self._heads(F.linear(key, w[1], b[1]), n, source)
-        v = self._heads(F.linear(value, w[2], b[2]), n, source)
+        k, v = F.linear(key, w[1], b[1]), F.linear(value, w[2], b[2])
+        if self.bias_k is not None:  # one more source position, (N, S + 1, E)
+            k = _core.cat([k, self.bias_k.expand(n, 1, self.embed_dim)], 1)
+            v = _core.cat([v, self.bias_v.expand(n, 1, self.embed_dim)], 1)
+        k, v = self._heads(k, n, k.shape[1]), self._heads(v, n, v.shape[1])
+        if self.add_zero_attn:
+            zeros = _core.zeros(n, self.num_heads, 1, self.head_dim, dtype=k.dtype, device=k.device)
+            k, v = _core.cat([k, zeros], 2), _core.cat([v, zeros], 2)
         mask = _merged_mask(attn_mask, key_padding_mask, n, self.num_heads, length, source, q.dtype)
+        if mask is not None and k.shape[2] > source:  # the appended positions are attended
+            mask = F.pad(mask, (0, k.shape[2] - source))
         p = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
@@ -133,8 +168,28 @@ class TransformerAttention(_core.Module):
         return out, weights
 
     def extra_repr(self):
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}, " \
+        dims = "" if self._qkv_same_embed_dim else f", kdim={self.kdim}, vdim={self.vdim}"
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}{dims}, " \
                f"batch_first={self.batch_first}"
+
+
+# The keywords only PyTorch's nn.MultiheadAttention takes: given any, the name builds that one.
+_TORCH_MHA_KEYWORDS = frozenset({"embed_dim", "num_heads", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim",
+                                 "batch_first"})
+
+
+class MultiheadAttention(metaclass=_Builds):
+    """fg.nn.MultiheadAttention(dim, heads, causal=False, dropout=0.0) is flowgrad's own layer
+    (batch-first, m(x) or m(q, k, v), one output). Called in PyTorch's form, with any keyword
+    only PyTorch's takes (kdim, vdim, batch_first, bias, add_bias_kv, add_zero_attn, embed_dim,
+    num_heads) or a float dropout third, it builds a TransformerAttention: PyTorch's interface,
+    parameter names and state_dict. isinstance answers for both."""
+    _layers = (_core.MultiheadAttention, TransformerAttention)
+
+    def __new__(cls, *args, **kwargs):
+        torch_form = bool(_TORCH_MHA_KEYWORDS & set(kwargs)) or (
+            len(args) > 2 and isinstance(args[2], float))
+        return TransformerAttention(*args, **kwargs) if torch_form else _core.MultiheadAttention(*args, **kwargs)
 
 
 def _activation(activation):
@@ -155,7 +210,7 @@ class _Layer(_core.Module):
                             bias):
         if not 0.0 <= dropout < 1.0:
             raise _core.InvalidArgumentError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
-        self.self_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first)
+        self.self_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first=batch_first)
         self.linear1 = _core.Linear(d_model, dim_feedforward, bias)
         self.dropout = _core.Dropout(dropout)
         self.linear2 = _core.Linear(dim_feedforward, d_model, bias)
@@ -203,7 +258,7 @@ class TransformerDecoderLayer(_Layer):
                  batch_first=False, norm_first=False, bias=True):
         super().__init__()
         self._feed_forward_parts(d_model, nhead, dim_feedforward, dropout, activation, batch_first, norm_first, bias)
-        self.multihead_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first)
+        self.multihead_attn = TransformerAttention(d_model, nhead, dropout, bias, batch_first=batch_first)
         self.norm1 = _layer_norm(d_model, layer_norm_eps, bias)
         self.norm2 = _layer_norm(d_model, layer_norm_eps, bias)
         self.norm3 = _layer_norm(d_model, layer_norm_eps, bias)

@@ -21,19 +21,35 @@ def _invalid(message):
     return _core.InvalidArgumentError(message)
 
 
+# PyTorch's optimizer flags, all handled here (Optimizer._take_flags); each optimizer takes those
+# its torch.optim namesake takes (_flags). maximize ascends: the gradient is negated before the
+# update reads it, as PyTorch does (the fused updates' 'maximize' slot, or before a composed
+# update), per param group, in eager and compiled steps alike. foreach picks multi-tensor or
+# per-parameter update ops where both exist (the same numbers). fused and capturable change
+# nothing: the updates are already single ops or composed ones fg.compile can fuse, and every
+# state and hyper-parameter tensor lives on the parameters' device, so captured steps replay them.
+# differentiable=True cannot be honoured (steps run under no_grad) and raises.
+_FLAG_DEFAULTS = {"maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None}
+
+
 class Optimizer:
     """Base class: param_groups (list of dicts with 'params' and options) and per-parameter state.
 
     `foreach` (True unless set to False on the instance or in the constructor) updates a group's
     parameters with multi-tensor ops (a few launches per step; the numbers are bitwise those of
-    one update op per parameter) when they share a device and dtype."""
+    one update op per parameter) when they share a device and dtype.
+
+    Every optimizer takes the flags its torch.optim namesake takes: maximize=True (a group option:
+    ascend, the gradient negated as PyTorch does), foreach, and fused / capturable, which change
+    nothing here; differentiable=True raises InvalidArgumentError (see _FLAG_DEFAULTS)."""
 
     _state_keys = ()
+    _flags = ()  # the PyTorch flags (_FLAG_DEFAULTS) the constructor takes, as torch.optim's namesake
     foreach = True
     _scope = None  # while traced_step runs: the tracer's update scope of one parameter (fg.compile)
 
-    def __init__(self, params, defaults):
-        self.defaults = dict(defaults)
+    def __init__(self, params, defaults, **flags):
+        self.defaults = {**defaults, **self._take_flags(flags)}
         self.param_groups = []
         self.state = {}  # parameter -> {name: tensor}
         self._cache = {}
@@ -45,6 +61,22 @@ class Optimizer:
             groups = [{"params": groups}]
         for group in groups:
             self.add_param_group(group)
+
+    def _take_flags(self, flags):
+        """Checks PyTorch's flags (see _FLAG_DEFAULTS), sets foreach and returns the group option
+        they make: maximize (none for an optimizer without it)."""
+        name = type(self).__name__
+        unknown = sorted(set(flags) - set(self._flags) - {"foreach"})
+        if unknown:
+            raise TypeError(f"{name}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        options = {k: flags.get(k, _FLAG_DEFAULTS[k]) for k in self._flags}
+        if options.get("differentiable"):
+            raise _invalid(f"{name}: differentiable=True is not supported: flowgrad's optimizer steps run under "
+                           "no_grad, so autograd cannot differentiate through them")
+        if options.get("fused") and flags.get("foreach"):
+            raise _invalid(f"{name}: fused and foreach cannot both be True")
+        self.foreach = flags.get("foreach") is not False
+        return {"maximize": bool(options["maximize"])} if "maximize" in options else {}
 
     def add_param_group(self, group):
         """Adds a group: {'params': [...], option: value, ...}; missing options take the defaults."""
@@ -117,7 +149,7 @@ class Optimizer:
         options need, its hyper-parameter tensor, and per parameter whether it trains and which
         state tensors it has (hash is a tensor's identity). fg.compile compares it before every
         call: a new group, loaded state or an option needing new state traces again. Creates nothing."""
-        return tuple((self._layout(group), hash(self._hyper[i]) if i in self._hyper else None,
+        return tuple(((self._layout(group), group.get("maximize")), hash(self._hyper[i]) if i in self._hyper else None,
                       tuple((hash(p), p.requires_grad, tuple(hash(t) for t in self.state.get(p, {}).values() if t is not None))
                             for p in group["params"]))
                      for i, group in enumerate(self.param_groups))
@@ -238,12 +270,13 @@ class SGD(Optimizer):
 
     _state_keys = ("momentum_buffer",)
     _hyper_slots = _core.optim.SGD_SLOTS
+    _flags = ("maximize", "foreach", "differentiable", "fused")
 
-    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, foreach=None):
+    def __init__(self, params, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0,
+                 foreach=None, **flags):
         self._fresh = set()  # ids of groups whose momentum buffers have not been used yet
-        self.foreach = foreach is not False
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
-                                      weight_decay=weight_decay))
+                                      weight_decay=weight_decay), foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)
@@ -264,7 +297,7 @@ class SGD(Optimizer):
     def _hyper_values(self, index, group):
         self._group_state(index)  # creates the buffers (and marks the group fresh) on first use
         return [group["lr"], group["momentum"], group["dampening"], group["weight_decay"],
-                float(group["nesterov"]), float(id(group) in self._fresh)]
+                float(group["nesterov"]), float(id(group) in self._fresh), float(group["maximize"])]
 
     def _update(self, index, foreach):
         params, bufs = self._group_state(index)
@@ -284,10 +317,11 @@ class Adam(Optimizer):
 
     _state_keys = ("exp_avg", "exp_avg_sq", "step")
     _decoupled = False
+    _flags = ("foreach", "maximize", "capturable", "differentiable", "fused")
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None):
-        self.foreach = foreach is not False
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None, **flags):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay),
+                         foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)
@@ -304,7 +338,8 @@ class Adam(Optimizer):
 
     def _hyper_values(self, index, group):
         b1, b2 = group["betas"]
-        return [group["lr"], b1, b2, group["eps"], group["weight_decay"], float(self._decoupled)]
+        return [group["lr"], b1, b2, group["eps"], group["weight_decay"], float(self._decoupled),
+                float(group["maximize"])]
 
     def _update(self, index, foreach):
         params, m1, m2, steps = self._group_state(index)
@@ -316,8 +351,8 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=None):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=None, **flags):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach, **flags)
 
 
 class _Composed(Optimizer):
@@ -342,6 +377,7 @@ class _Composed(Optimizer):
                     continue
                 with self._scope() if self._scope is not None else contextlib.nullcontext():
                     g = p.grad if p.grad.dtype == p.dtype else p.grad.to(dtype=p.dtype)
+                    g = -g if group["maximize"] else g
                     work = p if p.is_contiguous() else p.contiguous()
                     self._apply(work, g, [s[i] for s in states], hyper, cast[p.dtype], group)
                     if work is not p:
@@ -354,13 +390,13 @@ class RMSprop(_Composed):
     buffer when momentum > 0; L2 weight decay added to g."""
 
     _state_keys = ("square_avg", "momentum_buffer", "grad_avg")
+    _flags = ("capturable", "foreach", "maximize", "differentiable")
     _hyper_slots = ("lr", "alpha", "eps", "weight_decay", "momentum")
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
-                 foreach=None):
-        self.foreach = foreach is not False
+                 foreach=None, **flags):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered))
+                                      centered=centered), foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)
@@ -406,13 +442,14 @@ class Adagrad(_Composed):
     initial_accumulator_value."""
 
     _state_keys = ("sum", "step")
+    _flags = ("foreach", "maximize", "differentiable", "fused")
     _hyper_slots = ("lr", "lr_decay", "weight_decay", "eps")
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
-                 foreach=None):
-        self.foreach = foreach is not False
+                 foreach=None, **flags):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps),
+                         foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)
@@ -444,11 +481,11 @@ class Adadelta(_Composed):
     (1 - rho) * delta^2, p -= lr * delta; L2 weight decay added to g."""
 
     _state_keys = ("square_avg", "acc_delta")
+    _flags = ("foreach", "capturable", "maximize", "differentiable")
     _hyper_slots = ("lr", "rho", "eps", "weight_decay")
 
-    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None):
-        self.foreach = foreach is not False
-        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None, **flags):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay), foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)

@@ -8,6 +8,7 @@ from . import _Composed, _invalid
 
 class _AdamVariant(_Composed):
     _hyper_slots = ("lr", "beta1", "beta2", "eps", "weight_decay")
+    _flags = ("foreach", "maximize", "capturable", "differentiable")
 
     def _validate(self, group):
         super()._validate(group)
@@ -50,9 +51,9 @@ class Adamax(_AdamVariant):
 
     _state_keys = ("exp_avg", "exp_inf", "step")
 
-    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None):
-        self.foreach = foreach is not False
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None, **flags):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay),
+                         foreach=foreach, **flags)
 
     def _apply(self, p, g, state, h64, h, group):
         exp_avg, exp_inf, step = state
@@ -75,10 +76,10 @@ class NAdam(_AdamVariant):
     _hyper_slots = _AdamVariant._hyper_slots + ("momentum_decay",)
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
-                 decoupled_weight_decay=False, foreach=None):
-        self.foreach = foreach is not False
+                 decoupled_weight_decay=False, foreach=None, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay))
+                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay),
+                         foreach=foreach, **flags)
 
     def _validate(self, group):
         super()._validate(group)
@@ -115,10 +116,9 @@ class RAdam(_AdamVariant):
     _state_keys = ("exp_avg", "exp_avg_sq", "step")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 decoupled_weight_decay=False, foreach=None):
-        self.foreach = foreach is not False
+                 decoupled_weight_decay=False, foreach=None, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+                                      decoupled_weight_decay=decoupled_weight_decay), foreach=foreach, **flags)
 
     def _layout(self, group):
         return (bool(group["decoupled_weight_decay"]),)
