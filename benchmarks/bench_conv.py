@@ -5,7 +5,7 @@ PyTorch's F.conv2d (oneDNN on the CPU), forward and forward + backward (input, w
 gradients), interleaved rounds, medians, the load average and the instruction-set level printed.
 
     python benchmarks/bench_conv.py [--save] [--rounds N] [--threads N] [--tag NAME]
-    FLOWGRAD_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/bench_conv.py
+    FLOWGRAD_ISA=avx2 python benchmarks/bench_conv.py    (common.py holds PyTorch, oneDNN and OpenBLAS to the level)
 
 Shapes: the three convolutions of bench_cnn_rnn.py's CNN (B=64, 32x32, 3x3 padding 1) and a few
 others (stride 2, 1x1, 5x5, one image). Ratios are PyTorch's time over ours (higher is better).
@@ -17,7 +17,7 @@ import numpy as np
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from common import interleaved, load_average, machine, save, torch_peer
+from common import command_line, interleaved, load_average, machine, save, torch_peer
 
 # (name, N, C, O, H, W, k, stride, padding)
 SHAPES = [
@@ -86,7 +86,7 @@ def main():
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, load {load_average()}, "
           f"PyTorch {torch.__version__ if torch else 'absent'}"
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
-    results = {"machine": machine(), "isa": isa, "rounds": args.rounds, "statistic": "median of interleaved rounds",
+    results = {"machine": machine(), "command": command_line(), "isa": isa, "rounds": args.rounds, "statistic": "median of interleaved rounds",
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None, "shapes": {}}
     for shape in SHAPES:
         load_start = load_average()

@@ -78,16 +78,18 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
 
 // Training batch norm over x (N, C, hw) (float32/float64, contiguous): per channel the mean and
 // the biased variance of its N*hw values (two passes over the channel's planes, in double), then
-// y = (x - mean) / sqrt(var + eps) * w + b (w, b (C) or null), as (x - mean) * scale + b.
-// Writes y, mean (C) and var (C). Channels run in parallel.
+// y = (x - mean) / sqrt(var + eps) * w + b (w, b (C) or null), as (x - mean) * scale + b, with
+// `relu` the relu op's max(y, 0) (a compiled plan's BatchNorm + ReLU). Writes y, mean (C) and var
+// (C). Channels run in parallel.
 void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
-                    int64_t c, int64_t hw, double eps, void* y, void* mean, void* var);
-// Its gradient, first order, from g = dL/dy: per channel
+                    int64_t c, int64_t hw, double eps, bool relu, void* y, void* mean, void* var);
+// Its gradient, first order, from g = dL/dy (with relu_out, the relu's output, g where it is > 0,
+// else 0: relu_backward's gradient in the same passes): per channel
 // db = sum g, dw = sum g xhat and dx = w rstd (g - db / count - xhat dw / count), xhat = (x - mean)
-// rstd. dx, dw, db may each be null (not wanted).
-void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* x, const void* w,
-                             const void* mean, const void* var, int64_t n, int64_t c, int64_t hw, double eps,
-                             void* dx, void* dw, void* db);
+// rstd. dw, db may each be null (not wanted); dx too, but not with relu_out (it holds the masked g).
+void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* relu_out, const void* x,
+                             const void* w, const void* mean, const void* var, int64_t n, int64_t c, int64_t hw,
+                             double eps, void* dx, void* dw, void* db);
 
 // Max pooling of every plane of x (N, C, H, W) over kh x kw windows a stride apart, no padding
 // (float32/float64): y (N, C, out_h, out_w) and, per output, the flat index (within its plane,

@@ -468,6 +468,13 @@ namespace {
 
 constexpr int kBnLanes = 16;
 
+// relu_backward over one plane: out = g where r > 0, else 0 (a plain select loop: it vectorises,
+// where the select inside the lane sums below does not).
+template <class T>
+FG_CPU_KERNEL void plane_relu_grad(const T* __restrict g, const T* __restrict r, int64_t n, T* __restrict out) {
+  for (int64_t k = 0; k < n; ++k) out[k] = r[k] > T(0) ? g[k] : T(0);
+}
+
 // Sum of (v[i] - shift) and, with `sq`, of its squares over one contiguous plane, in 16 lanes of T
 // (independent adds, vectorised per level), the lanes' total added to the double sums.
 template <class T>
@@ -496,31 +503,38 @@ FG_CPU_KERNEL void plane_grad_sums(const T* __restrict g, const T* __restrict x,
   int64_t k = 0;
   for (; k + kBnLanes <= n; k += kBnLanes)
     for (int j = 0; j < kBnLanes; ++j) {
-      a[j] += g[k + j];
-      b[j] += g[k + j] * (x[k + j] - mean);
+      const T gk = g[k + j];
+      a[j] += gk;
+      b[j] += gk * (x[k + j] - mean);
     }
   double t1 = lane_total<kBnLanes>(a), t2 = lane_total<kBnLanes>(b);
-  for (; k < n; ++k) t1 += g[k], t2 += static_cast<double>(g[k]) * static_cast<double>(x[k] - mean);
+  for (; k < n; ++k) {
+    const T gk = g[k];
+    t1 += gk, t2 += static_cast<double>(gk) * static_cast<double>(x[k] - mean);
+  }
   sg += t1, sgx += t2;
 }
 
-// y = (x - m) * a + c over one plane (centred first: x * a + c' loses the digits of a large mean).
-template <class T>
+// y = (x - m) * a + c over one plane (centred first: x * a + c' loses the digits of a large mean),
+// with Relu the relu op's max(y, 0) (NaN kept).
+template <bool Relu, class T>
 FG_CPU_KERNEL void plane_affine(const T* __restrict x, int64_t n, T m, T a, T c, T* __restrict y) {
-  for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - m) * a + c;
+  for (int64_t k = 0; k < n; ++k) {
+    T v = (x[k] - m) * a + c;
+    y[k] = Relu ? (v > T(0) || v != v ? v : T(0)) : v;
+  }
 }
 
-// dx = g * a + x * b + c over one plane.
+// dx = g * a + x * b + c over one plane (g may be dx itself: each element read before written).
 template <class T>
-FG_CPU_KERNEL void plane_grad(const T* __restrict g, const T* __restrict x, int64_t n, T a, T b, T c,
-                              T* __restrict dx) {
+FG_CPU_KERNEL void plane_grad(const T* g, const T* __restrict x, int64_t n, T a, T b, T c, T* dx) {
   for (int64_t k = 0; k < n; ++k) dx[k] = g[k] * a + x[k] * b + c;
 }
 
 }  // namespace
 
 void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
-                    int64_t c, int64_t hw, double eps, void* y, void* mean, void* var) {
+                    int64_t c, int64_t hw, double eps, bool relu, void* y, void* mean, void* var) {
   visit_conv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
@@ -541,21 +555,24 @@ void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void
         static_cast<T*>(var)[ch] = static_cast<T>(v);
         const double scale = (w ? static_cast<double>(static_cast<const T*>(w)[ch]) : 1.0) / std::sqrt(v + eps);
         const double shift = b ? static_cast<double>(static_cast<const T*>(b)[ch]) : 0.0;
-        for (int64_t i = 0; i < n; ++i)
-          FG_AT_ISA(plane_affine(xs + (i * c + ch) * hw, hw, static_cast<T>(mean_exact), static_cast<T>(scale),
-                                 static_cast<T>(shift),
-                                 static_cast<T*>(y) + (i * c + ch) * hw));
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (i * c + ch) * hw;
+          T* out = static_cast<T*>(y) + at;
+          if (relu) FG_AT_ISA(plane_affine<true>(xs + at, hw, T(mean_exact), T(scale), T(shift), out));
+          else FG_AT_ISA(plane_affine<false>(xs + at, hw, T(mean_exact), T(scale), T(shift), out));
+        }
       }
     });
   });
 }
 
-void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* x, const void* w,
-                             const void* mean, const void* var, int64_t n, int64_t c, int64_t hw, double eps,
-                             void* dx, void* dw, void* db) {
+void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* relu_out, const void* x,
+                             const void* w, const void* mean, const void* var, int64_t n, int64_t c, int64_t hw,
+                             double eps, void* dx, void* dw, void* db) {
   visit_conv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *gs = static_cast<const T*>(g), *xs = static_cast<const T*>(x);
+    const T *gs = static_cast<const T*>(g), *xs = static_cast<const T*>(x), *rs = static_cast<const T*>(relu_out);
+    FG_ASSERT((!rs || dx) && "batch_norm_backward: the relu's masked gradient goes through dx");
     const double count = static_cast<double>(n * hw);
     parallel_for(c, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) {
@@ -563,7 +580,12 @@ void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, c
         double sg = 0, sgx = 0;  // sum g, sum g (x - mean)
         for (int64_t i = 0; i < n; ++i) {
           const int64_t at = (i * c + ch) * hw;
-          FG_AT_ISA(plane_grad_sums(gs + at, xs + at, hw, m, sg, sgx));
+          const T* gp = gs + at;
+          if (rs) {  // the relu's mask first, into dx: the passes below read the masked gradient there
+            FG_AT_ISA(plane_relu_grad(gs + at, rs + at, hw, static_cast<T*>(dx) + at));
+            gp = static_cast<const T*>(dx) + at;
+          }
+          FG_AT_ISA(plane_grad_sums(gp, xs + at, hw, m, sg, sgx));
         }
         const double k = 1.0 / std::sqrt(static_cast<double>(static_cast<const T*>(var)[ch]) + eps);
         const double wc = w ? static_cast<double>(static_cast<const T*>(w)[ch]) : 1.0;
@@ -575,8 +597,8 @@ void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, c
         const double cc = count > 0 ? -wc * k * sg / count - bx * static_cast<double>(m) : 0.0;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t at = (i * c + ch) * hw;
-          FG_AT_ISA(plane_grad(gs + at, xs + at, hw, static_cast<T>(a), static_cast<T>(bx), static_cast<T>(cc),
-                               static_cast<T*>(dx) + at));
+          T* out = static_cast<T*>(dx) + at;
+          FG_AT_ISA(plane_grad(rs ? out : gs + at, xs + at, hw, T(a), T(bx), T(cc), out));
         }
       }
     });

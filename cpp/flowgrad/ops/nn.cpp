@@ -432,16 +432,17 @@ Tensor per_channel(const Tensor& v, int64_t rank) {
   shape[1] = v.numel();
   return reshape(v, shape);
 }
-void check_batch_norm_operands(TensorList in, size_t first_param, const char* op) {
+// in[first_param, end_param) are per-channel; every operand one float32/float64 dtype.
+void check_batch_norm_operands(TensorList in, size_t first_param, size_t end_param, const char* op) {
   const Dims& x = in[0].shape();
   FG_CHECK(x.size() >= 2, Shape, op, ": expected an input (N, C, ...), got ", to_string(x));
   check_conv_operands(in, op);
-  for (size_t i = first_param; i < in.size(); ++i)
+  for (size_t i = first_param; i < end_param; ++i)
     FG_CHECK(in[i].shape() == Dims{x[1]}, Shape, op, ": per-channel operands must be (", x[1], ",), got ",
              to_string(in[i].shape()));
 }
 Specs batch_norm_shape(TensorList in, const Attrs& attrs) {
-  check_batch_norm_operands(in, 1, "batch_norm");
+  check_batch_norm_operands(in, 1, in.size(), "batch_norm");
   const Dims& x = in[0].shape();
   return {{x, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}};
 }
@@ -452,12 +453,14 @@ void batch_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, 
   Tensor b = attrs.b("has_bias") ? raw::contiguous(env, in[next++]) : Tensor();
   ChannelLayout l = channel_layout(x.shape());
   batch_norm_cpu(env, x.dtype(), x.data_ptr(), ptr_or_null(w), ptr_or_null(b), l.n, l.c, l.hw, attrs.f("eps"),
-                 out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+                 attrs.b("relu"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
 }
 // First order: the batch_norm_backward op (two passes over each channel's g and x). With
 // create_graph, public ops from x again, so that second-order gradients see the statistics.
 Tensors batch_norm_backward_rule(const BackwardCtx& c) {
-  const Tensor &x = c.inputs[0], &g = c.grads[0];
+  const Tensor& x = c.inputs[0];
+  // with relu (a plan's fusion) y is the relu's output: relu_backward's rule first
+  const Tensor g = c.attrs.b("relu") ? run_op1(*op_rows::relu_backward, {c.grads[0], c.outputs[0]}) : c.grads[0];
   bool has_w = c.attrs.b("has_weight"), has_b = c.attrs.b("has_bias");
   Tensor w = has_w ? c.inputs[1] : Tensor();
   Tensors grads;
@@ -488,11 +491,15 @@ const OpDef k_batch_norm{.id = OpId::batch_norm, .name = "batch_norm", .family =
                          .cuda_missing = "on CUDA BatchNorm composes reductions and elementwise ops",
                          .backward = batch_norm_backward_rule, .saved = Saved::InputsAndOutputs};
 
-// batch_norm_backward: g, x, [weight], mean, var -> dx, dweight, dbias (the last two (C) each;
+// batch_norm_backward: g, x, [weight], mean, var, and with relu the relu's output r (g then counts
+// where r > 0: a plan's relu_backward fused in) -> dx, dweight, dbias (the last two (C) each;
 // dweight the gradient of a weight of ones where there is none). First order only.
 Specs batch_norm_backward_shape(TensorList in, const Attrs& attrs) {
-  check_batch_norm_operands(in, 2, "batch_norm_backward");
+  const bool relu = attrs.b("relu");
+  check_batch_norm_operands(in, 2, in.size() - (relu ? 1 : 0), "batch_norm_backward");
   const Dims& x = in[1].shape();
+  FG_CHECK(!relu || in[in.size() - 1].shape() == x, Shape, "batch_norm_backward: relu output ",
+           to_string(in[in.size() - 1].shape()), " does not match input ", to_string(x));
   FG_CHECK(in[0].shape() == x, Shape, "batch_norm_backward: gradient ", to_string(in[0].shape()),
            " does not match input ", to_string(x));
   return {{x, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}};
@@ -502,9 +509,11 @@ void batch_norm_backward_kernel(const KernelEnv& env, TensorList in, const Tenso
   size_t next = 2;
   Tensor w = attrs.b("has_weight") ? raw::contiguous(env, in[next++]) : Tensor();
   Tensor m = raw::contiguous(env, in[next]), v = raw::contiguous(env, in[next + 1]);
+  Tensor r = attrs.b("relu") ? raw::contiguous(env, in[next + 2]) : Tensor();
   ChannelLayout l = channel_layout(x.shape());
-  batch_norm_backward_cpu(env, x.dtype(), g.data_ptr(), x.data_ptr(), ptr_or_null(w), m.data_ptr(), v.data_ptr(), l.n,
-                          l.c, l.hw, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+  batch_norm_backward_cpu(env, x.dtype(), g.data_ptr(), ptr_or_null(r), x.data_ptr(), ptr_or_null(w), m.data_ptr(),
+                          v.data_ptr(), l.n, l.c, l.hw, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(),
+                          out[2].data_ptr());
 }
 const OpDef k_batch_norm_backward{
     .id = OpId::batch_norm_backward, .name = "batch_norm_backward", .family = Family::NN,
@@ -650,11 +659,12 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Dims& weight_
 
 Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   Tensors in = with_defined({x}, weight, bias);
-  Tensors out = run_op(k_batch_norm, in, {{"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()}});
+  Tensors out = run_op(k_batch_norm, in, {{"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()},
+                                          {"relu", false}});
   return {out[0], detach(out[1]), detach(out[2])};
 }
 Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight) {
-  Tensors out = run_op(k_batch_norm_backward, in, {{"eps", eps}, {"has_weight", has_weight}});
+  Tensors out = run_op(k_batch_norm_backward, in, {{"eps", eps}, {"has_weight", has_weight}, {"relu", false}});
   return {out[0], out[1], out[2]};
 }
 
