@@ -472,7 +472,10 @@ constexpr int kBnLanes = 16;
 // where the select inside the lane sums below does not).
 template <class T>
 FG_CPU_KERNEL void plane_relu_grad(const T* __restrict g, const T* __restrict r, int64_t n, T* __restrict out) {
-  for (int64_t k = 0; k < n; ++k) out[k] = r[k] > T(0) ? g[k] : T(0);
+  for (int64_t k = 0; k < n; ++k) {
+    const T gk = g[k], rk = r[k];  // both loaded whatever the mask: a select, not a branch
+    out[k] = rk > T(0) ? gk : T(0);
+  }
 }
 
 // Sum of (v[i] - shift) and, with `sq`, of its squares over one contiguous plane, in 16 lanes of T
