@@ -31,7 +31,7 @@ import numpy as np
 import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
-from common import interleaved, load_average, machine, save
+from common import command_line, interleaved, load_average, machine, save
 
 RNN = dict(input_size=64, hidden_size=256, steps=50, batch=32, classes=64)
 CNN = dict(batch=64, channels=(16, 32, 32), size=32, classes=10)
@@ -165,7 +165,7 @@ def main():
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, load {load_average()}, "
           f"PyTorch {torch.__version__ if torch else 'absent'}"
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
-    results = {"machine": machine(), "isa": isa,
+    results = {"machine": machine(), "command": command_line(), "isa": isa,
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None,
                "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "rounds": args.rounds, "statistic": "median of interleaved rounds",
                "cnn": CNN, "rnn": RNN, "cases": {}}

@@ -63,4 +63,41 @@ void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 // The adjoint: cols (N, C*kh*kw, out_h*out_w) summed into x (N, C, H, W) (overwritten).
 void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* cols, void* x);
 
+// The conv2d op's CPU kernels (float32, float64; contiguous buffers): image by image, one image's
+// columns (C*kh*kw, out_h*out_w) at a time in a workspace, so the N images' columns are never in
+// memory at once; a pointwise convolution (1x1, stride 1, no padding) multiplies the image itself.
+// y (N, O, out_h, out_w) = W (O, C, kh, kw) * x (N, C, H, W) + b (O; null: none). Overwrites y.
+void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
+                const void* w, const void* b, void* y);
+// dx (N, C, H, W) = col2im(W^T @ dy[n]) image by image. Overwrites dx.
+void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
+                           const void* dy, const void* w, void* dx);
+// dw (O, C, kh, kw) = sum over images of dy[n] @ im2col(x[n])^T. Overwrites dw.
+void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
+                            const void* x, const void* dy, void* dw);
+
+// Training batch norm over x (N, C, hw) (float32/float64, contiguous): per channel the mean and
+// the biased variance of its N*hw values (two passes over the channel's planes, in double), then
+// y = (x - mean) / sqrt(var + eps) * w + b (w, b (C) or null), as (x - mean) * scale + b, with
+// `relu` the relu op's max(y, 0) (a compiled plan's BatchNorm + ReLU). Writes y, mean (C) and var
+// (C). Channels run in parallel.
+void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
+                    int64_t c, int64_t hw, double eps, bool relu, void* y, void* mean, void* var);
+// Its gradient, first order, from g = dL/dy (with relu_out, the relu's output, g where it is > 0,
+// else 0: relu_backward's gradient in the same passes): per channel
+// db = sum g, dw = sum g xhat and dx = w rstd (g - db / count - xhat dw / count), xhat = (x - mean)
+// rstd. dw, db may each be null (not wanted); dx too, but not with relu_out (it holds the masked g).
+void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* relu_out, const void* x,
+                             const void* w, const void* mean, const void* var, int64_t n, int64_t c, int64_t hw,
+                             double eps, void* dx, void* dw, void* db);
+
+// Max pooling of every plane of x (N, C, H, W) over kh x kw windows a stride apart, no padding
+// (float32/float64): y (N, C, out_h, out_w) and, per output, the flat index (within its plane,
+// row * W + column) of the first maximum of its window (a NaN, where there is one). Overwrites both.
+void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                    int64_t* index);
+// Its gradient: each output's gradient added at its index (overlapping windows sum). Overwrites dx.
+void max_pool2d_backward_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* grad,
+                             const int64_t* index, void* dx);
+
 }  // namespace fg

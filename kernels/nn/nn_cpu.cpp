@@ -4,12 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
 #include "kernels/common/lanes.h"
 #include "kernels/common/workspace.h"
+#include "kernels/linalg/gemm.h"
+#include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 
 namespace fg {
@@ -302,6 +305,88 @@ void accumulate_row(T* __restrict dst, const T* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// One plane (H, W) of an image -> its kh*kw rows of columns (each out_h*out_w), zero padding.
+template <class T>
+void im2col_plane(const Conv2dGeometry& g, const T* img, T* out_rows) {
+  const int64_t L = g.out_h * g.out_w;
+  for (int64_t ki = 0; ki < g.kh; ++ki)
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      T* out = out_rows + (ki * g.kw + kj) * L;
+      const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        T* row = out + oy * g.out_w;
+        int64_t iy = oy * g.stride_h - g.pad_h + ki;
+        if (iy < 0 || iy >= g.h) {
+          std::fill(row, row + g.out_w, T(0));
+          continue;
+        }
+        std::fill(row, row + in.lo, T(0));
+        const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
+        if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
+        else
+          for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
+        std::fill(row + in.hi, row + g.out_w, T(0));
+      }
+    }
+}
+
+// The adjoint of im2col_plane: the plane's kh*kw rows of columns summed into img (overwritten).
+template <class T>
+void col2im_plane(const Conv2dGeometry& g, const T* in_rows, T* img) {
+  const int64_t L = g.out_h * g.out_w;
+  std::memset(img, 0, sizeof(T) * g.h * g.w);
+  for (int64_t ki = 0; ki < g.kh; ++ki)
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      const T* in = in_rows + (ki * g.kw + kj) * L;
+      const InsideColumns inside(g.out_w, g.w, g.stride_w, g.pad_w, kj);
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        int64_t iy = oy * g.stride_h - g.pad_h + ki;
+        if (iy < 0 || iy >= g.h) continue;
+        const T* src = in + oy * g.out_w + inside.lo;
+        T* dst = img + iy * g.w + inside.lo * g.stride_w - g.pad_w + kj;
+        if (g.stride_w == 1) accumulate_row(dst, src, inside.hi - inside.lo);
+        else
+          for (int64_t ox = inside.lo; ox < inside.hi; ++ox) dst[(ox - inside.lo) * g.stride_w] += src[ox - inside.lo];
+      }
+    }
+}
+
+// Whether the convolution reads each pixel once, in place (1x1 kernel, stride 1, no padding): an
+// image (C, H, W) is then its own columns (C, H*W) and no im2col is needed.
+bool pointwise(const Conv2dGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+}
+
+// The columns (C*kh*kw, L) of image n: the image itself for a pointwise convolution, else
+// im2col of it into `cols`.
+template <class T>
+const T* image_columns(const Conv2dGeometry& g, const T* x, int64_t n, T* cols) {
+  const T* img = x + n * g.c * g.h * g.w;
+  if (pointwise(g)) return img;
+  for (int64_t plane = 0; plane < g.c; ++plane)
+    im2col_plane(g, img + plane * g.h * g.w, cols + plane * g.kh * g.kw * g.out_h * g.out_w);
+  return cols;
+}
+
+template <class F>
+void visit_conv_dtype(DType dtype, F&& f) {
+  if (dtype == DType::Float32) f(float{});
+  else if (dtype == DType::Float64) f(double{});
+  else FG_ASSERT(false && "conv2d: its shape rule admits float32 and float64 only");
+}
+
+// body(cols, CK, L): cols a typed workspace for one image's columns (CK = C*kh*kw rows of L =
+// out_h*out_w; none for a pointwise convolution).
+template <class Body>
+void with_image_columns(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Body&& body) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w;
+    CpuWorkspace ws(env, pointwise(g) ? 0 : sizeof(T) * CK * L);
+    body(static_cast<T*>(ws.data()), CK, L);
+  });
+}
+
 }  // namespace
 
 void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
@@ -311,28 +396,7 @@ void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
     T* cs = static_cast<T*>(cols);
     const int64_t L = g.out_h * g.out_w;
     parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t plane = p0; plane < p1; ++plane) {
-        const T* img = xs + plane * g.h * g.w;
-        for (int64_t ki = 0; ki < g.kh; ++ki)
-          for (int64_t kj = 0; kj < g.kw; ++kj) {
-            T* out = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
-            const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
-            for (int64_t oy = 0; oy < g.out_h; ++oy) {
-              T* row = out + oy * g.out_w;
-              int64_t iy = oy * g.stride_h - g.pad_h + ki;
-              if (iy < 0 || iy >= g.h) {
-                std::fill(row, row + g.out_w, T(0));
-                continue;
-              }
-              std::fill(row, row + in.lo, T(0));
-              const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
-              if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
-              else
-                for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
-              std::fill(row + in.hi, row + g.out_w, T(0));
-            }
-          }
-      }
+      for (int64_t plane = p0; plane < p1; ++plane) im2col_plane(g, xs + plane * g.h * g.w, cs + plane * g.kh * g.kw * L);
     });
   });
 }
@@ -344,23 +408,249 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
     T* xs = static_cast<T*>(x);
     const int64_t L = g.out_h * g.out_w;
     parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t plane = p0; plane < p1; ++plane) {
-        T* img = xs + plane * g.h * g.w;
-        std::memset(img, 0, sizeof(T) * g.h * g.w);
-        for (int64_t ki = 0; ki < g.kh; ++ki)
-          for (int64_t kj = 0; kj < g.kw; ++kj) {
-            const T* in = cs + (plane * g.kh * g.kw + ki * g.kw + kj) * L;
-            const InsideColumns inside(g.out_w, g.w, g.stride_w, g.pad_w, kj);
-            for (int64_t oy = 0; oy < g.out_h; ++oy) {
-              int64_t iy = oy * g.stride_h - g.pad_h + ki;
-              if (iy < 0 || iy >= g.h) continue;
-              const T* src = in + oy * g.out_w + inside.lo;
-              T* dst = img + iy * g.w + inside.lo * g.stride_w - g.pad_w + kj;
-              if (g.stride_w == 1) accumulate_row(dst, src, inside.hi - inside.lo);
-              else
-                for (int64_t ox = inside.lo; ox < inside.hi; ++ox) dst[(ox - inside.lo) * g.stride_w] += src[ox - inside.lo];
-            }
+      for (int64_t plane = p0; plane < p1; ++plane) col2im_plane(g, cs + plane * g.kh * g.kw * L, xs + plane * g.h * g.w);
+    });
+  });
+}
+
+// Image by image, one image's columns at a time in a workspace (C*kh*kw x L, cache-sized for
+// small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
+void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
+                const void* w, const void* b, void* y) {
+  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
+    using T = std::remove_pointer_t<decltype(cols)>;
+    const T* bias = static_cast<const T*>(b);
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* B = image_columns(g, static_cast<const T*>(x), n, cols);
+      T* Y = static_cast<T*>(y) + n * out_ch * L;
+      if (!bias) {
+        gemm_cpu(env, dtype, false, false, out_ch, L, CK, w, CK, B, L, Y, L);
+        continue;
+      }
+      for (int64_t o = 0; o < out_ch; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
+      gemm_accumulate_cpu(env, dtype, false, false, out_ch, L, CK, w, CK, B, L, Y, L);
+    }
+  });
+}
+
+// dx[n] = col2im(W^T (CK, O) @ dy[n] (O, L)); a pointwise convolution's product is dx[n] itself.
+void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
+                           const void* dy, const void* w, void* dx) {
+  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
+    using T = std::remove_pointer_t<decltype(cols)>;
+    const bool direct = pointwise(g);
+    for (int64_t n = 0; n < g.n; ++n) {
+      T* img = static_cast<T*>(dx) + n * g.c * g.h * g.w;
+      const T* G = static_cast<const T*>(dy) + n * out_ch * L;
+      gemm_cpu(env, dtype, true, false, CK, L, out_ch, w, CK, G, L, direct ? img : cols, L);
+      if (!direct)
+        for (int64_t plane = 0; plane < g.c; ++plane)
+          col2im_plane(g, cols + plane * g.kh * g.kw * L, img + plane * g.h * g.w);
+    }
+  });
+}
+
+// dw (O, CK) = sum over n of dy[n] (O, L) @ cols[n]^T, accumulated image by image.
+void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
+                            const void* x, const void* dy, void* dw) {
+  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
+    using T = std::remove_pointer_t<decltype(cols)>;
+    if (g.n == 0) std::fill(static_cast<T*>(dw), static_cast<T*>(dw) + out_ch * CK, T(0));
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* B = image_columns(g, static_cast<const T*>(x), n, cols);
+      const T* G = static_cast<const T*>(dy) + n * out_ch * L;
+      (n == 0 ? gemm_cpu : gemm_accumulate_cpu)(env, dtype, false, true, out_ch, CK, L, G, L, B, L, dw, CK);
+    }
+  });
+}
+
+namespace {
+
+constexpr int kBnLanes = 16;
+
+// relu_backward over one plane: out = g where r > 0, else 0 (a plain select loop: it vectorises,
+// where the select inside the lane sums below does not).
+template <class T>
+FG_CPU_KERNEL void plane_relu_grad(const T* __restrict g, const T* __restrict r, int64_t n, T* __restrict out) {
+  for (int64_t k = 0; k < n; ++k) {
+    const T gk = g[k], rk = r[k];  // both loaded whatever the mask: a select, not a branch
+    out[k] = rk > T(0) ? gk : T(0);
+  }
+}
+
+// Sum of (v[i] - shift) and, with `sq`, of its squares over one contiguous plane, in 16 lanes of T
+// (independent adds, vectorised per level), the lanes' total added to the double sums.
+template <class T>
+FG_CPU_KERNEL void plane_moments(const T* __restrict v, int64_t n, T shift, bool sq, double& s1, double& s2) {
+  T a[kBnLanes] = {}, b[kBnLanes] = {};
+  int64_t k = 0;
+  for (; k + kBnLanes <= n; k += kBnLanes)
+    for (int j = 0; j < kBnLanes; ++j) {
+      T d = v[k + j] - shift;
+      a[j] += d;
+      b[j] += d * d;
+    }
+  double t1 = lane_total<kBnLanes>(a), t2 = sq ? lane_total<kBnLanes>(b) : 0.0;
+  for (; k < n; ++k) {
+    double d = static_cast<double>(v[k] - shift);
+    t1 += d, t2 += d * d;
+  }
+  s1 += t1, s2 += t2;
+}
+
+// Sum of g[i] and of g[i] * (x[i] - mean) over one plane.
+template <class T>
+FG_CPU_KERNEL void plane_grad_sums(const T* __restrict g, const T* __restrict x, int64_t n, T mean, double& sg,
+                                   double& sgx) {
+  T a[kBnLanes] = {}, b[kBnLanes] = {};
+  int64_t k = 0;
+  for (; k + kBnLanes <= n; k += kBnLanes)
+    for (int j = 0; j < kBnLanes; ++j) {
+      const T gk = g[k + j];
+      a[j] += gk;
+      b[j] += gk * (x[k + j] - mean);
+    }
+  double t1 = lane_total<kBnLanes>(a), t2 = lane_total<kBnLanes>(b);
+  for (; k < n; ++k) {
+    const T gk = g[k];
+    t1 += gk, t2 += static_cast<double>(gk) * static_cast<double>(x[k] - mean);
+  }
+  sg += t1, sgx += t2;
+}
+
+// y = (x - m) * a + c over one plane (centred first: x * a + c' loses the digits of a large mean),
+// with Relu the relu op's max(y, 0) (NaN kept).
+template <bool Relu, class T>
+FG_CPU_KERNEL void plane_affine(const T* __restrict x, int64_t n, T m, T a, T c, T* __restrict y) {
+  for (int64_t k = 0; k < n; ++k) {
+    T v = (x[k] - m) * a + c;
+    y[k] = Relu ? (v > T(0) || v != v ? v : T(0)) : v;
+  }
+}
+
+// dx = g * a + x * b + c over one plane (g may be dx itself: each element read before written).
+template <class T>
+FG_CPU_KERNEL void plane_grad(const T* g, const T* __restrict x, int64_t n, T a, T b, T c, T* dx) {
+  for (int64_t k = 0; k < n; ++k) dx[k] = g[k] * a + x[k] * b + c;
+}
+
+}  // namespace
+
+void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
+                    int64_t c, int64_t hw, double eps, bool relu, void* y, void* mean, void* var) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = static_cast<const T*>(x);
+    const double count = static_cast<double>(n * hw);
+    parallel_for(c, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        // two passes over the channel's planes (a mean, then the squares about it: no cancellation)
+        double s1 = 0, s2 = 0;
+        for (int64_t i = 0; i < n; ++i) FG_AT_ISA(plane_moments(xs + (i * c + ch) * hw, hw, T(0), false, s1, s2));
+        const double m = count > 0 ? s1 / count : 0.0;
+        s1 = s2 = 0;
+        for (int64_t i = 0; i < n; ++i)
+          FG_AT_ISA(plane_moments(xs + (i * c + ch) * hw, hw, static_cast<T>(m), true, s1, s2));
+        // the sum of (x - m) is ~0 but not 0 where m rounds: the exact variance about the mean
+        const double v = count > 0 ? std::max(0.0, s2 / count - (s1 / count) * (s1 / count)) : 0.0;
+        const double mean_exact = m + (count > 0 ? s1 / count : 0.0);
+        static_cast<T*>(mean)[ch] = static_cast<T>(mean_exact);
+        static_cast<T*>(var)[ch] = static_cast<T>(v);
+        const double scale = (w ? static_cast<double>(static_cast<const T*>(w)[ch]) : 1.0) / std::sqrt(v + eps);
+        const double shift = b ? static_cast<double>(static_cast<const T*>(b)[ch]) : 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (i * c + ch) * hw;
+          T* out = static_cast<T*>(y) + at;
+          if (relu) FG_AT_ISA(plane_affine<true>(xs + at, hw, T(mean_exact), T(scale), T(shift), out));
+          else FG_AT_ISA(plane_affine<false>(xs + at, hw, T(mean_exact), T(scale), T(shift), out));
+        }
+      }
+    });
+  });
+}
+
+void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* relu_out, const void* x,
+                             const void* w, const void* mean, const void* var, int64_t n, int64_t c, int64_t hw,
+                             double eps, void* dx, void* dw, void* db) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *gs = static_cast<const T*>(g), *xs = static_cast<const T*>(x), *rs = static_cast<const T*>(relu_out);
+    FG_ASSERT((!rs || dx) && "batch_norm_backward: the relu's masked gradient goes through dx");
+    const double count = static_cast<double>(n * hw);
+    parallel_for(c, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const T m = static_cast<const T*>(mean)[ch];
+        double sg = 0, sgx = 0;  // sum g, sum g (x - mean)
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (i * c + ch) * hw;
+          const T* gp = gs + at;
+          if (rs) {  // the relu's mask first, into dx: the passes below read the masked gradient there
+            FG_AT_ISA(plane_relu_grad(gs + at, rs + at, hw, static_cast<T*>(dx) + at));
+            gp = static_cast<const T*>(dx) + at;
           }
+          FG_AT_ISA(plane_grad_sums(gp, xs + at, hw, m, sg, sgx));
+        }
+        const double k = 1.0 / std::sqrt(static_cast<double>(static_cast<const T*>(var)[ch]) + eps);
+        const double wc = w ? static_cast<double>(static_cast<const T*>(w)[ch]) : 1.0;
+        if (dw) static_cast<T*>(dw)[ch] = static_cast<T>(sgx * k);
+        if (db) static_cast<T*>(db)[ch] = static_cast<T>(sg);
+        if (!dx) continue;
+        // dx = w k (g - sg / count - (x - mean) k^2 sgx / count) = g a + x b + c
+        const double a = wc * k, bx = count > 0 ? -wc * k * k * k * sgx / count : 0.0;
+        const double cc = count > 0 ? -wc * k * sg / count - bx * static_cast<double>(m) : 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (i * c + ch) * hw;
+          T* out = static_cast<T*>(dx) + at;
+          FG_AT_ISA(plane_grad(rs ? out : gs + at, xs + at, hw, T(a), T(bx), T(cc), out));
+        }
+      }
+    });
+  });
+}
+
+void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
+                    int64_t* index) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        const T* img = static_cast<const T*>(x) + plane * g.h * g.w;
+        T* out = static_cast<T*>(y) + plane * L;
+        int64_t* at = index + plane * L;
+        for (int64_t oy = 0; oy < g.out_h; ++oy)
+          for (int64_t ox = 0; ox < g.out_w; ++ox) {
+            const int64_t corner = oy * g.stride_h * g.w + ox * g.stride_w;
+            int64_t best_at = corner;
+            T best = img[corner];
+            for (int64_t i = 0; i < g.kh; ++i) {
+              const int64_t row = corner + i * g.w;
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const T v = img[row + j];
+                // a larger value, or the first NaN (then kept: best != best stops every later change)
+                if (!(v <= best) && best == best) best = v, best_at = row + j;
+              }
+            }
+            out[oy * g.out_w + ox] = best;
+            at[oy * g.out_w + ox] = best_at;
+          }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* grad,
+                             const int64_t* index, void* dx) {
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t L = g.out_h * g.out_w;
+    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t plane = p0; plane < p1; ++plane) {
+        T* img = static_cast<T*>(dx) + plane * g.h * g.w;
+        const T* gs = static_cast<const T*>(grad) + plane * L;
+        const int64_t* at = index + plane * L;
+        std::fill(img, img + g.h * g.w, T(0));
+        for (int64_t k = 0; k < L; ++k) img[at[k]] += gs[k];
       }
     });
   });

@@ -161,7 +161,7 @@ def test_im2col_col2im_are_adjoint(rng):
     gradcheck(lambda v: F.unfold(v, 2, stride=1) ** 2, make(rng, (1, 2, 3, 3)))
     with pytest.raises(fg.ShapeError, match="conv2d: input has 3 channels but weight"):
         F.conv2d(f64(x), fg.ones(2, 4, 1, 1, dtype=fg.float64))
-    with pytest.raises(fg.ShapeError, match="im2col: kernel 9x9 is larger than the padded input"):
+    with pytest.raises(fg.ShapeError, match="conv2d: kernel 9x9 is larger than the padded input"):
         F.conv2d(f64(x), fg.ones(2, 3, 9, 9, dtype=fg.float64))
 
 

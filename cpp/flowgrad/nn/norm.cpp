@@ -4,6 +4,7 @@
 
 #include "flowgrad/autograd/autograd.h"
 #include "flowgrad/nn/layer_util.h"
+#include "flowgrad/ops/autocast.h"
 
 namespace fg::nn {
 
@@ -38,6 +39,17 @@ void register_affine(Module& m, int64_t channels, bool affine) {
   m.register_parameter("bias", affine ? zeros({channels}, DType::Float32, cpu_device()) : Tensor());
 }
 
+// Whether the batch_norm op runs this training step: CPU operands of one float32/float64 dtype,
+// autocast off (elsewhere the composition below).
+bool fused_batch_norm_applies(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const DType dt = x.dtype();
+  if (!x.device().is_cpu() || (dt != DType::Float32 && dt != DType::Float64) || autocast_state(DeviceType::CPU).enabled)
+    return false;
+  for (const Tensor* t : {&w, &b})
+    if (t->defined() && (t->dtype() != dt || !t->device().is_cpu())) return false;
+  return true;
+}
+
 }  // namespace
 
 BatchNorm::BatchNorm(const char* name, std::vector<int64_t> ranks, const char* layout, int64_t c, double e,
@@ -69,8 +81,15 @@ Tensors BatchNorm::forward(const Tensors& in) {
     // The batch statistics once (two reductions), then one scale and shift per channel: y = x *
     // scale + shift is one multiply and one add over x (PyTorch's CPU kernel's form), which compiled
     // plans fuse with a ReLU that follows, and the running update reuses the statistics.
+    Tensor w = param(*this, "weight"), b = param(*this, "bias");
+    if (fused_batch_norm_applies(x, w, b)) {  // one op: statistics, normalisation and its gradient fused
+      Tensors out = batch_norm_train(x, w, b, eps);
+      if (training_ && have_running)
+        update_running_stats(out[1], out[2] * (static_cast<double>(count) / static_cast<double>(count - 1)));
+      return {out[0]};
+    }
     Tensor batch_mean = mean(x, dims, true), batch_var = var(x, dims, true, 0.0);
-    Tensor scale = rsqrt(batch_var + eps), w = param(*this, "weight"), b = param(*this, "bias");
+    Tensor scale = rsqrt(batch_var + eps);
     if (w.defined()) scale = scale * per_channel(w, x.ndim());
     Tensor shift = b.defined() ? per_channel(b, x.ndim()) - batch_mean * scale : neg(batch_mean * scale);
     if (training_ && have_running) {

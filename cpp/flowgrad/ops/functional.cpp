@@ -1,6 +1,7 @@
 // Composite nn functions and losses, built only from registered ops: their gradients come
 // from the ops' own backward rules.
 
+#include "flowgrad/ops/autocast.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 
@@ -113,6 +114,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   int64_t out_ch = w.shape()[0];
   FG_CHECK(!b.defined() || b.shape() == Dims{out_ch}, Shape, "conv2d: bias must be (", out_ch,
            ",), got ", to_string(b.shape()));
+  FG_CHECK(x.shape()[2] + 2 * padding >= w.shape()[2] && x.shape()[3] + 2 * padding >= w.shape()[3], Shape,
+           "conv2d: kernel ", w.shape()[2], "x", w.shape()[3], " is larger than the padded input ",
+           to_string(x.shape()));
+  // The conv2d op on the CPU (float32/float64, one dtype, autocast off: its policy would run the
+  // product in a half type): each image's columns in a workspace, the gradients ops of their own.
+  DType dt = x.dtype();
+  if (x.device().is_cpu() && (dt == DType::Float32 || dt == DType::Float64) && w.dtype() == dt &&
+      (!b.defined() || b.dtype() == dt) && w.device().is_cpu() && (!b.defined() || b.device().is_cpu()) &&
+      !autocast_state(DeviceType::CPU).enabled)
+    return conv2d_op(x, w, b, stride, padding);
   Tensor cols = im2col(x, w.shape()[2], w.shape()[3], stride, padding);  // (N, C*kh*kw, L)
   Tensor y = matmul(reshape(w, {out_ch, -1}), cols);                      // (N, O, L)
   int64_t out_h = (x.shape()[2] + 2 * padding - w.shape()[2]) / stride + 1;
@@ -128,6 +139,9 @@ Tensor pool2d(const Tensor& x, int64_t k, int64_t stride, bool is_max) {
            to_string(x.shape()));
   if (x.ndim() == 3) return squeeze(pool2d(unsqueeze(x, 0), k, stride, is_max), 0);
   if (stride <= 0) stride = k;
+  if (is_max && x.device().is_cpu() && (x.dtype() == DType::Float32 || x.dtype() == DType::Float64) && k > 0 &&
+      x.shape()[2] >= k && x.shape()[3] >= k)
+    return max_pool2d_op(x, k, stride);  // the first maximum's index kept for the backward
   int64_t n = x.shape()[0], c = x.shape()[1];
   Tensor cols = im2col(reshape(x, {n * c, 1, x.shape()[2], x.shape()[3]}), k, k, stride, 0);
   Tensor pooled = is_max ? amax(cols, Dims{1}, false) : mean(cols, Dims{1}, false);

@@ -1,5 +1,7 @@
 // nn ops with fused forward kernels: softmax, log_softmax, layer_norm, add_layer_norm, rms_norm,
-// im2col/col2im.
+// im2col/col2im, conv2d and its two gradients, training batch_norm and its gradient,
+// max_pool2d and its gradient (CPU).
+#include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/conv/im2col.h"
@@ -307,6 +309,273 @@ Attrs conv_attrs(int64_t kh, int64_t kw, int64_t stride, int64_t padding) {
   return {{"kh", kh}, {"kw", kw}, {"stride", stride}, {"padding", padding}};
 }
 
+// ---- conv2d (CPU): x (N, C, H, W), w (O, C, kh, kw) [, b (O)] -> (N, O, out_h, out_w) ----
+// attrs: kh, kw, stride, padding (im2col's). Float32 or float64, every operand of one dtype;
+// fg::conv2d composes im2col + matmul elsewhere (CUDA, half types, autocast).
+void check_conv_operands(TensorList in, const char* op) {
+  for (const Tensor& t : in)
+    FG_CHECK(t.dtype() == in[0].dtype() && (t.dtype() == DType::Float32 || t.dtype() == DType::Float64), DType, op,
+             ": expected float32 or float64 operands of one dtype, got ", describe(in[0]), " and ", describe(t));
+}
+Specs conv2d_shape(TensorList in, const Attrs& attrs) {
+  const Dims &x = in[0].shape(), &w = in[1].shape();
+  FG_CHECK(x.size() == 4 && w.size() == 4 && x[1] == w[1] && w[2] == attrs.i("kh") && w[3] == attrs.i("kw"), Shape,
+           "conv2d: input ", to_string(x), " and weight ", to_string(w), " do not match (", attrs.str(), ")");
+  FG_CHECK(in.size() < 3 || in[2].shape() == Dims{w[0]}, Shape, "conv2d: bias must be (", w[0], ",), got ",
+           to_string(in[2].shape()));
+  check_geometry(x, attrs, "conv2d");
+  check_conv_operands(in, "conv2d");
+  Conv2dGeometry g = geometry(x, attrs);
+  return {{Dims{g.n, w[0], g.out_h, g.out_w}, in[0].dtype()}};
+}
+void conv2d_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]), w = raw::contiguous(env, in[1]);
+  Tensor b = in.size() > 2 ? raw::contiguous(env, in[2]) : Tensor();
+  conv2d_cpu(env, x.dtype(), geometry(x.shape(), attrs), w.shape()[0], x.data_ptr(), w.data_ptr(),
+             b.defined() ? b.data_ptr() : nullptr, out[0].data_ptr());
+}
+Tensors conv2d_backward(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+  Tensors out(c.inputs.size());
+  if (c.needs_grad[0]) out[0] = conv2d_input_grad(g, w, x.shape(), a.i("stride"), a.i("padding"));
+  if (c.needs_grad[1]) out[1] = conv2d_weight_grad(x, g, w.shape(), a.i("stride"), a.i("padding"));
+  if (c.inputs.size() > 2 && c.needs_grad[2]) out[2] = sum(g, Dims{0, 2, 3}, false);
+  return out;
+}
+const OpDef k_conv2d{.id = OpId::conv2d, .name = "conv2d", .family = Family::NN, .shape_rule = conv2d_shape,
+                     .cpu = conv2d_kernel,
+                     .cuda_missing = "on CUDA fg::conv2d composes im2col and a cuBLAS GEMM",
+                     .backward = conv2d_backward, .saved = Saved::Inputs};
+
+// conv2d_input_grad: dy (N, O, out_h, out_w), w (O, C, kh, kw) -> dx (attr image_shape), the
+// adjoint of conv2d in x (a transposed convolution). Linear in each operand, so its gradients are
+// conv2d (for dy) and conv2d_weight_grad (for w).
+Specs conv2d_input_grad_shape(TensorList in, const Attrs& attrs) {
+  const Dims& image = attrs.dims("image_shape");
+  const Dims &dy = in[0].shape(), &w = in[1].shape();
+  check_geometry(image, attrs, "conv2d_input_grad");
+  check_conv_operands(in, "conv2d_input_grad");
+  Conv2dGeometry g = geometry(image, attrs);
+  FG_CHECK(w.size() == 4 && image[1] == w[1] && w[2] == g.kh && w[3] == g.kw &&
+               dy == (Dims{g.n, w[0], g.out_h, g.out_w}), Shape, "conv2d_input_grad: gradient ", to_string(dy),
+           " and weight ", to_string(w), " do not match image ", to_string(image), " (", attrs.str(), ")");
+  return {{image, in[0].dtype()}};
+}
+void conv2d_input_grad_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor dy = raw::contiguous(env, in[0]), w = raw::contiguous(env, in[1]);
+  conv2d_input_grad_cpu(env, dy.dtype(), geometry(out[0].shape(), attrs), w.shape()[0], dy.data_ptr(),
+                        w.data_ptr(), out[0].data_ptr());
+}
+Tensors conv2d_input_grad_backward(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  const Tensor &dy = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+  Tensors out(2);
+  if (c.needs_grad[0]) out[0] = conv2d(g, w, Tensor(), a.i("stride"), a.i("padding"));
+  if (c.needs_grad[1]) out[1] = conv2d_weight_grad(g, dy, w.shape(), a.i("stride"), a.i("padding"));
+  return out;
+}
+const OpDef k_conv2d_input_grad{.id = OpId::conv2d_input_grad, .name = "conv2d_input_grad", .family = Family::NN,
+                                .shape_rule = conv2d_input_grad_shape, .cpu = conv2d_input_grad_kernel,
+                                .cuda_missing = "on CUDA conv2d's gradient is col2im of a cuBLAS GEMM",
+                                .backward = conv2d_input_grad_backward, .saved = Saved::Inputs};
+
+// conv2d_weight_grad: x (N, C, H, W), dy (N, O, out_h, out_w) -> dw (attr weight_shape), the
+// adjoint of conv2d in w. Its gradients: conv2d(x, G) for dy and conv2d_input_grad(dy, G) for x.
+Specs conv2d_weight_grad_shape(TensorList in, const Attrs& attrs) {
+  const Dims& w = attrs.dims("weight_shape");
+  const Dims &x = in[0].shape(), &dy = in[1].shape();
+  check_geometry(x, attrs, "conv2d_weight_grad");
+  check_conv_operands(in, "conv2d_weight_grad");
+  Conv2dGeometry g = geometry(x, attrs);
+  FG_CHECK(w.size() == 4 && x[1] == w[1] && w[2] == g.kh && w[3] == g.kw &&
+               dy == (Dims{g.n, w[0], g.out_h, g.out_w}), Shape, "conv2d_weight_grad: input ", to_string(x),
+           " and gradient ", to_string(dy), " do not match weight ", to_string(w), " (", attrs.str(), ")");
+  return {{w, in[0].dtype()}};
+}
+void conv2d_weight_grad_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]), dy = raw::contiguous(env, in[1]);
+  conv2d_weight_grad_cpu(env, x.dtype(), geometry(x.shape(), attrs), out[0].shape()[0], x.data_ptr(),
+                         dy.data_ptr(), out[0].data_ptr());
+}
+Tensors conv2d_weight_grad_backward(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  const Tensor &x = c.inputs[0], &dy = c.inputs[1], &g = c.grads[0];
+  Tensors out(2);
+  if (c.needs_grad[0]) out[0] = conv2d_input_grad(dy, g, x.shape(), a.i("stride"), a.i("padding"));
+  if (c.needs_grad[1]) out[1] = conv2d(x, g, Tensor(), a.i("stride"), a.i("padding"));
+  return out;
+}
+const OpDef k_conv2d_weight_grad{.id = OpId::conv2d_weight_grad, .name = "conv2d_weight_grad", .family = Family::NN,
+                                 .shape_rule = conv2d_weight_grad_shape, .cpu = conv2d_weight_grad_kernel,
+                                 .cuda_missing = "on CUDA conv2d's weight gradient is a cuBLAS GEMM of im2col's columns",
+                                 .backward = conv2d_weight_grad_backward, .saved = Saved::Inputs};
+
+// ---- batch_norm (training, CPU): x (N, C, *), then weight if has_weight, bias if has_bias (C) ----
+// Outputs y (x's shape), the batch mean and the biased variance (C) each. attrs: eps, has_weight,
+// has_bias. fg::batch_norm_train hands the statistics out detached, so only y carries a gradient.
+struct ChannelLayout {
+  int64_t n, c, hw;
+};
+ChannelLayout channel_layout(const Dims& x) {
+  ChannelLayout l{x[0], x[1], 1};
+  for (int64_t d = 2; d < static_cast<int64_t>(x.size()); ++d) l.hw *= x[d];
+  return l;
+}
+Dims channel_dims(int64_t rank) {
+  Dims dims{0};
+  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+Tensor per_channel(const Tensor& v, int64_t rank) {
+  std::vector<int64_t> shape(static_cast<size_t>(rank), 1);
+  shape[1] = v.numel();
+  return reshape(v, shape);
+}
+// in[first_param, end_param) are per-channel; every operand one float32/float64 dtype.
+void check_batch_norm_operands(TensorList in, size_t first_param, size_t end_param, const char* op) {
+  const Dims& x = in[0].shape();
+  FG_CHECK(x.size() >= 2, Shape, op, ": expected an input (N, C, ...), got ", to_string(x));
+  check_conv_operands(in, op);
+  for (size_t i = first_param; i < end_param; ++i)
+    FG_CHECK(in[i].shape() == Dims{x[1]}, Shape, op, ": per-channel operands must be (", x[1], ",), got ",
+             to_string(in[i].shape()));
+}
+Specs batch_norm_shape(TensorList in, const Attrs& attrs) {
+  check_batch_norm_operands(in, 1, in.size(), "batch_norm");
+  const Dims& x = in[0].shape();
+  return {{x, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}};
+}
+void batch_norm_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]);
+  size_t next = 1;
+  Tensor w = attrs.b("has_weight") ? raw::contiguous(env, in[next++]) : Tensor();
+  Tensor b = attrs.b("has_bias") ? raw::contiguous(env, in[next++]) : Tensor();
+  ChannelLayout l = channel_layout(x.shape());
+  batch_norm_cpu(env, x.dtype(), x.data_ptr(), ptr_or_null(w), ptr_or_null(b), l.n, l.c, l.hw, attrs.f("eps"),
+                 attrs.b("relu"), out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+}
+// First order: the batch_norm_backward op (two passes over each channel's g and x). With
+// create_graph, public ops from x again, so that second-order gradients see the statistics.
+Tensors batch_norm_backward_rule(const BackwardCtx& c) {
+  const Tensor& x = c.inputs[0];
+  // with relu (a plan's fusion) y is the relu's output: relu_backward's rule first
+  const Tensor g = c.attrs.b("relu") ? run_op1(*op_rows::relu_backward, {c.grads[0], c.outputs[0]}) : c.grads[0];
+  bool has_w = c.attrs.b("has_weight"), has_b = c.attrs.b("has_bias");
+  Tensor w = has_w ? c.inputs[1] : Tensor();
+  Tensors grads;
+  if (!c.create_graph) {
+    Tensors in{g, x};
+    if (has_w) in.push_back(w);
+    in.push_back(c.outputs[1]), in.push_back(c.outputs[2]);
+    Tensors d = batch_norm_backward(in, c.attrs.f("eps"), has_w);
+    grads.push_back(c.needs_grad[0] ? d[0] : Tensor());
+    if (has_w) grads.push_back(c.needs_grad[1] ? d[1] : Tensor());
+    if (has_b) grads.push_back(d[2]);
+    return grads;
+  }
+  const int64_t rank = x.ndim();
+  Dims dims = channel_dims(rank);
+  Tensor centered = x - mean(x, dims, true);
+  Tensor rstd = rsqrt(mean(centered * centered, dims, true) + c.attrs.f("eps"));
+  Tensor xhat = centered * rstd;
+  Tensor gxh = has_w ? g * per_channel(w, rank) : g;
+  grads.push_back(c.needs_grad[0] ? rstd * (gxh - mean(gxh, dims, true) - xhat * mean(gxh * xhat, dims, true))
+                                  : Tensor());
+  if (has_w) grads.push_back(c.needs_grad[1] ? sum(g * xhat, dims, false) : Tensor());
+  if (has_b) grads.push_back(sum(g, dims, false));
+  return grads;
+}
+const OpDef k_batch_norm{.id = OpId::batch_norm, .name = "batch_norm", .family = Family::NN,
+                         .shape_rule = batch_norm_shape, .cpu = batch_norm_kernel,
+                         .cuda_missing = "on CUDA BatchNorm composes reductions and elementwise ops",
+                         .backward = batch_norm_backward_rule, .saved = Saved::InputsAndOutputs};
+
+// batch_norm_backward: g, x, [weight], mean, var, and with relu the relu's output r (g then counts
+// where r > 0: a plan's relu_backward fused in) -> dx, dweight, dbias (the last two (C) each;
+// dweight the gradient of a weight of ones where there is none). First order only.
+Specs batch_norm_backward_shape(TensorList in, const Attrs& attrs) {
+  const bool relu = attrs.b("relu");
+  check_batch_norm_operands(in, 2, in.size() - (relu ? 1 : 0), "batch_norm_backward");
+  const Dims& x = in[1].shape();
+  FG_CHECK(!relu || in[in.size() - 1].shape() == x, Shape, "batch_norm_backward: relu output ",
+           to_string(in[in.size() - 1].shape()), " does not match input ", to_string(x));
+  FG_CHECK(in[0].shape() == x, Shape, "batch_norm_backward: gradient ", to_string(in[0].shape()),
+           " does not match input ", to_string(x));
+  return {{x, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}, {Dims{x[1]}, in[0].dtype()}};
+}
+void batch_norm_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor g = raw::contiguous(env, in[0]), x = raw::contiguous(env, in[1]);
+  size_t next = 2;
+  Tensor w = attrs.b("has_weight") ? raw::contiguous(env, in[next++]) : Tensor();
+  Tensor m = raw::contiguous(env, in[next]), v = raw::contiguous(env, in[next + 1]);
+  Tensor r = attrs.b("relu") ? raw::contiguous(env, in[next + 2]) : Tensor();
+  ChannelLayout l = channel_layout(x.shape());
+  batch_norm_backward_cpu(env, x.dtype(), g.data_ptr(), ptr_or_null(r), x.data_ptr(), ptr_or_null(w), m.data_ptr(),
+                          v.data_ptr(), l.n, l.c, l.hw, attrs.f("eps"), out[0].data_ptr(), out[1].data_ptr(),
+                          out[2].data_ptr());
+}
+const OpDef k_batch_norm_backward{
+    .id = OpId::batch_norm_backward, .name = "batch_norm_backward", .family = Family::NN,
+    .shape_rule = batch_norm_backward_shape, .cpu = batch_norm_backward_kernel,
+    .cuda_missing = "on CUDA BatchNorm composes reductions and elementwise ops",
+    .not_differentiable = "first order only: with create_graph batch_norm's rule composes public ops instead"};
+
+// ---- max_pool2d (CPU): x (N, C, H, W) -> {y, index} (N, C, out_h, out_w), attrs kh, kw, stride,
+// padding (0). index: the flat position in its plane of each window's first maximum (int64).
+Specs max_pool2d_shape(TensorList in, const Attrs& attrs) {
+  check_geometry(in[0].shape(), attrs, "max_pool2d");
+  check_conv_operands(in, "max_pool2d");
+  Conv2dGeometry g = geometry(in[0].shape(), attrs);
+  Dims out{g.n, g.c, g.out_h, g.out_w};
+  return {{out, in[0].dtype()}, {out, DType::Int64}};
+}
+void max_pool2d_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor x = raw::contiguous(env, in[0]);
+  max_pool2d_cpu(env, x.dtype(), geometry(x.shape(), attrs), x.data_ptr(), out[0].data_ptr(),
+                 static_cast<int64_t*>(out[1].data_ptr()));
+}
+Tensors max_pool2d_backward_rule(const BackwardCtx& c) {
+  const Attrs& a = c.attrs;
+  return {max_pool2d_backward(c.grads[0], c.outputs[1], c.input_specs[0].shape, a.i("kh"), a.i("stride"))};
+}
+const OpDef k_max_pool2d{.id = OpId::max_pool2d, .name = "max_pool2d", .family = Family::NN,
+                         .shape_rule = max_pool2d_shape, .cpu = max_pool2d_kernel,
+                         .cuda_missing = "on CUDA max_pool2d reduces im2col's columns with amax",
+                         .backward = max_pool2d_backward_rule, .saved = Saved::Outputs};
+
+// max_pool2d_backward: g (N, C, out_h, out_w), index (int64, the same shape) -> dx (attr
+// image_shape): g added at each index. Linear in g; its gradient gathers at the indices.
+Specs max_pool2d_backward_shape(TensorList in, const Attrs& attrs) {
+  const Dims& image = attrs.dims("image_shape");
+  check_geometry(image, attrs, "max_pool2d_backward");
+  check_conv_operands({in[0]}, "max_pool2d_backward");
+  Conv2dGeometry g = geometry(image, attrs);
+  Dims out{g.n, g.c, g.out_h, g.out_w};
+  FG_CHECK(in[0].shape() == out && in[1].shape() == out && in[1].dtype() == DType::Int64, Shape,
+           "max_pool2d_backward: gradient ", to_string(in[0].shape()), " and index ", describe(in[1]),
+           " do not match image ", to_string(image), " (", attrs.str(), ")");
+  return {{image, in[0].dtype()}};
+}
+void max_pool2d_backward_kernel(const KernelEnv& env, TensorList in, const Tensors& out, const Attrs& attrs) {
+  Tensor g = raw::contiguous(env, in[0]), index = raw::contiguous(env, in[1]);
+  max_pool2d_backward_cpu(env, g.dtype(), geometry(out[0].shape(), attrs), g.data_ptr(),
+                          static_cast<const int64_t*>(index.data_ptr()), out[0].data_ptr());
+}
+Tensors max_pool2d_backward_backward(const BackwardCtx& c) {
+  const Tensor& index = c.inputs[1];
+  const Dims& image = c.attrs.dims("image_shape");
+  Tensor planes = reshape(c.grads[0], {image[0], image[1], -1});
+  Tensor taken = gather(planes, 2, reshape(index, {image[0], image[1], -1}));
+  return {reshape(taken, index.shape().vec()), Tensor()};
+}
+const OpDef k_max_pool2d_backward{.id = OpId::max_pool2d_backward, .name = "max_pool2d_backward",
+                                  .family = Family::NN, .shape_rule = max_pool2d_backward_shape,
+                                  .cpu = max_pool2d_backward_kernel,
+                                  .cuda_missing = "on CUDA max_pool2d reduces im2col's columns with amax",
+                                  .backward = max_pool2d_backward_backward, .saved = Saved::Inputs,
+                                  .nondiff_inputs = 2};
+
 }  // namespace
 
 // Registration of this file's rows of the op table (ops.def).
@@ -317,6 +586,13 @@ FG_REGISTER(rms_norm);
 FG_REGISTER(norm_backward);
 FG_REGISTER(im2col);
 FG_REGISTER(col2im);
+FG_REGISTER(conv2d);
+FG_REGISTER(conv2d_input_grad);
+FG_REGISTER(conv2d_weight_grad);
+FG_REGISTER(batch_norm);
+FG_REGISTER(batch_norm_backward);
+FG_REGISTER(max_pool2d);
+FG_REGISTER(max_pool2d_backward);
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   return run_op1(k_softmax, {x}, {{"dim", dim}, {"log", false}, {"scale", 1.0}, {"causal", false}});
@@ -364,6 +640,40 @@ Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t k
   Attrs attrs{{"kh", kh}, {"kw", kw}, {"stride", stride}, {"padding", padding},
               {"image_shape", image_shape}};
   return run_op1(k_col2im, {cols}, attrs);
+}
+Tensor conv2d_op(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding) {
+  Tensors in = b.defined() ? Tensors{x, w, b} : Tensors{x, w};
+  return run_op1(k_conv2d, in, conv_attrs(w.shape()[2], w.shape()[3], stride, padding));
+}
+Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Dims& image_shape, int64_t stride, int64_t padding) {
+  Attrs attrs{{"kh", w.shape()[2]}, {"kw", w.shape()[3]}, {"stride", stride}, {"padding", padding},
+              {"image_shape", image_shape}};
+  return run_op1(k_conv2d_input_grad, {dy, w}, attrs);
+}
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Dims& weight_shape, int64_t stride,
+                          int64_t padding) {
+  Attrs attrs{{"kh", weight_shape[2]}, {"kw", weight_shape[3]}, {"stride", stride}, {"padding", padding},
+              {"weight_shape", weight_shape}};
+  return run_op1(k_conv2d_weight_grad, {x, dy}, attrs);
+}
+
+Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensors in = with_defined({x}, weight, bias);
+  Tensors out = run_op(k_batch_norm, in, {{"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()},
+                                          {"relu", false}});
+  return {out[0], detach(out[1]), detach(out[2])};
+}
+Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight) {
+  Tensors out = run_op(k_batch_norm_backward, in, {{"eps", eps}, {"has_weight", has_weight}, {"relu", false}});
+  return {out[0], out[1], out[2]};
+}
+
+Tensor max_pool2d_op(const Tensor& x, int64_t k, int64_t stride) {
+  return run_op(k_max_pool2d, {x}, conv_attrs(k, k, stride, 0))[0];
+}
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& index, const Dims& image_shape, int64_t k, int64_t stride) {
+  Attrs attrs{{"kh", k}, {"kw", k}, {"stride", stride}, {"padding", int64_t{0}}, {"image_shape", image_shape}};
+  return run_op1(k_max_pool2d_backward, {grad, index}, attrs);
 }
 
 }  // namespace fg

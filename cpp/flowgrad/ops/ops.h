@@ -148,6 +148,22 @@ Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& wei
 Tensor im2col(const Tensor& x, int64_t kh, int64_t kw, int64_t stride, int64_t padding);
 Tensor col2im(const Tensor& cols, const Dims& image_shape, int64_t kh, int64_t kw,
               int64_t stride, int64_t padding);
+// The conv2d op (CPU, float32/float64 operands of one dtype; fg::conv2d below chooses it): x (N, C,
+// H, W), w (O, C, kh, kw), b (O) or undefined; square stride and padding. Its gradients in x
+// (dy (N, O, out_h, out_w) -> image_shape) and in w (-> weight_shape), themselves ops.
+Tensor conv2d_op(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding);
+Tensor conv2d_input_grad(const Tensor& dy, const Tensor& w, const Dims& image_shape, int64_t stride, int64_t padding);
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Dims& weight_shape, int64_t stride,
+                          int64_t padding);
+// Training batch norm over x (N, C, ...) (CPU, float32/float64 operands of one dtype; weight and
+// bias (C) or undefined): {y, batch mean, biased batch variance}, the statistics (C) detached.
+Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// Its first-order gradient: in = {g, x, [weight], mean, var} -> {dx, dweight, dbias}.
+Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight);
+// The max_pool2d op (CPU, float32/float64; fg::max_pool2d chooses it): k x k windows a stride
+// apart, no padding; its gradient adds `grad` at each window's first maximum (`index`, int64).
+Tensor max_pool2d_op(const Tensor& x, int64_t k, int64_t stride);
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& index, const Dims& image_shape, int64_t k, int64_t stride);
 
 // Recurrent sequences (ops/rnn.cpp), PyTorch's gate order: gi (T, N, 4H or 3H) is x W_ih^T + b_ih of
 // every step, h0 and c0 (N, H) the state before the first step, w_hh (4H or 3H, H), b_hh (4H or 3H)

@@ -3,7 +3,9 @@
 // cache. Its backward adds the norm's input gradient to the residual's (add(norm_backward dx, g)):
 // norm_backward accumulates g into dx in the same pass. Each fused call takes the place of the
 // first call and the second goes: exact when the second's other inputs are not written between
-// the two and the first's result (the sum, or dx) is written nowhere else.
+// the two and the first's result (the sum, or dx) is written nowhere else. The same pass folds a
+// ReLU into the batch_norm before it (forward) and relu_backward into the batch_norm_backward after
+// it, where the intermediate has no other reader (fuse_batch_norm_relu below).
 #include "flowgrad/plan/analysis.h"
 #include "flowgrad/plan/passes/passes.h"
 
@@ -82,13 +84,70 @@ int fuse_backward(Block& code, size_t i, const DefUse& du, const Program& p) {
   return j;
 }
 
+// A buffer of the arena written once, that the step neither returns nor binds to a gradient.
+bool private_temporary(const Program& p, const DefUse& du, const Value& v) {
+  return du.writers[v.buffer] == 1 && p.buffers[v.buffer].kind == BufferKind::Arena && !is_result(p, v.buffer) &&
+         dense(v);
+}
+
+// BatchNorm + ReLU. y = batch_norm(x, ...) at i, r = relu(y) at j -> batch_norm with relu writing r at
+// i; relu saves its input, so each relu_backward(g, y) reads r instead (r > 0 exactly where y > 0,
+// NaN included). Only where y has no other reader. Returns j, or -1.
+int fuse_batch_norm_relu(Block& code, size_t i, const DefUse& du, const Program& p) {
+  Instr& bn = code[i];
+  if (!is_call(bn, OpId::batch_norm) || bn.attrs.b("relu")) return -1;
+  const Value y = bn.out[0];
+  if (!private_temporary(p, du, y)) return -1;
+  int j = reader_of(code, i, [](const Instr& next, const Value& v) {
+    return next.op->id == OpId::relu && same(next.in[0], v);
+  });
+  if (j < 0 || !private_temporary(p, du, code[j].out[0])) return -1;
+  std::vector<size_t> saved;  // the relu_backward calls reading y
+  for (size_t k = j + 1; k < code.size(); ++k)
+    if (is_call(code[k], OpId::relu_backward) && same(code[k].in[1], y) && !same(code[k].in[0], y)) saved.push_back(k);
+  if (du.readers[y.buffer] != static_cast<int>(1 + saved.size())) return -1;
+  const Value r = code[j].out[0];
+  for (size_t k : saved) code[k].in[1] = r;
+  bn.attrs.set("relu", true);
+  bn.out[0] = r;
+  return j;
+}
+
+// gy = relu_backward(g, r) at i, read only by batch_norm_backward(gy, x, ...) at j ->
+// batch_norm_backward(g, x, ..., r) with relu, at i: the mask applied in its own passes. Returns j, or -1.
+int fuse_relu_batch_norm_backward(Block& code, size_t i, const DefUse& du, const Program& p) {
+  const Instr& rb = code[i];
+  if (!is_call(rb, OpId::relu_backward)) return -1;
+  const Value& gy = rb.out[0];
+  if (!private_temporary(p, du, gy) || du.readers[gy.buffer] != 1) return -1;
+  int j = reader_of(code, i, [](const Instr& next, const Value& v) {
+    return next.op->id == OpId::batch_norm_backward && !next.attrs.b("relu") && same(next.in[0], v);
+  });
+  if (j < 0) return -1;
+  Instr fused = code[j];
+  std::vector<Value> operands(fused.in.begin() + 1, fused.in.end());
+  operands.push_back(rb.in[0]), operands.push_back(rb.in[1]);
+  if (written_between(code, i + 1, j, operands) || rb.in[0].dtype != gy.dtype || rb.in[1].dtype != gy.dtype ||
+      rb.in[0].shape != gy.shape || rb.in[1].shape != gy.shape)
+    return -1;
+  for (const Value& out : fused.out)  // its results, written at i now, untouched before j
+    if (du.writers[out.buffer] != 1 || du.first[out.buffer] < du.first[gy.buffer]) return -1;
+  fused.attrs.set("relu", true);
+  fused.in[0] = rb.in[0];
+  fused.in.push_back(rb.in[1]);
+  code[i] = std::move(fused);
+  return j;
+}
+
 }  // namespace
 
 Program fuse_add_norm(Program p) {
   const DefUse du = def_use(p);
   absorb_pairs(p.body, [&](Block& code, size_t i) {
     int j = fuse_forward(code, i, du);
-    return j >= 0 ? j : fuse_backward(code, i, du, p);
+    if (j < 0) j = fuse_backward(code, i, du, p);
+    if (j < 0) j = fuse_batch_norm_relu(code, i, du, p);
+    return j >= 0 ? j : fuse_relu_batch_norm_backward(code, i, du, p);
   });
   return p;
 }
