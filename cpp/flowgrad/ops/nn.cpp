@@ -1,7 +1,6 @@
 // nn ops with fused forward kernels: softmax, log_softmax, layer_norm, add_layer_norm, rms_norm,
 // im2col/col2im, conv2d and its two gradients, training batch_norm and its gradient,
 // max_pool2d and its gradient (CPU).
-#include "flowgrad/autograd/autograd.h"
 #include "flowgrad/ops/raw.h"
 #include "flowgrad/ops/ops.h"
 #include "kernels/conv/im2col.h"
@@ -661,7 +660,7 @@ Tensors batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bi
   Tensors in = with_defined({x}, weight, bias);
   Tensors out = run_op(k_batch_norm, in, {{"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()},
                                           {"relu", false}});
-  return {out[0], detach(out[1]), detach(out[2])};
+  return {out[0], out[1].alias(), out[2].alias()};  // alias(): the same bytes, no autograd history
 }
 Tensors batch_norm_backward(const Tensors& in, double eps, bool has_weight) {
   Tensors out = run_op(k_batch_norm_backward, in, {{"eps", eps}, {"has_weight", has_weight}, {"relu", false}});
