@@ -375,15 +375,36 @@ void visit_conv_dtype(DType dtype, F&& f) {
   else FG_ASSERT(false && "conv2d: its shape rule admits float32 and float64 only");
 }
 
-// body(cols, CK, L): cols a typed workspace for one image's columns (CK = C*kh*kw rows of L =
-// out_h*out_w; none for a pointwise convolution).
+// The images in `chunks` runs: one run per pool thread where there are at least as many images
+// as threads, each with its own columns and the BLAS single-threaded inside it; else one run
+// whose products are threaded. A convolution's products per image are small (16-32 output
+// channels by 1024 pixels in bench_cnn_rnn's CNN), and a threaded GEMM per image spent more on
+// waking and joining threads than it saved: that CNN's step took 206 ms on 2 threads against
+// 101 ms on 1 (avx512), 5 GEMMs per image and layer each waiting on the pool.
+int image_chunks(const Conv2dGeometry& g) {
+  const int threads = in_parallel_region() ? 1 : pool_threads();
+  return g.n >= threads ? threads : 1;
+}
+template <class Run>  // run(chunk) for chunk in [0, chunks)
+void over_chunks(int chunks, Run&& run) {
+  if (chunks == 1) return run(0);
+  SingleThreadedBlas single;
+  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) run(static_cast<int>(c));
+  });
+}
+
+// body(cols, CK, L, n0, n1): images [n0, n1) with a typed workspace for one image's columns (CK =
+// C*kh*kw rows of L = out_h*out_w; none for a pointwise convolution), run by over_chunks.
 template <class Body>
-void with_image_columns(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Body&& body) {
+void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Body&& body) {
   visit_conv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w;
-    CpuWorkspace ws(env, pointwise(g) ? 0 : sizeof(T) * CK * L);
-    body(static_cast<T*>(ws.data()), CK, L);
+    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
+    const int chunks = image_chunks(g);
+    CpuWorkspace ws(env, sizeof(T) * per * chunks);
+    T* cols = static_cast<T*>(ws.data());
+    over_chunks(chunks, [&](int c) { body(cols + c * per, CK, L, g.n * c / chunks, g.n * (c + 1) / chunks); });
   });
 }
 
@@ -417,10 +438,10 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 // small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y) {
-  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
+  over_images(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L, int64_t n0, int64_t n1) {
     using T = std::remove_pointer_t<decltype(cols)>;
     const T* bias = static_cast<const T*>(b);
-    for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       const T* B = image_columns(g, static_cast<const T*>(x), n, cols);
       T* Y = static_cast<T*>(y) + n * out_ch * L;
       if (!bias) {
@@ -436,10 +457,10 @@ void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int6
 // dx[n] = col2im(W^T (CK, O) @ dy[n] (O, L)); a pointwise convolution's product is dx[n] itself.
 void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                            const void* dy, const void* w, void* dx) {
-  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
+  over_images(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L, int64_t n0, int64_t n1) {
     using T = std::remove_pointer_t<decltype(cols)>;
     const bool direct = pointwise(g);
-    for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       T* img = static_cast<T*>(dx) + n * g.c * g.h * g.w;
       const T* G = static_cast<const T*>(dy) + n * out_ch * L;
       gemm_cpu(env, dtype, true, false, CK, L, out_ch, w, CK, G, L, direct ? img : cols, L);
@@ -450,16 +471,35 @@ void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeomet
   });
 }
 
-// dw (O, CK) = sum over n of dy[n] (O, L) @ cols[n]^T, accumulated image by image.
+// dw (O, CK) = sum over n of dy[n] (O, L) @ cols[n]^T, accumulated image by image; with several
+// chunks each sums its images into its own partial, and the partials are added in chunk order
+// (the same bits for a given thread count).
 void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                             const void* x, const void* dy, void* dw) {
-  with_image_columns(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L) {
-    using T = std::remove_pointer_t<decltype(cols)>;
-    if (g.n == 0) std::fill(static_cast<T*>(dw), static_cast<T*>(dw) + out_ch * CK, T(0));
-    for (int64_t n = 0; n < g.n; ++n) {
-      const T* B = image_columns(g, static_cast<const T*>(x), n, cols);
-      const T* G = static_cast<const T*>(dy) + n * out_ch * L;
-      (n == 0 ? gemm_cpu : gemm_accumulate_cpu)(env, dtype, false, true, out_ch, CK, L, G, L, B, L, dw, CK);
+  visit_conv_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
+    const int64_t size = out_ch * CK;
+    const int chunks = image_chunks(g);
+    CpuWorkspace ws(env, sizeof(T) * (per + (chunks > 1 ? size : 0)) * chunks);
+    T* cols = static_cast<T*>(ws.data());
+    T* partials = cols + per * chunks;
+    T* out = static_cast<T*>(dw);
+    over_chunks(chunks, [&](int c) {
+      T* sum = chunks > 1 ? partials + c * size : out;
+      const int64_t n0 = g.n * c / chunks, n1 = g.n * (c + 1) / chunks;
+      if (n0 == n1) std::fill(sum, sum + size, T(0));
+      for (int64_t n = n0; n < n1; ++n) {
+        const T* B = image_columns(g, static_cast<const T*>(x), n, cols + c * per);
+        const T* G = static_cast<const T*>(dy) + n * out_ch * L;
+        (n == n0 ? gemm_cpu : gemm_accumulate_cpu)(env, dtype, false, true, out_ch, CK, L, G, L, B, L, sum, CK);
+      }
+    });
+    if (chunks == 1) return;
+    for (int64_t i = 0; i < size; ++i) {
+      T total = partials[i];
+      for (int c = 1; c < chunks; ++c) total += partials[c * size + i];
+      out[i] = total;
     }
   });
 }

@@ -174,3 +174,36 @@ def test_conv2d_errors_name_the_op_and_shapes(rng):
         F.conv2d(x, fg.ones(2, 3, 9, 9, dtype=fg.float64))
     with pytest.raises(fg.ShapeError, match=r"conv2d: bias must be \(2,\), got \(3,\)"):
         F.conv2d(x, fg.ones(2, 3, 1, 1, dtype=fg.float64), fg.ones(3, dtype=fg.float64))
+
+
+@pytest.mark.parametrize("images", [1, 2, 5])
+def test_images_spread_over_threads_give_the_one_thread_results(rng, images):
+    """With at least as many images as threads, the images run in chunks, one per thread, the
+    weight gradient summed per chunk and the partials added in chunk order: the forward and the
+    input gradient are the one-thread bits, the weight gradient within float32 rounding of them
+    and of NumPy's (5 images over 2 threads: chunks of 2 and 3)."""
+    x, w = make(rng, (images, 3, 9, 8), np.float32), make(rng, (4, 3, 3, 3), np.float32)
+    g = make(rng, (images, 4, 9, 8), np.float32)
+
+    def run(threads):
+        previous = fg.get_num_threads()
+        fg.set_num_threads(threads)
+        try:
+            tx, tw = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+            y = F.conv2d(tx, tw, padding=1)
+            y.backward(fg.tensor(g))
+            return y.numpy(), tx.grad.numpy(), tw.grad.numpy()
+        finally:
+            fg.set_num_threads(previous)
+
+    one, two = run(1), run(2)
+    np.testing.assert_array_equal(two[0], one[0])
+    np.testing.assert_array_equal(two[1], one[1])
+    np.testing.assert_allclose(two[2], one[2], rtol=1e-5, atol=1e-5)
+    xd, gd = x.astype(np.float64), g.astype(np.float64)
+    reference = np.zeros((4, 3, 3, 3))
+    for k in range(3):  # dw[o, c, i, j] = sum over n, pixels of g[n, o] * the shifted padded x[n, c]
+        for j in range(3):
+            patch = np.pad(xd, ((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, k:k + 9, j:j + 8]
+            reference[:, :, k, j] = np.einsum("nohw,nchw->oc", gd, patch)
+    np.testing.assert_allclose(two[2], reference, rtol=1e-4, atol=1e-4)
