@@ -5,9 +5,10 @@ each peer, medians of the rounds), the load average and the instruction-set leve
 
     python benchmarks/bench_cnn_rnn.py [--save] [--rounds N] [--cases cnn,lstm,gru] [--no-torch-compile]
                                        [--threads N] [--tag NAME]
-    FLOWGRAD_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell python benchmarks/bench_cnn_rnn.py --save
-    FLOWGRAD_ISA=generic ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott python benchmarks/bench_cnn_rnn.py --save
-(each level on one machine, PyTorch and OpenBLAS held to the same level).
+    FLOWGRAD_ISA=avx2 python benchmarks/bench_cnn_rnn.py --save
+    FLOWGRAD_ISA=generic python benchmarks/bench_cnn_rnn.py --save
+(each level on one machine; a forced FLOWGRAD_ISA holds flowgrad's OpenBLAS and, through
+common.PEER_LEVELS, PyTorch's kernels, MKL and oneDNN to the same level).
 
 Cases (issue 36):
   cnn   3 x (Conv2d 3x3 pad 1 + BatchNorm2d + ReLU) with 16, 32, 32 channels, MaxPool2d(2), Linear
@@ -20,11 +21,10 @@ Python (input projection once, then per step linear, chunk, sigmoid, tanh, mul, 
 the layers before they became one op per sequence (their loop was in C++), for a before/after.
 Ratios are PyTorch's time over ours (higher is better). --save writes
 results/bench_cnn_rnn-<level>[-tag]-<date>.json. --threads N sets both libraries' threads (on a
-machine shared with other jobs, 1 thread each keeps the neighbours' load from deciding the ratios). FLOWGRAD_ISA steers flowgrad only; PyTorch and
-OpenBLAS keep their own dispatch (ATEN_CPU_CAPABILITY / OPENBLAS_CORETYPE steer theirs).
+machine shared with other jobs, 1 thread each keeps the neighbours' load from deciding the ratios). The level
+variables in force are recorded with the machine (common.machine).
 """
 import argparse
-import os
 
 import numpy as np
 
@@ -167,7 +167,7 @@ def main():
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
     results = {"machine": machine(), "command": command_line(), "isa": isa,
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None,
-               "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "rounds": args.rounds, "statistic": "median of interleaved rounds",
+               "openblas_core": fg.build_config()["blas_core"], "rounds": args.rounds, "statistic": "median of interleaved rounds",
                "cnn": CNN, "rnn": RNN, "cases": {}}
     for case in args.cases.split(","):
         load_start = load_average()

@@ -24,7 +24,7 @@ def _load_core():
     settings = {}
     if os.environ.get("FLOWGRAD_BLAS_THREADS", "pool") in ("", "pool"):
         settings["OPENBLAS_THREAD_TIMEOUT"] = "4"
-    core = {"generic": "Prescott", "avx2": "Haswell"}.get(os.environ.get("FLOWGRAD_ISA", "").strip().lower())
+    core = {"generic": "Prescott", "avx2": "Haswell"}.get(os.environ.get("FLOWGRAD_ISA", ""))
     if core:
         settings["OPENBLAS_CORETYPE"] = core
     settings = {k: v for k, v in settings.items() if k not in os.environ}
