@@ -4,35 +4,56 @@
 // panels against a block of A's rows held in registers: nothing is packed per call, where a GEMM
 // packs B again every time. At generic (SSE2, no broadcast from memory) A's values are first spread
 // over whole vectors, once per product instead of once per panel.
-// float32 and float64. Deterministic: every value sums its K products in order, whatever the
-// thread count.
+// A product covers a range of panels on the calling thread, so that a caller spreading a step
+// over threads gives each its own columns (a recurrence's hidden units) and what it does with
+// them next. float32 and float64. Deterministic: every value sums its K products in order, however
+// the panels are split.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace fg {
 
-// B (K, N) in panels of `width` columns, panel p's rows contiguous (K x width values, the last
-// panel's missing columns zero).
+// B (K, N) in panels of `width` columns, panel p's rows contiguous (K x width values). The N
+// columns form `groups` equal groups (a recurrence's gates), each starting a panel, so that panel
+// u of every group holds the same columns within it; a group's last panel's missing columns are
+// zero.
 template <class T>
 struct PackedB {
-  int64_t K = 0, N = 0, width = 0, vector_bytes = 0;
+  int64_t K = 0, N = 0, groups = 1, width = 0, vector_bytes = 0;
   const T* panels = nullptr;
   std::vector<T> own;  // the panels when larger than the thread's kept buffer
+  int64_t group_columns() const { return N / groups; }
+  int64_t group_panels() const { return (group_columns() + width - 1) / width; }
 };
 
-// Packs B (K, N), stored (N, K) with trans_b (x W^T), rows ldb apart, for the level in force, into
-// the calling thread's packing buffer, kept for the next call up to 2 MiB (as sgemm.h's; a 1024 x
-// 256 float32 W_hh), so the result is valid until this thread packs again; larger ones into `own`.
+// Packs B (K, N), stored (N, K) with trans_b (x W^T), rows ldb apart, in `groups` groups (N a
+// multiple of it), for the level in force, into the calling thread's packing buffer, kept for
+// the next call up to 2 MiB (as sgemm.h's; a 1024 x 256 float32 W_hh), so the result is valid
+// until this thread packs again; larger ones into `own`.
 template <class T>
-PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb);
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups = 1);
+
+// A (M, K, row-major, rows lda apart) made ready for products with b's panels: at generic each
+// value spread over a vector, in the calling thread's kept buffer (valid until it prepares again;
+// larger than 2 MiB in `own`); elsewhere A itself.
+template <class T>
+struct RowsA {
+  const T* a = nullptr;
+  int64_t M = 0, lda = 0;
+  const void* spread = nullptr;
+  std::vector<T> own;
+};
+template <class T>
+RowsA<T> prepare_a(const PackedB<T>& b, int64_t M, const T* A, int64_t lda);
 
 enum class Store { Overwrite, Accumulate };
 
-// C (M, N) = A (M, K, row-major, rows lda apart) @ B + bias (N values broadcast over the rows;
-// null: none), written over C or (Store::Accumulate) added to it. Run at the level b was packed for.
+// C (M, N) = A @ B + bias (N values broadcast over the rows; null: none) at the columns of panels
+// [p0, p1) (panel p: group p / group_panels()), written over C or (Store::Accumulate) added to
+// it, on the calling thread, at the level b was packed for.
 template <class T>
-void packed_gemm(const PackedB<T>& b, int64_t M, const T* A, int64_t lda, const T* bias, Store store, T* C,
-                 int64_t ldc);
+void packed_gemm(const PackedB<T>& b, const RowsA<T>& a, const T* bias, Store store, T* C, int64_t ldc, int64_t p0,
+                 int64_t p1);
 
 }  // namespace fg

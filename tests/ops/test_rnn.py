@@ -213,6 +213,31 @@ class Tagger(nn.Module):
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_threads_give_the_one_thread_bits(rng, kind):
+    """Each thread of a step takes whole panels of hidden units (kernels/rnn/rnn_cpu.cpp): 67 units
+    are partial panels at every level, and 32 rows x 67 units give each step enough work to split.
+    Compared: what the sequence ops make (outputs, final and initial states' gradients); the weight
+    gradients are GEMMs, which a BLAS may sum differently on more threads."""
+    module = getattr(nn, kind)(8, 67, bidirectional=True)
+    x = rng.normal(size=(5, 32, 8)).astype(np.float32)
+    states = [rng.normal(size=(2, 32, 67)).astype(np.float32) for _ in range(2 if kind == "LSTM" else 1)]
+    results = []
+    before = fg.get_num_threads()
+    try:
+        for threads in (1, 4):
+            fg.set_num_threads(threads)
+            s0 = [fg.tensor(s, requires_grad=True) for s in states]
+            out, last = module(fg.tensor(x), tuple(s0) if kind == "LSTM" else s0[0])
+            last = list(last) if kind == "LSTM" else [last]
+            (out * out).sum().backward()
+            results.append([t.numpy() for t in [out, *last]] + [s.grad.numpy() for s in s0])
+    finally:
+        fg.set_num_threads(before)
+    for one, four in zip(*results):
+        np.testing.assert_array_equal(one, four)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_compiled_step_trains_like_eager(rng, kind):
     def build():
         fg.manual_seed(0)
