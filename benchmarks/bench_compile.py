@@ -5,8 +5,8 @@ the step's own profile (step.profile(): time in its non-GEMM instructions, as a 
 the same products through PyTorch's BLAS (torch.matmul, same layouts: how far the two BLAS libraries
 differ on this machine, and so PyTorch eager's own rest), and the memory plan.
 
-    python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--device cpu|cuda]
-                                        [--no-torch-compile]
+    python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--tag NAME]
+                                       [--device cpu|cuda] [--no-torch-compile]
 
 Every peer of a case is timed in interleaved rounds with a pause before each (common.interleaved:
 spinning BLAS/OpenMP threads of one library must not overlap another's timing); medians and the
@@ -310,6 +310,7 @@ def describe(row):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--tag", help="added to the saved file's name: results/bench_compile-<level>-<tag>-<date>.json")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", choices=["chain", "mlp", "transformer"], help="run one case only")
@@ -330,7 +331,7 @@ def main():
     if args.save:
         payload = {"machine": info, "device": args.device, "command": command_line(),
                    "results": results}
-        path = save(f"bench_compile-{info['isa']}", payload)
+        path = save(f"bench_compile-{info['isa']}" + (f"-{args.tag}" if args.tag else ""), payload)
         print(f"saved {path}")
 
 

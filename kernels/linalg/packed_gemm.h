@@ -21,18 +21,37 @@ namespace fg {
 template <class T>
 struct PackedB {
   int64_t K = 0, N = 0, groups = 1, width = 0, vector_bytes = 0;
-  const T* panels = nullptr;
+  T* panels = nullptr;
   std::vector<T> own;  // the panels when larger than the thread's kept buffer
   int64_t group_columns() const { return N / groups; }
   int64_t group_panels() const { return (group_columns() + width - 1) / width; }
 };
 
 // Packs B (K, N), stored (N, K) with trans_b (x W^T), rows ldb apart, in `groups` groups (N a
-// multiple of it), for the level in force, into the calling thread's packing buffer, kept for
-// the next call up to 2 MiB (as sgemm.h's; a 1024 x 256 float32 W_hh), so the result is valid
-// until this thread packs again; larger ones into `own`.
+// multiple of it), for the level in force: into `into` when given (packed_size(K, N, groups)
+// values), else into the calling thread's packing buffer, kept for the next call up to 2 MiB (as
+// sgemm.h's; a 1024 x 256 float32 W_hh), so the result is valid until this thread packs again,
+// and larger ones into `own`.
 template <class T>
-PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups = 1);
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups = 1,
+                  T* into = nullptr);
+// The columns of a panel at the level in force.
+template <class T>
+int64_t panel_width();
+// The values pack_b(.., K, N, .., groups, into) writes at the level in force, alignment included.
+template <class T>
+int64_t packed_size(int64_t K, int64_t N, int64_t groups = 1);
+// B's panels laid out as pack_b lays them, not yet filled: for a B made row by row (a
+// convolution's columns), each row then packed with pack_row as it is made.
+template <class T>
+PackedB<T> packed_layout(int64_t K, int64_t N, int64_t groups = 1, T* into = nullptr);
+// Rows [k0, k0 + count) of B (N values each, rows ld apart from `rows`) into b's panels, panel
+// by panel: each panel's part is contiguous, so a block of rows writes few pages at a time.
+template <class T>
+void pack_rows(const PackedB<T>& b, int64_t k0, int64_t count, const T* rows, int64_t ld);
+// B made and packed this many rows at a time (a convolution's columns: the block made in L1, then
+// packed; 4, 8 and 16 measured alike).
+constexpr int64_t kPackRows = 4;
 
 // A (M, K, row-major, rows lda apart) made ready for products with b's panels: at generic each
 // value spread over a vector, in the calling thread's kept buffer (valid until it prepares again;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common/vec.h"
@@ -127,28 +128,82 @@ FG_CPU_KERNEL void panels(const Product<T>& q, int64_t p0, int64_t p1) {
 }  // namespace
 
 template <class T>
-PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups) {
+int64_t panel_width() {
+  return kPanelVectors * isa_vector_bytes() / static_cast<int64_t>(sizeof(T));
+}
+
+template <class T>
+int64_t packed_size(int64_t K, int64_t N, int64_t groups) {
+  const int64_t P = panel_width<T>();
+  return groups * ((N / groups + P - 1) / P) * K * P + static_cast<int64_t>(kAlign / sizeof(T));
+}
+
+template <class T>
+PackedB<T> packed_layout(int64_t K, int64_t N, int64_t groups, T* into) {
   PackedB<T> b;
   b.K = K, b.N = N, b.groups = groups, b.vector_bytes = isa_vector_bytes();
-  const int64_t P = b.width = kPanelVectors * b.vector_bytes / static_cast<int64_t>(sizeof(T));
-  const int64_t gp = b.group_panels(), count = groups * gp;
-  thread_local std::vector<T> kept;
-  const size_t size = static_cast<size_t>(count * K * P);
-  std::vector<T>& buffer = size * sizeof(T) <= kKeptBytes ? kept : b.own;
-  buffer.resize(size + kAlign / sizeof(T));  // panels from a 64-byte boundary: no load splits a line
-  T* base = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(buffer.data()) + kAlign - 1) & ~(kAlign - 1));
-  b.panels = base;
-  // Panel by panel, row k's P values at once: stored (K, N), a row's columns are contiguous; stored
-  // (N, K), the panel's P rows of B are read side by side, each in order.
-  for (int64_t p = 0; p < count; ++p) {
+  b.width = panel_width<T>();
+  const size_t size = static_cast<size_t>(packed_size<T>(K, N, groups));
+  if (!into) {
+    thread_local std::vector<T> kept;
+    std::vector<T>& buffer = size * sizeof(T) <= kKeptBytes ? kept : b.own;
+    buffer.resize(size);
+    into = buffer.data();
+  }
+  // panels from a 64-byte boundary: no load splits a line
+  b.panels = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(into) + kAlign - 1) & ~(kAlign - 1));
+  return b;
+}
+
+namespace {
+
+// `count` rows of n values (ld apart) into consecutive panels P wide (panel_stride apart), each
+// panel's rows P apart, the last panel's missing columns zero: P a constant, so that each copy is
+// a few vector moves, not a call.
+template <int P, class T>
+void rows_into_panels(const T* src, int64_t count, int64_t ld, int64_t n, int64_t panel_stride, T* dst) {
+  int64_t j = 0;
+  for (; j + P <= n; j += P, dst += panel_stride)
+    for (int64_t r = 0; r < count; ++r) std::memcpy(dst + r * P, src + r * ld + j, P * sizeof(T));
+  if (j == n) return;
+  for (int64_t r = 0; r < count; ++r) {
+    std::memcpy(dst + r * P, src + r * ld + j, (n - j) * sizeof(T));
+    std::fill(dst + r * P + (n - j), dst + (r + 1) * P, T(0));
+  }
+}
+
+}  // namespace
+
+template <class T>
+void pack_rows(const PackedB<T>& b, int64_t k0, int64_t count, const T* rows, int64_t ld) {
+  const int64_t gp = b.group_panels(), stride = b.K * b.width, n = b.group_columns();
+  for (int64_t g = 0; g < b.groups; ++g) {
+    const T* src = rows + g * n;
+    T* dst = b.panels + g * gp * stride + k0 * b.width;
+    switch (b.width) {
+      case 4: rows_into_panels<4>(src, count, ld, n, stride, dst); break;
+      case 8: rows_into_panels<8>(src, count, ld, n, stride, dst); break;
+      case 16: rows_into_panels<16>(src, count, ld, n, stride, dst); break;
+      default: rows_into_panels<32>(src, count, ld, n, stride, dst);
+    }
+  }
+}
+
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups, T* into) {
+  PackedB<T> b = packed_layout<T>(K, N, groups, into);
+  if (!trans_b) {  // a row's columns are contiguous
+    for (int64_t k = 0; k < K; k += kPackRows) pack_rows(b, k, std::min(kPackRows, K - k), B + k * ldb, ldb);
+    return b;
+  }
+  // Stored (N, K): panel by panel, the panel's P rows of B read side by side, each in order.
+  const int64_t P = b.width, gp = b.group_panels();
+  for (int64_t p = 0; p < groups * gp; ++p) {
     const int64_t u = p % gp, cols = std::min(P, b.group_columns() - u * P);
     const int64_t j0 = p / gp * b.group_columns() + u * P;
-    T* to = base + p * K * P;
+    T* to = b.panels + p * K * P;
     for (int64_t k = 0; k < K; ++k, to += P) {
-      if (trans_b)
-        for (int64_t j = 0; j < cols; ++j) to[j] = B[(j0 + j) * ldb + k];
-      else
-        std::copy_n(B + k * ldb + j0, cols, to);
+      for (int64_t j = 0; j < cols; ++j) to[j] = B[(j0 + j) * ldb + k];
       std::fill(to + cols, to + P, T(0));
     }
   }
@@ -184,8 +239,16 @@ void packed_gemm(const PackedB<T>& b, const RowsA<T>& a, const T* bias, Store st
 
 template struct PackedB<float>;
 template struct PackedB<double>;
-template PackedB<float> pack_b<float>(bool, int64_t, int64_t, const float*, int64_t, int64_t);
-template PackedB<double> pack_b<double>(bool, int64_t, int64_t, const double*, int64_t, int64_t);
+template PackedB<float> pack_b<float>(bool, int64_t, int64_t, const float*, int64_t, int64_t, float*);
+template PackedB<double> pack_b<double>(bool, int64_t, int64_t, const double*, int64_t, int64_t, double*);
+template int64_t panel_width<float>();
+template int64_t panel_width<double>();
+template int64_t packed_size<float>(int64_t, int64_t, int64_t);
+template int64_t packed_size<double>(int64_t, int64_t, int64_t);
+template PackedB<float> packed_layout<float>(int64_t, int64_t, int64_t, float*);
+template PackedB<double> packed_layout<double>(int64_t, int64_t, int64_t, double*);
+template void pack_rows<float>(const PackedB<float>&, int64_t, int64_t, const float*, int64_t);
+template void pack_rows<double>(const PackedB<double>&, int64_t, int64_t, const double*, int64_t);
 template RowsA<float> prepare_a<float>(const PackedB<float>&, int64_t, const float*, int64_t);
 template RowsA<double> prepare_a<double>(const PackedB<double>&, int64_t, const double*, int64_t);
 template void packed_gemm<float>(const PackedB<float>&, const RowsA<float>&, const float*, Store, float*, int64_t,

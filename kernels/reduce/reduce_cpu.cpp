@@ -140,6 +140,27 @@ void reduce_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dty
   });
 }
 
+void sum_ends_cpu(const KernelEnv& env, ReduceFn fn, DType in_dtype, DType out_dtype, const void* x, int64_t r1,
+                  int64_t kept, int64_t r2, void* out) {
+  visit_compute_dtype(in_dtype, "reduce", [&](auto in_tag) {
+    visit_compute_dtype(out_dtype, "reduce", [&](auto out_tag) {
+      using T = decltype(in_tag);
+      using Out = decltype(out_tag);
+      const T* xs = static_cast<const T*>(x);
+      std::vector<Acc<T>> lines(static_cast<size_t>(r1 * kept));  // (r1, kept)
+      parallel_for(r1 * kept, kParallelGrain / (r2 + 1) + 1, [&](int64_t begin, int64_t end) {
+        for (int64_t line = begin; line < end; ++line) lines[line] = FG_AT_ISA(sum_line(xs + line * r2, r2));
+      });
+      Out* ys = static_cast<Out*>(out);
+      for (int64_t k = 0; k < kept; ++k) {
+        Acc<T> total = 0;
+        for (int64_t i = 0; i < r1; ++i) total += lines[i * kept + k];
+        ys[k] = finish_sum<Out>(total, fn == ReduceFn::Mean, r1 * r2);
+      }
+    });
+  });
+}
+
 void cumsum_cpu(const KernelEnv& env, DType dtype, const void* x, int64_t outer, int64_t r, int64_t inner, void* y) {
   visit_compute_dtype(dtype, "cumsum", [&](auto tag) {
     using T = decltype(tag);

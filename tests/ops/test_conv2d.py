@@ -42,6 +42,11 @@ GEOMETRIES = [
     (1, 3, 2, (4, 4), (5, 5), 1, 2),
     (2, 1, 3, (9, 8), (3, 3), 3, 1),
     (4, 3, 8, (8, 8), (3, 3), 1, 1),
+    # at least a panel of output channels (16 float32 at avx2, 32 at avx512): the weight gradient
+    # on packed panels, partial last panels (kernels/nn/nn_cpu.cpp)
+    (2, 3, 33, (6, 5), (3, 3), 1, 1),
+    (3, 2, 17, (5, 6), (3, 3), 2, 1),
+    (2, 4, 40, (4, 3), (1, 1), 1, 0),
 ]
 
 
@@ -177,13 +182,14 @@ def test_conv2d_errors_name_the_op_and_shapes(rng):
 
 
 @pytest.mark.parametrize("images", [1, 2, 5])
-def test_images_spread_over_threads_give_the_one_thread_results(rng, images):
+@pytest.mark.parametrize("out_ch", [4, 33])
+def test_images_spread_over_threads_give_the_one_thread_results(rng, images, out_ch):
     """With at least as many images as threads, the images run in chunks, one per thread, the
     weight gradient summed per chunk and the partials added in chunk order: the forward and the
     input gradient are the one-thread bits, the weight gradient within float32 rounding of them
     and of NumPy's (5 images over 2 threads: chunks of 2 and 3)."""
-    x, w = make(rng, (images, 3, 9, 8), np.float32), make(rng, (4, 3, 3, 3), np.float32)
-    g = make(rng, (images, 4, 9, 8), np.float32)
+    x, w = make(rng, (images, 3, 9, 8), np.float32), make(rng, (out_ch, 3, 3, 3), np.float32)
+    g = make(rng, (images, out_ch, 9, 8), np.float32)
 
     def run(threads):
         previous = fg.get_num_threads()
@@ -201,7 +207,7 @@ def test_images_spread_over_threads_give_the_one_thread_results(rng, images):
     np.testing.assert_array_equal(two[1], one[1])
     np.testing.assert_allclose(two[2], one[2], rtol=1e-5, atol=1e-5)
     xd, gd = x.astype(np.float64), g.astype(np.float64)
-    reference = np.zeros((4, 3, 3, 3))
+    reference = np.zeros((out_ch, 3, 3, 3))
     for k in range(3):  # dw[o, c, i, j] = sum over n, pixels of g[n, o] * the shifted padded x[n, c]
         for j in range(3):
             patch = np.pad(xd, ((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, k:k + 9, j:j + 8]

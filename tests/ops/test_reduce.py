@@ -119,6 +119,28 @@ def test_float32_sums_in_float_blocks_stay_near_float64(rng, shape):
         assert np.all(np.abs(got - ref) <= 1e-6 * scale + 1e-30), (shape, dim)
 
 
+@pytest.mark.parametrize("shape,dims", [((64, 32, 32, 32), (0, 2, 3)), ((5, 3, 7, 2), (0, 2, 3)),
+                                        ((4, 6, 5), (0, 2)), ((2, 3, 4, 5, 6), (0, 1, 3, 4)), ((1, 7, 2), (0, 2)),
+                                        ((300, 2, 3), (0, 2))])
+def test_sums_over_both_ends_read_in_place_on_any_thread_count(rng, shape, dims, four_threads):
+    """Sum and mean over a leading and a trailing run of dims (a bias gradient over (0, 2, 3)) read
+    x in place on the CPU (kernels/reduce: sum_ends_cpu): near the float64 result, float32 and
+    float64, the same bits on one thread as on four, and as a non-contiguous view (moved first)."""
+    a = make(rng, shape, np.float32, low=-1.0, high=3.0)
+    for dtype in (np.float32, np.float64):
+        x = fg.tensor(a.astype(dtype))
+        for fn, ref in ((fg.sum, np.sum), (fg.mean, np.mean)):
+            want = ref(a.astype(np.float64), axis=dims)
+            scale = ref(np.abs(a).astype(np.float64), axis=dims)
+            got = fn(x, dims).numpy()
+            assert got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30), (fn.__name__, dtype)
+            fg.set_num_threads(1)
+            np.testing.assert_array_equal(fn(x, dims).numpy(), got)
+            fg.set_num_threads(4)
+            fg.testing.assert_close(fn(non_contiguous(a.astype(dtype)), dims), want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "logsumexp", "var", "std"])
 @pytest.mark.parametrize("dim", [None, 1, (0, 2)])
 def test_reduce_gradcheck(rng, name, dim):

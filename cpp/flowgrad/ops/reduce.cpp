@@ -73,6 +73,21 @@ void reduce_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   double correction = Fn == ReduceFn::Var ? attrs.f("correction") : 0.0;
   int64_t outer, r, inner;
   bool consecutive = !dims.empty() && dims.back() - dims[0] + 1 == dims.size();
+  if constexpr (Run == &reduce_cpu) {
+    // Sum/Mean over a leading and a trailing run of dims (a bias gradient over (0, 2, 3)):
+    // straight from x, where moving the kept dims first copies all of it.
+    int64_t lead = 0;
+    while (lead < static_cast<int64_t>(dims.size()) && dims[lead] == lead) ++lead;
+    const bool ends = lead > 0 && lead < static_cast<int64_t>(dims.size()) && dims.back() == x.ndim() - 1 &&
+                      dims.back() - dims[lead] + 1 == static_cast<int64_t>(dims.size()) - lead;
+    if ((Fn == ReduceFn::Sum || Fn == ReduceFn::Mean) && ends && x.is_contiguous() && x.numel() > 0) {
+      const int64_t r1 = raw::span(x.shape(), 0, static_cast<int>(lead));
+      const int64_t kept = raw::span(x.shape(), static_cast<int>(lead), static_cast<int>(dims[lead]));
+      const int64_t r2 = raw::span(x.shape(), static_cast<int>(dims[lead]), x.ndim());
+      sum_ends_cpu(env, Fn, x.dtype(), out[0].dtype(), x.data_ptr(), r1, kept, r2, out[0].data_ptr());
+      return;
+    }
+  }
   if (x.is_contiguous() && (consecutive || dims.empty())) {
     int lo = dims.empty() ? 0 : static_cast<int>(dims[0]);
     int hi = dims.empty() ? 0 : static_cast<int>(dims.back()) + 1;
