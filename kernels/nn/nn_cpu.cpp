@@ -413,6 +413,40 @@ void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Bod
   });
 }
 
+// Stride 1, each panel's P pixels within one output row (out_w a multiple of P): the image is
+// padded once (zeros around it, `padded`: C x (H + 2 pad_h) x (W + 2 pad_w)), and then every row
+// of every panel is a copy of P values from it, no bounds tests, each panel written in order.
+// bench_cnn_rnn's 32-channel layer, one image on one thread (the conv2d_cpu call alone): 213-221
+// -> 186 us at avx512, 275 -> 256 at avx2 (2026-12-07, a 2-core Xeon).
+bool panels_from_padded(const Conv2dGeometry& g, int64_t width) {
+  return g.stride_h == 1 && g.stride_w == 1 && !pointwise(g) && g.out_w % width == 0;
+}
+template <int P, class T>
+void columns_from_padded(const Conv2dGeometry& g, const T* img, T* padded, const PackedB<T>& cols) {
+  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w;
+  std::fill(padded, padded + g.c * hp * wp, T(0));
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t iy = 0; iy < g.h; ++iy)
+      std::copy_n(img + (c * g.h + iy) * g.w, g.w, padded + (c * hp + iy + g.pad_h) * wp + g.pad_w);
+  T* dst = cols.panels;
+  for (int64_t j0 = 0; j0 < g.out_h * g.out_w; j0 += P) {  // panel by panel
+    const int64_t oy = j0 / g.out_w, ox = j0 % g.out_w;
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        const T* src = padded + (c * hp + oy + ki) * wp + ox;
+        for (int64_t kj = 0; kj < g.kw; ++kj, dst += P) std::memcpy(dst, src + kj, P * sizeof(T));
+      }
+  }
+}
+template <class T>
+void columns_from_padded(const Conv2dGeometry& g, const T* img, T* padded, const PackedB<T>& cols) {
+  switch (cols.width) {
+    case 8: return columns_from_padded<8>(g, img, padded, cols);
+    case 16: return columns_from_padded<16>(g, img, padded, cols);
+    default: return columns_from_padded<32>(g, img, padded, cols);
+  }
+}
+
 // conv2d_cpu at generic: im2col into a workspace, then the GEMM.
 void conv2d_gemm(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                  const void* w, const void* b, void* y) {
@@ -472,17 +506,21 @@ void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int6
   visit_conv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, panels = packed_size<T>(CK, L);
-    const int64_t per = kPackRows * L + panels;  // a block of rows of columns, the panels
+    const bool padded = panels_from_padded(g, panel_width<T>());
+    // a block of rows of columns or the padded image; the panels
+    const int64_t before = padded ? g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) : kPackRows * L;
+    const int64_t per = before + panels;
     const int chunks = image_chunks(g);
     CpuWorkspace ws(env, sizeof(T) * per * chunks);
     const T* bias = static_cast<const T*>(b);
     over_chunks(chunks, [&](int c) {
       T* block = static_cast<T*>(ws.data()) + c * per;
-      const PackedB<T> cols = packed_layout<T>(CK, L, 1, block + kPackRows * L);
+      const PackedB<T> cols = packed_layout<T>(CK, L, 1, block + before);
       const RowsA<T> weights = prepare_a(cols, out_ch, static_cast<const T*>(w), CK);
       for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
         const T* img = static_cast<const T*>(x) + n * g.c * g.h * g.w;
-        for (int64_t k0 = 0; k0 < CK; k0 += kPackRows) {
+        if (padded) columns_from_padded(g, img, block, cols);
+        for (int64_t k0 = 0; k0 < (padded ? 0 : CK); k0 += kPackRows) {
           const int64_t count = std::min(kPackRows, CK - k0);
           if (pointwise(g)) {  // the image's planes are its rows of columns
             pack_rows(cols, k0, count, img + k0 * L, L);

@@ -47,6 +47,11 @@ GEOMETRIES = [
     (2, 3, 33, (6, 5), (3, 3), 1, 1),
     (3, 2, 17, (5, 6), (3, 3), 2, 1),
     (2, 4, 40, (4, 3), (1, 1), 1, 0),
+    # stride 1 with output rows of whole panels (32 or 16 pixels): columns copied from the padded
+    # image (kernels/nn/nn_cpu.cpp: columns_from_padded)
+    (2, 3, 5, (5, 32), (3, 3), 1, 1),
+    (1, 2, 33, (6, 34), (3, 3), 1, 0),
+    (1, 2, 4, (4, 16), (5, 5), 1, 2),
 ]
 
 
