@@ -4,7 +4,7 @@ printed), SGD with momentum, same threads, interleaved rounds (common.interleave
 each peer, medians of the rounds), the load average and the instruction-set level printed.
 
     python benchmarks/bench_cnn_rnn.py [--save] [--rounds N] [--cases cnn,lstm,gru] [--no-torch-compile]
-                                       [--threads N] [--tag NAME]
+                                       [--threads N] [--tag NAME] [--min-time SECONDS]
     FLOWGRAD_ISA=avx2 python benchmarks/bench_cnn_rnn.py --save
     FLOWGRAD_ISA=generic python benchmarks/bench_cnn_rnn.py --save
 (each level on one machine; a forced FLOWGRAD_ISA holds flowgrad's OpenBLAS and, through
@@ -153,6 +153,9 @@ def main():
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--tag", default="")
     parser.add_argument("--threads", type=int, default=0, help="threads of each library (default: flowgrad's)")
+    parser.add_argument("--min-time", type=float, default=0.05,
+                        help="seconds of back-to-back calls per peer and round (common.interleaved); a step of "
+                             "50 ms or more is one call per round at the default, timed just after the pause")
     args = parser.parse_args()
     if args.threads:
         fg.set_num_threads(args.threads)
@@ -167,14 +170,15 @@ def main():
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
     results = {"machine": machine(), "command": command_line(), "isa": isa,
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None,
-               "openblas_core": fg.build_config()["blas_core"], "rounds": args.rounds, "statistic": "median of interleaved rounds",
+               "openblas_core": fg.build_config()["blas_core"], "rounds": args.rounds, "min_time_s": args.min_time,
+               "statistic": "median of interleaved rounds",
                "cnn": CNN, "rnn": RNN, "cases": {}}
     for case in args.cases.split(","):
         load_start = load_average()
         peers = flowgrad_steps(case)
         if torch is not None:
             peers.update(torch_steps(case, not args.no_torch_compile))
-        times = {name: 1e3 * t["median"] for name, t in interleaved(peers, args.rounds).items()}
+        times = {name: 1e3 * t["median"] for name, t in interleaved(peers, args.rounds, args.min_time).items()}
         row = {f"{name}_ms": round(ms, 3) for name, ms in times.items()}
         row["load_average"] = [load_start, load_average()]
         line = f"{case:5s} " + "  ".join(f"{name} {ms:.2f} ms" for name, ms in times.items())

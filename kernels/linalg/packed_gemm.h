@@ -41,17 +41,14 @@ int64_t panel_width();
 // The values pack_b(.., K, N, .., groups, into) writes at the level in force, alignment included.
 template <class T>
 int64_t packed_size(int64_t K, int64_t N, int64_t groups = 1);
-// B's panels laid out as pack_b lays them, not yet filled: for a B made row by row (a
-// convolution's columns), each row then packed with pack_row as it is made.
+// B's panels laid out as pack_b lays them, not yet filled: for a B its caller writes into the
+// panels itself (a convolution's columns) or packs with pack_rows.
 template <class T>
 PackedB<T> packed_layout(int64_t K, int64_t N, int64_t groups = 1, T* into = nullptr);
 // Rows [k0, k0 + count) of B (N values each, rows ld apart from `rows`) into b's panels, panel
-// by panel: each panel's part is contiguous, so a block of rows writes few pages at a time.
+// by panel, each panel's part written in order.
 template <class T>
 void pack_rows(const PackedB<T>& b, int64_t k0, int64_t count, const T* rows, int64_t ld);
-// B made and packed this many rows at a time (a convolution's columns: the block made in L1, then
-// packed; 4, 8 and 16 measured alike).
-constexpr int64_t kPackRows = 4;
 
 // A (M, K, row-major, rows lda apart) made ready for products with b's panels: at generic each
 // value spread over a vector, in the calling thread's kept buffer (valid until it prepares again;

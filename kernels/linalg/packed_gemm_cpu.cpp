@@ -193,7 +193,7 @@ template <class T>
 PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, int64_t groups, T* into) {
   PackedB<T> b = packed_layout<T>(K, N, groups, into);
   if (!trans_b) {  // a row's columns are contiguous
-    for (int64_t k = 0; k < K; k += kPackRows) pack_rows(b, k, std::min(kPackRows, K - k), B + k * ldb, ldb);
+    pack_rows(b, 0, K, B, ldb);
     return b;
   }
   // Stored (N, K): panel by panel, the panel's P rows of B read side by side, each in order.

@@ -307,32 +307,29 @@ void accumulate_row(T* __restrict dst, const T* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-// Row (ki, kj) of one plane's (H, W) columns: out_h*out_w values, zero padding.
-template <class T>
-void im2col_row(const Conv2dGeometry& g, const T* img, int64_t ki, int64_t kj, T* out) {
-  const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
-  for (int64_t oy = 0; oy < g.out_h; ++oy) {
-    T* row = out + oy * g.out_w;
-    int64_t iy = oy * g.stride_h - g.pad_h + ki;
-    if (iy < 0 || iy >= g.h) {
-      std::fill(row, row + g.out_w, T(0));
-      continue;
-    }
-    std::fill(row, row + in.lo, T(0));
-    const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
-    if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
-    else
-      for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
-    std::fill(row + in.hi, row + g.out_w, T(0));
-  }
-}
-
-// One plane (H, W) of an image -> its kh*kw rows of columns (each out_h*out_w).
+// One plane (H, W) of an image -> its kh*kw rows of columns (each out_h*out_w), zero padding.
 template <class T>
 void im2col_plane(const Conv2dGeometry& g, const T* img, T* out_rows) {
   const int64_t L = g.out_h * g.out_w;
   for (int64_t ki = 0; ki < g.kh; ++ki)
-    for (int64_t kj = 0; kj < g.kw; ++kj) im2col_row(g, img, ki, kj, out_rows + (ki * g.kw + kj) * L);
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      T* out = out_rows + (ki * g.kw + kj) * L;
+      const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        T* row = out + oy * g.out_w;
+        int64_t iy = oy * g.stride_h - g.pad_h + ki;
+        if (iy < 0 || iy >= g.h) {
+          std::fill(row, row + g.out_w, T(0));
+          continue;
+        }
+        std::fill(row, row + in.lo, T(0));
+        const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
+        if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
+        else
+          for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
+        std::fill(row + in.hi, row + g.out_w, T(0));
+      }
+    }
 }
 
 // The adjoint of im2col_plane: the plane's kh*kw rows of columns summed into img (overwritten).
@@ -413,37 +410,65 @@ void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Bod
   });
 }
 
-// Stride 1, each panel's P pixels within one output row (out_w a multiple of P): the image is
-// padded once (zeros around it, `padded`: C x (H + 2 pad_h) x (W + 2 pad_w)), and then every row
-// of every panel is a copy of P values from it, no bounds tests, each panel written in order.
-// bench_cnn_rnn's 32-channel layer, one image on one thread (the conv2d_cpu call alone): 213-221
-// -> 186 us at avx512, 275 -> 256 at avx2 (2026-12-07, a 2-core Xeon).
-bool panels_from_padded(const Conv2dGeometry& g, int64_t width) {
-  return g.stride_h == 1 && g.stride_w == 1 && !pointwise(g) && g.out_w % width == 0;
+// Whether a convolution's products run on packed panels (packed_gemm.h) rather than the GEMM: at
+// avx2 and avx512 with stride 1. With fewer images than threads an image's product (and, from the
+// padded image, its packing) spreads its panels or rows over the threads; every value is summed in
+// the same order whatever the split, so the bits do not depend on the thread count. Stride 2 was
+// slower packed (a 32 -> 64 channel 32x32 layer, 64 images, 2 threads, avx512: forward 4.3-4.9 ->
+// 5.0-5.1 ms, weight gradient +1.5 ms), so it keeps the GEMM.
+bool packed_products(const Conv2dGeometry& g) {
+  return isa_vector_bytes() >= 32 && g.stride_h == 1 && g.stride_w == 1;
 }
-template <int P, class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* img, T* padded, const PackedB<T>& cols) {
+
+// Units of a packed product (panels or rows, `work` multiply-adds each) per thread: below 2^18
+// multiply-adds a share is not worth waking a thread. Inside a parallel region (an image chunk per
+// thread) parallel_for runs on the calling thread anyway.
+int64_t product_grain(int64_t work) { return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, work)); }
+
+// The image padded once (zeros around it, `padded`: C x (H + 2 pad_h) x (W + 2 pad_w)), so that
+// every row of every panel of its columns (stride 1) is copied from it, one run per output row the
+// panel's pixels touch, no bounds tests, each panel written in order. bench_cnn_rnn's 32-channel
+// layer, one image on one thread (the conv2d_cpu call alone): 213-221 -> 186 us at avx512, 275 ->
+// 256 at avx2 against im2col rows packed a few at a time (2026-12-07, a 2-core Xeon).
+template <class T>
+void pad_image(const Conv2dGeometry& g, const T* img, T* padded) {
   const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w;
   std::fill(padded, padded + g.c * hp * wp, T(0));
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t iy = 0; iy < g.h; ++iy)
       std::copy_n(img + (c * g.h + iy) * g.w, g.w, padded + (c * hp + iy + g.pad_h) * wp + g.pad_w);
-  T* dst = cols.panels;
-  for (int64_t j0 = 0; j0 < g.out_h * g.out_w; j0 += P) {  // panel by panel
-    const int64_t oy = j0 / g.out_w, ox = j0 % g.out_w;
+}
+
+// Panels [p0, p1) of an image's columns from its padded image.
+template <int P, class T>
+void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
+  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w, L = g.out_h * g.out_w;
+  for (int64_t p = p0; p < p1; ++p) {
+    T* dst = cols.panels + p * cols.K * P;
+    const int64_t j0 = p * P, n = std::min<int64_t>(P, L - j0), oy = j0 / g.out_w, ox = j0 % g.out_w;
+    const bool one_run = n == P && ox + P <= g.out_w;  // a copy of constant size
     for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki) {
-        const T* src = padded + (c * hp + oy + ki) * wp + ox;
-        for (int64_t kj = 0; kj < g.kw; ++kj, dst += P) std::memcpy(dst, src + kj, P * sizeof(T));
-      }
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj, dst += P) {
+          if (one_run) {
+            std::memcpy(dst, padded + (c * hp + oy + ki) * wp + ox + kj, P * sizeof(T));
+            continue;
+          }
+          for (int64_t j = j0; j < j0 + n;) {  // runs within output rows, then the missing columns
+            const int64_t y = j / g.out_w, x = j % g.out_w, run = std::min(j0 + n - j, g.out_w - x);
+            std::memcpy(dst + (j - j0), padded + (c * hp + y + ki) * wp + x + kj, run * sizeof(T));
+            j += run;
+          }
+          std::fill(dst + n, dst + P, T(0));
+        }
   }
 }
 template <class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* img, T* padded, const PackedB<T>& cols) {
+void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
   switch (cols.width) {
-    case 8: return columns_from_padded<8>(g, img, padded, cols);
-    case 16: return columns_from_padded<16>(g, img, padded, cols);
-    default: return columns_from_padded<32>(g, img, padded, cols);
+    case 8: return columns_from_padded<8>(g, padded, cols, p0, p1);
+    case 16: return columns_from_padded<16>(g, padded, cols, p0, p1);
+    default: return columns_from_padded<32>(g, padded, cols, p0, p1);
   }
 }
 
@@ -494,21 +519,19 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 
 // Image by image, one image's columns at a time in a workspace (C*kh*kw x L, cache-sized for
 // small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
-// At avx2 and avx512 the columns are made a few rows at a time (kPackRows, in L1) and packed
-// into the panels of a product with W (packed_gemm.h), where a GEMM would pack all of them again
-// after im2col wrote them:
-// bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile) 19.9-20.5 -> 15.6-15.9 ms
-// at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 (2026-12-07, a 2-core Xeon; the columns cost about as
-// much as the product's packing did). At generic the GEMM stays (conv2d_weight_grad_cpu).
+// At avx2 and avx512 with stride 1 (packed_products) the columns go straight into the panels of a
+// product with W (packed_gemm.h), copied from the padded image, where a GEMM would pack them again
+// after im2col wrote them: bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile)
+// 19.9-20.5 -> 15.6-15.9 ms at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 with the columns packed row
+// by row (2026-12-07, a 2-core Xeon), and less since from the padded image (pad_image).
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y) {
-  if (isa_vector_bytes() < 32) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
+  if (!packed_products(g)) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
   visit_conv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, panels = packed_size<T>(CK, L);
-    const bool padded = panels_from_padded(g, panel_width<T>());
-    // a block of rows of columns or the padded image; the panels
-    const int64_t before = padded ? g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) : kPackRows * L;
+    const bool padded = !pointwise(g);
+    const int64_t before = padded ? g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) : 0;  // the padded image
     const int64_t per = before + panels;
     const int chunks = image_chunks(g);
     CpuWorkspace ws(env, sizeof(T) * per * chunks);
@@ -519,24 +542,16 @@ void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int6
       const RowsA<T> weights = prepare_a(cols, out_ch, static_cast<const T*>(w), CK);
       for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
         const T* img = static_cast<const T*>(x) + n * g.c * g.h * g.w;
-        if (padded) columns_from_padded(g, img, block, cols);
-        for (int64_t k0 = 0; k0 < (padded ? 0 : CK); k0 += kPackRows) {
-          const int64_t count = std::min(kPackRows, CK - k0);
-          if (pointwise(g)) {  // the image's planes are its rows of columns
-            pack_rows(cols, k0, count, img + k0 * L, L);
-            continue;
-          }
-          for (int64_t k = k0; k < k0 + count; ++k) {
-            const int64_t plane = k / (g.kh * g.kw), ki = k / g.kw % g.kh, kj = k % g.kw;
-            im2col_row(g, img + plane * g.h * g.w, ki, kj, block + (k - k0) * L);
-          }
-          pack_rows(cols, k0, count, block, L);
-        }
+        if (padded) pad_image(g, img, block);
+        else pack_rows(cols, 0, CK, img, L);  // a pointwise convolution's image is its columns
         T* Y = static_cast<T*>(y) + n * out_ch * L;
         if (bias)
           for (int64_t o = 0; o < out_ch; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
-        packed_gemm(cols, weights, static_cast<const T*>(nullptr), bias ? Store::Accumulate : Store::Overwrite, Y, L,
-                    0, cols.group_panels());
+        parallel_for(cols.group_panels(), product_grain(out_ch * CK * cols.width), [&](int64_t p0, int64_t p1) {
+          if (padded) columns_from_padded(g, block, cols, p0, p1);
+          packed_gemm(cols, weights, static_cast<const T*>(nullptr), bias ? Store::Accumulate : Store::Overwrite, Y,
+                      L, p0, p1);
+        });
       }
     });
   });
@@ -576,7 +591,7 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
     const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
     const int64_t size = out_ch * CK;
     const int chunks = image_chunks(g);
-    const bool packed = isa_vector_bytes() >= 32 && out_ch >= panel_width<T>(), partial = chunks > 1 || packed;
+    const bool packed = packed_products(g) && out_ch >= panel_width<T>(), partial = chunks > 1 || packed;
     const int64_t panels = packed ? packed_size<T>(L, out_ch) : 0;
     CpuWorkspace ws(env, sizeof(T) * (per + panels + (partial ? size : 0)) * chunks);
     T* cols = static_cast<T*>(ws.data());
@@ -595,8 +610,10 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
           continue;
         }
         const PackedB<T> b = pack_b(true, L, out_ch, G, L, 1, packs + c * panels);
-        packed_gemm(b, prepare_a(b, CK, B, L), static_cast<const T*>(nullptr),
-                    n == n0 ? Store::Overwrite : Store::Accumulate, sum, out_ch, 0, b.group_panels());
+        parallel_for(CK, product_grain(out_ch * L), [&](int64_t i0, int64_t i1) {  // rows of dw^T
+          packed_gemm(b, prepare_a(b, i1 - i0, B + i0 * L, L), static_cast<const T*>(nullptr),
+                      n == n0 ? Store::Overwrite : Store::Accumulate, sum + i0 * out_ch, out_ch, 0, b.group_panels());
+        });
       }
     });
     if (!partial) return;
