@@ -1,9 +1,11 @@
 // Products that share one B across many calls of few rows each: the per-step products of a
-// recurrence (h_{t-1} W_hh^T forward, dgates_t W_hh backward; kernels/rnn). B is packed once into
-// column panels of the level's vector width (FLOWGRAD_ISA), and each product then streams the
-// panels against a block of A's rows held in registers: nothing is packed per call, where a GEMM
-// packs B again every time. At generic (SSE2, no broadcast from memory) A's values are first spread
-// over whole vectors, once per product instead of once per panel.
+// recurrence (h_{t-1} W_hh^T forward, dgates_t W_hh backward; kernels/rnn), and a convolution's
+// per-image products at avx2 and avx512 (W by the image's columns, written straight into panels;
+// the columns by dy^T; kernels/nn). B is packed once into column panels of the level's vector
+// width (FLOWGRAD_ISA), and each product then streams the panels against a block of A's rows held
+// in registers: nothing is packed per call, where a GEMM packs B again every time. At generic
+// (SSE2, no broadcast from memory) A's values are first spread over whole vectors, once per
+// product instead of once per panel.
 // A product covers a range of panels on the calling thread, so that a caller spreading a step
 // over threads gives each its own columns (a recurrence's hidden units) and what it does with
 // them next. float32 and float64. Deterministic: every value sums its K products in order, however
@@ -14,10 +16,10 @@
 
 namespace fg {
 
-// B (K, N) in panels of `width` columns, panel p's rows contiguous (K x width values). The N
-// columns form `groups` equal groups (a recurrence's gates), each starting a panel, so that panel
-// u of every group holds the same columns within it; a group's last panel's missing columns are
-// zero.
+// B (K, N) in panels of `width` columns from a 64-byte boundary, panel p's rows contiguous (K x
+// width values, panel p at panels + p * K * width). The N columns form `groups` equal groups (a
+// recurrence's gates), each starting a panel, so that panel u of every group holds the same
+// columns within it; a group's last panel's missing columns are zero.
 template <class T>
 struct PackedB {
   int64_t K = 0, N = 0, groups = 1, width = 0, vector_bytes = 0;

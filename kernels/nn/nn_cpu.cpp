@@ -521,9 +521,10 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 // small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
 // At avx2 and avx512 with stride 1 (packed_products) the columns go straight into the panels of a
 // product with W (packed_gemm.h), copied from the padded image, where a GEMM would pack them again
-// after im2col wrote them: bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile)
-// 19.9-20.5 -> 15.6-15.9 ms at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 with the columns packed row
-// by row (2026-12-07, a 2-core Xeon), and less since from the padded image (pad_image).
+// after im2col wrote them. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile):
+// 19.9-20.5 -> 15.6-15.9 ms at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 with the columns first
+// packed row by row (2026-12-07, a 2-core Xeon); copying them from the padded image took more off
+// (pad_image).
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y) {
   if (!packed_products(g)) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
@@ -581,9 +582,9 @@ void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeomet
 // row by row, and only dy[n] (O, L) is packed, where a GEMM packs both, the columns (CK x L) for
 // every image. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile): 16.7-17.1
 // -> 13.1-13.6 ms at avx512, 22.6-23.5 -> 16.6-17.1 at avx2 (2026-12-07, a 2-core Xeon). The GEMM
-// stays at generic, where A's values would
-// first be spread over vectors (packed_gemm.h), which costs more than it saves, and for fewer
-// output channels than a panel's columns (16 at avx512: half of each product's lanes idle).
+// stays where packed_products says so (generic: A's values would first be spread over vectors,
+// which costs more than it saves; strides other than 1), and for fewer output channels than a
+// panel's columns (16 at avx512: half of each product's lanes idle).
 void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                             const void* x, const void* dy, void* dw) {
   visit_conv_dtype(dtype, [&](auto tag) {
