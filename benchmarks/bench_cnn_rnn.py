@@ -31,7 +31,7 @@ import numpy as np
 import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
-from common import command_line, interleaved, load_average, machine, save
+from common import add_min_time, command_line, interleaved, load_average, machine, save
 
 RNN = dict(input_size=64, hidden_size=256, steps=50, batch=32, classes=64)
 CNN = dict(batch=64, channels=(16, 32, 32), size=32, classes=10)
@@ -153,9 +153,7 @@ def main():
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--tag", default="")
     parser.add_argument("--threads", type=int, default=0, help="threads of each library (default: flowgrad's)")
-    parser.add_argument("--min-time", type=float, default=0.05,
-                        help="seconds of back-to-back calls per peer and round (common.interleaved); a step of "
-                             "50 ms or more is one call per round at the default, timed just after the pause")
+    add_min_time(parser)
     args = parser.parse_args()
     if args.threads:
         fg.set_num_threads(args.threads)

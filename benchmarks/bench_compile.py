@@ -6,7 +6,7 @@ the same products through PyTorch's BLAS (torch.matmul, same layouts: how far th
 differ on this machine, and so PyTorch eager's own rest), and the memory plan.
 
     python benchmarks/bench_compile.py [--rounds 7] [--only chain|mlp|transformer] [--save] [--tag NAME]
-                                       [--device cpu|cuda] [--no-torch-compile]
+                                       [--device cpu|cuda] [--no-torch-compile] [--min-time SECONDS]
 
 Every peer of a case is timed in interleaved rounds with a pause before each (common.interleaved:
 spinning BLAS/OpenMP threads of one library must not overlap another's timing); medians and the
@@ -28,7 +28,7 @@ import flowgrad as fg
 import flowgrad.nn.functional as F
 from flowgrad import nn
 from bench_train import torch_block
-from common import SWITCH_GAP, command_line, interleaved, load_average, machine, save, torch_peer, transformer_lm
+from common import SWITCH_GAP, add_min_time, command_line, interleaved, load_average, machine, save, torch_peer, transformer_lm
 
 VOCAB, T, D, HEADS, LAYERS = 96, 64, 128, 4, 4
 
@@ -190,7 +190,7 @@ def chain(x):
     return x
 
 
-def chain_per_op(rounds):
+def chain_per_op(rounds, min_time):
     """Microseconds per plan instruction, 100 ops on 64 floats and their backward: compiled plan vs the
     same step in our eager mode vs PyTorch eager (each time divided by the plan's instruction count)."""
     x = fg.randn(CHAIN_SIZE)
@@ -211,7 +211,7 @@ def chain_per_op(rounds):
         peers["torch"] = torch_eager
     except ImportError:
         pass
-    times = interleaved(peers, rounds)
+    times = interleaved(peers, rounds, min_time)
     ops = step.stats["instructions"]
     row = {"case": "chain", "ops": ops, "numel": CHAIN_SIZE}
     # Whole steps too: the instruction count differs between builds, so per-op times alone mislead.
@@ -249,7 +249,7 @@ def profiled_split(step, case, batch, device, steps=10):
     return gemm, other
 
 
-def run_case(case, batch, opt_name, device, rounds, torch, with_compile=True):
+def run_case(case, batch, opt_name, device, rounds, torch, min_time, with_compile=True):
     """One case: our compiled and eager steps, PyTorch eager and torch.compile, and the step's GEMMs
     alone, timed in interleaved rounds (medians, milliseconds)."""
     eager, compiled, step = flowgrad_steps(case, batch, opt_name, device)
@@ -261,9 +261,9 @@ def run_case(case, batch, opt_name, device, rounds, torch, with_compile=True):
         if t_compiled:
             peers["torch_compile"] = t_compiled
     load_start = load_average()
-    times = interleaved(peers, rounds)
+    times = interleaved(peers, rounds, min_time)
     row = {"case": case, "batch": batch, "optimizer": opt_name,
-           "unit": "samples/s" if case == "mlp" else "tokens/s", "rounds": rounds,
+           "unit": "samples/s" if case == "mlp" else "tokens/s", "rounds": rounds, "min_time_s": min_time,
            "statistic": "median of interleaved rounds", "load_average": [load_start, load_average()]}
     for name in ("flowgrad_compiled", "flowgrad_eager", "gemms_alone", "torch_eager", "torch_compile", "torch_gemms_alone"):
         row[f"{name}_ms"] = times[name]["median"] * 1e3 if name in times else None
@@ -313,6 +313,7 @@ def main():
     parser.add_argument("--tag", help="added to the saved file's name: results/bench_compile-<level>-<tag>-<date>.json")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
+    add_min_time(parser)
     parser.add_argument("--only", choices=["chain", "mlp", "transformer"], help="run one case only")
     parser.add_argument("--no-torch-compile", action="store_true",
                         help="skip torch.compile (its inductor build aborts the process at AVX-512 on some AMD CPUs)")
@@ -320,12 +321,12 @@ def main():
     torch = torch_peer()
     info = machine()
     print(f"machine: {info}")
-    results = [chain_per_op(args.rounds)] if args.only in (None, "chain") else []
+    results = [chain_per_op(args.rounds, args.min_time)] if args.only in (None, "chain") else []
     every = (("mlp", 64), ("mlp", 512), ("transformer", 16))
     for case, batch in every if args.only != "chain" else ():
         if args.only in (None, case):
             for opt_name in ("sgd", "adamw"):
-                results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch,
+                results.append(run_case(case, batch, opt_name, args.device, args.rounds, torch, args.min_time,
                                         not args.no_torch_compile))
                 print(describe(results[-1]), flush=True)
     if args.save:

@@ -6,7 +6,7 @@ the composition it replaced (im2col of the whole batch + a batched matmul, from 
 PyTorch's F.conv2d (oneDNN on the CPU), forward and forward + backward (input, weight and bias
 gradients), interleaved rounds, medians, the load average and the instruction-set level printed.
 
-    python benchmarks/bench_conv.py [--save] [--rounds N] [--threads N] [--tag NAME]
+    python benchmarks/bench_conv.py [--save] [--rounds N] [--threads N] [--tag NAME] [--min-time SECONDS]
     FLOWGRAD_ISA=avx2 python benchmarks/bench_conv.py    (common.py holds PyTorch, oneDNN and OpenBLAS to the level)
 
 Shapes: the three convolutions of bench_cnn_rnn.py's CNN (B=64, 32x32, 3x3 padding 1) and a few
@@ -19,7 +19,7 @@ import numpy as np
 
 import flowgrad as fg
 import flowgrad.nn.functional as F
-from common import command_line, interleaved, load_average, machine, save, torch_peer
+from common import add_min_time, command_line, interleaved, load_average, machine, save, torch_peer
 
 # (name, N, C, O, H, W, k, stride, padding)
 SHAPES = [
@@ -80,6 +80,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="threads of each library (default: flowgrad's)")
     parser.add_argument("--tag", default="")
+    add_min_time(parser)
     args = parser.parse_args()
     if args.threads:
         fg.set_num_threads(args.threads)
@@ -88,11 +89,11 @@ def main():
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, load {load_average()}, "
           f"PyTorch {torch.__version__ if torch else 'absent'}"
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
-    results = {"machine": machine(), "command": command_line(), "isa": isa, "rounds": args.rounds, "statistic": "median of interleaved rounds",
+    results = {"machine": machine(), "command": command_line(), "isa": isa, "rounds": args.rounds, "min_time_s": args.min_time, "statistic": "median of interleaved rounds",
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None, "shapes": {}}
     for shape in SHAPES:
         load_start = load_average()
-        times = {name: 1e3 * t["median"] for name, t in interleaved(peers(shape, torch), args.rounds).items()}
+        times = {name: 1e3 * t["median"] for name, t in interleaved(peers(shape, torch), args.rounds, args.min_time).items()}
         row = {"shape": dict(zip(("n", "c", "o", "h", "w", "k", "stride", "padding"), shape[1:]))}
         row.update({f"{name}_ms": round(ms, 3) for name, ms in times.items()})
         if torch is not None:

@@ -105,6 +105,15 @@ def interleaved(peers, rounds=7, min_time=0.05, gap=SWITCH_GAP):
     return {name: {"median": statistics.median(values), "samples": values} for name, values in samples.items()}
 
 
+def add_min_time(parser):
+    """--min-time for a benchmark's parser: the seconds of back-to-back calls per peer and round
+    (interleaved's min_time). At the default a step of 50 ms or more is one call per round, timed
+    right after the pause; 0.4 gives several (bench_cnn_rnn's CNN ratios had moved by up to 0.25
+    between runs at the default)."""
+    parser.add_argument("--min-time", type=float, default=0.05,
+                        help="seconds of back-to-back calls per peer and round (default 0.05)")
+
+
 def torch_peer():
     """PyTorch on flowgrad's thread count, or None when it is not installed (its peer is skipped)."""
     try:
