@@ -11,6 +11,7 @@
 // them next. float32 and float64. Deterministic: every value sums its K products in order, however
 // the panels are split.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -66,6 +67,12 @@ template <class T>
 RowsA<T> prepare_a(const PackedB<T>& b, int64_t M, const T* A, int64_t lda);
 
 enum class Store { Overwrite, Accumulate };
+
+// Units of a product (panels or rows, `work` multiply-adds each) per thread for parallel_for:
+// below 2^18 multiply-adds a thread's share is not worth waking it.
+inline int64_t product_grain(int64_t work) {
+  return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, work));
+}
 
 // C (M, N) = A @ B + bias (N values broadcast over the rows; null: none) at the columns of panels
 // [p0, p1) (panel p: group p / group_panels()), written over C or (Store::Accumulate) added to

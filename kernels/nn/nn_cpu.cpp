@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -10,10 +9,7 @@
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/common/functors.h"
 #include "kernels/common/lanes.h"
-#include "kernels/common/vec.h"
 #include "kernels/common/workspace.h"
-#include "kernels/linalg/gemm.h"
-#include "kernels/linalg/packed_gemm.h"
 #include "flowgrad/base/errors.h"
 #include "flowgrad/base/parallel.h"
 
@@ -288,345 +284,6 @@ void norm_backward_cpu(const KernelEnv& env, DType dtype, bool rms, const void* 
   });
 }
 
-namespace {
-
-// The output columns ox whose input column ox * stride - pad + k lies inside [0, w): [lo, hi).
-// Outside it a column reads padding; inside, the loops below run without a bounds test (for
-// stride 1 a row is one contiguous copy or add).
-struct InsideColumns {
-  int64_t lo, hi;
-  InsideColumns(int64_t out_w, int64_t w, int64_t stride, int64_t pad, int64_t k) {
-    int64_t first = pad - k, last = w - 1 + pad - k;  // ox * stride must lie in [first, last]
-    hi = last < 0 ? 0 : std::min(out_w, last / stride + 1);
-    lo = std::min(hi, first <= 0 ? int64_t{0} : (first + stride - 1) / stride);
-  }
-};
-
-template <class T>
-void accumulate_row(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-// One plane (H, W) of an image -> its kh*kw rows of columns (each out_h*out_w), zero padding.
-template <class T>
-void im2col_plane(const Conv2dGeometry& g, const T* img, T* out_rows) {
-  const int64_t L = g.out_h * g.out_w;
-  for (int64_t ki = 0; ki < g.kh; ++ki)
-    for (int64_t kj = 0; kj < g.kw; ++kj) {
-      T* out = out_rows + (ki * g.kw + kj) * L;
-      const InsideColumns in(g.out_w, g.w, g.stride_w, g.pad_w, kj);
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        T* row = out + oy * g.out_w;
-        int64_t iy = oy * g.stride_h - g.pad_h + ki;
-        if (iy < 0 || iy >= g.h) {
-          std::fill(row, row + g.out_w, T(0));
-          continue;
-        }
-        std::fill(row, row + in.lo, T(0));
-        const T* src = img + iy * g.w + in.lo * g.stride_w - g.pad_w + kj;
-        if (g.stride_w == 1) std::copy(src, src + (in.hi - in.lo), row + in.lo);
-        else
-          for (int64_t ox = in.lo; ox < in.hi; ++ox) row[ox] = src[(ox - in.lo) * g.stride_w];
-        std::fill(row + in.hi, row + g.out_w, T(0));
-      }
-    }
-}
-
-// The adjoint of im2col_plane: the plane's kh*kw rows of columns summed into img (overwritten).
-template <class T>
-void col2im_plane(const Conv2dGeometry& g, const T* in_rows, T* img) {
-  const int64_t L = g.out_h * g.out_w;
-  std::memset(img, 0, sizeof(T) * g.h * g.w);
-  for (int64_t ki = 0; ki < g.kh; ++ki)
-    for (int64_t kj = 0; kj < g.kw; ++kj) {
-      const T* in = in_rows + (ki * g.kw + kj) * L;
-      const InsideColumns inside(g.out_w, g.w, g.stride_w, g.pad_w, kj);
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        int64_t iy = oy * g.stride_h - g.pad_h + ki;
-        if (iy < 0 || iy >= g.h) continue;
-        const T* src = in + oy * g.out_w + inside.lo;
-        T* dst = img + iy * g.w + inside.lo * g.stride_w - g.pad_w + kj;
-        if (g.stride_w == 1) accumulate_row(dst, src, inside.hi - inside.lo);
-        else
-          for (int64_t ox = inside.lo; ox < inside.hi; ++ox) dst[(ox - inside.lo) * g.stride_w] += src[ox - inside.lo];
-      }
-    }
-}
-
-// Whether the convolution reads each pixel once, in place (1x1 kernel, stride 1, no padding): an
-// image (C, H, W) is then its own columns (C, H*W) and no im2col is needed.
-bool pointwise(const Conv2dGeometry& g) {
-  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
-}
-
-// The columns (C*kh*kw, L) of image n: the image itself for a pointwise convolution, else
-// im2col of it into `cols`.
-template <class T>
-const T* image_columns(const Conv2dGeometry& g, const T* x, int64_t n, T* cols) {
-  const T* img = x + n * g.c * g.h * g.w;
-  if (pointwise(g)) return img;
-  for (int64_t plane = 0; plane < g.c; ++plane)
-    im2col_plane(g, img + plane * g.h * g.w, cols + plane * g.kh * g.kw * g.out_h * g.out_w);
-  return cols;
-}
-
-template <class F>
-void visit_conv_dtype(DType dtype, F&& f) {
-  if (dtype == DType::Float32) f(float{});
-  else if (dtype == DType::Float64) f(double{});
-  else FG_ASSERT(false && "conv2d: its shape rule admits float32 and float64 only");
-}
-
-// The images in `chunks` runs: one run per pool thread where there are at least as many images
-// as threads, each with its own columns and the BLAS single-threaded inside it; else one run
-// whose products are threaded. A convolution's products per image are small (16-32 output
-// channels by 1024 pixels in bench_cnn_rnn's CNN), and a threaded GEMM per image spent more on
-// waking and joining threads than it saved: that CNN's step took 206 ms on 2 threads against
-// 101 ms on 1 (avx512), 5 GEMMs per image and layer each waiting on the pool.
-int image_chunks(const Conv2dGeometry& g) {
-  const int threads = in_parallel_region() ? 1 : pool_threads();
-  return g.n >= threads ? threads : 1;
-}
-template <class Run>  // run(chunk) for chunk in [0, chunks)
-void over_chunks(int chunks, Run&& run) {
-  if (chunks == 1) return run(0);
-  SingleThreadedBlas single;
-  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) run(static_cast<int>(c));
-  });
-}
-
-// body(cols, CK, L, n0, n1): images [n0, n1) with a typed workspace for one image's columns (CK =
-// C*kh*kw rows of L = out_h*out_w; none for a pointwise convolution), run by over_chunks.
-template <class Body>
-void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Body&& body) {
-  visit_conv_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
-    const int chunks = image_chunks(g);
-    CpuWorkspace ws(env, sizeof(T) * per * chunks);
-    T* cols = static_cast<T*>(ws.data());
-    over_chunks(chunks, [&](int c) { body(cols + c * per, CK, L, g.n * c / chunks, g.n * (c + 1) / chunks); });
-  });
-}
-
-// Whether a convolution's products run on packed panels (packed_gemm.h) rather than the GEMM: at
-// avx2 and avx512 with stride 1. With fewer images than threads an image's product (and, from the
-// padded image, its packing) spreads its panels or rows over the threads; every value is summed in
-// the same order whatever the split, so the bits do not depend on the thread count. Stride 2 was
-// slower packed (a 32 -> 64 channel 32x32 layer, 64 images, 2 threads, avx512: forward 4.3-4.9 ->
-// 5.0-5.1 ms, weight gradient +1.5 ms), so it keeps the GEMM.
-bool packed_products(const Conv2dGeometry& g) {
-  return isa_vector_bytes() >= 32 && g.stride_h == 1 && g.stride_w == 1;
-}
-
-// Units of a packed product (panels or rows, `work` multiply-adds each) per thread: below 2^18
-// multiply-adds a share is not worth waking a thread. Inside a parallel region (an image chunk per
-// thread) parallel_for runs on the calling thread anyway.
-int64_t product_grain(int64_t work) { return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, work)); }
-
-// The image padded once (zeros around it, `padded`: C x (H + 2 pad_h) x (W + 2 pad_w)), so that
-// every row of every panel of its columns (stride 1) is copied from it, one run per output row the
-// panel's pixels touch, no bounds tests, each panel written in order. bench_cnn_rnn's 32-channel
-// layer, one image on one thread (the conv2d_cpu call alone): 213-221 -> 186 us at avx512, 275 ->
-// 256 at avx2 against im2col rows packed a few at a time (2026-12-07, a 2-core Xeon).
-template <class T>
-void pad_image(const Conv2dGeometry& g, const T* img, T* padded) {
-  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w;
-  std::fill(padded, padded + g.c * hp * wp, T(0));
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t iy = 0; iy < g.h; ++iy)
-      std::copy_n(img + (c * g.h + iy) * g.w, g.w, padded + (c * hp + iy + g.pad_h) * wp + g.pad_w);
-}
-
-// Panels [p0, p1) of an image's columns from its padded image.
-template <int P, class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
-  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w, L = g.out_h * g.out_w;
-  for (int64_t p = p0; p < p1; ++p) {
-    T* dst = cols.panels + p * cols.K * P;
-    const int64_t j0 = p * P, n = std::min<int64_t>(P, L - j0), oy = j0 / g.out_w, ox = j0 % g.out_w;
-    const bool one_run = n == P && ox + P <= g.out_w;  // a copy of constant size
-    for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj, dst += P) {
-          if (one_run) {
-            std::memcpy(dst, padded + (c * hp + oy + ki) * wp + ox + kj, P * sizeof(T));
-            continue;
-          }
-          for (int64_t j = j0; j < j0 + n;) {  // runs within output rows, then the missing columns
-            const int64_t y = j / g.out_w, x = j % g.out_w, run = std::min(j0 + n - j, g.out_w - x);
-            std::memcpy(dst + (j - j0), padded + (c * hp + y + ki) * wp + x + kj, run * sizeof(T));
-            j += run;
-          }
-          std::fill(dst + n, dst + P, T(0));
-        }
-  }
-}
-template <class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
-  switch (cols.width) {
-    case 8: return columns_from_padded<8>(g, padded, cols, p0, p1);
-    case 16: return columns_from_padded<16>(g, padded, cols, p0, p1);
-    default: return columns_from_padded<32>(g, padded, cols, p0, p1);
-  }
-}
-
-// conv2d_cpu at generic: im2col into a workspace, then the GEMM.
-void conv2d_gemm(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
-                 const void* w, const void* b, void* y) {
-  over_images(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L, int64_t n0, int64_t n1) {
-    using T = std::remove_pointer_t<decltype(cols)>;
-    const T* bias = static_cast<const T*>(b);
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* B = image_columns(g, static_cast<const T*>(x), n, cols);
-      T* Y = static_cast<T*>(y) + n * out_ch * L;
-      if (!bias) {
-        gemm_cpu(env, dtype, false, false, out_ch, L, CK, w, CK, B, L, Y, L);
-        continue;
-      }
-      for (int64_t o = 0; o < out_ch; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
-      gemm_accumulate_cpu(env, dtype, false, false, out_ch, L, CK, w, CK, B, L, Y, L);
-    }
-  });
-}
-
-}  // namespace
-
-void im2col_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* cols) {
-  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
-    using T = decltype(tag);
-    const T* xs = static_cast<const T*>(x);
-    T* cs = static_cast<T*>(cols);
-    const int64_t L = g.out_h * g.out_w;
-    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t plane = p0; plane < p1; ++plane) im2col_plane(g, xs + plane * g.h * g.w, cs + plane * g.kh * g.kw * L);
-    });
-  });
-}
-
-void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* cols, void* x) {
-  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
-    using T = decltype(tag);
-    const T* cs = static_cast<const T*>(cols);
-    T* xs = static_cast<T*>(x);
-    const int64_t L = g.out_h * g.out_w;
-    parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t plane = p0; plane < p1; ++plane) col2im_plane(g, cs + plane * g.kh * g.kw * L, xs + plane * g.h * g.w);
-    });
-  });
-}
-
-// Image by image, one image's columns at a time in a workspace (C*kh*kw x L, cache-sized for
-// small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
-// At avx2 and avx512 with stride 1 (packed_products) the columns go straight into the panels of a
-// product with W (packed_gemm.h), copied from the padded image, where a GEMM would pack them again
-// after im2col wrote them. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile):
-// 19.9-20.5 -> 15.6-15.9 ms at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 with the columns first
-// packed row by row (2026-12-07, a 2-core Xeon); copying them from the padded image took more off
-// (pad_image).
-void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
-                const void* w, const void* b, void* y) {
-  if (!packed_products(g)) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
-  visit_conv_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, panels = packed_size<T>(CK, L);
-    const bool padded = !pointwise(g);
-    const int64_t before = padded ? g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) : 0;  // the padded image
-    const int64_t per = before + panels;
-    const int chunks = image_chunks(g);
-    CpuWorkspace ws(env, sizeof(T) * per * chunks);
-    const T* bias = static_cast<const T*>(b);
-    over_chunks(chunks, [&](int c) {
-      T* block = static_cast<T*>(ws.data()) + c * per;
-      const PackedB<T> cols = packed_layout<T>(CK, L, 1, block + before);
-      const RowsA<T> weights = prepare_a(cols, out_ch, static_cast<const T*>(w), CK);
-      for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
-        const T* img = static_cast<const T*>(x) + n * g.c * g.h * g.w;
-        if (padded) pad_image(g, img, block);
-        else pack_rows(cols, 0, CK, img, L);  // a pointwise convolution's image is its columns
-        T* Y = static_cast<T*>(y) + n * out_ch * L;
-        if (bias)
-          for (int64_t o = 0; o < out_ch; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
-        parallel_for(cols.group_panels(), product_grain(out_ch * CK * cols.width), [&](int64_t p0, int64_t p1) {
-          if (padded) columns_from_padded(g, block, cols, p0, p1);
-          packed_gemm(cols, weights, static_cast<const T*>(nullptr), bias ? Store::Accumulate : Store::Overwrite, Y,
-                      L, p0, p1);
-        });
-      }
-    });
-  });
-}
-
-// dx[n] = col2im(W^T (CK, O) @ dy[n] (O, L)); a pointwise convolution's product is dx[n] itself.
-void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
-                           const void* dy, const void* w, void* dx) {
-  over_images(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L, int64_t n0, int64_t n1) {
-    using T = std::remove_pointer_t<decltype(cols)>;
-    const bool direct = pointwise(g);
-    for (int64_t n = n0; n < n1; ++n) {
-      T* img = static_cast<T*>(dx) + n * g.c * g.h * g.w;
-      const T* G = static_cast<const T*>(dy) + n * out_ch * L;
-      gemm_cpu(env, dtype, true, false, CK, L, out_ch, w, CK, G, L, direct ? img : cols, L);
-      if (!direct)
-        for (int64_t plane = 0; plane < g.c; ++plane)
-          col2im_plane(g, cols + plane * g.kh * g.kw * L, img + plane * g.h * g.w);
-    }
-  });
-}
-
-// dw (O, CK) = sum over n of dy[n] (O, L) @ cols[n]^T, accumulated image by image; with several
-// chunks each sums its images into its own partial, and the partials are added in chunk order
-// (the same bits for a given thread count). At avx2 and avx512 the product is dw^T (CK, O) +=
-// cols[n] (CK, L) @ dy[n]^T on packed panels (packed_gemm.h): the columns are read as they are,
-// row by row, and only dy[n] (O, L) is packed, where a GEMM packs both, the columns (CK x L) for
-// every image. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile): 16.7-17.1
-// -> 13.1-13.6 ms at avx512, 22.6-23.5 -> 16.6-17.1 at avx2 (2026-12-07, a 2-core Xeon). The GEMM
-// stays where packed_products says so (generic: A's values would first be spread over vectors,
-// which costs more than it saves; strides other than 1), and for fewer output channels than a
-// panel's columns (16 at avx512: half of each product's lanes idle).
-void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
-                            const void* x, const void* dy, void* dw) {
-  visit_conv_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
-    const int64_t size = out_ch * CK;
-    const int chunks = image_chunks(g);
-    const bool packed = packed_products(g) && out_ch >= panel_width<T>(), partial = chunks > 1 || packed;
-    const int64_t panels = packed ? packed_size<T>(L, out_ch) : 0;
-    CpuWorkspace ws(env, sizeof(T) * (per + panels + (partial ? size : 0)) * chunks);
-    T* cols = static_cast<T*>(ws.data());
-    T* packs = cols + per * chunks;
-    T* partials = packs + panels * chunks;
-    T* out = static_cast<T*>(dw);
-    over_chunks(chunks, [&](int c) {
-      T* sum = partial ? partials + c * size : out;
-      const int64_t n0 = g.n * c / chunks, n1 = g.n * (c + 1) / chunks;
-      if (n0 == n1) std::fill(sum, sum + size, T(0));
-      for (int64_t n = n0; n < n1; ++n) {
-        const T* B = image_columns(g, static_cast<const T*>(x), n, cols + c * per);
-        const T* G = static_cast<const T*>(dy) + n * out_ch * L;
-        if (!packed) {
-          (n == n0 ? gemm_cpu : gemm_accumulate_cpu)(env, dtype, false, true, out_ch, CK, L, G, L, B, L, sum, CK);
-          continue;
-        }
-        const PackedB<T> b = pack_b(true, L, out_ch, G, L, 1, packs + c * panels);
-        parallel_for(CK, product_grain(out_ch * L), [&](int64_t i0, int64_t i1) {  // rows of dw^T
-          packed_gemm(b, prepare_a(b, i1 - i0, B + i0 * L, L), static_cast<const T*>(nullptr),
-                      n == n0 ? Store::Overwrite : Store::Accumulate, sum + i0 * out_ch, out_ch, 0, b.group_panels());
-        });
-      }
-    });
-    if (!partial) return;
-    for (int64_t o = 0; o < out_ch; ++o)
-      for (int64_t k = 0; k < CK; ++k) {
-        const int64_t at = packed ? k * out_ch + o : o * CK + k;  // packed partials are dw^T
-        T total = partials[at];
-        for (int c = 1; c < chunks; ++c) total += partials[c * size + at];
-        out[o * CK + k] = total;
-      }
-  });
-}
 
 namespace {
 
@@ -702,7 +359,7 @@ FG_CPU_KERNEL void plane_grad(const T* g, const T* __restrict x, int64_t n, T a,
 
 void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void* w, const void* b, int64_t n,
                     int64_t c, int64_t hw, double eps, bool relu, void* y, void* mean, void* var) {
-  visit_conv_dtype(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T* xs = static_cast<const T*>(x);
     const double count = static_cast<double>(n * hw);
@@ -736,7 +393,7 @@ void batch_norm_cpu(const KernelEnv& env, DType dtype, const void* x, const void
 void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, const void* relu_out, const void* x,
                              const void* w, const void* mean, const void* var, int64_t n, int64_t c, int64_t hw,
                              double eps, void* dx, void* dw, void* db) {
-  visit_conv_dtype(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const T *gs = static_cast<const T*>(g), *xs = static_cast<const T*>(x), *rs = static_cast<const T*>(relu_out);
     FG_ASSERT((!rs || dx) && "batch_norm_backward: the relu's masked gradient goes through dx");
@@ -774,7 +431,7 @@ void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, c
 
 void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* x, void* y,
                     int64_t* index) {
-  visit_conv_dtype(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const int64_t L = g.out_h * g.out_w;
     parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {
@@ -805,7 +462,7 @@ void max_pool2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, 
 
 void max_pool2d_backward_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, const void* grad,
                              const int64_t* index, void* dx) {
-  visit_conv_dtype(dtype, [&](auto tag) {
+  visit_float_dtype(dtype, "nn kernel", [&](auto tag) {
     using T = decltype(tag);
     const int64_t L = g.out_h * g.out_w;
     parallel_for(g.n * g.c, 1, [&](int64_t p0, int64_t p1) {

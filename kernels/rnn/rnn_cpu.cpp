@@ -71,16 +71,13 @@ FG_CPU_KERNEL void gru_backward_units(int64_t N, int64_t j0, int64_t j1, int64_t
   }
 }
 
-// Below this many multiply-adds and gate evaluations a step's share is not worth a thread.
-constexpr int64_t kSerialWork = int64_t{1} << 18;
-
 // Each thread of a step takes whole panels of hidden units: the columns of every gate of its units
 // come from its product, its gate pass reads them and the state of its units only, so a step is
 // one parallel region (one wait for the threads) whose product needs every unit of the step before.
 // `work` is the multiply-adds of one panel of units.
 template <class Units>
 void over_units(int64_t panels, int64_t width, int64_t H, int64_t work, Units units) {
-  parallel_for(panels, std::max<int64_t>(1, kSerialWork / std::max<int64_t>(1, work)), [&](int64_t u0, int64_t u1) {
+  parallel_for(panels, product_grain(work), [&](int64_t u0, int64_t u1) {
     units(u0, u1, u0 * width, std::min(H, u1 * width));
   });
 }

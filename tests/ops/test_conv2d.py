@@ -43,12 +43,12 @@ GEOMETRIES = [
     (2, 1, 3, (9, 8), (3, 3), 3, 1),
     (4, 3, 8, (8, 8), (3, 3), 1, 1),
     # at least a panel of output channels (16 float32 at avx2, 32 at avx512): the weight gradient
-    # on packed panels, partial last panels (kernels/nn/nn_cpu.cpp)
+    # on packed panels, partial last panels (kernels/nn/conv_cpu.cpp)
     (2, 3, 33, (6, 5), (3, 3), 1, 1),
     (3, 2, 17, (5, 6), (3, 3), 2, 1),
     (2, 4, 40, (4, 3), (1, 1), 1, 0),
     # stride 1 with output rows of whole panels (32 or 16 pixels): columns copied from the padded
-    # image (kernels/nn/nn_cpu.cpp: columns_from_padded)
+    # image (kernels/nn/conv_cpu.cpp: columns_from_padded)
     (2, 3, 5, (5, 32), (3, 3), 1, 1),
     (1, 2, 33, (6, 34), (3, 3), 1, 0),
     (1, 2, 4, (4, 16), (5, 5), 1, 2),
