@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "flowgrad/base/parallel.h"
 #include "kernels/common/vec.h"
@@ -136,60 +137,87 @@ void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Bod
   });
 }
 
-// Whether a convolution's products run on packed panels (packed_gemm.h) rather than the GEMM: at
-// avx2 and avx512 with stride 1. With fewer images than threads an image's product (and, from the
-// padded image, its packing) spreads its panels or rows over the threads; every value is summed in
-// the same order whatever the split, so the bits do not depend on the thread count. Stride 2 was
-// slower packed (a 32 -> 64 channel 32x32 layer, 64 images, 2 threads, avx512: forward 4.3-4.9 ->
-// 5.0-5.1 ms, weight gradient +1.5 ms), so it keeps the GEMM.
+// Whether a convolution's products run on packed panels (packed_gemm.h), reading the image's
+// columns in place (InPlace), rather than im2col and the GEMM: at avx2 and avx512 with stride 1.
+// With fewer images than threads an image's product spreads its panels or rows over the threads;
+// every value is summed in the same order whatever the split, so the bits do not depend on the
+// thread count. Stride 2 was slower packed (a 32 -> 64 channel 32x32 layer, 64 images, 2 threads,
+// avx512: forward 4.3-4.9 -> 5.0-5.1 ms, weight gradient +1.5 ms), so it keeps the GEMM.
 bool packed_products(const Conv2dGeometry& g) {
   return isa_vector_bytes() >= 32 && g.stride_h == 1 && g.stride_w == 1;
 }
 
-// The image padded once (zeros around it, `padded`: C x (H + 2 pad_h) x (W + 2 pad_w)), so that
-// every row of every panel of its columns (stride 1) is copied from it, one run per output row the
-// panel's pixels touch, no bounds tests, each panel written in order. bench_cnn_rnn's 32-channel
-// layer, one image on one thread (the conv2d_cpu call alone): 213-221 -> 186 us at avx512, 275 ->
-// 256 at avx2 against im2col rows packed a few at a time (2026-12-07, a 2-core Xeon).
+// A stride-1 convolution's columns read in place from the padded image (C planes of hp x wp,
+// zeros around the image, then `slack` zeros): the row of columns for (c, ki, kj) starts at
+// offsets[(c * kh + ki) * kw + kj] = c * hp * wp + ki * wp + kj, and its value for output pixel
+// (y, x) lies y * wp + x after that. The output is then computed as wide as the padded rows:
+// wide() columns, of which out_w of every wp are kept (packed_gemm's Columns). Nothing is copied
+// per column, where im2col wrote kh * kw copies of the image.
+struct InPlace {
+  int64_t hp, wp, size;
+  std::vector<int64_t> offsets;
+  InPlace(const Conv2dGeometry& g, int64_t slack)
+      : hp(g.h + 2 * g.pad_h), wp(g.w + 2 * g.pad_w), size(g.c * hp * wp + slack), offsets(g.c * g.kh * g.kw) {
+    for (int64_t c = 0, k = 0; c < g.c; ++c)
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj) offsets[k++] = c * hp * wp + ki * wp + kj;
+  }
+  int64_t wide(const Conv2dGeometry& g) const { return (g.out_h - 1) * wp + g.out_w; }
+  Columns columns(const Conv2dGeometry& g) const { return {g.out_w, wp}; }
+};
+
+// The image into its padded image, whose padding (and slack) the caller zeroed once.
 template <class T>
-void pad_image(const Conv2dGeometry& g, const T* img, T* padded) {
-  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w;
-  std::fill(padded, padded + g.c * hp * wp, T(0));
+void pad_image(const Conv2dGeometry& g, const InPlace& in, const T* img, T* padded) {
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t iy = 0; iy < g.h; ++iy)
-      std::copy_n(img + (c * g.h + iy) * g.w, g.w, padded + (c * hp + iy + g.pad_h) * wp + g.pad_w);
+      std::copy_n(img + (c * g.h + iy) * g.w, g.w, padded + (c * in.hp + iy + g.pad_h) * in.wp + g.pad_w);
 }
 
-// Panels [p0, p1) of an image's columns from its padded image.
-template <int P, class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
-  const int64_t hp = g.h + 2 * g.pad_h, wp = g.w + 2 * g.pad_w, L = g.out_h * g.out_w;
-  for (int64_t p = p0; p < p1; ++p) {
-    T* dst = cols.panels + p * cols.K * P;
-    const int64_t j0 = p * P, n = std::min<int64_t>(P, L - j0), oy = j0 / g.out_w, ox = j0 % g.out_w;
-    const bool one_run = n == P && ox + P <= g.out_w;  // a copy of constant size
-    for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj, dst += P) {
-          if (one_run) {
-            std::memcpy(dst, padded + (c * hp + oy + ki) * wp + ox + kj, P * sizeof(T));
-            continue;
-          }
-          for (int64_t j = j0; j < j0 + n;) {  // runs within output rows, then the missing columns
-            const int64_t y = j / g.out_w, x = j % g.out_w, run = std::min(j0 + n - j, g.out_w - x);
-            std::memcpy(dst + (j - j0), padded + (c * hp + y + ki) * wp + x + kj, run * sizeof(T));
-            j += run;
-          }
-          std::fill(dst + n, dst + P, T(0));
-        }
-  }
-}
+// y[n] (M, out_h, out_w) = A (M, C*kh*kw) @ the columns of x[n] (C, h, w) (+ bias (M); null:
+// none), image by image, the columns read in place from the padded image (stride 1): the forward
+// (A = W) and the input gradient (dy padded, by the flipped kernel). The padded image's reads of
+// a panel past the last wide column fall in its slack.
 template <class T>
-void columns_from_padded(const Conv2dGeometry& g, const T* padded, const PackedB<T>& cols, int64_t p0, int64_t p1) {
-  switch (cols.width) {
-    case 8: return columns_from_padded<8>(g, padded, cols, p0, p1);
-    case 16: return columns_from_padded<16>(g, padded, cols, p0, p1);
-    default: return columns_from_padded<32>(g, padded, cols, p0, p1);
+void convolve_in_place(const KernelEnv& env, const Conv2dGeometry& g, int64_t M, const T* A, const T* x,
+                       const T* bias, T* y) {
+  const InPlace in(g, panel_width<T>());
+  const int64_t L = g.out_h * g.out_w, CK = g.c * g.kh * g.kw;
+  const int chunks = image_chunks(g);
+  CpuWorkspace ws(env, sizeof(T) * in.size * chunks);
+  over_chunks(chunks, [&](int c) {
+    T* padded = static_cast<T*>(ws.data()) + c * in.size;
+    std::fill(padded, padded + in.size, T(0));
+    const PackedB<T> cols = in_place_b<T>(CK, in.wide(g), padded, in.offsets.data());
+    const RowsA<T> rows = prepare_a(cols, M, A, CK);
+    for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
+      pad_image(g, in, x + n * g.c * g.h * g.w, padded);
+      T* Y = y + n * M * L;
+      if (bias)
+        for (int64_t o = 0; o < M; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
+      parallel_for(cols.group_panels(), product_grain(M * CK * cols.width), [&](int64_t p0, int64_t p1) {
+        packed_gemm(cols, rows, static_cast<const T*>(nullptr), bias ? Store::Accumulate : Store::Overwrite, Y, L,
+                    p0, p1, in.columns(g));
+      });
+    }
+  });
+}
+
+// dy's wide columns (InPlace: out_w of every wp kept, the others zero) as the rows of B (wide, O)
+// in b's panels: dw^T += columns @ dy^T then sums over the wide columns, the dropped ones adding
+// nothing.
+template <class T>
+void pack_wide_dy(const PackedB<T>& b, const Conv2dGeometry& g, const InPlace& in, const T* dy) {
+  const int64_t P = b.width, L = g.out_h * g.out_w;
+  for (int64_t p = 0; p < b.group_panels(); ++p) {
+    const int64_t o0 = p * P, cols = std::min(P, b.N - o0);
+    T* to = b.panels + p * b.K * P;
+    for (int64_t j = 0; j < b.K; ++j, to += P) {
+      const int64_t oy = j / in.wp, ox = j % in.wp;
+      const int64_t kept = ox < g.out_w ? cols : 0;
+      for (int64_t o = 0; o < kept; ++o) to[o] = dy[(o0 + o) * L + oy * g.out_w + ox];
+      std::fill(to + kept, to + P, T(0));
+    }
   }
 }
 
@@ -232,50 +260,47 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
   });
 }
 
-// Image by image, one image's columns at a time in a workspace (C*kh*kw x L, cache-sized for
-// small images) instead of all N images' columns in memory: y[n] (O, L) = W (O, CK) @ cols[n] + b.
-// At avx2 and avx512 with stride 1 (packed_products) the columns go straight into the panels of a
-// product with W (packed_gemm.h), copied from the padded image, where a GEMM would pack them again
-// after im2col wrote them. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile):
-// 19.9-20.5 -> 15.6-15.9 ms at avx512, 19.9-21.1 -> 19.3-20.1 at avx2 with the columns first
-// packed row by row (2026-12-07, a 2-core Xeon); copying them from the padded image took more off
-// (pad_image).
+// Image by image: at avx2 and avx512 with stride 1 (packed_products) the image's columns read in
+// place from the padded image (convolve_in_place), elsewhere one image's columns at a time in a
+// workspace (C*kh*kw x L, cache-sized for small images) and the GEMM: y[n] (O, L) = W (O, CK) @
+// cols[n] + b. bench_cnn_rnn's 32 -> 32 channel layer (64 images of 32x32, one thread, a loop of
+// conv2d calls) against the columns copied into packed panels: 11.6-11.7 -> 10.0 ms at avx512
+// (2026-12-07, a 2-core Xeon); its three layers in the CNN step (step.profile) 20.7 -> 18.9 ms at
+// avx512, 28.5-29.1 -> 27.1-27.5 at avx2.
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y) {
   if (!packed_products(g)) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
   visit_float_dtype(dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, panels = packed_size<T>(CK, L);
-    const bool padded = !pointwise(g);
-    const int64_t before = padded ? g.c * (g.h + 2 * g.pad_h) * (g.w + 2 * g.pad_w) : 0;  // the padded image
-    const int64_t per = before + panels;
-    const int chunks = image_chunks(g);
-    CpuWorkspace ws(env, sizeof(T) * per * chunks);
-    const T* bias = static_cast<const T*>(b);
-    over_chunks(chunks, [&](int c) {
-      T* block = static_cast<T*>(ws.data()) + c * per;
-      const PackedB<T> cols = packed_layout<T>(CK, L, 1, block + before);
-      const RowsA<T> weights = prepare_a(cols, out_ch, static_cast<const T*>(w), CK);
-      for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
-        const T* img = static_cast<const T*>(x) + n * g.c * g.h * g.w;
-        if (padded) pad_image(g, img, block);
-        else pack_rows(cols, 0, CK, img, L);  // a pointwise convolution's image is its columns
-        T* Y = static_cast<T*>(y) + n * out_ch * L;
-        if (bias)
-          for (int64_t o = 0; o < out_ch; ++o) std::fill(Y + o * L, Y + (o + 1) * L, bias[o]);
-        parallel_for(cols.group_panels(), product_grain(out_ch * CK * cols.width), [&](int64_t p0, int64_t p1) {
-          if (padded) columns_from_padded(g, block, cols, p0, p1);
-          packed_gemm(cols, weights, static_cast<const T*>(nullptr), bias ? Store::Accumulate : Store::Overwrite, Y,
-                      L, p0, p1);
-        });
-      }
-    });
+    convolve_in_place(env, g, out_ch, static_cast<const T*>(w), static_cast<const T*>(x), static_cast<const T*>(b),
+                      static_cast<T*>(y));
   });
 }
 
 // dx[n] = col2im(W^T (CK, O) @ dy[n] (O, L)); a pointwise convolution's product is dx[n] itself.
+// At stride 1 on packed panels (packed_products) with padding below the kernel's size, dx is the
+// convolution of dy padded by kh - 1 - pad_h, kw - 1 - pad_w with the kernel flipped and its
+// channels swapped (convolve_in_place): no columns, no col2im. bench_cnn_rnn's CNN step (two
+// layers, 64 images, one thread, step.profile): 18.5 -> 15.2-15.4 ms at avx512, 27.0-27.4 ->
+// 23.1-23.2 at avx2 (2026-12-07, a 2-core Xeon).
 void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                            const void* dy, const void* w, void* dx) {
+  if (packed_products(g) && g.pad_h < g.kh && g.pad_w < g.kw) {
+    const Conv2dGeometry t{g.n, out_ch, g.out_h, g.out_w, g.kh, g.kw, 1, 1, g.kh - 1 - g.pad_h, g.kw - 1 - g.pad_w,
+                           g.h, g.w};
+    return visit_float_dtype(dtype, "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      const T* W = static_cast<const T*>(w);
+      std::vector<T> flipped(g.c * out_ch * g.kh * g.kw);  // (C, O, kh, kw), each kernel turned half a turn
+      for (int64_t c = 0, k = 0; c < g.c; ++c)
+        for (int64_t o = 0; o < out_ch; ++o)
+          for (int64_t ki = 0; ki < g.kh; ++ki)
+            for (int64_t kj = 0; kj < g.kw; ++kj)
+              flipped[k++] = W[((o * g.c + c) * g.kh + g.kh - 1 - ki) * g.kw + g.kw - 1 - kj];
+      convolve_in_place(env, t, g.c, flipped.data(), static_cast<const T*>(dy), static_cast<const T*>(nullptr),
+                        static_cast<T*>(dx));
+    });
+  }
   over_images(env, dtype, g, [&](auto* cols, int64_t CK, int64_t L, int64_t n0, int64_t n1) {
     using T = std::remove_pointer_t<decltype(cols)>;
     const bool direct = pointwise(g);
@@ -292,23 +317,26 @@ void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeomet
 
 // dw (O, CK) = sum over n of dy[n] (O, L) @ cols[n]^T, accumulated image by image; with several
 // chunks each sums its images into its own partial, and the partials are added in chunk order
-// (the same bits for a given thread count). At avx2 and avx512 the product is dw^T (CK, O) +=
-// cols[n] (CK, L) @ dy[n]^T on packed panels (packed_gemm.h): the columns are read as they are,
-// row by row, and only dy[n] (O, L) is packed, where a GEMM packs both, the columns (CK x L) for
-// every image. bench_cnn_rnn's 32-channel layer (64 images, one thread, step.profile): 16.7-17.1
-// -> 13.1-13.6 ms at avx512, 22.6-23.5 -> 16.6-17.1 at avx2 (2026-12-07, a 2-core Xeon). The GEMM
-// stays where packed_products says so (generic: A's values would first be spread over vectors,
-// which costs more than it saves; strides other than 1), and for fewer output channels than a
-// panel's columns (16 at avx512: half of each product's lanes idle).
+// (the same bits for a given thread count). At avx2 and avx512 with stride 1 the product is dw^T
+// (CK, O) += cols[n] (CK, wide) @ dy[n]^T on packed panels (packed_gemm.h), the columns' rows read
+// in place from the padded image (InPlace) and dy[n] packed with zeros at the dropped wide columns:
+// neither im2col nor a GEMM's packing of the columns. bench_cnn_rnn's CNN step (three layers, 64
+// images, one thread, step.profile): 19.7-20.4 -> 16.7-16.9 ms at avx512, 24.9-25.5 -> 23.2 at
+// avx2 against the columns made by im2col (2026-12-07, a 2-core Xeon). The GEMM stays where
+// packed_products says so (generic: A's values would first be spread over vectors, which costs
+// more than it saves; strides other than 1), and for fewer output channels than a panel's columns
+// (16 at avx512: half of each product's lanes idle).
 void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                             const void* x, const void* dy, void* dw) {
   visit_float_dtype(dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, per = pointwise(g) ? 0 : CK * L;
-    const int64_t size = out_ch * CK;
+    const int64_t CK = g.c * g.kh * g.kw, L = g.out_h * g.out_w, size = out_ch * CK;
     const int chunks = image_chunks(g);
     const bool packed = packed_products(g) && out_ch >= panel_width<T>(), partial = chunks > 1 || packed;
-    const int64_t panels = packed ? packed_size<T>(L, out_ch) : 0;
+    const InPlace in(g, 0);
+    // per chunk: the columns (a padded image or im2col's) and dy's panels
+    const int64_t per = packed ? in.size : pointwise(g) ? 0 : CK * L;
+    const int64_t panels = packed ? packed_size<T>(in.wide(g), out_ch) : 0;
     CpuWorkspace ws(env, sizeof(T) * (per + panels + (partial ? size : 0)) * chunks);
     T* cols = static_cast<T*>(ws.data());
     T* packs = cols + per * chunks;
@@ -316,18 +344,23 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
     T* out = static_cast<T*>(dw);
     over_chunks(chunks, [&](int c) {
       T* sum = partial ? partials + c * size : out;
+      T* padded = cols + c * per;
       const int64_t n0 = g.n * c / chunks, n1 = g.n * (c + 1) / chunks;
       if (n0 == n1) std::fill(sum, sum + size, T(0));
+      if (packed) std::fill(padded, padded + per, T(0));
       for (int64_t n = n0; n < n1; ++n) {
-        const T* B = image_columns(g, static_cast<const T*>(x), n, cols + c * per);
+        const T* img = static_cast<const T*>(x) + n * g.c * g.h * g.w;
         const T* G = static_cast<const T*>(dy) + n * out_ch * L;
         if (!packed) {
+          const T* B = image_columns(g, static_cast<const T*>(x), n, cols + c * per);
           (n == n0 ? gemm_cpu : gemm_accumulate_cpu)(env, dtype, false, true, out_ch, CK, L, G, L, B, L, sum, CK);
           continue;
         }
-        const PackedB<T> b = pack_b(true, L, out_ch, G, L, 1, packs + c * panels);
-        parallel_for(CK, product_grain(out_ch * L), [&](int64_t i0, int64_t i1) {  // rows of dw^T
-          packed_gemm(b, prepare_a(b, i1 - i0, B + i0 * L, L), static_cast<const T*>(nullptr),
+        pad_image(g, in, img, padded);
+        const PackedB<T> b = packed_layout<T>(in.wide(g), out_ch, 1, packs + c * panels);
+        pack_wide_dy(b, g, in, G);
+        parallel_for(CK, product_grain(out_ch * b.K), [&](int64_t i0, int64_t i1) {  // rows of dw^T
+          packed_gemm(b, prepare_a(b, i1 - i0, padded, in.offsets.data() + i0), static_cast<const T*>(nullptr),
                       n == n0 ? Store::Overwrite : Store::Accumulate, sum + i0 * out_ch, out_ch, 0, b.group_panels());
         });
       }

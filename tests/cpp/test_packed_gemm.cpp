@@ -3,11 +3,14 @@
 // way, row counts around each level's register block (4-8 rows, blocks of near-equal size), column
 // counts around its panel width (partial last panels), columns in groups (a recurrence's gates),
 // leading dimensions past the matrix, bias, accumulation, against a float64 loop; the same bits
-// from one call over every panel and from a call per panel.
+// from one call over every panel and from a call per panel. Operands read in place (B's rows or
+// A's rows at offsets, as a convolution reads its padded image) and wide columns (Columns: lines
+// of `stride` of which `keep` are stored), nothing written outside the kept columns.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/cpu_dispatch.h"
@@ -82,6 +85,67 @@ void every_shape() {
     SCOPED_TRACE(testing::Message() << isa_name(cpu_isa()) << " " << sizeof(T) * 8 << "-bit 32x1000x300");
     check(make<T>(32, 1000, 300, trans_b, ++seed), true, Store::Overwrite, 4);
   }
+}
+
+// B (K, N) read in place (rows at offsets into `src`) or A (M, K) so (with_a), C's columns wide
+// (keep of every stride, lines enough for N), against a float64 loop over the same values.
+template <class T>
+void check_in_place(int64_t M, int64_t K, int64_t keep, int64_t stride, bool in_place_a, Store store, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist;
+  const int64_t lines = 3, N = (lines - 1) * stride + keep, ldc = lines * keep + 2;
+  const int64_t rows = in_place_a ? M : K, length = in_place_a ? K : N;
+  std::vector<T> src(rows * 7 + length + 64), dense((in_place_a ? K * N : M * K)), c(M * ldc);
+  for (auto* v : {&src, &dense, &c})
+    for (T& x : *v) x = static_cast<T>(dist(rng));
+  std::vector<int64_t> offsets(rows);
+  for (int64_t r = 0; r < rows; ++r) offsets[r] = (r * 7 + 3 * r * r) % (rows * 7);  // overlapping, out of order
+  auto a_at = [&](int64_t i, int64_t k) { return in_place_a ? src[offsets[i] + k] : dense[i * K + k]; };
+  auto b_at = [&](int64_t k, int64_t j) { return in_place_a ? dense[k * N + j] : src[offsets[k] + j]; };
+  const PackedB<T> b = in_place_a ? pack_b(false, K, N, dense.data(), N) : in_place_b(K, N, src.data(), offsets.data());
+  const RowsA<T> a = in_place_a ? prepare_a(b, M, src.data(), offsets.data()) : prepare_a(b, M, dense.data(), K);
+  std::vector<T> got = c;
+  packed_gemm(b, a, static_cast<const T*>(nullptr), store, got.data(), ldc, 0, b.group_panels(), Columns{keep, stride});
+  const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      if (j % stride >= keep) continue;
+      const int64_t at = i * ldc + j / stride * keep + j % stride;
+      double want = store == Store::Accumulate ? double(c[at]) : 0.0, scale = 1.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(a_at(i, k)) * double(b_at(k, j));
+        want += p, scale += std::abs(p);
+      }
+      ASSERT_NEAR(double(got[at]), want, tol * scale) << "C(" << i << ", " << j << ")";
+    }
+    for (int64_t j = lines * keep; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], c[i * ldc + j]) << "wrote past the lines";
+  }
+}
+
+template <class T>
+void every_in_place_shape() {
+  uint32_t seed = 100;
+  for (int64_t M : {1, 7, 13, 33})
+    for (int64_t K : {1, 9, 27})
+      for (auto [keep, stride] : {std::pair<int64_t, int64_t>{3, 5}, {32, 34}, {16, 16}, {7, 40}, {1, 2}})
+        for (bool in_place_a : {false, true}) {
+          SCOPED_TRACE(testing::Message() << isa_name(cpu_isa()) << " " << sizeof(T) * 8 << "-bit M=" << M << " K="
+                                          << K << " keep " << keep << " of " << stride << " in place "
+                                          << (in_place_a ? "A" : "B"));
+          check_in_place<T>(M, K, keep, stride, in_place_a, Store::Overwrite, ++seed);
+          check_in_place<T>(M, K, keep, stride, in_place_a, Store::Accumulate, ++seed);
+        }
+}
+
+TEST(PackedGemm, ReadsInPlaceAndStoresWideColumnsAtEveryLevel) {
+  const Isa saved = cpu_isa();
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (isa < cpu_isa_baseline() || isa > cpu_isa_machine()) continue;
+    set_cpu_isa(isa_name(isa));
+    every_in_place_shape<float>();
+    every_in_place_shape<double>();
+  }
+  set_cpu_isa(isa_name(saved));
 }
 
 TEST(PackedGemm, MatchesALoopAtEveryLevelOnEveryEdge) {

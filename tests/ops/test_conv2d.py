@@ -47,11 +47,16 @@ GEOMETRIES = [
     (2, 3, 33, (6, 5), (3, 3), 1, 1),
     (3, 2, 17, (5, 6), (3, 3), 2, 1),
     (2, 4, 40, (4, 3), (1, 1), 1, 0),
-    # stride 1 with output rows of whole panels (32 or 16 pixels): columns copied from the padded
-    # image (kernels/nn/conv_cpu.cpp: columns_from_padded)
+    # stride 1 at avx2 and avx512: the columns read in place from the padded image, the output
+    # rows as wide as its rows (kernels/nn/conv_cpu.cpp: InPlace): output rows of whole panels
+    # (32 or 16 pixels) and of a few pixels (several rows per vector), a non-square kernel, and
+    # padding past the kernel (the input gradient then by col2im)
     (2, 3, 5, (5, 32), (3, 3), 1, 1),
     (1, 2, 33, (6, 34), (3, 3), 1, 0),
     (1, 2, 4, (4, 16), (5, 5), 1, 2),
+    (2, 3, 4, (5, 7), (3, 2), 1, 1),
+    (1, 2, 3, (4, 5), (1, 1), 1, 1),
+    (2, 2, 18, (3, 3), (2, 2), 1, 2),
 ]
 
 
