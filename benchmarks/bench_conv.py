@@ -1,7 +1,7 @@
-"""Convolution per shape on the CPU: flowgrad's conv2d op (image by image: at avx2 and avx512 the
-columns packed straight into the panels of a product with W, and the weight gradient as
-cols @ dy^T with only dy packed; at generic each image's columns in a cache-sized workspace, then
-one GEMM; backward as the conv2d_input_grad and conv2d_weight_grad ops),
+"""Convolution per shape on the CPU: flowgrad's conv2d op (image by image: at avx2 and avx512 with
+stride 1 the columns read in place from the padded image by packed products, no im2col; elsewhere
+each image's columns in a cache-sized workspace, then one GEMM; backward as the conv2d_input_grad
+and conv2d_weight_grad ops),
 the composition it replaced (im2col of the whole batch + a batched matmul, from F.unfold) and
 PyTorch's F.conv2d (oneDNN on the CPU), forward and forward + backward (input, weight and bias
 gradients), interleaved rounds, medians, the load average and the instruction-set level printed.
