@@ -63,3 +63,29 @@ def test_max_pool2d_runs_as_one_op_in_a_compiled_step(rng):
     ops = [r["op"] for r in step.explain().rows]
     assert "max_pool2d" in ops and "im2col" not in ops, ops
     assert step(x).item() == F.max_pool2d(x, 2).pow(2).sum().item()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_two_by_two_windows_keep_the_first_maximum_and_the_first_nan(dtype):
+    """2x2 windows at stride 2 run branch-free over whole vectors (kernels/nn/nn_cpu.cpp:
+    pool_row_2x2), then the last windows one by one: every window over {0, 1, NaN} (81, side by
+    side, so both parts run at every level), its value and the element its gradient reaches
+    against the rule written out here."""
+    values = (0.0, 1.0, np.nan)
+    windows = [(a, b, c, d) for a in values for b in values for c in values for d in values]
+    x = np.empty((1, 1, 2, 2 * len(windows)), dtype)
+    for i, (a, b, c, d) in enumerate(windows):
+        x[0, 0, :, 2 * i:2 * i + 2] = [[a, b], [c, d]]
+    xt = fg.tensor(x, requires_grad=True)
+    y = F.max_pool2d(xt, 2)
+    y.sum().backward()
+    got, grad = y.numpy()[0, 0, 0], xt.grad.numpy()[0, 0]
+    for i, window in enumerate(windows):
+        best, at = window[0], 0
+        for k in range(1, 4):  # the first larger value, or the first NaN, which then stays
+            if not window[k] <= best and best == best:
+                best, at = window[k], k
+        assert (np.isnan(got[i]) and np.isnan(best)) or got[i] == best, (window, got[i])
+        want = np.zeros((2, 2))
+        want[at // 2, at % 2] = 1
+        np.testing.assert_array_equal(grad[:, 2 * i:2 * i + 2], want, err_msg=str(window))
