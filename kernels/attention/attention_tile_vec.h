@@ -49,34 +49,35 @@ __attribute__((noinline)) void store_lanes(T* dst, const Vec<T, W>& y, int64_t n
 // Block columns [n0, n0 + NV vectors) of C (kRows, .) = sum over k < K of A(r, k) * B(k, :),
 // A(r, k) at a[r * a_row + k * a_k] (a row-major block or a transposed one), or, with Spread, in
 // every lane of spread[k * kRows + r]; B's rows ldb apart; written (overwritten) into d.
-template <class T, int W, int NV, bool Spread = false>
+// Rows [R0, R0 + RN) of the block only, where given (avx2: two halves of 4 rows, below).
+template <class T, int W, int NV, bool Spread = false, int R0 = 0, int RN = kRows>
 inline __attribute__((always_inline)) void block_product(int64_t K, const T* __restrict a, int64_t a_row,
                                                          int64_t a_k, const Vec<T, W>* __restrict spread,
                                                          const T* __restrict b, int64_t ldb, const Dest<T>& d,
                                                          int64_t n0) {
   using Unaligned = typename VecOf<T, W>::unaligned;
   constexpr int64_t n = kLane<T, W>;
-  Vec<T, W> acc[kRows][NV] = {};
+  Vec<T, W> acc[RN][NV] = {};
   for (int64_t k = 0; k < K; ++k) {
     Vec<T, W> bk[NV];
     for (int v = 0; v < NV; ++v) bk[v] = *reinterpret_cast<const Unaligned*>(b + k * ldb + v * n);
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < RN; ++r) {
       if constexpr (Spread) {  // generic (rows_product)
-        for (int v = 0; v < NV; ++v) acc[r][v] += spread[k * kRows + r] * bk[v];
+        for (int v = 0; v < NV; ++v) acc[r][v] += spread[k * kRows + R0 + r] * bk[v];
       } else {
-        T x = a[r * a_row + k * a_k];
+        T x = a[(R0 + r) * a_row + k * a_k];
         for (int v = 0; v < NV; ++v) acc[r][v] += x * bk[v];
       }
     }
   }
   const Dest<T> at = d;  // in registers: the stores below may alias anything
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {  // unrolled: acc indexed by a variable would live on the stack
-    if (r >= at.rows) break;
-    T* row = at.c + r * at.ldc + n0;
+  for (int r = 0; r < RN; ++r) {  // unrolled: acc indexed by a variable would live on the stack
+    if (R0 + r >= at.rows) break;
+    T* row = at.c + (R0 + r) * at.ldc + n0;
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      Vec<T, W> y = at.scale ? acc[r][v] * at.scale[r] : acc[r][v];
+      Vec<T, W> y = at.scale ? acc[r][v] * at.scale[R0 + r] : acc[r][v];
       if (at.into == Into::Add) y += *reinterpret_cast<const Unaligned*>(row + v * n);
       int64_t left = at.cols - n0 - v * n;
       if (left >= n) *reinterpret_cast<Unaligned*>(row + v * n) = y;
@@ -86,8 +87,9 @@ inline __attribute__((always_inline)) void block_product(int64_t K, const T* __r
 }
 
 // C (kRows, width) = A (kRows, K) B (K, width) into d, B's rows readable to a multiple of kLane: blocks two
-// vectors wide (16 accumulators) where the level has 32 registers (avx512), one vector for the
-// rest (8 accumulators: 16 registers hold them, the two B vectors and the broadcast A).
+// vectors wide (16 accumulators) where the level has 32 registers (avx512); at avx2 two vectors
+// wide in halves of 4 rows (8 accumulators each), then one vector for what is left (8
+// accumulators: 16 registers hold them, the B vector and the broadcast A).
 // Returns the columns it computed (for the work count, attention_cpu_work_take).
 // Generic (SSE2) has no broadcast from memory: each A value cost a load and a shuffle per column
 // block, as many shuffles as multiplies. There A's block is spread once per product into
@@ -110,6 +112,15 @@ FG_CPU_KERNEL int64_t rows_product(int64_t K, const T* a, int64_t a_row, int64_t
   if constexpr (W == 64)
     for (; c + 2 * n <= width && c < d.cols; c += 2 * n)
       block_product<T, W, 2>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+  // avx2: two vectors wide in two halves of 4 rows, 8 accumulators each, 6 loads per 8 multiply-adds
+  // where one vector of 8 rows took 9 (the causal (16, 4, T, 32) forward+backward on one thread:
+  // T = 512 74.7-76.3 -> 69.5 ms, T = 2048 71.5-74.6 -> 63.5 ms, 2026-12-07, a 2-core Xeon; three
+  // vectors of 4 rows gained less)
+  if constexpr (W == 32)
+    for (; c + 2 * n <= width && c < d.cols; c += 2 * n) {
+      block_product<T, W, 2, false, 0, kRows / 2>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+      block_product<T, W, 2, false, kRows / 2, kRows / 2>(K, a, a_row, a_k, spread, b + c, ldb, d, c);
+    }
   for (; c < end; c += n) {
     // A last block of at most a quarter or half a vector on vectors that narrow (16 bytes at
     // least): at avx512 a row of 20 keys took 32 columns, and the work of T = 20 was 2.4x T = 16's.

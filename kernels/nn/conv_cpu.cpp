@@ -142,7 +142,9 @@ void over_images(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, Bod
 // With fewer images than threads an image's product spreads its panels or rows over the threads;
 // every value is summed in the same order whatever the split, so the bits do not depend on the
 // thread count. Stride 2 was slower packed (a 32 -> 64 channel 32x32 layer, 64 images, 2 threads,
-// avx512: forward 4.3-4.9 -> 5.0-5.1 ms, weight gradient +1.5 ms), so it keeps the GEMM.
+// avx512: forward 4.3-4.9 -> 5.0-5.1 ms, weight gradient +1.5 ms), and slower again read in place
+// from the padded image split into its four phases (forward 4.0-4.1 -> 6.7-7.3 ms, forward and
+// backward 13.5-13.8 -> 19.3-19.9; avx2 5.0-5.1 -> 7.2-7.8 ms), so it keeps the GEMM.
 bool packed_products(const Conv2dGeometry& g) {
   return isa_vector_bytes() >= 32 && g.stride_h == 1 && g.stride_w == 1;
 }

@@ -57,6 +57,11 @@ GEOMETRIES = [
     (2, 3, 4, (5, 7), (3, 2), 1, 1),
     (1, 2, 3, (4, 5), (1, 1), 1, 1),
     (2, 2, 18, (3, 3), (2, 2), 1, 2),
+    # strides 2 and 3 with at least a panel of output channels, and a 1x1 kernel at stride 2 (the
+    # GEMM: reading strided columns in place from the padded image split into phases was slower)
+    (2, 3, 33, (7, 6), (3, 3), 2, 1),
+    (1, 2, 34, (9, 8), (3, 3), 3, 1),
+    (2, 4, 6, (6, 7), (1, 1), 2, 0),
 ]
 
 
