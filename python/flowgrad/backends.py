@@ -3,7 +3,8 @@
 cuda.matmul.allow_tf32 is flowgrad's TF32 switch (fg.cuda.set_allow_tf32). flowgrad has no
 cuDNN and no MPS: cudnn.is_available() and mps.is_available() are False, and cudnn's enabled /
 benchmark / deterministic flags are kept for scripts that set them but change nothing (flowgrad's
-convolutions are im2col + GEMM, chosen without benchmarking, and run the same way every time)."""
+convolutions take one fixed path per shape and instruction-set level, chosen without benchmarking,
+and run the same way every time)."""
 from . import cuda as _cuda
 
 __all__ = ["cuda", "cudnn", "mps"]
