@@ -434,11 +434,14 @@ void batch_norm_backward_cpu(const KernelEnv& env, DType dtype, const void* g, c
 
 namespace {
 
-// Lanes 0, 2, 4, .. (Odd: 1, 3, ..) of the 2L values a, b.
-template <bool Odd, class T, int W>
-[[gnu::always_inline]] inline Vec<T, W> every_other(const Vec<T, W>& a, const Vec<T, W>& b) {
-  return [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
-    return __builtin_shufflevector(a, b, (2 * I + Odd)...);
+// The even lanes 0, 2, .. and the odd lanes 1, 3, .. of the 2L values a, b (through references:
+// a vector passed or returned by value changes the ABI of a function without the level's
+// instructions, which -Wpsabi rejects).
+template <class T, int W>
+[[gnu::always_inline]] inline void even_odd(const Vec<T, W>& a, const Vec<T, W>& b, Vec<T, W>& even, Vec<T, W>& odd) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
+    even = __builtin_shufflevector(a, b, (2 * I)...);
+    odd = __builtin_shufflevector(a, b, (2 * I + 1)...);
   }(std::make_index_sequence<kLane<T, W>>{});
 }
 
@@ -463,9 +466,9 @@ FG_CPU_KERNEL void pool_row_2x2(const T* __restrict r0, int64_t w, int64_t out_w
   for (; x + L <= out_w; x += L) {
     const V a0 = *reinterpret_cast<const U*>(r0 + 2 * x), a1 = *reinterpret_cast<const U*>(r0 + 2 * x + L);
     const V b0 = *reinterpret_cast<const U*>(r1 + 2 * x), b1 = *reinterpret_cast<const U*>(r1 + 2 * x + L);
-    const V next[3] = {every_other<true, T, W>(a0, a1), every_other<false, T, W>(b0, b1),
-                       every_other<true, T, W>(b0, b1)};
-    V best = every_other<false, T, W>(a0, a1);
+    V best, next[3];
+    even_odd<T, W>(a0, a1, best, next[0]);
+    even_odd<T, W>(b0, b1, next[1], next[2]);
     I code = I{};
     for (int i = 0; i < 3; ++i) {  // selects as bit masks: GCC 12 made lane-by-lane code of ?: at avx512
       const I take = ~(next[i] <= best) & (best == best);
