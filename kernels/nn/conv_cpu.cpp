@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "flowgrad/base/parallel.h"
 #include "kernels/common/vec.h"
@@ -157,15 +156,17 @@ bool packed_products(const Conv2dGeometry& g) {
 // per column, where im2col wrote kh * kw copies of the image.
 struct InPlace {
   int64_t hp, wp, size;
-  std::vector<int64_t> offsets;
   InPlace(const Conv2dGeometry& g, int64_t slack)
-      : hp(g.h + 2 * g.pad_h), wp(g.w + 2 * g.pad_w), size(g.c * hp * wp + slack), offsets(g.c * g.kh * g.kw) {
-    for (int64_t c = 0, k = 0; c < g.c; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj) offsets[k++] = c * hp * wp + ki * wp + kj;
-  }
+      : hp(g.h + 2 * g.pad_h), wp(g.w + 2 * g.pad_w), size(g.c * hp * wp + slack) {}
   int64_t wide(const Conv2dGeometry& g) const { return (g.out_h - 1) * wp + g.out_w; }
   Columns columns(const Conv2dGeometry& g) const { return {g.out_w, wp}; }
+  // The C*kh*kw row offsets, written into `out` (a workspace of the caller's).
+  const int64_t* offsets(const Conv2dGeometry& g, int64_t* out) const {
+    for (int64_t c = 0, k = 0; c < g.c; ++c)
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj) out[k++] = c * hp * wp + ki * wp + kj;
+    return out;
+  }
 };
 
 // The image into its padded image, whose padding (and slack) the caller zeroed once.
@@ -190,12 +191,12 @@ void convolve_in_place(const KernelEnv& env, const Conv2dGeometry& g, int64_t M,
   const bool packed = pointwise(g);
   const int64_t per = packed ? packed_size<T>(CK, L) : in.size;
   const int chunks = image_chunks(g);
-  CpuWorkspace ws(env, sizeof(T) * per * chunks);
+  CpuWorkspace ws(env, sizeof(T) * per * chunks), offset_space(env, packed ? 0 : sizeof(int64_t) * CK);
+  const int64_t* offsets = packed ? nullptr : in.offsets(g, static_cast<int64_t*>(offset_space.data()));
   over_chunks(chunks, [&](int c) {
     T* block = static_cast<T*>(ws.data()) + c * per;
     if (!packed) std::fill(block, block + per, T(0));
-    const PackedB<T> cols =
-        packed ? packed_layout<T>(CK, L, 1, block) : in_place_b<T>(CK, in.wide(g), block, in.offsets.data());
+    const PackedB<T> cols = packed ? packed_layout<T>(CK, L, 1, block) : in_place_b<T>(CK, in.wide(g), block, offsets);
     const RowsA<T> rows = prepare_a(cols, M, A, CK);
     for (int64_t n = g.n * c / chunks; n < g.n * (c + 1) / chunks; ++n) {
       const T* img = x + n * g.c * g.h * g.w;
@@ -300,13 +301,14 @@ void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeomet
     return visit_float_dtype(dtype, "conv2d", [&](auto tag) {
       using T = decltype(tag);
       const T* W = static_cast<const T*>(w);
-      std::vector<T> flipped(g.c * out_ch * g.kh * g.kw);  // (C, O, kh, kw), each kernel turned half a turn
+      CpuWorkspace space(env, sizeof(T) * g.c * out_ch * g.kh * g.kw);
+      T* flipped = static_cast<T*>(space.data());  // (C, O, kh, kw), each kernel turned half a turn
       for (int64_t c = 0, k = 0; c < g.c; ++c)
         for (int64_t o = 0; o < out_ch; ++o)
           for (int64_t ki = 0; ki < g.kh; ++ki)
             for (int64_t kj = 0; kj < g.kw; ++kj)
               flipped[k++] = W[((o * g.c + c) * g.kh + g.kh - 1 - ki) * g.kw + g.kw - 1 - kj];
-      convolve_in_place(env, t, g.c, flipped.data(), static_cast<const T*>(dy), static_cast<const T*>(nullptr),
+      convolve_in_place(env, t, g.c, flipped, static_cast<const T*>(dy), static_cast<const T*>(nullptr),
                         static_cast<T*>(dx));
     });
   }
@@ -347,6 +349,8 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
     const int64_t per = packed ? in.size : pointwise(g) ? 0 : CK * L;
     const int64_t panels = packed ? packed_size<T>(in.wide(g), out_ch) : 0;
     CpuWorkspace ws(env, sizeof(T) * (per + panels + (partial ? size : 0)) * chunks);
+    CpuWorkspace offset_space(env, packed ? sizeof(int64_t) * CK : 0);
+    const int64_t* offsets = packed ? in.offsets(g, static_cast<int64_t*>(offset_space.data())) : nullptr;
     T* cols = static_cast<T*>(ws.data());
     T* packs = cols + per * chunks;
     T* partials = packs + panels * chunks;
@@ -369,7 +373,7 @@ void conv2d_weight_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeome
         const PackedB<T> b = packed_layout<T>(in.wide(g), out_ch, 1, packs + c * panels);
         pack_wide_dy(b, g, in, G);
         parallel_for(CK, product_grain(out_ch * b.K), [&](int64_t i0, int64_t i1) {  // rows of dw^T
-          packed_gemm(b, prepare_a(b, i1 - i0, padded, in.offsets.data() + i0), static_cast<const T*>(nullptr),
+          packed_gemm(b, prepare_a(b, i1 - i0, padded, offsets + i0), static_cast<const T*>(nullptr),
                       n == n0 ? Store::Overwrite : Store::Accumulate, sum + i0 * out_ch, out_ch, 0, b.group_panels());
         });
       }
