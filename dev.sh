@@ -208,7 +208,8 @@ ISA_TESTS=(tests/ops/test_elementwise.py tests/ops/test_float32_math.py tests/op
            tests/ops/test_creation.py tests/ops/test_optim_ops.py tests/ops/test_optim_multi.py
            tests/ops/test_attention_tile.py tests/ops/test_attention_tile_outputs.py tests/ops/test_attention_fused.py
            tests/ops/test_attention_masks.py tests/ops/test_sgemm.py tests/ops/test_linear.py tests/ops/test_epilogue_ops.py
-           tests/plan/test_fuse_epilogues.py tests/ops/test_gemv.py tests/ops/test_decode_attention.py)
+           tests/plan/test_fuse_epilogues.py tests/ops/test_gemv.py tests/ops/test_decode_attention.py
+           tests/ops/test_conv2d.py tests/ops/test_max_pool2d.py tests/ops/test_rnn.py)
 run_lower_isa_levels() {
   local level
   for level in $("$PY" -c 'import flowgrad as fg; print(*fg.build_config()["isa_levels"][:-1])'); do

@@ -18,6 +18,8 @@ SHAPES = [  # (batch, L, S, E, Ev)
     ((2,), 1, 128, 64, 64), ((1,), 128, 1, 24, 40), ((2,), 9, 127, 128, 128), ((4,), 63, 8, 7, 9),
     # past 128: backward chunks of query rows, dK and dV summed over them (test_attention_long.py)
     ((2,), 300, 300, 32, 32), ((1,), 270, 520, 33, 17), ((1,), 520, 270, 16, 24), ((1, 2), 200, 200, 8, 8),
+    # keys a multiple of 256 bytes: their buffers' rows a cache line longer (key_stride), several chunks
+    ((1,), 300, 512, 32, 32), ((1,), 96, 1024, 16, 16),
 ]
 
 
