@@ -168,15 +168,29 @@ inline void load_transposed(const float* rows, int64_t ld, int count, int64_t wi
 // Rows [m0, m0 + rows) of A over columns [k0, k0 + kc), for rows of kMR: row group g is kc groups
 // of kMR floats at dst + g * kc * kMR, group k holding A[m0 + g kMR .. + kMR, k0 + k] (rows past
 // `rows` zero). A stored (K, M) (ta) is read one storage row at a time, each feeding every row
-// group: sequential reads, where a row group at a time would touch a page per k.
+// group: sequential reads, where a row group at a time would touch a page per k. Its stores are
+// whole vectors where they can be: a k's 14 floats and 2 more over the first 2 of the next k,
+// which that k then writes (masked: a row group's last k, and the loads that would pass the last
+// row). On two threads of a Zen 5 EPYC, a cold 1024 x 1600 x 64 product with A stored so took
+// 0.82-1.12 ms with every store masked and 0.69-1.05 ms so (best of 40, four runs each), and the
+// LSTM step's weight gradients 2-4% less; a row-major A's packing, done the same way, measured no
+// different.
 void pack_a(bool ta, const float* A, int64_t lda, int64_t m0, int64_t rows, int64_t k0, int64_t kc, float* dst) {
   const __mmask16 group = lanes(kMR);
   const int64_t groups = (rows + kMR - 1) / kMR;
   if (ta) {
+    const int64_t whole = rows >= 16 ? (rows - 16) / kMR + 1 : 0;  // groups whose 16-float load stays in the rows
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = A + (k0 + k) * lda + m0;
-      for (int64_t g = 0; g < groups; ++g)
-        _mm512_mask_storeu_ps(dst + (g * kc + k) * kMR, group, _mm512_maskz_loadu_ps(lanes(rows - g * kMR), src + g * kMR));
+      float* out = dst + k * kMR;
+      if (k + 1 < kc) {
+        for (int64_t g = 0; g < whole; ++g) _mm512_storeu_ps(out + g * kc * kMR, _mm512_loadu_ps(src + g * kMR));
+      } else {
+        for (int64_t g = 0; g < whole; ++g)
+          _mm512_mask_storeu_ps(out + g * kc * kMR, group, _mm512_loadu_ps(src + g * kMR));
+      }
+      for (int64_t g = whole; g < groups; ++g)
+        _mm512_mask_storeu_ps(out + g * kc * kMR, group, _mm512_maskz_loadu_ps(lanes(rows - g * kMR), src + g * kMR));
     }
     return;
   }
