@@ -165,6 +165,13 @@ inline void load_transposed(const float* rows, int64_t ld, int count, int64_t wi
   transpose16(r);
 }
 
+// Storage rows of a transposed A prefetched ahead of its packing: a row group's block is a short
+// run of each row (336 floats of a 1024-float row in the LSTM's weight gradients), which the
+// hardware prefetchers did not follow from memory. 4 rows ahead took those gradients from
+// 4.72-4.79 to 4.30-4.51 ms (1024x1600x256) and 1.38 to 1.19-1.24 ms (x 64) on one Zen 5 core
+// inside the step, and 0.66-0.87 to 0.63-0.64 ms (x 64) on two; 8 ahead was 2-6% slower than 4.
+constexpr int64_t kPackAhead = 4;
+
 // Rows [m0, m0 + rows) of A over columns [k0, k0 + kc), for rows of kMR: row group g is kc groups
 // of kMR floats at dst + g * kc * kMR, group k holding A[m0 + g kMR .. + kMR, k0 + k] (rows past
 // `rows` zero). A stored (K, M) (ta) is read one storage row at a time, each feeding every row
@@ -175,12 +182,6 @@ inline void load_transposed(const float* rows, int64_t ld, int count, int64_t wi
 // 0.82-1.12 ms with every store masked and 0.69-1.05 ms so (best of 40, four runs each), and the
 // LSTM step's weight gradients 2-4% less; a row-major A's packing, done the same way, measured no
 // different.
-// Storage rows of a transposed A prefetched ahead of its packing: a row group's block is a short
-// run of each row (336 floats of a 1024-float row in the LSTM's weight gradients), which the
-// hardware prefetchers did not follow from memory. 4 rows ahead took those gradients from
-// 4.72-4.79 to 4.30-4.51 ms (1024x1600x256) and 1.38 to 1.19-1.24 ms (x 64) on one Zen 5 core
-// inside the step, and 0.66-0.87 to 0.63-0.64 ms (x 64) on two; 8 ahead was 2-6% slower than 4.
-constexpr int64_t kPackAhead = 4;
 void pack_a(bool ta, const float* A, int64_t lda, int64_t m0, int64_t rows, int64_t k0, int64_t kc, float* dst) {
   const __mmask16 group = lanes(kMR);
   const int64_t groups = (rows + kMR - 1) / kMR;
