@@ -9,6 +9,7 @@
 // import: set_cpu_isa), so one machine runs and times every level up to its own. The levels are
 // ISA lists, not arch= names: GCC inlines a function only into one of the same arch.
 #pragma once
+#include <cstdint>
 #include <string_view>
 
 namespace fg {
@@ -24,6 +25,10 @@ std::string_view isa_name(Isa isa);  // "generic", "avx2", "avx512"
 Isa isa_for(std::string_view asked, Isa machine, Isa baseline);
 // Sets cpu_isa() (isa_for on this machine); call while no kernel runs.
 Isa set_cpu_isa(std::string_view asked);
+
+// The bytes of one core's own cache (L2), as the C library reads them from the CPU; 1 MiB where it
+// cannot. What a loop can keep next to one core from one pass to the next.
+int64_t core_cache_bytes();
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FG_TARGET_AVX2 __attribute__((target("avx2,fma,bmi,bmi2,f16c,lzcnt,movbe,popcnt")))

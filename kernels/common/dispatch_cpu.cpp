@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <atomic>
 
 #include "flowgrad/base/errors.h"
@@ -70,6 +72,17 @@ Isa set_cpu_isa(std::string_view asked) {
   Isa isa = isa_for(asked, cpu_isa_machine(), cpu_isa_baseline());
   level().store(isa, std::memory_order_relaxed);
   return isa;
+}
+
+int64_t core_cache_bytes() {
+  static const int64_t bytes = [] {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) return int64_t{l2};
+#endif
+    return int64_t{1} << 20;
+  }();
+  return bytes;
 }
 
 }  // namespace fg

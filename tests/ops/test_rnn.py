@@ -81,6 +81,8 @@ CONFIGS = [
     (dict(input_size=3, hidden_size=19, batch_first=True), (48, 2, 3)),
     # a packed W_hh over the 2 MiB a thread keeps between calls
     (dict(input_size=2, hidden_size=512), (2, 3, 2)),
+    # 37 rows: on 2 or more threads each runs its own rows through every step (rnn_cpu.cpp)
+    (dict(input_size=3, hidden_size=40), (6, 37, 3)),
 ]
 
 
@@ -213,14 +215,17 @@ class Tagger(nn.Module):
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_threads_give_the_one_thread_bits(rng, kind):
-    """Each thread of a step takes whole panels of hidden units (kernels/rnn/rnn_cpu.cpp): 67 units
-    are partial panels at every level, and 32 rows x 67 units give each step enough work to split.
-    Compared: what the sequence ops make (outputs, final and initial states' gradients); the weight
-    gradients are GEMMs, which a BLAS may sum differently on more threads."""
-    module = getattr(nn, kind)(8, 67, bidirectional=True)
-    x = rng.normal(size=(5, 32, 8)).astype(np.float32)
-    states = [rng.normal(size=(2, 32, 67)).astype(np.float32) for _ in range(2 if kind == "LSTM" else 1)]
+@pytest.mark.parametrize("batch,hidden", [(32, 67), (35, 67), (12, 200)])
+def test_threads_give_the_one_thread_bits(rng, kind, batch, hidden):
+    """On 4 threads a sequence is split by batch rows (32 rows: 8 each; 35: 8 or 9) or, with fewer
+    than 8 rows a thread (12 rows), by whole panels of hidden units step by step
+    (kernels/rnn/rnn_cpu.cpp); 67 and 200 units are partial panels at every level and give each
+    step of 12 rows enough work to split at every level. Compared: what the sequence ops make
+    (outputs, final and initial states' gradients); the weight gradients are GEMMs, which a BLAS
+    may sum differently on more threads."""
+    module = getattr(nn, kind)(8, hidden, bidirectional=True)
+    x = rng.normal(size=(5, batch, 8)).astype(np.float32)
+    states = [rng.normal(size=(2, batch, hidden)).astype(np.float32) for _ in range(2 if kind == "LSTM" else 1)]
     results = []
     before = fg.get_num_threads()
     try:
