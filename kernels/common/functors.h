@@ -24,7 +24,8 @@ template <class T> FG_HD bool is_nan(T x) { return x != x; }
 
 // float32 exp without a libm call, so loops over it vectorise: exp(x) = 2^k exp(r) with
 // Cody-Waite reduction and Cephes' degree-6 polynomial for exp(r), |r| <= ln(2)/2.
-FG_HD float exp_poly_f32(float x, float& k) {  // returns exp(r); k = round(x / ln 2)
+// expm1_poly_f32 returns exp(r) - 1, exp_poly_f32 exp(r); k = round(x / ln 2).
+FG_HD float expm1_poly_f32(float x, float& k) {
   k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
   float r = x - k * 0.693359375f;
   r = r + k * 2.12194440e-4f;
@@ -34,8 +35,9 @@ FG_HD float exp_poly_f32(float x, float& k) {  // returns exp(r); k = round(x / 
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  return p * r * r + r + 1.0f;
+  return p * r * r + r;
 }
+FG_HD float exp_poly_f32(float x, float& k) { return expm1_poly_f32(x, k) + 1.0f; }
 FG_HD float pow2i_f32(int32_t k) {  // 2^k for k in [-126, 127]
   uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
   float f;
@@ -47,6 +49,12 @@ FG_HD float exp_normal_f32(float x) {
   float k;
   float p = exp_poly_f32(x, k);
   return p * pow2i_f32(static_cast<int32_t>(k));
+}
+// e^x - 1 for x in [-87, 0], without cancellation near 0: 2^k (e^r - 1) + (2^k - 1).
+FG_HD float expm1_nonpositive_f32(float x) {
+  float k;
+  float em = expm1_poly_f32(x, k), s = pow2i_f32(static_cast<int32_t>(k));
+  return s * em + (s - 1.0f);
 }
 // All floats: 2^k is applied as two factors, so results in the denormal range come out graded
 // (not flushed to 0), and large x overflows to inf. Error <= 1 ulp against float64 over all floats
