@@ -55,7 +55,10 @@ Tensors Recurrent::forward(const Tensors& in) {
            ": expected input (L, N, ", input_size, "), (N, L, ", input_size, ") with batch_first, or unbatched (L, ",
            input_size, "), got ", to_string(x.shape()));
   bool batched = x.ndim() == 3;
-  x = batched ? (batch_first ? transpose(x, 0, 1) : x) : unsqueeze(x, 1);  // (L, N, in)
+  // (L, N, in). Batch-first input and output are copied once, here: the input projection and its
+  // weight gradient (or the next layer, the head and its weight gradient) read whole rows, and a
+  // view would be copied by each of them.
+  x = batched ? (batch_first ? contiguous(transpose(x, 0, 1)) : x) : unsqueeze(x, 1);
   FG_CHECK(x.shape()[0] > 0, Shape, type_name_, ": expected a sequence of length > 0, got input ",
            to_string(in[0].shape()));
   int64_t batch = x.shape()[1];
@@ -82,7 +85,7 @@ Tensors Recurrent::forward(const Tensors& in) {
     x = directions == 2 ? cat(outputs, 2) : outputs[0];
     if (dropout > 0 && training_ && layer + 1 < num_layers) x = fg::dropout(x, dropout, true);
   }
-  x = batched ? (batch_first ? transpose(x, 0, 1) : x) : squeeze(x, 1);
+  x = batched ? (batch_first ? contiguous(transpose(x, 0, 1)) : x) : squeeze(x, 1);
   auto final_state = [&](const Tensors& parts) {
     Tensor s = stack(parts, 0);
     return batched ? s : squeeze(s, 1);
