@@ -25,11 +25,11 @@ struct StepOrder {
 // max) and one division each, where fn::Sigmoid and fn::Tanh, which keep every float to its last
 // denormal, take blends (three micro-ops each at avx2) and two paths. sigmoid is
 // 1 / (1 + e^-x) with -x held to [-87, 87] (below -87 it gives 1.6e-38 for smaller values);
-// tanh |x| is -m / (2 + m) with m = e^(-2|x|) - 1 (no cancellation near 0), its sign x's. The
-// forward gate pass of the LSTM benchmark's step (N = 32, H = 256) took 2.7 instead of 5.0 ns a
-// unit at avx2, 1.6 instead of 2.7 at avx512 (Xeon, 2026-12-07). Within 2.4 ulp of float64 for
-// sigmoid above 1e-37 and 2.5 ulp for tanh (fn's: 2.3 and 1.9); NaN stays NaN
-// (tests/cpp/test_rnn_gates.cpp). float64 uses fn's.
+// tanh |x| is -m / (2 + m) with m = e^(-2|x|) - 1 (no cancellation near 0; 2|x| held to 60, far
+// from e^y's denormals, each a microcode assist), its sign x's. The forward gate pass of the LSTM
+// benchmark's step (N = 32, H = 256) took 2.7 instead of 5.0 ns a unit at avx2, 1.6 instead of 2.7
+// at avx512 (Xeon, 2026-12-07). Within 2.4 ulp of float64 for sigmoid above 1e-37 and 2.5 ulp for
+// tanh (fn's: 2.3 and 1.9); NaN stays NaN (tests/cpp/test_rnn_gates.cpp). float64 uses fn's.
 template <class T>
 FG_HD T gate_sigmoid(T x) {
   if constexpr (std::is_same_v<T, float>) {
@@ -45,7 +45,7 @@ template <class T>
 FG_HD T gate_tanh(T x) {
   if constexpr (std::is_same_v<T, float>) {
     float y = -2.0f * fn::abs(x);
-    y = y < -87.0f ? -87.0f : y;
+    y = y < -60.0f ? -60.0f : y;  // tanh is 1 from |x| = 9.01; far from e^y's denormals
     float m = fn::expm1_nonpositive_f32(y);
     return std::copysign(-m / (2.0f + m), x);
   } else {
