@@ -35,19 +35,7 @@ Head<T> head_of(const AttentionOperands& x, int64_t bh) {
   return {in(x.q), in(x.k), in(x.v), in(x.out), in(x.dout), mat(x.out), mat(x.dq), mat(x.dk), mat(x.dv)};
 }
 
-// exp(x) of a score less its row's max (x <= 0, or NaN): float32 through exp_normal_f32 and 0
-// below -86 (where e^x < 5e-38 is below any sum's rounding), so no lane ever makes a denormal:
-// each lane whose result underflows costs a microcode assist of about 150 cycles, and under a
-// causal mask half of a tile's lanes are -inf. float64: libm.
-template <class T>
-inline T exp_nonpositive(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    float e = fn::exp_normal_f32(x < -86.0f ? -86.0f : x);
-    return x < -86.0f ? 0.0f : e;
-  } else {
-    return fn::exp_any(x);
-  }
-}
+using fn::exp_nonpositive;  // exp of a score less its row's max (functors.h)
 
 // x[c] *= scale for c < valid; -inf from `valid` on (the causal cut, padding).
 template <class T>

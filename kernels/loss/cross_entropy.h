@@ -34,7 +34,7 @@ template <class T>
 FG_HD T cross_entropy_logit_grad(T x, T lse, bool is_target, T scale, const CrossEntropyArgs& a) {
   T eps = static_cast<T>(a.smoothing);
   T q = (is_target ? T(1) - eps : T(0)) + eps / static_cast<T>(a.classes);
-  return (fn::exp_any(x - lse) - q) * scale;
+  return (fn::exp_nonpositive(x - lse) - q) * scale;
 }
 
 // Forward: lse (rows,) and, by reduction, the row losses (rows,) or their sum (reduce = Sum)

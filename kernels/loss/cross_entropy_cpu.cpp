@@ -30,7 +30,7 @@ template <class T>
 FG_CPU_KERNEL void row_stats(const T* __restrict row, int64_t n, T* __restrict scratch, T* lse, T* sum) {
   T m = row_max<32>(row, n);
   T shift = m == -std::numeric_limits<T>::infinity() ? T(0) : m;  // an all -inf row
-  for (int64_t j = 0; j < n; ++j) scratch[j] = fn::exp_any(row[j] - shift);
+  for (int64_t j = 0; j < n; ++j) scratch[j] = fn::exp_nonpositive(row[j] - shift);
   *lse = shift + std::log(lane_sum(scratch, n));
   *sum = lane_sum(row, n);
 }
@@ -58,7 +58,7 @@ template <class T>
 FG_CPU_KERNEL void grad_row(const T* __restrict row, int64_t t, T lse, T scale, const CrossEntropyArgs& a,
                             T* __restrict dst) {
   T off = static_cast<T>(a.smoothing) / static_cast<T>(a.classes);
-  for (int64_t j = 0; j < a.classes; ++j) dst[j] = (fn::exp_any(row[j] - lse) - off) * scale;
+  for (int64_t j = 0; j < a.classes; ++j) dst[j] = (fn::exp_nonpositive(row[j] - lse) - off) * scale;
   dst[t] = cross_entropy_logit_grad(row[t], lse, true, scale, a);
 }
 

@@ -37,7 +37,7 @@ FG_CPU_KERNEL void softmax_row(bool log, const T* __restrict x, int64_t r, T* __
   T m = lane_max<kLanes>(lanes);
   for (; k < valid; ++k) m = x[k] * scale > m ? x[k] * scale : m;
   if (std::isinf(m) && m < 0) m = 0;  // an all -inf row gives NaN like NumPy, not a crash
-  for (k = 0; k < valid; ++k) y[k] = fn::exp_any(x[k] * scale - m);
+  for (k = 0; k < valid; ++k) y[k] = fn::exp_nonpositive(x[k] * scale - m);
   for (k = valid; k < r; ++k) y[k] = T(0);
   for (int j = 0; j < kLanes; ++j) lanes[j] = T(0);
   for (k = 0; k + kLanes <= r; k += kLanes)
