@@ -28,6 +28,15 @@ FG_CPU_KERNEL void map2_scalar_first(Out* __restrict y, T a, const T* __restrict
   for (int64_t i = 0; i < n; ++i) y[i] = f(a, b[i]);
 }
 
+template <class T, class F, class Grad>
+FG_CPU_KERNEL void activate_with_derivative(T* __restrict y, T* __restrict out, int64_t n, F f, Grad grad) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = y[i];
+    out[i] = f(v);
+    y[i] = grad(T(1), v);
+  }
+}
+
 template <class Out, class In, class F>
 FG_CPU_KERNEL void map1_run(char** p, const int64_t* st, int64_t n, F f) {
   if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
@@ -88,6 +97,23 @@ void unary_cpu(const KernelEnv& env, UnaryFn fn, DType dtype, const Strided<2>& 
 
 void binary_cpu(const KernelEnv& env, BinaryFn fn, DType dtype, const Strided<3>& s) {
   visit_compute_dtype(dtype, "binary", [&](auto t) { elementwise::binary_typed<CpuMap, decltype(t)>(CpuMap{}, fn, s); });
+}
+
+void activation_and_derivative_cpu(const KernelEnv& env, UnaryFn act, DType dtype, void* y, void* out, int64_t n) {
+  visit_float_dtype(dtype, "activation_and_derivative", [&](auto zero) {
+    using T = decltype(zero);
+    auto run = [&](auto f, auto grad) {
+      parallel_for(n, grain_of<decltype(grad)>(), [&](int64_t b, int64_t e) {
+        FG_AT_ISA(activate_with_derivative<T>(static_cast<T*>(y) + b, static_cast<T*>(out) + b, e - b, f, grad));
+      });
+    };
+    switch (act) {
+      case UnaryFn::Gelu: return run(fn::Gelu{}, fn::GeluGrad{});
+      case UnaryFn::GeluTanh: return run(fn::GeluTanh{}, fn::GeluTanhGrad{});
+      case UnaryFn::Silu: return run(fn::Silu{}, fn::SiluGrad{});
+      default: FG_ASSERT(false && "activation_and_derivative_cpu: an activation that keeps no derivative");
+    }
+  });
 }
 
 void where_cpu(const KernelEnv& env, DType dtype, const Strided<4>& s) {

@@ -287,6 +287,11 @@ void linear_kernel(const KernelEnv& env, TensorList in, const Tensors& out, cons
   if constexpr (Act >= 0) {
     constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
     if (!fused) {
+      if constexpr (Unary == &unary_cpu) {
+        if (derivative)  // both from one pass (y and result are the op's own, contiguous)
+          return activation_and_derivative_cpu(env, static_cast<UnaryFn>(Act), dt, y.data_ptr(), result.data_ptr(),
+                                               y.numel());
+      }
       Unary(env, static_cast<UnaryFn>(Act), dt, raw::strided_over<2>(y.shape(), {&result, &y}), kNaN, kNaN);
       if (derivative) {  // y = Grad(1, y) in place
         Tensor one = Tensor::temporary(env, Dims{}, dt, y.device());
