@@ -199,7 +199,8 @@ void lstm_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes
     using T = decltype(zero);
     const int64_t H = s.hidden;
     forward_steps<T>({reverse, s.steps}, s, 4, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh), as<T>(c0),
-                     as<T>(cs), as<T>(cs), as<T>(y), as<T>(gates), [&](int64_t n, int64_t j0, int64_t j1, auto... step) {
+                     as<T>(cs), as<T>(cs), as<T>(y), as<T>(gates),
+                     [&](int64_t n, int64_t j0, int64_t j1, auto... step) {
                        FG_AT_ISA(lstm_forward_units<T>(n, j0, j1, H, step...));
                      });
   });
@@ -223,7 +224,8 @@ void gru_sequence_cpu(const KernelEnv& env, DType dtype, bool reverse, RnnSizes 
     using T = decltype(zero);
     const int64_t H = s.hidden;
     forward_steps<T>({reverse, s.steps}, s, 3, as<T>(gi), as<T>(h0), as<T>(w_hh), as<T>(b_hh), as<T>(h0),
-                     as<T>(y), as<T>(ghn), as<T>(y), as<T>(gates), [&](int64_t n, int64_t j0, int64_t j1, auto... step) {
+                     as<T>(y), as<T>(ghn), as<T>(y), as<T>(gates),
+                     [&](int64_t n, int64_t j0, int64_t j1, auto... step) {
                        FG_AT_ISA(gru_forward_units<T>(n, j0, j1, H, step...));
                      });
   });
