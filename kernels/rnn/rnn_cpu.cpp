@@ -161,7 +161,7 @@ void backward_steps(StepOrder order, RnnSizes s, int64_t gates, const T* w, cons
 template <class T>
 void lstm_backward_typed(StepOrder order, RnnSizes s, const T* dy, const T* dcs, const T* gates, const T* cs,
                          const T* c0, const T* w, T* dgates, T* dh0, T* dc0) {
-  const int64_t N = s.batch, H = s.hidden, G = 4 * H, state = N * H;
+  const int64_t H = s.hidden, state = s.batch * H;
   std::fill(dc0, dc0 + state, T(0));  // the carry of c, zero past the last step
   backward_steps(order, s, 4, w, dgates, Store::Overwrite, dh0, [&](int64_t k, int64_t t, int64_t prev, const Part& p) {
     const int64_t o = p.r0 * H, at = t * state + o;
