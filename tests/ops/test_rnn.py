@@ -3,7 +3,10 @@ LSTM / GRU layer direction as one op, reached through nn.LSTM, nn.GRU, nn.LSTMCe
 Forward against a NumPy loop of PyTorch's equations (gate order i, f, g, o and r, z, n), float64
 finite differences for every input (x, h0, c0, weights, biases), bidirectional, multi-layer,
 batch_first, unbatched, T=1 and odd sizes; the number of kernels does not grow with T; compiled
-steps train like eager ones; errors. The kernel tests rerun at every ISA level (dev.sh test)."""
+steps train like eager ones; one thread against many, in the pool and from Python threads;
+errors. The kernel tests rerun at every ISA level (dev.sh test)."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -240,6 +243,31 @@ def test_threads_give_the_one_thread_bits(rng, kind, batch, hidden):
         fg.set_num_threads(before)
     for one, four in zip(*results):
         np.testing.assert_array_equal(one, four)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_layers_from_several_python_threads_at_once(rng, kind):
+    """Six Python threads run the layer at once, 32 rows (split by rows over the pool) and 6 rows
+    (by hidden units) alternately; each gets the bits it gets alone."""
+    module = getattr(nn, kind)(16, 64, batch_first=True)
+    xs = [fg.tensor(rng.normal(size=(32 if i % 2 else 6, 20, 16)).astype(np.float32)) for i in range(6)]
+    alone = [module(x)[0].numpy() for x in xs]
+    got, errors = [None] * len(xs), []
+
+    def work(i):
+        try:
+            for _ in range(10):
+                got[i] = module(xs[i])[0].numpy()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for one, many in zip(alone, got):
+        np.testing.assert_array_equal(one, many)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
