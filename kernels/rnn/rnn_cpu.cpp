@@ -98,7 +98,7 @@ constexpr int64_t kThreadRows = 8;
 // 20.5-20.7; GRU layers alike.
 template <class T, class Step>
 void over_steps(int64_t count, int64_t N, int64_t H, const PackedB<T>& w, int64_t work, Step step) {
-  const int64_t panels = w.group_panels(), w_bytes = w.groups * panels * w.K * w.width * int64_t{sizeof(T)};
+  const int64_t panels = w.group_panels(), w_bytes = packed_size<T>(w.K, w.N, w.groups) * int64_t{sizeof(T)};
   const int64_t groups = std::min<int64_t>(pool_threads(), N / kThreadRows);
   if (groups > 1 && w_bytes <= core_cache_bytes() && count * panels * work >= groups * (int64_t{1} << 18)) {
     parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
