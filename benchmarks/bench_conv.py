@@ -5,6 +5,9 @@ and conv2d_weight_grad ops),
 the composition it replaced (im2col of the whole batch + a batched matmul, from F.unfold) and
 PyTorch's F.conv2d (oneDNN on the CPU), forward and forward + backward (input, weight and bias
 gradients), interleaved rounds, medians, the load average and the instruction-set level printed.
+In a build with oneDNN (fg.build_config()["onednn"]), "flowgrad" is what FLOWGRAD_CONV picks for
+the shape (the row's "onednn": whether that is oneDNN's forward) and "flowgrad_own" flowgrad's own
+kernels alone (FLOWGRAD_CONV=own); own_over_onednn_fwd is their ratio where oneDNN ran.
 
     python benchmarks/bench_conv.py [--save] [--rounds N] [--threads N] [--tag NAME] [--min-time SECONDS]
     FLOWGRAD_ISA=avx2 python benchmarks/bench_conv.py    (common.py holds PyTorch, oneDNN and OpenBLAS to the level)
@@ -47,7 +50,19 @@ def peers(shape, torch):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in ((n, c, h, w), (o, c, k, k), (o,))]
     out = {}
-    for name, conv in (("flowgrad", F.conv2d), ("flowgrad_im2col", im2col_conv)):
+    chosen = fg.build_config()["conv"]
+
+    def own_conv(*args):  # flowgrad's own kernels, oneDNN aside (FLOWGRAD_CONV=own)
+        fg._core._set_conv_kernel("own")
+        try:
+            return F.conv2d(*args)
+        finally:
+            fg._core._set_conv_kernel(chosen)
+
+    convs = [("flowgrad", F.conv2d), ("flowgrad_im2col", im2col_conv)]
+    if fg.build_config()["onednn"]:
+        convs.append(("flowgrad_own", own_conv))
+    for name, conv in convs:
         x, wt, b = (fg.tensor(a, requires_grad=True) for a in arrays)
         g = fg.ones(*conv(x, wt, b, stride, padding).shape)
 
@@ -89,16 +104,21 @@ def main():
     print(f"instruction-set level {isa} (FLOWGRAD_ISA), {fg.get_num_threads()} threads, load {load_average()}, "
           f"PyTorch {torch.__version__ if torch else 'absent'}"
           + (f" (CPU capability {torch.backends.cpu.get_cpu_capability()})" if torch else ""), flush=True)
-    results = {"machine": machine(), "command": command_line(), "isa": isa, "rounds": args.rounds, "min_time_s": args.min_time, "statistic": "median of interleaved rounds",
+    results = {"machine": machine(), "command": command_line(), "isa": isa, "onednn": fg.build_config()["onednn"],
+               "conv": fg.build_config()["conv"], "rounds": args.rounds, "min_time_s": args.min_time, "statistic": "median of interleaved rounds",
                "torch_capability": torch.backends.cpu.get_cpu_capability() if torch else None, "shapes": {}}
     for shape in SHAPES:
         load_start = load_average()
         times = {name: 1e3 * t["median"] for name, t in interleaved(peers(shape, torch), args.rounds, args.min_time).items()}
-        row = {"shape": dict(zip(("n", "c", "o", "h", "w", "k", "stride", "padding"), shape[1:]))}
+        row = {"shape": dict(zip(("n", "c", "o", "h", "w", "k", "stride", "padding"), shape[1:])),
+               "onednn": fg._core._conv_takes_onednn([shape[1], shape[2], shape[4], shape[5]], shape[3], shape[6],
+                                                     shape[6], shape[7], shape[8])}
         row.update({f"{name}_ms": round(ms, 3) for name, ms in times.items()})
         if torch is not None:
             for part in ("fwd", "fwd_bwd"):
                 row[f"torch_over_flowgrad_{part}"] = round(times[f"torch_{part}"] / times[f"flowgrad_{part}"], 3)
+        if "flowgrad_own_fwd" in times:
+            row["own_over_onednn_fwd"] = round(times["flowgrad_own_fwd"] / times["flowgrad_fwd"], 3) if row["onednn"] else None
         row["load_average"] = [load_start, load_average()]
         print(f"{shape[0]:12s} " + "  ".join(f"{k} {v}" for k, v in row.items() if k != "shape"), flush=True)
         results["shapes"][shape[0]] = row

@@ -122,14 +122,14 @@ def run_isolated(code, timeout=120, env=None):
 ISA_LEVELS = ("generic", "avx2", "avx512")
 
 
-def run_at_isa(level, code):
-    """run_isolated(code) with FLOWGRAD_ISA=level (the hand-vectorised kernels compiled for that level);
-    skipped where this machine does not run the level."""
+def run_at_isa(level, code, env=None):
+    """run_isolated(code) with FLOWGRAD_ISA=level (the hand-vectorised kernels compiled for that level)
+    and `env`'s other variables; skipped where this machine does not run the level."""
     levels = fg.build_config()["isa_levels"]
     if level not in levels:
         pytest.skip(f"this machine runs {', '.join(levels)}, not {level}")
     check = f"assert fg.build_config()['isa'] == {level!r}\n"
-    return run_isolated(check + textwrap.dedent(code), env={"FLOWGRAD_ISA": level})
+    return run_isolated(check + textwrap.dedent(code), env={**(env or {}), "FLOWGRAD_ISA": level})
 
 
 PLANNER_MODES = ({}, {"FLOWGRAD_NO_PLANNER": "1"}, {"FLOWGRAD_DEBUG_PLAN": "1"})

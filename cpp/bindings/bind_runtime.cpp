@@ -10,6 +10,7 @@
 #include "kernels/linalg/gemm.h"
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/linalg/sgemm.h"
+#include "kernels/nn/nn.h"
 
 namespace fg::py_bind {
 
@@ -62,6 +63,8 @@ void bind_runtime(py::module_& m) {
     d["blas_config"] = blas.config;
     d["blas_threads"] = blas_threads() == BlasThreads::Pool ? "pool" : "openblas";  // who runs OpenBLAS's jobs
     d["sgemm"] = sgemm_in_use() == Sgemm::Avx512 ? "avx512" : "blas";  // who multiplies float32 matrices
+    d["onednn"] = onednn_version();  // '' without oneDNN (FLOWGRAD_ONEDNN)
+    d["conv"] = conv_kernel_name(conv_kernel_in_use());  // who runs float32 forward convolutions (FLOWGRAD_CONV)
     d["isa"] = isa_name(cpu_isa());  // the instruction-set level CPU kernels run at (FLOWGRAD_ISA)
     py::list levels;  // every level FLOWGRAD_ISA may ask for here
     for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512})
@@ -74,6 +77,9 @@ void bind_runtime(py::module_& m) {
      "(its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: "
      "'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), , "
      "sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM), "
+     "onednn: the version of the oneDNN this build links ('' for none; FLOWGRAD_ONEDNN at build time), conv: who runs "
+     "float32 forward convolutions ('auto': oneDNN for the shapes where it beats flowgrad's own, 'own', 'onednn'; "
+     "FLOWGRAD_CONV), "
      "isa: the instruction-set level CPU kernels run at ('generic', 'avx2' or 'avx512'; FLOWGRAD_ISA forces a lower "
      "one) and isa_levels: every level this machine and build can run.");
   m.def("_isa_for", [](const std::string& asked, const std::string& machine, const std::string& baseline) {
@@ -82,6 +88,18 @@ void bind_runtime(py::module_& m) {
   }, py::arg("asked"), py::arg("machine"), py::arg("baseline") = "generic",
      "For tests: the level FLOWGRAD_ISA=asked gives on a machine of the level `machine` with a build of the level "
      "`baseline`; ValueError where it cannot.");
+  m.def("_set_conv_kernel", [](const std::string& name) {
+    return conv_kernel_name(set_conv_kernel(conv_kernel_named(name)));
+  }, py::arg("name"), "For tests and benchmarks: who runs float32 forward convolutions from now on ('auto', 'own' or "
+     "'onednn', as FLOWGRAD_CONV); returns it. Call while no convolution runs.");
+  m.def("_conv_takes_onednn", [](const std::vector<int64_t>& x, int64_t out_ch, int64_t kh, int64_t kw, int64_t stride,
+                                  int64_t pad) {
+    FG_CHECK(x.size() == 4, Value, "_conv_takes_onednn: x is (N, C, H, W), got ", x.size(), " dimensions");
+    const Conv2dGeometry g{x[0], x[1], x[2], x[3], kh, kw, stride, stride, pad, pad,
+                           (x[2] + 2 * pad - kh) / stride + 1, (x[3] + 2 * pad - kw) / stride + 1};
+    return conv2d_takes_onednn(DType::Float32, g, out_ch);
+  }, py::arg("x"), py::arg("out_channels"), py::arg("kh"), py::arg("kw"), py::arg("stride") = 1, py::arg("padding") = 0,
+     "For tests and benchmarks: whether a float32 conv2d of input shape x here and now runs on oneDNN.");
   m.def("blas_name", &blas_name, "The BLAS library matmul calls ('none': the built-in blocked kernel).");
   m.def("cpu_memory_stats", [] {
     AllocatorStats s = CpuAllocator::get().stats();

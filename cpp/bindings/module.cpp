@@ -9,6 +9,7 @@
 #include "flowgrad/ops/autocast.h"
 #include "kernels/common/cpu_dispatch.h"
 #include "kernels/linalg/sgemm.h"
+#include "kernels/nn/nn.h"
 
 namespace fg::py_bind {
 namespace {
@@ -101,6 +102,7 @@ PYBIND11_MODULE(_core, m) {
   num_threads();  // sizes the CPU pool and BLAS from FLOWGRAD_NUM_THREADS
   set_cpu_isa(env::cpu_isa());  // FLOWGRAD_ISA, before anything asks the level
   set_sgemm(env::sgemm_avx512() ? Sgemm::Avx512 : Sgemm::Blas);  // FLOWGRAD_SGEMM
+  set_conv_kernel(conv_kernel_named(env::conv_kernel()));  // FLOWGRAD_CONV
   bind_errors(m);
   bind_dtypes(m);
   bind_tensor(m);

@@ -270,7 +270,7 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
   });
 }
 
-// Image by image: at avx2 and avx512 with stride 1 (packed_products) the image's columns read in
+// oneDNN's where it wins (conv2d_takes_onednn). Else image by image: at avx2 and avx512 with stride 1 (packed_products) the image's columns read in
 // place from the padded image (convolve_in_place), elsewhere one image's columns at a time in a
 // workspace (C*kh*kw x L, cache-sized for small images) and the GEMM: y[n] (O, L) = W (O, CK) @
 // cols[n] + b. bench_cnn_rnn's 32 -> 32 channel layer (64 images of 32x32, one thread, a loop of
@@ -279,6 +279,7 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 // avx512, 28.5-29.1 -> 27.1-27.5 at avx2.
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y) {
+  if (conv2d_onednn_cpu(env, dtype, g, out_ch, x, w, b, y)) return;
   if (!packed_products(g)) return conv2d_gemm(env, dtype, g, out_ch, x, w, b, y);
   visit_float_dtype(dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);

@@ -1,6 +1,7 @@
 // Fused nn kernels on contiguous float buffers.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "flowgrad/base/dtype.h"
 #include "flowgrad/base/kernel_env.h"
@@ -69,6 +70,24 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
 // y (N, O, out_h, out_w) = W (O, C, kh, kw) * x (N, C, H, W) + b (O; null: none). Overwrites y.
 void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                 const void* w, const void* b, void* y);
+// oneDNN's forward convolution in place of conv2d_cpu's own (kernels/nn/conv_onednn_cpu.cpp), in
+// builds with oneDNN (FLOWGRAD_ONEDNN): float32 at avx2 and avx512, two images or more, for the
+// shapes the conv kernel in use takes it for (never depending on the thread count). conv2d_takes_onednn says
+// whether it would; conv2d_onednn_cpu runs it and returns true, or returns false having done
+// nothing. A oneDNN failure raises a RuntimeError naming the shape.
+bool conv2d_takes_onednn(DType dtype, const Conv2dGeometry& g, int64_t out_ch);
+bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
+                       const void* w, const void* b, void* y);
+// Who runs float32 forward convolutions (FLOWGRAD_CONV): Auto, oneDNN where it beats ours (at avx2,
+// and at avx512 from 16 input channels; measured per shape in docs/benchmarks.md); Own, never
+// oneDNN; OneDnn, oneDNN wherever conv2d_onednn_cpu can run it. set_conv_kernel returns it.
+enum class ConvKernel { Auto, Own, OneDnn };
+ConvKernel set_conv_kernel(ConvKernel which);
+ConvKernel conv_kernel_in_use();
+ConvKernel conv_kernel_named(const std::string& name);  // "auto", "own", "onednn"; else a ValueError
+std::string conv_kernel_name(ConvKernel which);
+// oneDNN's version in this build ("2.6.3"), "" without it.
+std::string onednn_version();
 // dx (N, C, H, W) = col2im(W^T @ dy[n]) image by image. Overwrites dx.
 void conv2d_input_grad_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch,
                            const void* dy, const void* w, void* dx);

@@ -55,6 +55,13 @@ bool sgemm_avx512() {
   return v != "blas";
 }
 
+std::string conv_kernel() {
+  const std::string v = read_text("FLOWGRAD_CONV");
+  FG_CHECK(v.empty() || v == "auto" || v == "own" || v == "onednn", Value, "environment variable FLOWGRAD_CONV='", v,
+           "' is not 'auto', 'own' or 'onednn'");
+  return v.empty() ? "auto" : v;
+}
+
 int64_t cpu_cache_bytes() {
   static const int64_t bytes = read_int("FLOWGRAD_CPU_CACHE_MB", 1024, 0) << 20;
   return bytes;

@@ -9,6 +9,7 @@ int num_threads();           // FLOWGRAD_NUM_THREADS, default: the machine's cor
 bool blas_on_pool();         // FLOWGRAD_BLAS_THREADS: pool (default) or openblas (its own threads)
 std::string cpu_isa();     // FLOWGRAD_ISA: generic, avx2 or avx512, at most the machine's (default: the machine's)
 bool sgemm_avx512();         // FLOWGRAD_SGEMM: avx512 (default: flowgrad's float32 GEMM where the CPU has AVX-512) or blas
+std::string conv_kernel();   // FLOWGRAD_CONV: auto (default: oneDNN where it wins, in builds with it), own or onednn
 int64_t cpu_cache_bytes();   // FLOWGRAD_CPU_CACHE_MB, default 1024; 0 disables caching
 int debug_level();           // FLOWGRAD_DEBUG, default 0
 bool cuda_caching();         // FLOWGRAD_CUDA_NO_CACHING=1 turns the CUDA caching allocator off

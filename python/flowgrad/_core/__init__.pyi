@@ -1954,6 +1954,10 @@ class dtype:
         ...
 def _autocast_state(arg0: str) -> tuple[builtins.bool, dtype]:
     ...
+def _conv_takes_onednn(x: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], out_channels: typing.SupportsInt | typing.SupportsIndex, kh: typing.SupportsInt | typing.SupportsIndex, kw: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex = 1, padding: typing.SupportsInt | typing.SupportsIndex = 0) -> builtins.bool:
+    """
+    For tests and benchmarks: whether a float32 conv2d of input shape x here and now runs on oneDNN.
+    """
 def _copy_leaf(tensor: Tensor) -> Tensor:
     """
     A new leaf with t's values, flags and a copy of its grad (copy.deepcopy).
@@ -2038,6 +2042,10 @@ def _serialize_safetensors(tensors: dict, metadata: typing.Any = None) -> bytes:
     """
 def _set_autocast(arg0: str, arg1: builtins.bool, arg2: dtype) -> None:
     ...
+def _set_conv_kernel(name: str) -> str:
+    """
+    For tests and benchmarks: who runs float32 forward convolutions from now on ('auto', 'own' or 'onednn', as FLOWGRAD_CONV); returns it. Call while no convolution runs.
+    """
 def _set_module_state(arg0: Module, arg1: builtins.bool, arg2: list, arg3: list, arg4: list) -> None:
     """
     Registers pickled entries and sets the training flag.
@@ -2108,7 +2116,7 @@ def broadcast_to(input: Tensor, shape: typing.Any) -> Tensor:
     """
 def build_config() -> dict:
     """
-    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), , sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM), isa: the instruction-set level CPU kernels run at ('generic', 'avx2' or 'avx512'; FLOWGRAD_ISA forces a lower one) and isa_levels: every level this machine and build can run.
+    How this build was configured: the FLOWGRAD_CUDA setting asked for, whether CUDA was compiled, where its compiler came from (cuda_compiler: system, pypi or none; cuda_compiler_version), cuda_left_out (non-empty when the build machine had an NVIDIA driver or GPU but no CUDA compiler: what was found and the fix), the BLAS (its name, the FLOWGRAD_BLAS setting, the library file, OpenBLAS's CPU core and build string, and blas_threads: 'pool' when OpenBLAS runs its threaded calls on flowgrad's thread pool, 'openblas' when on its own threads), , sgemm: 'avx512' when float32 products run on flowgrad's own AVX-512 kernel, 'blas' when on the BLAS (FLOWGRAD_SGEMM), onednn: the version of the oneDNN this build links ('' for none; FLOWGRAD_ONEDNN at build time), conv: who runs float32 forward convolutions ('auto': oneDNN for the shapes where it beats flowgrad's own, 'own', 'onednn'; FLOWGRAD_CONV), isa: the instruction-set level CPU kernels run at ('generic', 'avx2' or 'avx512'; FLOWGRAD_ISA forces a lower one) and isa_levels: every level this machine and build can run.
     """
 def cat(tensors: collections.abc.Sequence[Tensor], dim: typing.SupportsInt | typing.SupportsIndex = 0) -> Tensor:
     """
