@@ -33,9 +33,11 @@ PYTHON=${PYTHON:-python3}
 # ccache keys on paths relative to the checkout, so a fresh clone or another worktree hits the cache
 # that an earlier build filled.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libdnnl-dev libgtest-dev graphviz
+PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libgtest-dev graphviz
           openmpi-bin libopenmpi-dev)
 TEST_PACKAGES=(clang)
+# Installed where the distribution has them; without them the build leaves their part out.
+OPTIONAL_PACKAGES=(libdnnl-dev)  # oneDNN: its forward convolution where it beats ours (FLOWGRAD_ONEDNN)
 
 say() { echo "dev.sh: $*"; }
 
@@ -47,7 +49,7 @@ install_system_packages() {
   [ ${#missing[@]} -eq 0 ] && return
   local sudo=()
   if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { say "run as root or install sudo: missing ${missing[*]}"; exit 1; }
+    command -v sudo >/dev/null || { say "run as root or install sudo: missing ${missing[*]}"; return 1; }
     sudo=(sudo)
   fi
   say "installing system packages: ${missing[*]}"
@@ -76,6 +78,8 @@ EOF
 
 setup() {  # $1: the optional-dependency group to install (test, examples)
   install_system_packages "${PACKAGES[@]}"
+  install_system_packages "${OPTIONAL_PACKAGES[@]}" ||
+    say "could not install ${OPTIONAL_PACKAGES[*]}: the build leaves oneDNN out (flowgrad's own convolutions)"
   # nvcc lives outside PATH on some images; CUDA is built whenever the toolkit exists.
   # FLOWGRAD_CUDA=pypi hides it: the CUDA configuration then takes nvcc from PyPI's wheels in .venv.
   if [ "${FLOWGRAD_CUDA:-}" = pypi ]; then
