@@ -245,15 +245,25 @@ bool conv2d_takes_onednn(DType dtype, const Conv2dGeometry& g, int64_t out_ch) {
 bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                        const void* w, const void* b, void* y) {
   if (!conv2d_takes_onednn(dtype, g, out_ch)) return false;
-  // A thread's images in one call: chunks of n / threads images or one more, two shapes at most.
-  // (In calls of 8 images the 3 -> 16 channel layer of bench_conv.py took 1.04 ms at avx512
-  // instead of 0.60, 2 threads, 2026-12-07.) With fewer images than threads, some wait.
+  // The images in chunks of n / threads or one more, each thread's in calls of `per` images (and
+  // one of the rest): all of them unless their blocked copies would pass kCallBytes (a large image:
+  // channels padded to blocks of 16, input and output). At most four shapes of call, each prepared
+  // once. (In calls of 8 images the 3 -> 16 channel layer of bench_conv.py took 1.04 ms at avx512
+  // instead of 0.60 in one, 2 threads, 2026-12-07.) With fewer images than threads, some wait.
+  constexpr int64_t kCallBytes = int64_t{32} << 20;
   const int chunks = static_cast<int>(std::min<int64_t>(g.n, in_parallel_region() ? 1 : pool_threads()));
-  const std::shared_ptr<const Prepared> shapes[2] = {
-      prepared(g, out_ch, g.n / chunks, b != nullptr),
-      g.n % chunks ? prepared(g, out_ch, g.n / chunks + 1, b != nullptr) : nullptr};
-  if (!shapes[0] || (g.n % chunks && !shapes[1])) return false;
-  const size_t space = std::max(chunk_bytes(*shapes[0]), shapes[1] ? chunk_bytes(*shapes[1]) : 0);
+  const auto blocked = [](int64_t channels) { return (channels + 15) / 16 * 16; };
+  const int64_t image_bytes = 4 * (blocked(g.c) * g.h * g.w + blocked(out_ch) * g.out_h * g.out_w);
+  const int64_t small = g.n / chunks, per = std::clamp<int64_t>(kCallBytes / image_bytes, 1, small + (g.n % chunks > 0));
+  std::map<int64_t, std::shared_ptr<const Prepared>> calls;  // by image count
+  size_t space = 0;
+  for (int64_t count : {per, small % per, (small + 1) % per}) {
+    if (count == 0 || calls.count(count)) continue;
+    auto p = prepared(g, out_ch, count, b != nullptr);
+    if (!p) return false;
+    space = std::max(space, chunk_bytes(*p));
+    calls.emplace(count, std::move(p));
+  }
   CpuWorkspace ws(env, space * chunks);
   std::mutex failed_mutex;
   std::string failed;  // what oneDNN threw on a pool thread, raised on this one
@@ -262,10 +272,11 @@ bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& 
       [[maybe_unused]] const OneThread one;
       dnnl::stream stream(engine());
       for (int64_t c = c0; c < c1; ++c) {
-        const int64_t n0 = g.n * c / chunks, count = g.n * (c + 1) / chunks - n0;
-        run(*shapes[count != g.n / chunks], g, out_ch, static_cast<const float*>(x), static_cast<const float*>(w),
-            static_cast<const float*>(b), static_cast<float*>(y), n0, static_cast<char*>(ws.data()) + c * space,
-            stream);
+        const int64_t n1 = g.n * (c + 1) / chunks;
+        for (int64_t n = g.n * c / chunks; n < n1; n += per)
+          run(*calls.at(std::min(per, n1 - n)), g, out_ch, static_cast<const float*>(x), static_cast<const float*>(w),
+              static_cast<const float*>(b), static_cast<float*>(y), n, static_cast<char*>(ws.data()) + c * space,
+              stream);
       }
       stream.wait();
     } catch (const dnnl::error& e) {

@@ -196,3 +196,26 @@ def test_own_is_what_the_switch_says(conv_kernel):
     assert not core._conv_takes_onednn([64, 32, 32, 32], 64, 3, 3, 2, 1)
     out = run_isolated("print(fg.build_config()['conv'])", env={"FLOWGRAD_CONV": "own"})
     assert out.split() == ["own"]
+
+
+@runs_here
+def test_large_images_run_in_several_calls_with_the_same_bits(rng, conv_kernel):
+    """Images whose blocked copies pass 32 MiB a call (kCallBytes) run a thread's images in several
+    calls: 13 images of 8 x 192 x 192 (channels padded to 16: 4.7 MB each, 7 a call) on one thread
+    in calls of 7 and 6, on 2 and 3 threads in one call each, give the same bits, within float32
+    rounding of flowgrad's own kernel."""
+    x, w, b = (make(rng, s, np.float32) for s in ((13, 8, 192, 192), (8, 8, 3, 3), (8,)))
+    previous = fg.get_num_threads()
+    results = []
+    try:
+        conv_kernel("onednn")
+        for threads in (1, 2, 3):
+            fg.set_num_threads(threads)
+            results.append(F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy())
+        conv_kernel("own")
+        own = F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy()
+    finally:
+        fg.set_num_threads(previous)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+    np.testing.assert_allclose(results[0], own, rtol=1e-5, atol=2e-5)
