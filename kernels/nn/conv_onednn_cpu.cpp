@@ -227,11 +227,12 @@ std::string onednn_version() {
 }
 
 // Measured per shape (FLOWGRAD_CONV=own against onednn, 2 threads, a 2-core Xeon, 2026-12-07; the
-// table in docs/benchmarks.md): at avx2 oneDNN took 0.61-0.85x our time on 3x3 and 5x5 kernels,
-// stride 1 and 2, and 1.2x on 1x1; at avx512 it won stride 2 (0.57-0.61x) and 5x5 (0.89-0.94x),
-// tied 3x3 from 32 channels, and lost the rest (1.06-1.85x). Below 2^22 multiply-adds its fixed
-// cost (about 80 us) loses at every level. A single image runs ours, whose products spread over the
-// threads. The choice depends on the shape alone, never on the thread count, so the bits do not.
+// table in docs/benchmarks.md): at avx2 oneDNN took 0.64-0.85x our time on 3x3 and 5x5 kernels,
+// stride 1 and 2, and 1.15-1.19x on 1x1; at avx512 it won stride 2 (0.57-0.65x) and 5x5
+// (0.89-0.93x), took 0.92-1.10x on 3x3 at stride 1 (a tie: ours stays) and lost 1x1 (1.37-1.54x).
+// Below 2^22 multiply-adds (a fixed cost of tens of us a call) it lost at avx2 and was mixed at
+// avx512. A single image runs ours, whose products spread over the threads. The choice depends on
+// the shape alone, never on the thread count, so the bits do not.
 bool conv2d_takes_onednn(DType dtype, const Conv2dGeometry& g, int64_t out_ch) {
   const ConvKernel choice = conv_kernel_in_use();
   if (choice == ConvKernel::Own || dtype != DType::Float32 || cpu_isa() == Isa::Generic || g.n < 2 ||
