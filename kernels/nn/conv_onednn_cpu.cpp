@@ -185,14 +185,15 @@ std::shared_ptr<const Prepared> prepared(const Conv2dGeometry& g, int64_t out_ch
 // The bytes of a region of the workspace, rounded up to keep the next one 64-byte aligned.
 size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// What a thread needs beside p: its blocked weights, input and output, and oneDNN's scratchpad.
+// What a thread needs for a call of p: its blocked input and output, and oneDNN's scratchpad.
 size_t chunk_bytes(const Prepared& p) {
-  return (p.to_weights ? padded(p.weights.get_size()) : 0) + (p.to_src ? padded(p.src.get_size()) : 0) +
-         (p.from_dst ? padded(p.dst.get_size()) : 0) + padded(p.scratch.get_size());
+  return (p.to_src ? padded(p.src.get_size()) : 0) + (p.from_dst ? padded(p.dst.get_size()) : 0) +
+         padded(p.scratch.get_size());
 }
 
-// One call: images [n0, n0 + count) of x into y, `space` (chunk_bytes(p)) for the blocked copies.
-void run(const Prepared& p, const Conv2dGeometry& g, int64_t out_ch, const float* x, const float* w,
+// One call: images [n0, n0 + count) of x into y, with the weights already in p's layout and
+// `space` (chunk_bytes(p)) for the blocked copies.
+void run(const Prepared& p, const Conv2dGeometry& g, int64_t out_ch, const float* x, void* weights,
          const float* bias, float* y, int64_t n0, char* space, dnnl::stream& stream) {
   auto take = [&](const memory::desc& d, bool needed, const float* user) -> void* {
     if (!needed) return const_cast<float*>(user);
@@ -202,16 +203,16 @@ void run(const Prepared& p, const Conv2dGeometry& g, int64_t out_ch, const float
   };
   const int64_t image = g.c * g.h * g.w, out = out_ch * g.out_h * g.out_w;
   memory user_src(p.user_src, engine(), const_cast<float*>(x + n0 * image));
-  memory user_weights(p.user_weights, engine(), const_cast<float*>(w));
   memory user_dst(p.user_dst, engine(), y + n0 * out);
-  memory weights(p.weights, engine(), take(p.weights, p.to_weights != nullptr, w));
   memory src(p.src, engine(), take(p.src, p.to_src != nullptr, x + n0 * image));
   memory dst(p.dst, engine(), take(p.dst, p.from_dst != nullptr, y + n0 * out));
   memory scratch(p.scratch, engine(), space);
-  if (p.to_weights) p.to_weights->execute(stream, user_weights, weights);
   if (p.to_src) p.to_src->execute(stream, user_src, src);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
+      {DNNL_ARG_SRC, src},
+      {DNNL_ARG_WEIGHTS, memory(p.weights, engine(), weights)},
+      {DNNL_ARG_DST, dst},
+      {DNNL_ARG_SCRATCHPAD, scratch}};
   if (bias)
     args.emplace(DNNL_ARG_BIAS,
                  memory(memory::desc(dims({out_ch}), kF32, Tag::x), engine(), const_cast<float*>(bias)));
@@ -248,7 +249,7 @@ bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& 
   if (!conv2d_takes_onednn(dtype, g, out_ch)) return false;
   // The images in chunks of n / threads or one more, each thread's in calls of `per` images (and
   // one of the rest): all of them unless their blocked copies would pass kCallBytes (a large image:
-  // channels padded to blocks of 16, input and output). At most four shapes of call, each prepared
+  // channels padded to blocks of 16, input and output). At most three shapes of call, each prepared
   // once. (In calls of 8 images the 3 -> 16 channel layer of bench_conv.py took 1.04 ms at avx512
   // instead of 0.60 in one, 2 threads, 2026-12-07.) With fewer images than threads, some wait.
   constexpr int64_t kCallBytes = int64_t{32} << 20;
@@ -256,35 +257,59 @@ bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& 
   const auto blocked = [](int64_t channels) { return (channels + 15) / 16 * 16; };
   const int64_t image_bytes = 4 * (blocked(g.c) * g.h * g.w + blocked(out_ch) * g.out_h * g.out_w);
   const int64_t small = g.n / chunks, per = std::clamp<int64_t>(kCallBytes / image_bytes, 1, small + (g.n % chunks > 0));
-  std::map<int64_t, std::shared_ptr<const Prepared>> calls;  // by image count
-  size_t space = 0;
+  // By image count: the call's primitive and its weights, reordered into its layout once, here.
+  struct Call {
+    std::shared_ptr<const Prepared> p;
+    void* weights;
+  };
+  std::map<int64_t, Call> calls;
+  size_t space = 0, weight_bytes = 0;
   for (int64_t count : {per, small % per, (small + 1) % per}) {
     if (count == 0 || calls.count(count)) continue;
     auto p = prepared(g, out_ch, count, b != nullptr);
     if (!p) return false;
     space = std::max(space, chunk_bytes(*p));
-    calls.emplace(count, std::move(p));
+    if (p->to_weights) weight_bytes += padded(p->weights.get_size());
+    calls.emplace(count, Call{std::move(p), const_cast<void*>(w)});
   }
-  CpuWorkspace ws(env, space * chunks);
+  CpuWorkspace ws(env, weight_bytes + space * chunks);
+  char* const chunk_space = static_cast<char*>(ws.data()) + weight_bytes;
   std::mutex failed_mutex;
-  std::string failed;  // what oneDNN threw on a pool thread, raised on this one
-  parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+  std::string failed;  // what oneDNN threw (on this thread or a pool thread), raised here
+  auto guarded = [&](auto&& work) {
     try {
       [[maybe_unused]] const OneThread one;
       dnnl::stream stream(engine());
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t n1 = g.n * (c + 1) / chunks;
-        for (int64_t n = g.n * c / chunks; n < n1; n += per)
-          run(*calls.at(std::min(per, n1 - n)), g, out_ch, static_cast<const float*>(x), static_cast<const float*>(w),
-              static_cast<const float*>(b), static_cast<float*>(y), n, static_cast<char*>(ws.data()) + c * space,
-              stream);
-      }
+      work(stream);
       stream.wait();
     } catch (const dnnl::error& e) {
       std::lock_guard<std::mutex> lock(failed_mutex);
       failed = e.what();
     }
+  };
+  guarded([&](dnnl::stream& stream) {
+    char* at = static_cast<char*>(ws.data());
+    for (auto& [count, call] : calls) {
+      if (!call.p->to_weights) continue;
+      memory user(call.p->user_weights, engine(), const_cast<void*>(w)), into(call.p->weights, engine(), at);
+      call.p->to_weights->execute(stream, user, into);
+      call.weights = at;
+      at += padded(call.p->weights.get_size());
+    }
   });
+  if (failed.empty())
+    parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      guarded([&](dnnl::stream& stream) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t n1 = g.n * (c + 1) / chunks;
+          for (int64_t n = g.n * c / chunks; n < n1; n += per) {
+            const Call& call = calls.at(std::min(per, n1 - n));
+            run(*call.p, g, out_ch, static_cast<const float*>(x), call.weights, static_cast<const float*>(b),
+                static_cast<float*>(y), n, chunk_space + c * space, stream);
+          }
+        }
+      });
+    });
   FG_CHECK(failed.empty(), Runtime, "conv2d: oneDNN ", onednn_version(), " failed on input ", g.n, "x", g.c, "x", g.h,
            "x", g.w, ", ", out_ch, " output channels, kernel ", g.kh, "x", g.kw, ": ", failed);
   return true;

@@ -14,6 +14,7 @@ import pytest
 import flowgrad as fg
 import flowgrad._core as core
 from conftest import make, run_at_isa, run_isolated, run_threads
+from test_conv2d import np_conv2d  # the float64 direct convolution
 
 F = fg.nn.functional
 HAVE = bool(fg.build_config()["onednn"])
@@ -44,12 +45,6 @@ def conv_kernel():
     before = fg.build_config()["conv"]
     yield core._set_conv_kernel
     core._set_conv_kernel(before)
-
-
-def np_conv2d(x, w, b, stride, padding):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_conv2d import np_conv2d as reference
-    return reference(x, w, b, stride, padding)
 
 
 def test_build_config_says_who_convolves():
