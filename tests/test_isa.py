@@ -1,7 +1,9 @@
 """FLOWGRAD_ISA: the instruction-set level flowgrad's hand-vectorised CPU kernels run at
 (kernels/common/cpu_dispatch.h), the machine's own or a lower one. ./dev.sh test runs the kernels'
 tests again at each level below the machine's; these tests check the switch itself on any machine."""
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,3 +98,49 @@ def test_the_level_is_the_machines_own_or_a_lower_one_whatever_the_machine():
         isa_for("generic", "avx512", "avx2")
     with pytest.raises(ValueError, match="FLOWGRAD_ISA='sse4' is not 'generic', 'avx2' or 'avx512'"):
         isa_for("sse4", "avx512")
+
+
+def load_isa_spills():
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "isa_spills.py")
+    spec = importlib.util.spec_from_file_location("isa_spills", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_level_reaches_a_register_wider_than_its_own_in_the_built_module():
+    """A forced level runs on a machine that has more (this one, in CI), where an AVX-512 instruction
+    in the avx2 copy of a kernel would run and pass unnoticed, and fault on an AVX2 machine. So the
+    disassembly is read instead: from each avx2 copy no zmm or mask register, from each generic copy
+    no ymm or zmm, through every function it calls (scripts/isa_spills.py --widths)."""
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    if fg.build_config()["isa_levels"][0] != "generic":
+        pytest.skip("a native build (FLOWGRAD_NATIVE=ON) compiles every function above generic")
+    isa_spills = load_isa_spills()
+    found = isa_spills.functions(fg._core.__file__)
+    checked = isa_spills.too_wide(found)
+    for level, (copies, reached, bad) in checked.items():
+        assert copies > 100 and reached >= copies, (level, copies, reached)  # the names still match
+        assert bad == [], f"{level}: " + "; ".join(f"{isa_spills.shorten(n)}: {i}" for n, i in bad[:5])
+    # the same regular expressions see the wider registers where they belong
+    avx512 = [n for n in found if "isa_detail::at_avx512<" in n]
+    assert any(isa_spills.ABOVE["avx2"].search(i) for n in avx512 for i in found[n][1])
+    assert any(isa_spills.ABOVE["generic"].search(i) for n in found if "isa_detail::at_avx2<" in n
+               for i in found[n][1])
+
+
+def test_the_width_check_follows_calls_and_stops_at_the_higher_copies():
+    isa_spills = load_isa_spills()
+    found = {
+        "decltype(auto) fg::isa_detail::at_avx2<k>()": (0x10, ["call   20 <helper>", "vaddps %ymm1,%ymm2,%ymm3"]),
+        "helper": (0x20, ["jmp    30 <tail>"]),
+        "tail": (0x30, ["vmovups %zmm0,(%rdi)"]),
+        "decltype(auto) fg::at_isa<k>()": (0x40, ["call   50 <decltype(auto) fg::isa_detail::at_avx512<k>()>",
+                                                  "call   60 <plain>"]),
+        "decltype(auto) fg::isa_detail::at_avx512<k>()": (0x50, ["vaddps %zmm1,%zmm2,%zmm3"]),
+        "plain": (0x60, ["kmovw  %k1,%eax"]),
+    }
+    checked = isa_spills.too_wide(found)
+    assert checked["avx2"] == (1, 3, [("tail", "vmovups %zmm0,(%rdi)")])
+    assert checked["generic"] == (1, 2, [("plain", "kmovw  %k1,%eax")])
