@@ -1,6 +1,6 @@
 """oneDNN's forward convolution (kernels/nn/conv_onednn_cpu.cpp), in builds that link it
 (FLOWGRAD_ONEDNN; fg.build_config()["onednn"]): against NumPy at odd geometries at each level it
-runs at (avx2, avx512; forced with FLOWGRAD_CONV=onednn), the same bits on any thread count, from
+runs at (avx2, avx512; forced with FLOWGRAD_CONV=onednn), strided operands included, the same bits on any thread count, from
 several Python threads at once and in a compiled step, which shapes it takes (FLOWGRAD_CONV=auto:
 the measured rule) and never at generic or in float64, and the switch's errors."""
 import os
@@ -71,6 +71,12 @@ def test_onednn_matches_numpy_at_each_level(level):
                 got = F.conv2d(fg.tensor(x.astype(np.float32)), fg.tensor(w.astype(np.float32)),
                                None if bias is None else fg.tensor(bias.astype(np.float32)), stride, padding)
                 fg.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+            # strided operands: a channels-last image and a weight with its kernel axes swapped
+            xs = fg.tensor(x.transpose(0, 2, 3, 1).astype(np.float32)).permute(0, 3, 1, 2)
+            ws = fg.tensor(w.transpose(0, 1, 3, 2).astype(np.float32)).transpose(2, 3)
+            assert c == 1 or not xs.is_contiguous()
+            fg.testing.assert_close(F.conv2d(xs, ws, None, stride, padding), mod.np_conv2d(x, w, None, stride, padding),
+                                    rtol=1e-5, atol=2e-5)
         print(fg.build_config()["conv"])
     """.format(here=str(Path(__file__).parent)), env={"FLOWGRAD_CONV": "onednn", "FLOWGRAD_NUM_THREADS": "2"})
     assert out.split() == ["onednn"]
