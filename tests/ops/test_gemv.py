@@ -1,7 +1,8 @@
 """Products of few rows (kernels/linalg/gemv_cpu.cpp: M <= 8, any layout, float32 and float64): matmul,
 linear with and without bias and their gradients against NumPy in float64, at odd N and K (vector tails),
-through transposed and row-sliced operands, on one and two threads (the threads split the columns), and
-at every instruction-set level this machine runs (FLOWGRAD_ISA, in a fresh interpreter each)."""
+through transposed and row-sliced operands, on one and two threads (the threads split the columns), with a
+matrix past a core's cache (its rows prefetched), and at every instruction-set level this machine runs
+(FLOWGRAD_ISA, in a fresh interpreter each)."""
 import numpy as np
 import pytest
 
@@ -94,13 +95,27 @@ def test_gradient_of_a_single_row_linear_matches_numpy(rng):
     close(w.grad.numpy(), g.T.astype(np.float64) @ x.detach().numpy().astype(np.float64), 1, np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_matrix_past_a_cores_cache_gives_the_same_bits_on_any_thread_count(rng, dtype, restore_threads):
+    """x W^T with W's rows prefetched ahead (W larger than a core's cache, on each thread's share too),
+    K and N past whole cache lines and vectors."""
+    m, k, n = 2, 1003, 4099  # 16 MiB of float32
+    x, w, b = make(rng, (m, k), dtype), make(rng, (n, k), dtype), make(rng, (n,), dtype)
+    got = []
+    for threads in (1, 2):
+        fg.set_num_threads(threads)
+        got.append(F.linear(fg.tensor(x), fg.tensor(w), fg.tensor(b)).numpy())
+    close(got[0], x.astype(np.float64) @ w.astype(np.float64).T + b, k, dtype)
+    np.testing.assert_array_equal(got[0], got[1])
+
+
 @pytest.mark.parametrize("level", ISA_LEVELS)
 def test_every_isa_level_matches_numpy(level):
     """The kernel compiled for each level (vectors of 16, 32, 64 bytes), with bias, in every layout."""
     out = run_at_isa(level, """
         rng = np.random.default_rng(3)
         worst = 0.0
-        for m, k, n in [(1, 7, 5), (1, 255, 129), (3, 100, 37), (8, 129, 255), (1, 300, 1100)]:
+        for m, k, n in [(1, 7, 5), (1, 255, 129), (3, 100, 37), (8, 129, 255), (1, 300, 1100), (2, 1003, 2051)]:
             for dtype in (np.float32, np.float64):
                 a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
                 bias = rng.standard_normal(n).astype(dtype)
