@@ -1,8 +1,9 @@
 """oneDNN's forward convolution (kernels/nn/conv_onednn_cpu.cpp), in builds that link it
 (FLOWGRAD_ONEDNN; fg.build_config()["onednn"]): against NumPy at odd geometries at each level it
-runs at (avx2, avx512; forced with FLOWGRAD_CONV=onednn), strided operands included, the same bits on any thread count, from
-several Python threads at once and in a compiled step, which shapes it takes (FLOWGRAD_CONV=auto:
-the measured rule) and never at generic or in float64, and the switch's errors."""
+runs at (avx2, avx512; forced with FLOWGRAD_CONV=onednn), strided operands included, the same bits
+on any thread count, from several Python threads at once and in a compiled step, which shapes it
+takes (FLOWGRAD_CONV=auto: the measured rule) and never at generic or in float64, and the switch's
+errors."""
 import os
 import subprocess
 import sys
