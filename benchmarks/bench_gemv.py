@@ -1,12 +1,19 @@
 """Single-row linears (x W^T, batch 1, and a few rows): flowgrad's linear against PyTorch's, d = 256 .. 4096,
 with and without bias, at the ISA level in force (FLOWGRAD_ISA).
 
-    python benchmarks/bench_gemv.py [--rows 1] [--dims 256 1024 4096] [--threads 1] [--rounds 7] [--save NAME]
+    python benchmarks/bench_gemv.py [--rows 1] [--dims 256 1024 4096] [--threads 1] [--rounds 7]
+                                    [--from-memory MB] [--save NAME]
 
 Interleaved rounds, medians; ratio = flowgrad time / PyTorch time (below 1: flowgrad faster). The PyTorch peer
 is skipped when torch is not installed (the flowgrad times still print).
+
+By default each peer multiplies by one W, which stays in the caches as far as they hold it (a 2048 x 2048
+float32 W is 16 MB: in L3 on large-L3 machines, from memory on others). --from-memory MB gives each peer enough
+copies of W to pass MB megabytes and takes the next one on every call, so that W comes from memory (make MB
+larger than the L3: `lscpu`); each row records its copies.
 """
 import argparse
+import itertools
 import pathlib
 import sys
 
@@ -24,6 +31,8 @@ def main():
     parser.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--from-memory", type=int, default=0, metavar="MB",
+                        help="copies of W per peer passing MB megabytes, one per call (default: one W)")
     parser.add_argument("--save", default=None, help="save as benchmarks/results/bench_gemv-NAME-<date>.json")
     args = parser.parse_args()
     fg.set_num_threads(args.threads)
@@ -37,18 +46,24 @@ def main():
     for m in args.rows:
         for d in args.dims:
             for bias in (False, True):
+                copies = max(1, -(-args.from_memory * 2**20 // (d * d * 4)))
                 x = rng.standard_normal((m, d), dtype=np.float32)
-                w = rng.standard_normal((d, d), dtype=np.float32)
+                ws = [rng.standard_normal((d, d), dtype=np.float32) for _ in range(copies)]
                 b = rng.standard_normal(d, dtype=np.float32)
-                fx, fw, fb = fg.tensor(x), fg.tensor(w), fg.tensor(b) if bias else None
-                peers = {"flowgrad": lambda: fg.nn.functional.linear(fx, fw, fb)}
+                fx, fb = fg.tensor(x), fg.tensor(b) if bias else None
+                fws = [fg.tensor(w) for w in ws]
+                fw = itertools.cycle(fws)
+                peers = {"flowgrad": lambda: fg.nn.functional.linear(fx, next(fw), fb)}
                 if torch is not None:
-                    tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b) if bias else None
-                    peers["torch"] = lambda: torch.nn.functional.linear(tx, tw, tb)
-                    np.testing.assert_allclose(peers["flowgrad"]().numpy(), peers["torch"]().numpy(), rtol=1e-3,
+                    tx, tb = torch.from_numpy(x), torch.from_numpy(b) if bias else None
+                    tws = [torch.from_numpy(w.copy()) for w in ws]  # its own memory, as flowgrad's copies
+                    tw = itertools.cycle(tws)
+                    peers["torch"] = lambda: torch.nn.functional.linear(tx, next(tw), tb)
+                    np.testing.assert_allclose(fg.nn.functional.linear(fx, fws[0], fb).numpy(),
+                                               torch.nn.functional.linear(tx, tws[0], tb).numpy(), rtol=1e-3,
                                                atol=1e-3 * np.sqrt(d))
                 times = interleaved(peers, rounds=args.rounds, min_time=0.02, gap=0.05)
-                row = {"rows": m, "d": d, "bias": bias, "load": load_average(),
+                row = {"rows": m, "d": d, "bias": bias, "copies": copies, "load": load_average(),
                        **{name: t["median"] for name, t in times.items()}}
                 line = f"rows {m} d {d:5d} bias {bias!s:5}: flowgrad {row['flowgrad'] * 1e6:8.1f} us"
                 if torch is not None:
