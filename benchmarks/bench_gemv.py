@@ -56,7 +56,7 @@ def main():
                 peers = {"flowgrad": lambda: fg.nn.functional.linear(fx, next(fw), fb)}
                 if torch is not None:
                     tx, tb = torch.from_numpy(x), torch.from_numpy(b) if bias else None
-                    tws = [torch.from_numpy(w.copy()) for w in ws]  # its own memory, as flowgrad's copies
+                    tws = [torch.from_numpy(w) for w in ws]  # NumPy's memory; flowgrad's tensors are copies
                     tw = itertools.cycle(tws)
                     peers["torch"] = lambda: torch.nn.functional.linear(tx, next(tw), tb)
                     np.testing.assert_allclose(fg.nn.functional.linear(fx, fws[0], fb).numpy(),
