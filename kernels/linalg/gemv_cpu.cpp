@@ -26,15 +26,16 @@ struct Gemv {
   T* c;                  // C (M, N), rows ldc apart
   int64_t ldc;
   const T* bias;         // (N) or null
-  int64_t ahead = 0;     // dot form: prefetch W's rows this many values ahead (0: none)
+  int64_t ahead = 0;     // prefetch the rows of W (B) being read this many values ahead (0: none)
 };
 
-// A thread's rows of W larger than its core's cache stream from L3 or memory, where prefetching
-// each row this far ahead (once per cache line) keeps more of them in flight. Measured on the
-// 2-core Xeon (2026-12-07), one thread, x W^T at d = 4096 with W cold (12 matrices in turn, 768
-// MB): generic 4.9-5.2 -> 4.3-4.6 ms (13 -> 15 GB/s; PyTorch's MKL about 16), avx2 and avx512
-// unchanged (about 4.1); W in L3: 2.4-2.6 -> 2.3-2.4 ms at every level. Within L2 it only costs
-// (generic d = 512, prefetching: 14 -> 17 us), so it is off there.
+// A thread's share of W larger than its core's cache streams from L3 or memory, where prefetching
+// each row it reads this far ahead (once per cache line) keeps more of them in flight. Measured on
+// the 2-core Xeon (2026-12-07), one thread, d = 4096 with W cold (12 matrices in turn, 768 MB):
+// x W^T at generic 4.9-5.2 -> 4.3-4.6 ms (13 -> 15 GB/s; PyTorch's MKL about 16), x W (row-major W)
+// 5.1-5.3 -> 4.5-4.65 ms, avx2 and avx512 unchanged (4.1-4.4); W in L3: 2.4-2.6 -> 2.3-2.4 ms at
+// every level. Within L2 it only costs (generic d = 512, prefetching: 14 -> 17 us), so it is off
+// there.
 constexpr int64_t kAheadBytes = 1024;
 
 // ---- dot form, C = A W^T: R rows of A against V rows of W at a time, R V accumulators of L lanes
@@ -102,8 +103,7 @@ FG_CPU_KERNEL void row_block(const Gemv<T>& p, int64_t k, int64_t j0, int64_t j1
 #pragma GCC unroll 4
     for (int q = 0; q < KB; ++q) s[r][q] = p.a[r * p.a_row + (k + q) * p.a_k];
   const T* b = p.b + k * p.ldb;
-  int64_t j = j0;
-  for (; j + L <= j1; j += L) {
+  auto step = [&](int64_t j) __attribute__((always_inline)) {
     Vec<T, W> bv[KB];
 #pragma GCC unroll 4
     for (int q = 0; q < KB; ++q) bv[q] = *reinterpret_cast<const U*>(b + q * p.ldb + j);
@@ -115,7 +115,17 @@ FG_CPU_KERNEL void row_block(const Gemv<T>& p, int64_t k, int64_t j0, int64_t j1
       for (int q = 0; q < KB; ++q) y += s[r][q] * bv[q];
       *out = y;
     }
+  };
+  constexpr int64_t Line = std::max<int64_t>(L, 64 / sizeof(T));  // a cache line's values, whole vectors
+  int64_t j = j0;
+  for (; j + Line <= j1; j += Line) {
+    if (p.ahead)
+#pragma GCC unroll 4
+      for (int q = 0; q < KB; ++q) __builtin_prefetch(b + q * p.ldb + j + p.ahead);
+#pragma GCC unroll 4
+    for (int64_t e = 0; e < Line; e += L) step(j + e);
   }
+  for (; j + L <= j1; j += L) step(j);
   for (; j < j1; ++j)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -180,10 +190,10 @@ void gemv_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t j0 = std::min(N, units * q / parts * kBandAlign);
       const int64_t j1 = std::min(N, units * (q + 1) / parts * kBandAlign);
+      Gemv<T> band = p;
+      const bool streams = (j1 - j0) * K * static_cast<int64_t>(sizeof(T)) > core_cache_bytes();
+      band.ahead = streams ? kAheadBytes / static_cast<int64_t>(sizeof(T)) : 0;
       if (trans_b) {
-        Gemv<T> band = p;
-        const bool streams = (j1 - j0) * K * static_cast<int64_t>(sizeof(T)) > core_cache_bytes();
-        band.ahead = streams ? kAheadBytes / static_cast<int64_t>(sizeof(T)) : 0;
         run_columns<T, true>(band, j0, j1);
         continue;
       }
@@ -192,7 +202,7 @@ void gemv_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
           T& c = C[i * ldc + j];
           c = (beta != T(0) ? beta * c : T(0)) + (bias ? bias[j] : T(0));
         }
-      run_columns<T, false>(p, j0, j1);
+      run_columns<T, false>(band, j0, j1);
     }
   });
 }

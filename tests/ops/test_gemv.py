@@ -1,8 +1,8 @@
 """Products of few rows (kernels/linalg/gemv_cpu.cpp: M <= 8, any layout, float32 and float64): matmul,
 linear with and without bias and their gradients against NumPy in float64, at odd N and K (vector tails),
 through transposed and row-sliced operands, on one and two threads (the threads split the columns), with a
-matrix past a core's cache (its rows prefetched), and at every instruction-set level this machine runs
-(FLOWGRAD_ISA, in a fresh interpreter each)."""
+matrix past a core's cache in both forms (its rows prefetched), and at every instruction-set level this
+machine runs (FLOWGRAD_ISA, in a fresh interpreter each)."""
 import numpy as np
 import pytest
 
@@ -96,16 +96,22 @@ def test_gradient_of_a_single_row_linear_matches_numpy(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_matrix_past_a_cores_cache_gives_the_same_bits_on_any_thread_count(rng, dtype, restore_threads):
-    """x W^T with W's rows prefetched ahead (W larger than a core's cache, on each thread's share too),
-    K and N past whole cache lines and vectors."""
+@pytest.mark.parametrize("form", ["x W^T", "x W"])
+def test_a_matrix_past_a_cores_cache_gives_the_same_bits_on_any_thread_count(rng, dtype, form, restore_threads):
+    """Both forms with W's rows prefetched ahead (W larger than a core's cache, on each thread's share
+    too), K and N past whole cache lines and vectors: x W^T (a linear), x W (W row-major, (K, N))."""
     m, k, n = 2, 1003, 4099  # 16 MiB of float32
-    x, w, b = make(rng, (m, k), dtype), make(rng, (n, k), dtype), make(rng, (n,), dtype)
+    x, b = make(rng, (m, k), dtype), make(rng, (n,), dtype)
+    w = make(rng, (n, k) if form == "x W^T" else (k, n), dtype)
+    want = x.astype(np.float64) @ (w.T if form == "x W^T" else w).astype(np.float64)
     got = []
     for threads in (1, 2):
         fg.set_num_threads(threads)
-        got.append(F.linear(fg.tensor(x), fg.tensor(w), fg.tensor(b)).numpy())
-    close(got[0], x.astype(np.float64) @ w.astype(np.float64).T + b, k, dtype)
+        if form == "x W^T":
+            got.append(F.linear(fg.tensor(x), fg.tensor(w), fg.tensor(b)).numpy())
+        else:
+            got.append(fg.matmul(fg.tensor(x), fg.tensor(w)).numpy())
+    close(got[0], want + (b if form == "x W^T" else 0), k, dtype)
     np.testing.assert_array_equal(got[0], got[1])
 
 
