@@ -70,9 +70,8 @@ def too_wide(found):
     for level, roots in copies.items():
         stop = (lambda n: False) if level == "avx2" else (lambda n: LEVEL.search(n) is not None)
         reached = reachable(found, roots, stop)
-        bad = [(n, next(i for i in found[n][1] if ABOVE[level].search(i))) for n in sorted(reached)
-               if any(ABOVE[level].search(i) for i in found[n][1])]
-        result[level] = (len(roots), len(reached), bad)
+        first = {n: next((i for i in found[n][1] if ABOVE[level].search(i)), None) for n in sorted(reached)}
+        result[level] = (len(roots), len(reached), [(n, i) for n, i in first.items() if i is not None])
     return result
 
 

@@ -25,6 +25,14 @@ def rng():
 
 
 @pytest.fixture
+def restore_threads():
+    """The pool's thread count from before the test, whatever the test sets."""
+    before = fg.get_num_threads()
+    yield
+    fg.set_num_threads(before)
+
+
+@pytest.fixture
 def four_threads():
     """Four pool threads for the test, more than this machine's cores (column sums split their rows
     too; a graph level's branches run on pool workers), then the count from before."""

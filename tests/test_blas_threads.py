@@ -22,13 +22,6 @@ SHAPES = [(1, 1, 1), (45, 65, 33), (0, 5, 7), (256, 256, 256), (257, 300, 129), 
           (37, 1000, 333), (1000, 90, 20), (96, 1024, 128)]
 
 
-@pytest.fixture
-def restore_threads():
-    before = fg.get_num_threads()
-    yield
-    fg.set_num_threads(before)
-
-
 def reference(a, b):
     return a.astype(np.float64) @ b.astype(np.float64)
 

@@ -95,6 +95,8 @@ void bind_runtime(py::module_& m) {
   m.def("_conv_takes_onednn", [](const std::vector<int64_t>& x, int64_t out_ch, int64_t kh, int64_t kw, int64_t stride,
                                   int64_t pad) {
     FG_CHECK(x.size() == 4, Value, "_conv_takes_onednn: x is (N, C, H, W), got ", x.size(), " dimensions");
+    FG_CHECK(kh >= 1 && kw >= 1 && stride >= 1 && pad >= 0, Value, "_conv_takes_onednn: expected a kernel of at "
+             "least 1x1, a stride of at least 1 and padding of at least 0, got ", kh, "x", kw, ", ", stride, ", ", pad);
     const Conv2dGeometry g{x[0], x[1], x[2], x[3], kh, kw, stride, stride, pad, pad,
                            (x[2] + 2 * pad - kh) / stride + 1, (x[3] + 2 * pad - kw) / stride + 1};
     return conv2d_takes_onednn(DType::Float32, g, out_ch);

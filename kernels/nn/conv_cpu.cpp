@@ -270,8 +270,9 @@ void col2im_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, cons
   });
 }
 
-// oneDNN's where it wins (conv2d_takes_onednn). Else image by image: at avx2 and avx512 with stride 1 (packed_products) the image's columns read in
-// place from the padded image (convolve_in_place), elsewhere one image's columns at a time in a
+// oneDNN's where it wins (conv2d_takes_onednn). Else image by image: at avx2 and avx512 with
+// stride 1 (packed_products) the image's columns read in place from the padded image
+// (convolve_in_place), elsewhere one image's columns at a time in a
 // workspace (C*kh*kw x L, cache-sized for small images) and the GEMM: y[n] (O, L) = W (O, CK) @
 // cols[n] + b. bench_cnn_rnn's 32 -> 32 channel layer (64 images of 32x32, one thread, a loop of
 // conv2d calls) against the columns copied into packed panels: 11.6-11.7 -> 10.0 ms at avx512

@@ -72,15 +72,16 @@ void conv2d_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int6
                 const void* w, const void* b, void* y);
 // oneDNN's forward convolution in place of conv2d_cpu's own (kernels/nn/conv_onednn_cpu.cpp), in
 // builds with oneDNN (FLOWGRAD_ONEDNN): float32 at avx2 and avx512, two images or more, for the
-// shapes the conv kernel in use takes it for (never depending on the thread count). conv2d_takes_onednn says
-// whether it would; conv2d_onednn_cpu runs it and returns true, or returns false having done
-// nothing. A oneDNN failure raises a RuntimeError naming the shape.
+// shapes the conv kernel in use takes it for (never depending on the thread count).
+// conv2d_takes_onednn says whether it would; conv2d_onednn_cpu runs it and returns true, or returns
+// false having done nothing. A oneDNN failure raises a RuntimeError naming the shape.
 bool conv2d_takes_onednn(DType dtype, const Conv2dGeometry& g, int64_t out_ch);
 bool conv2d_onednn_cpu(const KernelEnv& env, DType dtype, const Conv2dGeometry& g, int64_t out_ch, const void* x,
                        const void* w, const void* b, void* y);
-// Who runs float32 forward convolutions (FLOWGRAD_CONV): Auto, oneDNN where it beats ours (at avx2,
-// and at avx512 from 16 input channels; measured per shape in docs/benchmarks.md); Own, never
-// oneDNN; OneDnn, oneDNN wherever conv2d_onednn_cpu can run it. set_conv_kernel returns it.
+// Who runs float32 forward convolutions (FLOWGRAD_CONV): Auto, oneDNN for the shapes where it beat
+// ours (conv2d_takes_onednn's rule: at avx2 kernels larger than 1x1, at avx512 strides above 1 and
+// kernels larger than 3x3; measured per shape in docs/benchmarks.md); Own, never oneDNN; OneDnn,
+// oneDNN wherever conv2d_onednn_cpu can run it. set_conv_kernel returns it.
 enum class ConvKernel { Auto, Own, OneDnn };
 ConvKernel set_conv_kernel(ConvKernel which);
 ConvKernel conv_kernel_in_use();

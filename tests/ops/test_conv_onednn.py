@@ -118,20 +118,16 @@ def test_the_measured_rule_picks_the_shapes(conv_kernel):
 
 @runs_here
 @pytest.mark.parametrize("images", [2, 5, 7])
-def test_onednn_gives_the_same_bits_on_any_thread_count(rng, conv_kernel, images):
+def test_onednn_gives_the_same_bits_on_any_thread_count(rng, conv_kernel, images, restore_threads):
     """Each thread runs its own images (5 on 2 threads: 2 and 3; 2 on 3 threads: one waits); an
     image's values do not depend on how many a call takes, so 1, 2 and 3 threads give the same bits."""
     conv_kernel("onednn")
     x, w, b = (make(rng, s, np.float32) for s in ((images, 19, 11, 13), (35, 19, 3, 3), (35,)))
-    previous = fg.get_num_threads()
     results = []
-    try:
-        for threads in (1, 2, 3):
-            fg.set_num_threads(threads)
-            assert core._conv_takes_onednn(list(x.shape), 35, 3, 3, 2, 1)
-            results.append(F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 2, 1).numpy())
-    finally:
-        fg.set_num_threads(previous)
+    for threads in (1, 2, 3):
+        fg.set_num_threads(threads)
+        assert core._conv_takes_onednn(list(x.shape), 35, 3, 3, 2, 1)
+        results.append(F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 2, 1).numpy())
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
     fg.testing.assert_close(results[0], np_conv2d(x.astype(np.float64), w, b, 2, 1), rtol=1e-5, atol=2e-5)
@@ -192,6 +188,15 @@ def test_the_switch_rejects_other_values():
     assert "FLOWGRAD_CONV='mkl' is not 'auto', 'own' or 'onednn'" in done.stderr
 
 
+def test_the_rule_query_rejects_a_shape_no_convolution_has():
+    with pytest.raises(ValueError, match=r"x is \(N, C, H, W\), got 3 dimensions"):
+        core._conv_takes_onednn([3, 8, 8], 4, 3, 3)
+    with pytest.raises(ValueError, match=r"a stride of at least 1 .* got 3x3, 0, 1"):
+        core._conv_takes_onednn([2, 3, 8, 8], 4, 3, 3, 0, 1)
+    with pytest.raises(ValueError, match=r"got 0x3, 1, 0"):
+        core._conv_takes_onednn([2, 3, 8, 8], 4, 0, 3)
+
+
 def test_own_is_what_the_switch_says(conv_kernel):
     assert conv_kernel("own") == "own"
     assert fg.build_config()["conv"] == "own"
@@ -201,23 +206,19 @@ def test_own_is_what_the_switch_says(conv_kernel):
 
 
 @runs_here
-def test_large_images_run_in_several_calls_with_the_same_bits(rng, conv_kernel):
+def test_large_images_run_in_several_calls_with_the_same_bits(rng, conv_kernel, restore_threads):
     """Images whose blocked copies pass 32 MiB a call (kCallBytes) run a thread's images in several
     calls: 13 images of 8 x 192 x 192 (channels padded to 16: 4.7 MB each, 7 a call) on one thread
     in calls of 7 and 6, on 2 and 3 threads in one call each, give the same bits, within float32
     rounding of flowgrad's own kernel."""
     x, w, b = (make(rng, s, np.float32) for s in ((13, 8, 192, 192), (8, 8, 3, 3), (8,)))
-    previous = fg.get_num_threads()
     results = []
-    try:
-        conv_kernel("onednn")
-        for threads in (1, 2, 3):
-            fg.set_num_threads(threads)
-            results.append(F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy())
-        conv_kernel("own")
-        own = F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy()
-    finally:
-        fg.set_num_threads(previous)
+    conv_kernel("onednn")
+    for threads in (1, 2, 3):
+        fg.set_num_threads(threads)
+        results.append(F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy())
+    conv_kernel("own")
+    own = F.conv2d(fg.tensor(x), fg.tensor(w), fg.tensor(b), 1, 1).numpy()
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
     np.testing.assert_allclose(results[0], own, rtol=1e-5, atol=2e-5)

@@ -42,13 +42,6 @@ def lengths_for(rng, batch, s):
     return n
 
 
-@pytest.fixture
-def restore_threads():
-    before = fg.get_num_threads()
-    yield
-    fg.set_num_threads(before)
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_length_masks_match_numpy(rng, shape, threads, restore_threads):

@@ -17,13 +17,6 @@ SHAPES = [(1, 1, 1), (1, 7, 5), (1, 33, 65), (2, 16, 16), (3, 100, 37), (4, 257,
           (8, 129, 255), (1, 300, 1100), (3, 1000, 301), (8, 512, 97)]
 
 
-@pytest.fixture
-def restore_threads():
-    before = fg.get_num_threads()
-    yield
-    fg.set_num_threads(before)
-
-
 def close(got, want, k, dtype):
     tol = 1e-12 if dtype == np.float64 else 2e-6
     np.testing.assert_allclose(got, want, rtol=50 * tol, atol=tol * np.sqrt(k) * max(1.0, np.abs(want).max()))

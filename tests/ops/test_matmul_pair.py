@@ -11,13 +11,6 @@ nn = fg.nn
 F = fg.nn.functional
 
 
-@pytest.fixture
-def restore_threads():
-    before = fg.get_num_threads()
-    yield
-    fg.set_num_threads(before)
-
-
 def ops(step):
     return [r["op"] for r in step.ir()]
 

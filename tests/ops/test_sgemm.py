@@ -19,13 +19,6 @@ F = fg.nn.functional
 OWN = fg.build_config()["sgemm"] == "avx512"
 
 
-@pytest.fixture
-def restore_threads():
-    before = fg.get_num_threads()
-    yield
-    fg.set_num_threads(before)
-
-
 def f64(*arrays):
     return [np.asarray(a, dtype=np.float64) for a in arrays]
 
