@@ -6,9 +6,10 @@
 #   ./dev.sh test [ARGS]   the same set-up, then builds and tests every configuration this machine
 #                          can build (CPU-only, and CUDA when nvcc exists or FLOWGRAD_CUDA=pypi),
 #                          compiles each C++ file with clang, lists the GPU check's plan, and makes a
-#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. The CPU
-#                          kernels' tests run again at each instruction-set level below the machine's
-#                          (FLOWGRAD_ISA=generic, avx2). This is
+#                          manylinux wheel that a scratch venv installs. ARGS go to pytest. The CPU-only
+#                          configuration's suite runs again at each instruction-set level below the machine's
+#                          (FLOWGRAD_ISA=generic, avx2), and one case of each kernel test on
+#                          emulated CPUs without AVX-512 and without AVX (qemu-user). This is
 #                          what CI runs (.ci/run, with FLOWGRAD_CUDA=pypi).
 #   ./dev.sh build [cpu|cuda]   the set-up, then one configuration built into .venv (no tests)
 #   ./dev.sh docs [ARGS]   the docs' requirements into .venv (and the CPU-only build when flowgrad does not
@@ -35,7 +36,7 @@ PYTHON=${PYTHON:-python3}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 PACKAGES=(g++ cmake ninja-build ccache python3-venv python3-dev libopenblas-dev libgtest-dev graphviz
           openmpi-bin libopenmpi-dev)
-TEST_PACKAGES=(clang)
+TEST_PACKAGES=(clang qemu-user)  # qemu-user: the emulated CPUs of run_emulated_cpus
 # Installed where the distribution has them; without them the build leaves their part out.
 OPTIONAL_PACKAGES=(libdnnl-dev)  # oneDNN: its forward convolution where it beats ours (FLOWGRAD_ONEDNN)
 
@@ -196,7 +197,8 @@ FAILED=()
 run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$1.xml for the summary
   say "pytest on the $1 configuration"
   local rc=0
-  "$PY" -m pytest -p no:cacheprovider --junitxml="build/pytest-$1.xml" "${@:2}" || rc=$?
+  # shellcheck disable=SC2086 # the emulator's command and options, when a run has one
+  ${FLOWGRAD_TEST_EMULATOR:-} "$PY" -m pytest -p no:cacheprovider --junitxml="build/pytest-$1.xml" "${@:2}" || rc=$?
   if [ $rc -eq 5 ]; then
     say "pytest collected no tests for the $1 configuration"
     FAILED+=("$1: no tests")
@@ -205,20 +207,42 @@ run_pytest() {  # $1: configuration; pytest's report also goes to build/pytest-$
   fi
 }
 
-# The CPU kernels' tests again at every instruction-set level below this machine's own (FLOWGRAD_ISA;
-# the whole suite ran at the machine's level): the hand-vectorised loops of each level, the AVX-512
-# GEMM's absence below avx512 and the fused plans' bits (README: FLOWGRAD_ISA).
-ISA_TESTS=(tests/ops/test_elementwise.py tests/ops/test_float32_math.py tests/ops/test_reduce.py tests/ops/test_nn.py
+# The whole suite again (with ARGS) at every instruction-set level below this machine's own
+# (FLOWGRAD_ISA, README): the hand-vectorised loops of each level, the products of OpenBLAS's kernels
+# for that level where the AVX-512 GEMM is absent, and every test's bits there, so that no test
+# assumes the level of the machine it was written on.
+run_lower_isa_levels() {
+  local level
+  for level in $("$PY" -c 'import flowgrad as fg; print(*fg.build_config()["isa_levels"][:-1])'); do
+    FLOWGRAD_ISA=$level run_pytest "cpu-isa-$level" "$@"
+  done
+}
+
+# The tests of the CPU kernels, which the emulated CPUs run.
+KERNEL_TESTS=(tests/ops/test_elementwise.py tests/ops/test_float32_math.py tests/ops/test_reduce.py tests/ops/test_nn.py
            tests/ops/test_add_layer_norm.py tests/ops/test_norm_backward.py tests/ops/test_cross_entropy.py
            tests/ops/test_creation.py tests/ops/test_optim_ops.py tests/ops/test_optim_multi.py
            tests/ops/test_attention_tile.py tests/ops/test_attention_tile_outputs.py tests/ops/test_attention_fused.py
            tests/ops/test_attention_masks.py tests/ops/test_sgemm.py tests/ops/test_linear.py tests/ops/test_epilogue_ops.py
            tests/plan/test_fuse_epilogues.py tests/ops/test_gemv.py tests/ops/test_decode_attention.py
-           tests/ops/test_conv2d.py tests/ops/test_conv_onednn.py tests/ops/test_max_pool2d.py tests/ops/test_rnn.py)
-run_lower_isa_levels() {
-  local level
-  for level in $("$PY" -c 'import flowgrad as fg; print(*fg.build_config()["isa_levels"][:-1])'); do
-    FLOWGRAD_ISA=$level run_pytest "cpu-isa-$level" "${ISA_TESTS[@]}"
+           tests/ops/test_conv2d.py tests/ops/test_conv_onednn.py tests/ops/test_max_pool2d.py tests/ops/test_rnn.py
+           tests/ops/test_step_kernels.py tests/ops/test_batch_norm.py tests/ops/test_attention_long.py
+           tests/ops/test_attention_packed_fn.py tests/ops/test_attention_strided.py tests/ops/test_matmul_pair.py
+           tests/ops/test_linalg.py tests/ops/test_linalg_strided.py tests/ops/test_cumsum.py)
+
+# The kernels' tests, one case of each (--one-case-each), on emulated CPUs (qemu-user): one with AVX2
+# and no AVX-512 (its AVX emulated about 50 times slower than this machine runs it) and one without
+# AVX (about 10 times). There flowgrad's own detection picks the level, as OpenBLAS's and oneDNN's
+# pick theirs, and an instruction above the CPU's fails as an illegal instruction, which a level
+# forced down on this machine cannot show. The fresh interpreters the tests start run under the
+# emulator too (tests/conftest.py: run_isolated). The CPUs are tests/conftest.py's EMULATED_CPUS,
+# whose levels tests/test_isa.py checks. Tests marked slow_to_emulate (float64 finite differences
+# of whole layers, threads over large inputs: minutes each there) are left out.
+run_emulated_cpus() {
+  local cpu
+  for cpu in $(cd tests && "$PY" -c 'import conftest; print(*conftest.EMULATED_CPUS)'); do
+    FLOWGRAD_TEST_EMULATOR="qemu-x86_64 -cpu $cpu" run_pytest "cpu-emulated-${cpu%%[-,]*}" --one-case-each \
+      -m "not slow_to_emulate" "${KERNEL_TESTS[@]}"
   done
 }
 
@@ -312,7 +336,7 @@ case "$command" in
       say "compiling the $config configuration's C++ files with clang (syntax only)"
       "$PY" scripts/clang_syntax_check.py build/*-"$(dir_suffix "$config")"/compile_commands.json || FAILED+=("$config: clang")
       run_pytest "$config" "$@"
-      if [ "$config" = cpu ]; then run_lower_isa_levels; fi
+      if [ "$config" = cpu ]; then run_lower_isa_levels "$@"; run_emulated_cpus; fi
     done
     build_docs || FAILED+=("docs")
     say "the GPU check's plan (./dev.sh gpu-check runs it on a GPU machine)"

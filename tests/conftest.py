@@ -15,6 +15,30 @@ def pytest_report_header(config):
     return f"flowgrad CPU kernels at {c['isa']} (FLOWGRAD_ISA; this machine runs {', '.join(c['isa_levels'])})"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--one-case-each", action="store_true",
+                     help="one case of each test function: the first whose parameters name the instruction-set "
+                          "level in use, else the first; never one a skipif mark skips (dev.sh's runs on "
+                          "emulated CPUs, tens to hundreds of times slower than the machine)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--one-case-each"):
+        return
+    level, chosen = fg.build_config()["isa"], {}
+    for item in items:
+        if any(m.args and m.args[0] is True for m in item.iter_markers("skipif")):
+            continue
+        key = (item.path, getattr(item, "originalname", item.name))
+        params = getattr(item, "callspec", None)
+        at_level = params is not None and any(isinstance(v, str) and v == level for v in params.params.values())
+        if key not in chosen or (at_level and not chosen[key][1]):
+            chosen[key] = (item, at_level)
+    keep = {id(item) for item, _ in chosen.values()}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in keep])
+    items[:] = [item for item in items if id(item) in keep]
+
+
 # Shapes every elementwise test walks through: odd sizes, size-1 and size-0 dims, 0-d.
 ODD_SHAPES = [(45, 65), (7,), (1, 5), (3, 1, 4), (0, 3), ()]
 
@@ -112,14 +136,26 @@ def run_threads(fn, n):
     return errors
 
 
+# CPUs without AVX-512 and without AVX, emulated by qemu-user (Debian's qemu-user, which ./dev.sh
+# test installs), each with the level flowgrad must pick there by itself: qemu's model, less the
+# features its emulator lacks (each a warning at every start). test_isa.py checks the levels;
+# dev.sh's run_emulated_cpus runs the kernels' tests there, with FLOWGRAD_TEST_EMULATOR set to the
+# emulator's command, which run_isolated's fresh interpreters run under too (an emulator runs a
+# program's own code, not the programs it starts).
+EMULATED_CPUS = {"Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid": "avx2", "Nehalem": "generic"}
+
+
 def run_isolated(code, timeout=120, env=None):
     """Runs `code` (after `import flowgrad as fg`) in a fresh interpreter, so that a crash or a
     hang is a test failure rather than the end of the test run; returns its stdout. `env`: extra
-    environment variables."""
+    environment variables; FLOWGRAD_TEST_EMULATOR among them runs it on an emulated CPU, with ten
+    times the time."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
     script = "import numpy as np\nimport flowgrad as fg\n" + textwrap.dedent(code)
+    emulator = env.get("FLOWGRAD_TEST_EMULATOR", "").split()
+    timeout *= 10 if emulator else 1
     try:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+        done = subprocess.run(emulator + [sys.executable, "-c", script], capture_output=True, text=True,
                               timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         pytest.fail(f"hung for more than {timeout} s:\n{script}")

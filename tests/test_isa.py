@@ -2,15 +2,17 @@
 (kernels/common/cpu_dispatch.h), the machine's own or a lower one. ./dev.sh test runs the kernels'
 tests again at each level below the machine's; these tests check the switch itself on any machine."""
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import run_isolated
+from conftest import EMULATED_CPUS, run_isolated
 
 LEVELS = ("generic", "avx2", "avx512")
 
@@ -76,6 +78,33 @@ def test_a_level_above_the_machines_fails_the_import_naming_the_machines_level(l
     done = import_with(level)
     assert done.returncode != 0
     assert f"FLOWGRAD_ISA='{level}' asks for more than this CPU runs: its level is '{levels[-1]}'" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None,
+                    reason="no qemu-x86_64 to emulate other CPUs (Debian's qemu-user; ./dev.sh test installs it)")
+@pytest.mark.parametrize("cpu", EMULATED_CPUS)
+def test_an_emulated_cpu_runs_its_own_level_by_itself_and_no_higher_one(cpu):
+    """On a CPU without AVX-512 (or without AVX), emulated: the import picks the CPU's level, and
+    OpenBLAS its kernels, by themselves; the CPU's instructions compute a GELU and a product (an
+    instruction above them would end the emulated process); asking for avx512 fails naming the CPU's
+    level."""
+    level = EMULATED_CPUS[cpu]
+    code = """
+        c = fg.build_config()
+        x = fg.tensor(np.linspace(-3, 3, 37, dtype=np.float32).reshape(1, 37))
+        y = fg.nn.functional.gelu(x) @ fg.ones(37, 5)
+        print(c["isa"], c["isa_levels"][-1], c["blas_core"], float(y.sum()))
+    """
+    out = run_isolated(code, env={"FLOWGRAD_TEST_EMULATOR": f"qemu-x86_64 -cpu {cpu}", "FLOWGRAD_ISA": ""})
+    xs = np.linspace(-3, 3, 37)
+    gelu = xs * 0.5 * (1 + np.vectorize(math.erf)(xs / math.sqrt(2)))
+    *found, total = out.split()
+    assert found == [level, level, cpu.split("-")[0]]
+    assert float(total) == pytest.approx(5 * gelu.sum(), rel=1e-5)
+    done = subprocess.run(["qemu-x86_64", "-cpu", cpu, sys.executable, "-c", "import flowgrad"], capture_output=True,
+                          text=True, env=dict(os.environ, FLOWGRAD_ISA="avx512"), timeout=600)
+    assert done.returncode != 0
+    assert f"FLOWGRAD_ISA='avx512' asks for more than this CPU runs: its level is '{level}'" in done.stderr
 
 
 def test_an_unknown_level_fails_the_import():

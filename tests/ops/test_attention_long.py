@@ -54,6 +54,7 @@ def test_forward_splits_a_head_over_threads_as_one_thread(rng):
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow_to_emulate
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradcheck(rng, device, causal):
     """float64 finite differences over a head of 190 queries and keys (two backward chunks)."""

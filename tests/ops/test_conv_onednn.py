@@ -206,6 +206,7 @@ def test_own_is_what_the_switch_says(conv_kernel):
 
 
 @runs_here
+@pytest.mark.slow_to_emulate
 def test_large_images_run_in_several_calls_with_the_same_bits(rng, conv_kernel, restore_threads):
     """Images whose blocked copies pass 32 MiB a call (kCallBytes) run a thread's images in several
     calls: 13 images of 8 x 192 x 192 (channels padded to 16: 4.7 MB each, 7 a call) on one thread

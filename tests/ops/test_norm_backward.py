@@ -71,6 +71,7 @@ def test_size_zero_rows_give_zero_weight_and_bias_gradients():
     assert dx.shape == (0, 16) and (dw == 0).all() and (db == 0).all() and dw.shape == db.shape == (16,)
 
 
+@pytest.mark.slow_to_emulate
 def test_float64_finite_differences_over_several_slices(rng):
     """70 rows: two slices of partial sums; the residual add's gradient rides along (acc)."""
     x, r, w, b = make(rng, (70, 9)), make(rng, (70, 9)), make(rng, (9,)), make(rng, (9,))

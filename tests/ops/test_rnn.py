@@ -245,6 +245,7 @@ def test_threads_give_the_one_thread_bits(rng, kind, batch, hidden):
         np.testing.assert_array_equal(one, four)
 
 
+@pytest.mark.slow_to_emulate
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_layers_from_several_python_threads_at_once(rng, kind):
     """Six Python threads run the layer at once, 32 rows (split by rows over the pool) and 6 rows

@@ -267,7 +267,9 @@ class _Affine(fg.nn.Module):
         self.b = fg.nn.Parameter(b)
 
     def forward(self, x):
-        return x @ self.w + self.b
+        # The product on a contiguous copy: the BLAS rounds x @ w by w's layout at some levels
+        # (OpenBLAS's Haswell and SSE kernels), and the parameters' layouts are the optimizer's concern.
+        return x @ self.w.contiguous() + self.b
 
 
 STRIDED_OPTIMIZERS = {
