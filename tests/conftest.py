@@ -19,7 +19,7 @@ def pytest_addoption(parser):
     parser.addoption("--one-case-each", action="store_true",
                      help="one case of each test function: the first whose parameters name the instruction-set "
                           "level in use, else the first; never one a skipif mark skips (dev.sh's runs on "
-                          "emulated CPUs, tens to hundreds of times slower than the machine)")
+                          "emulated CPUs, 10 to 50 times slower than the machine)")
 
 
 def pytest_collection_modifyitems(config, items):
