@@ -19,7 +19,11 @@ from conftest import EMULATED_CPUS, run_isolated
 LEVELS = ("generic", "avx2", "avx512")
 
 
-def import_with(level, emulator=()):
+def import_with(level, emulator=None):
+    """`import flowgrad` in a fresh interpreter with FLOWGRAD_ISA=level, under `emulator`'s command
+    (by default FLOWGRAD_TEST_EMULATOR's, as run_isolated)."""
+    if emulator is None:
+        emulator = os.environ.get("FLOWGRAD_TEST_EMULATOR", "").split()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_ISA=level)
     return subprocess.run([*emulator, sys.executable, "-c", "import flowgrad"], capture_output=True, text=True,
                           env=env, timeout=600 if emulator else 120)
