@@ -145,6 +145,11 @@ def run_threads(fn, n):
 EMULATED_CPUS = {"Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid": "avx2", "Nehalem": "generic"}
 
 
+def emulator_in(env):
+    """The emulator's command that FLOWGRAD_TEST_EMULATOR names in env, as a list (empty: none)."""
+    return env.get("FLOWGRAD_TEST_EMULATOR", "").split()
+
+
 def run_isolated(code, timeout=120, env=None):
     """Runs `code` (after `import flowgrad as fg`) in a fresh interpreter, so that a crash or a
     hang is a test failure rather than the end of the test run; returns its stdout. `env`: extra
@@ -152,7 +157,7 @@ def run_isolated(code, timeout=120, env=None):
     times the time."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
     script = "import numpy as np\nimport flowgrad as fg\n" + textwrap.dedent(code)
-    emulator = env.get("FLOWGRAD_TEST_EMULATOR", "").split()
+    emulator = emulator_in(env)
     timeout *= 10 if emulator else 1
     try:
         done = subprocess.run(emulator + [sys.executable, "-c", script], capture_output=True, text=True,

@@ -14,17 +14,16 @@ import numpy as np
 import pytest
 
 import flowgrad as fg
-from conftest import EMULATED_CPUS, run_isolated
+from conftest import EMULATED_CPUS, emulator_in, run_isolated
 
 LEVELS = ("generic", "avx2", "avx512")
 
 
 def import_with(level, emulator=None):
-    """`import flowgrad` in a fresh interpreter with FLOWGRAD_ISA=level, under `emulator`'s command
-    (by default FLOWGRAD_TEST_EMULATOR's, as run_isolated)."""
-    if emulator is None:
-        emulator = os.environ.get("FLOWGRAD_TEST_EMULATOR", "").split()
+    """`import flowgrad` in a fresh interpreter with FLOWGRAD_ISA=level, under the emulator's command
+    `emulator` (a list), by default FLOWGRAD_TEST_EMULATOR's (as run_isolated)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FLOWGRAD_ISA=level)
+    emulator = emulator_in(env) if emulator is None else emulator
     return subprocess.run([*emulator, sys.executable, "-c", "import flowgrad"], capture_output=True, text=True,
                           env=env, timeout=600 if emulator else 120)
 
